@@ -1,0 +1,220 @@
+"""The HTTP JSON API under /api: enqueue, the external-worker protocol
+(claim, heartbeat, complete, fail), reads, and operator actions."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from flask import Blueprint, current_app, jsonify, request
+from werkzeug.exceptions import BadRequest
+
+from app.errors import InvalidField, JobdeckError
+from app.serialize import job_json
+from app.service import Jobdeck
+from app.states import State
+from app.store import JobFilter
+
+bp = Blueprint("api", __name__, url_prefix="/api")
+
+PUBLIC_ENDPOINTS = {"api.openapi", "api.health"}
+
+
+def _deck() -> Jobdeck:
+    deck: Jobdeck = current_app.extensions["jobdeck"]
+    return deck
+
+
+class Unauthorized(JobdeckError):
+    status_code = 401
+
+
+@bp.before_request
+def _authenticate() -> Any:
+    token = _deck().config.api_token
+    if not token or request.endpoint in PUBLIC_ENDPOINTS:
+        return None
+    header = request.headers.get("Authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+        response = jsonify({"error": "missing or invalid bearer token"})
+        response.status_code = 401
+        response.headers["WWW-Authenticate"] = 'Bearer realm="jobdeck"'
+        return response
+    return None
+
+
+def _body() -> dict[str, Any]:
+    """The request's JSON object: 400 if malformed, 422 if not an object."""
+    if not request.get_data(cache=True):
+        return {}
+    try:
+        data = request.get_json(force=True)
+    except BadRequest:
+        raise MalformedJSON() from None
+    if not isinstance(data, dict):
+        raise InvalidField("body", "expected a JSON object")
+    return data
+
+
+class MalformedJSON(JobdeckError):
+    status_code = 400
+
+    def __init__(self) -> None:
+        super().__init__("malformed JSON in request body")
+
+
+def _worker_id(data: dict[str, Any]) -> str:
+    worker_id = data.get("worker_id")
+    if not isinstance(worker_id, str) or not worker_id or len(worker_id) > 200:
+        raise InvalidField("worker_id", "required, a string of at most 200 characters")
+    return worker_id
+
+
+def _str_list(data: dict[str, Any], field: str) -> list[str] | None:
+    value = data.get(field)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InvalidField(field, "must be a list of strings")
+    return value
+
+
+@bp.get("/health")
+def health() -> Any:
+    return jsonify({"ok": True})
+
+
+@bp.post("/jobs")
+def enqueue() -> Any:
+    deck = _deck()
+    now = deck.clock()
+    new = deck.new_job(_body(), now)
+    job, created = deck.store.enqueue(new, now)
+    return jsonify(job_json(job, now)), 201 if created else 200
+
+
+@bp.post("/jobs/claim")
+def claim() -> Any:
+    deck = _deck()
+    data = _body()
+    worker_id = _worker_id(data)
+    types = _str_list(data, "types")
+    queues = _str_list(data, "queues")
+    limit = data.get("limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100):
+        raise InvalidField("limit", "must be an integer from 1 to 100")
+    now = deck.clock()
+    jobs = deck.store.claim(worker_id, now, limit=limit or 1, types=types, queues=queues)
+    if limit is None:
+        return jsonify(job_json(jobs[0], now) if jobs else None)
+    return jsonify([job_json(j, now) for j in jobs])
+
+
+@bp.post("/jobs/<int:job_id>/heartbeat")
+def heartbeat(job_id: int) -> Any:
+    deck = _deck()
+    now = deck.clock()
+    job = deck.store.heartbeat(job_id, _worker_id(_body()), now)
+    return jsonify(job_json(job, now))
+
+
+@bp.post("/jobs/<int:job_id>/complete")
+def complete(job_id: int) -> Any:
+    deck = _deck()
+    data = _body()
+    now = deck.clock()
+    job = deck.store.complete(job_id, _worker_id(data), now, result=data.get("result"))
+    return jsonify(job_json(job, now))
+
+
+@bp.post("/jobs/<int:job_id>/fail")
+def fail(job_id: int) -> Any:
+    deck = _deck()
+    data = _body()
+    worker_id = _worker_id(data)
+    error = data.get("error")
+    if not isinstance(error, str) or not error:
+        raise InvalidField("error", "required, a non-empty string")
+    retryable = data.get("retryable", True)
+    if not isinstance(retryable, bool):
+        raise InvalidField("retryable", "must be true or false")
+    tb = data.get("traceback")
+    if tb is not None and not isinstance(tb, str):
+        raise InvalidField("traceback", "must be a string")
+    now = deck.clock()
+    job = deck.store.fail(job_id, worker_id, error, now, retryable=retryable, traceback=tb)
+    return jsonify(job_json(job, now))
+
+
+@bp.get("/jobs/<int:job_id>")
+def show(job_id: int) -> Any:
+    deck = _deck()
+    job = deck.store.get(job_id)
+    return jsonify(job_json(job, deck.clock(), deck.store.attempts_of(job_id)))
+
+
+@bp.get("/jobs")
+def index() -> Any:
+    deck = _deck()
+    args = request.args
+    status = args.get("status") or None
+    if status is not None and status not in {s.value for s in State}:
+        raise InvalidField("status", f"unknown status {status!r}; one of {', '.join(s.value for s in State)}")
+    limit = _int_arg("limit", 50, 1, 500)
+    cursor = _int_arg("cursor", None, 1, None)
+    f = JobFilter(
+        status=State(status) if status else None,
+        type=args.get("type") or None,
+        queue=args.get("queue") or None,
+        search=args.get("q") or None,
+        before_id=cursor,
+        limit=limit + 1,
+    )
+    now = deck.clock()
+    jobs = deck.store.list_jobs(f, now)
+    more = len(jobs) > limit
+    jobs = jobs[:limit]
+    return jsonify({"jobs": [job_json(j, now) for j in jobs], "next_cursor": jobs[-1].id if more else None})
+
+
+def _int_arg(name: str, default: int | None, low: int, high: int | None) -> Any:
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidField(name, f"must be an integer, got {raw!r}") from None
+    if value < low or (high is not None and value > high):
+        raise InvalidField(name, f"must be between {low} and {high}" if high else f"must be >= {low}")
+    return value
+
+
+@bp.get("/stats")
+def stats() -> Any:
+    deck = _deck()
+    return jsonify({"counts": deck.store.counts(deck.clock())})
+
+
+@bp.post("/jobs/<int:job_id>/retry")
+def retry(job_id: int) -> Any:
+    deck = _deck()
+    _body()
+    now = deck.clock()
+    return jsonify(job_json(deck.store.retry(job_id, now), now))
+
+
+@bp.post("/jobs/<int:job_id>/discard")
+def discard(job_id: int) -> Any:
+    deck = _deck()
+    _body()
+    now = deck.clock()
+    return jsonify(job_json(deck.store.discard(job_id, now), now))
+
+
+@bp.get("/openapi.json")
+def openapi() -> Any:
+    from app.openapi import document
+
+    return jsonify(document())

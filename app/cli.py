@@ -1,0 +1,199 @@
+"""The ``jobdeck`` command: serve, worker, enqueue, jobs, init-db."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+from typing import Any
+
+import click
+
+from app.config import Config, ConfigError, load
+
+
+class Shutdown(BaseException):
+    """Raised in the main thread by SIGTERM/SIGINT to leave the server loop."""
+
+
+def _config(demo: bool, **overrides: Any) -> Config:
+    values = {k: v for k, v in overrides.items() if v is not None}
+    if demo:
+        values["demo"] = True
+    try:
+        return load(overrides=values)
+    except ConfigError as exc:
+        raise click.ClickException(f"invalid configuration: {exc}") from None
+
+
+def _app(config: Config):  # type: ignore[no-untyped-def]
+    from app import create_app
+
+    try:
+        return create_app(config)
+    except ConfigError as exc:
+        raise click.ClickException(f"invalid configuration: {exc}") from None
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@click.group()
+def main() -> None:
+    """Jobdeck: a background job queue with an operator dashboard."""
+
+
+@main.command()
+@click.option("--demo", is_flag=True, help="Register the demo job types.")
+@click.option("--bind", help="HOST:PORT (default 127.0.0.1:8000).")
+@click.option("--workers", type=int, help="Embedded worker threads (0: none).")
+@click.option("--log-level", default="info", show_default=True)
+def serve(demo: bool, bind: str | None, workers: int | None, log_level: str) -> None:
+    """Serve the dashboard and API with embedded workers and the scheduler."""
+    from waitress import create_server
+
+    from app.runtime import Runtime
+
+    _logging(log_level)
+    config = _config(demo, bind=bind, workers=workers)
+    refuse_exposed(config)
+    app = _app(config)
+    runtime = Runtime.for_app(app)
+    server = create_server(app, host=config.host, port=config.port, threads=config.http_threads, ident="jobdeck")
+    _raise_on_signals()
+    runtime.start()
+    click.echo(f"Jobdeck serving on http://{config.bind} with {config.workers} workers", err=True)
+    try:
+        server.run()
+    except (Shutdown, KeyboardInterrupt):
+        click.echo("shutting down: finishing running jobs", err=True)
+    finally:
+        server.close()
+        runtime.stop()
+
+
+def refuse_exposed(config: Config) -> None:
+    """Refuse to listen beyond loopback without credentials."""
+    if not config.is_loopback and not config.api_token:
+        raise click.ClickException(
+            f"bind: refusing to listen on {config.bind} (not loopback) with no api_token configured; "
+            "set JOBDECK_API_TOKEN or bind to 127.0.0.1"
+        )
+    for check in EXPOSURE_CHECKS:
+        problem = check(config)
+        if problem:
+            raise click.ClickException(problem)
+
+
+# Further checks other parts add (the dashboard's credentials, ...).
+EXPOSURE_CHECKS: list = []  # type: ignore[type-arg]
+
+
+def _raise_on_signals() -> None:
+    def handler(signum: int, _frame: Any) -> None:
+        raise Shutdown(signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+@main.command()
+@click.option("--demo", is_flag=True, help="Register the demo job types.")
+@click.option("--workers", type=int, help="Worker threads.")
+@click.option("--log-level", default="info", show_default=True)
+def worker(demo: bool, workers: int | None, log_level: str) -> None:
+    """Run the worker pool (and the scheduler) without the web server."""
+    from app.runtime import Runtime
+
+    _logging(log_level)
+    config = _config(demo, workers=workers)
+    if config.workers <= 0:
+        raise click.ClickException("workers: must be > 0 for `jobdeck worker`")
+    app = _app(config)
+    runtime = Runtime.for_app(app)
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    runtime.start()
+    click.echo(f"Jobdeck worker running with {config.workers} threads", err=True)
+    while not stop.wait(1.0):
+        pass
+    click.echo("shutting down: finishing running jobs", err=True)
+    runtime.stop()
+
+
+@main.command()
+@click.argument("job_type")
+@click.option("--payload", default="{}", help="The payload as a JSON object.")
+@click.option("--priority", help="An integer or low|medium|high|critical.")
+@click.option("--delay", type=float, help="Seconds from now.")
+@click.option("--key", help="Idempotency key.")
+@click.option("--queue", help="Queue name.")
+@click.option("--max-retries", type=int)
+@click.option("--demo", is_flag=True, help="Accept the demo job types.")
+def enqueue(job_type: str, payload: str, priority: str | None, delay: float | None, key: str | None,
+            queue: str | None, max_retries: int | None, demo: bool) -> None:  # fmt: skip
+    """Enqueue a job and print it as JSON."""
+    from app import deck_of
+    from app.errors import JobdeckError
+    from app.serialize import job_json
+
+    try:
+        data = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--payload") from None
+    if not isinstance(data, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--payload")
+    deck = deck_of(_app(_config(demo)))
+    try:
+        job, created = deck.enqueue(
+            job_type, data, priority=priority, queue=queue, max_retries=max_retries,
+            idempotency_key=key, delay_seconds=delay,
+        )  # fmt: skip
+    except JobdeckError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(json.dumps(job_json(job, deck.clock()), indent=2))
+    if not created:
+        click.echo(f"idempotency key {key!r} already existed: this is the existing job", err=True)
+
+
+@main.command()
+@click.option("--status", help="Only jobs in this state.")
+@click.option("--type", "job_type", help="Only jobs of this type.")
+@click.option("--limit", default=20, show_default=True)
+def jobs(status: str | None, job_type: str | None, limit: int) -> None:
+    """List recent jobs."""
+    from app import deck_of
+    from app.states import State
+    from app.store import JobFilter
+
+    if status is not None and status not in {s.value for s in State}:
+        raise click.BadParameter(f"one of {', '.join(s.value for s in State)}", param_hint="--status")
+    deck = deck_of(_app(_config(False)))
+    rows = deck.store.list_jobs(
+        JobFilter(status=State(status) if status else None, type=job_type, limit=limit), deck.clock()
+    )
+    for job in rows:
+        error = (job.error or "").splitlines()[0][:60] if job.error else ""
+        click.echo(f"{job.id:>8}  {job.status.value:<9}  {job.type:<24} {job.retry_count}/{job.max_retries}  {error}")
+    if not rows:
+        click.echo("no jobs", err=True)
+
+
+@main.command("init-db")
+def init_db() -> None:
+    """Create the database schema."""
+    config = _config(False)
+    _app(config)
+    click.echo(f"database ready: {config.resolved_database_url()}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

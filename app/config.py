@@ -1,0 +1,198 @@
+"""Configuration: a TOML file plus environment overrides, validated at start.
+
+The file is ``$JOBDECK_CONFIG`` or ``./jobdeck.toml`` when present. Each common
+key can be overridden by ``JOBDECK_<KEY>`` in the environment. An invalid value
+refuses to start with a message naming the key and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the key."""
+
+
+@dataclass
+class Config:
+    database_url: str = ""
+    """SQLAlchemy URL. Default: SQLite at ``<instance_path>/jobdeck.db``."""
+    instance_path: str = "instance"
+    bind: str = "127.0.0.1:8000"
+    workers: int = 4
+    """Embedded worker threads; 0 runs the web process and API only."""
+    http_threads: int = 8
+    sqlite_synchronous: str = "FULL"
+    """FULL: an acknowledged job survives a power cut. NORMAL: faster; a
+    power cut may lose the last transactions (never corrupts)."""
+    handler_modules: list[str] = field(default_factory=list)
+    external_types: list[str] = field(default_factory=list)
+    demo: bool = False
+    api_token: str = ""
+    secret_key: str = ""
+    max_payload_bytes: int = 65536
+    default_max_retries: int = 3
+    backoff_base: float = 1.0
+    backoff_cap: float = 3600.0
+    poll_interval: float = 1.0
+    heartbeat_interval: float = 5.0
+    stall_timeout: float = 60.0
+    sweep_interval: float = 5.0
+    shutdown_grace: float = 30.0
+    claim_batch: int = 100
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Tables of the file that other parts of Jobdeck read (schedules, ...)."""
+
+    @property
+    def host(self) -> str:
+        return self.bind.rsplit(":", 1)[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        return int(self.bind.rsplit(":", 1)[1])
+
+    @property
+    def is_loopback(self) -> bool:
+        return self.host in {"127.0.0.1", "localhost", "::1"} or self.host.startswith("127.")
+
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        path = Path(self.instance_path).resolve() / "jobdeck.db"
+        return f"sqlite:///{path}"
+
+
+# Keys read from the environment as JOBDECK_<KEY upper-cased>.
+ENV_KEYS = (
+    "database_url", "instance_path", "bind", "workers", "http_threads",
+    "sqlite_synchronous", "handler_modules", "external_types", "demo",
+    "api_token", "secret_key", "max_payload_bytes", "default_max_retries",
+    "poll_interval", "heartbeat_interval", "stall_timeout", "sweep_interval",
+    "shutdown_grace", "claim_batch",
+)  # fmt: skip
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Config) if f.name != "extra"}
+# Tables owned by other parts of Jobdeck; kept as-is in ``Config.extra``.
+EXTRA_TABLES = ("schedules", "queues", "types", "alerts", "retention", "dashboard", "users")
+
+
+def load(
+    path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """Read the file, then the environment, then explicit overrides."""
+    env = os.environ if env is None else env
+    raw: dict[str, Any] = {}
+    if path is None:
+        path = env.get("JOBDECK_CONFIG") or None
+        if path is None and Path("jobdeck.toml").exists():
+            path = "jobdeck.toml"
+    if path is not None:
+        try:
+            with open(path, "rb") as fh:
+                raw = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    values: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in EXTRA_TABLES:
+            extra[key] = value
+        elif key in _FIELDS:
+            values[key] = _coerce(key, value, from_env=False)
+        else:
+            raise ConfigError(f"{key}: unknown configuration key")
+    for key in ENV_KEYS:
+        name = f"JOBDECK_{key.upper()}"
+        if name in env:
+            values[key] = _coerce(key, env[name], from_env=True, source=name)
+    for key, value in (overrides or {}).items():
+        if key in EXTRA_TABLES:
+            extra[key] = value
+        elif key in _FIELDS:
+            values[key] = _coerce(key, value, from_env=False)
+        else:
+            raise ConfigError(f"{key}: unknown configuration key")
+    config = Config(**values, extra=extra)
+    validate(config)
+    return config
+
+
+def _coerce(key: str, value: Any, *, from_env: bool, source: str | None = None) -> Any:
+    name = source or key
+    kind = _FIELDS[key].type
+    try:
+        if kind == "int":
+            if isinstance(value, bool) or (not from_env and not isinstance(value, int)):
+                raise ValueError
+            return int(value)
+        if kind == "float":
+            if isinstance(value, bool) or (not from_env and not isinstance(value, (int, float))):
+                raise ValueError
+            return float(value)
+        if kind == "bool":
+            if from_env:
+                lowered = str(value).strip().lower()
+                if lowered in {"1", "true", "yes", "on"}:
+                    return True
+                if lowered in {"0", "false", "no", "off", ""}:
+                    return False
+                raise ValueError
+            if not isinstance(value, bool):
+                raise ValueError
+            return value
+        if kind == "list[str]":
+            if from_env:
+                return [v.strip() for v in str(value).split(",") if v.strip()]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError
+            return list(value)
+        if not isinstance(value, str):
+            raise ValueError
+        return value
+    except ValueError:
+        expected = {"int": "an integer", "float": "a number", "bool": "true or false",
+                    "list[str]": "a list of strings", "str": "a string"}[str(kind)]  # fmt: skip
+        raise ConfigError(f"{name}: expected {expected}, got {value!r}") from None
+
+
+def validate(config: Config) -> None:
+    """Refuse values that would fail later in a less clear way."""
+
+    def positive(key: str, allow_zero: bool = False) -> None:
+        value = getattr(config, key)
+        if value < 0 or (value == 0 and not allow_zero):
+            raise ConfigError(f"{key}: must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+    positive("workers", allow_zero=True)
+    positive("default_max_retries", allow_zero=True)
+    for key in ("http_threads", "max_payload_bytes", "backoff_base", "backoff_cap",
+                "poll_interval", "heartbeat_interval", "stall_timeout", "sweep_interval",
+                "claim_batch"):  # fmt: skip
+        positive(key)
+    positive("shutdown_grace", allow_zero=True)
+    if config.claim_batch > 1000:
+        raise ConfigError(f"claim_batch: must be at most 1000, got {config.claim_batch}")
+    if config.sqlite_synchronous.upper() not in {"FULL", "NORMAL"}:
+        raise ConfigError(f"sqlite_synchronous: must be FULL or NORMAL, got {config.sqlite_synchronous!r}")
+    config.sqlite_synchronous = config.sqlite_synchronous.upper()
+    host, sep, port = config.bind.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"bind: expected HOST:PORT, got {config.bind!r}")
+    if config.heartbeat_interval * 2 > config.stall_timeout:
+        raise ConfigError(
+            f"stall_timeout: must be at least twice heartbeat_interval "
+            f"({config.heartbeat_interval}), got {config.stall_timeout}"
+        )
+    url = config.resolved_database_url()
+    if not (url.startswith("sqlite") or url.startswith("postgresql")):
+        raise ConfigError(f"database_url: only sqlite:// and postgresql+psycopg:// are supported, got {url!r}")

@@ -1,0 +1,66 @@
+"""Engines: SQLite with WAL, busy_timeout and BEGIN IMMEDIATE; or PostgreSQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+
+from app.models import Base
+
+READONLY = "jobdeck_readonly"
+"""Execution option: this connection only reads, so on SQLite it begins a
+deferred transaction instead of taking the write lock."""
+
+
+def make_engine(url: str, *, synchronous: str = "FULL", pool_size: int = 10) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(url, synchronous, pool_size)
+    return create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        pool_recycle=1800,
+    )
+
+
+def _sqlite_engine(url: str, synchronous: str, pool_size: int) -> Engine:
+    parsed = make_url(url)
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size * 2,
+        connect_args={"check_same_thread": False, "timeout": 30},
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy own BEGIN so it can be IMMEDIATE (see _on_begin).
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA synchronous={synchronous}")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        # A deferred read-to-write upgrade fails at once with "database is
+        # locked" whatever the busy timeout; writers take the lock up front.
+        if conn.get_execution_options().get(READONLY):
+            conn.exec_driver_sql("BEGIN")
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def create_schema(engine: Engine) -> None:
+    Base.metadata.create_all(engine)

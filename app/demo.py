@@ -1,0 +1,135 @@
+"""Demo job types, registered by ``--demo`` (or ``demo = true``)."""
+
+from __future__ import annotations
+
+import csv
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import insert
+
+from app.errors import InvalidField
+from app.handlers import JobContext, Registry
+from app.models import demo_charges, demo_outbox
+
+TYPES = (
+    "demo.noop",
+    "demo.sleep",
+    "demo.fail",
+    "demo.flaky",
+    "demo.send-email",
+    "demo.charge-card",
+    "demo.report",
+)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _number(payload: dict[str, Any], key: str, default: float) -> float:
+    value = payload.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise InvalidField(f"payload.{key}", "must be a number >= 0")
+    return float(value)
+
+
+def noop(payload: dict[str, Any], ctx: JobContext) -> None:
+    return None
+
+
+def sleep(payload: dict[str, Any], ctx: JobContext) -> dict[str, float]:
+    """Sleeps ``seconds`` (default 1), reporting progress as it goes."""
+    seconds = _number(payload, "seconds", 1.0)
+    waiter = threading.Event()
+    steps = max(1, min(20, int(seconds * 4)))
+    for step in range(steps):
+        waiter.wait(seconds / steps)
+        ctx.progress((step + 1) / steps, f"slept {seconds * (step + 1) / steps:.1f} of {seconds:g} s")
+    return {"slept": seconds}
+
+
+def fail(payload: dict[str, Any], ctx: JobContext) -> None:
+    raise RuntimeError(str(payload.get("message") or "demo.fail always fails"))
+
+
+def flaky(payload: dict[str, Any], ctx: JobContext) -> dict[str, int]:
+    """Fails its first ``failures`` attempts, then succeeds."""
+    failures = int(_number(payload, "failures", 1))
+    if ctx.attempt <= failures:
+        raise RuntimeError(f"flaky: attempt {ctx.attempt} of {failures} planned failures")
+    return {"succeeded_on_attempt": ctx.attempt}
+
+
+def send_email(payload: dict[str, Any], ctx: JobContext) -> None:
+    user_id = str(payload.get("user_id", ""))
+    if not user_id:
+        raise InvalidField("payload.user_id", "required")
+    with ctx.store.write() as conn:
+        conn.execute(
+            insert(demo_outbox).values(
+                user_id=user_id, job_id=ctx.job_id, body=f"Hello user {user_id}", sent_at=_now()
+            )
+        )
+
+
+class FakeGateway:
+    """A payment gateway that records every charge it makes."""
+
+    def __init__(self, ctx: JobContext) -> None:
+        self.ctx = ctx
+
+    def charge(self, order_id: str, amount_cents: int) -> None:
+        with self.ctx.store.write() as conn:
+            conn.execute(
+                insert(demo_charges).values(
+                    order_id=order_id, amount_cents=amount_cents, job_id=self.ctx.job_id, charged_at=_now()
+                )
+            )
+
+
+def charge_card(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Charges once per order, however often the job is delivered."""
+    order_id = str(payload.get("order_id", ""))
+    if not order_id:
+        raise InvalidField("payload.order_id", "required")
+    amount = int(_number(payload, "amount_cents", 0))
+    charged = ctx.effect(f"charge:{order_id}", lambda: FakeGateway(ctx).charge(order_id, amount))
+    if payload.get("fail_after_charge") and ctx.attempt == 1:
+        raise RuntimeError("demo: failing after the charge to show the retry does not charge again")
+    return {"order_id": order_id, "charged_now": charged}
+
+
+def report(payload: dict[str, Any], ctx: JobContext, instance_path: str = "instance") -> dict[str, str]:
+    """Writes a CSV file under ``instance/reports/``."""
+    name = str(payload.get("name") or "report")
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:80] or "report"
+    rows = int(_number(payload, "rows", 100))
+    folder = Path(instance_path) / "reports"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{safe}-{ctx.job_id}.csv"
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["row", "value"])
+        for i in range(rows):
+            writer.writerow([i, i * i])
+            if rows >= 10 and i % max(1, rows // 10) == 0:
+                ctx.progress(i / rows, f"wrote {i} of {rows} rows")
+    ctx.progress(1.0, f"wrote {rows} rows")
+    return {"path": str(path)}
+
+
+def register(registry: Registry, instance_path: str = "instance") -> None:
+    registry.handler("demo.noop")(noop)
+    registry.handler("demo.sleep", timeout=3600)(sleep)
+    registry.handler("demo.fail")(fail)
+    registry.handler("demo.flaky", backoff_base=0.5)(flaky)
+    registry.handler("demo.send-email")(send_email)
+    registry.handler("demo.charge-card")(charge_card)
+
+    def _report(payload: dict[str, Any], ctx: JobContext) -> dict[str, str]:
+        return report(payload, ctx, instance_path)
+
+    registry.handler("demo.report", timeout=600, queue="reports")(_report)

@@ -1,0 +1,193 @@
+"""The tables. Typed SQLAlchemy models; the store queries them through Core."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+from app.states import ALL_STATES, CLAIMABLE, State
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC in Python; UTC in the database (naive on SQLite)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the database; use UTC-aware times")
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)  # type: ignore[no-any-return]
+        return value.astimezone(timezone.utc)  # type: ignore[no-any-return]
+
+
+# SQLite only makes INTEGER PRIMARY KEY the rowid; PostgreSQL gets BIGINT.
+BigID = BigInteger().with_variant(Integer(), "sqlite")
+
+_state_list = ", ".join(f"'{s.value}'" for s in ALL_STATES)
+_claimable_list = ", ".join(f"'{s.value}'" for s in ALL_STATES if s in CLAIMABLE)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    type: Mapped[str] = mapped_column(String(200))
+    queue: Mapped[str] = mapped_column(String(100), default="default")
+    payload: Mapped[str] = mapped_column(Text, default="{}")
+    """The payload as JSON text (an object)."""
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    status: Mapped[str] = mapped_column(String(16), default=State.PENDING.value)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    """Attempts started; the fencing token of the current one while running."""
+    retry_count: Mapped[int] = mapped_column(Integer, default=0)
+    max_retries: Mapped[int] = mapped_column(Integer, default=3)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255), unique=True)
+    available_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    worker_id: Mapped[str | None] = mapped_column(String(200))
+    error: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[str | None] = mapped_column(Text)
+    progress: Mapped[float | None] = mapped_column(Float)
+    progress_message: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        CheckConstraint(f"status IN ({_state_list})", name="ck_jobs_status"),
+        CheckConstraint("retry_count >= 0 AND max_retries >= 0", name="ck_jobs_retries"),
+        # Serves the claim: only due-able jobs are in it, in claim order.
+        Index(
+            "ix_jobs_claim",
+            text("priority DESC"),
+            "available_at",
+            "id",
+            sqlite_where=text(f"status IN ({_claimable_list})"),
+            postgresql_where=text(f"status IN ({_claimable_list})"),
+        ),
+        Index("ix_jobs_status_id", "status", "id"),
+        Index(
+            "ix_jobs_running_worker",
+            "worker_id",
+            "heartbeat_at",
+            sqlite_where=text("status = 'running'"),
+            postgresql_where=text("status = 'running'"),
+        ),
+        Index("ix_jobs_type_status_id", "type", "status", "id"),
+        {"sqlite_autoincrement": True},
+    )
+
+
+class Attempt(Base):
+    """One row per finished attempt: the job's whole failure history."""
+
+    __tablename__ = "attempts"
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(BigID, ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    worker_id: Mapped[str | None] = mapped_column(String(200))
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    outcome: Mapped[str] = mapped_column(String(16))
+    error: Mapped[str | None] = mapped_column(Text)
+    traceback: Mapped[str | None] = mapped_column(Text)
+    payload: Mapped[str | None] = mapped_column(Text)
+    """The payload this attempt ran with, kept only when it differs later
+    (edit and retry); NULL means the job's current payload."""
+
+    __table_args__ = (
+        CheckConstraint("outcome IN ('completed', 'failed', 'timed_out', 'stalled')", name="ck_attempts_outcome"),
+        Index("ix_attempts_job", "job_id", "attempt"),
+    )
+
+
+class Effect(Base):
+    """The effects ledger: a key recorded before an irreversible side effect."""
+
+    __tablename__ = "effects"
+
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    job_id: Mapped[int | None] = mapped_column(BigID)
+    attempt: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Worker(Base):
+    """A live worker pool (one per process)."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    threads: Mapped[int] = mapped_column(Integer, default=0)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+jobs = Job.__table__
+attempts = Attempt.__table__
+effects = Effect.__table__
+workers = Worker.__table__
+
+
+class DemoOutbox(Base):
+    """Where ``demo.send-email`` writes its messages (demo only)."""
+
+    __tablename__ = "demo_outbox"
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    user_id: Mapped[str] = mapped_column(String(100))
+    job_id: Mapped[int | None] = mapped_column(BigID)
+    body: Mapped[str] = mapped_column(Text)
+    sent_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class DemoCharge(Base):
+    """The fake payment gateway's ledger: every charge it ever made, so a
+    double charge would be visible."""
+
+    __tablename__ = "demo_charges"
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    order_id: Mapped[str] = mapped_column(String(100))
+    amount_cents: Mapped[int] = mapped_column(Integer)
+    job_id: Mapped[int | None] = mapped_column(BigID)
+    charged_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+demo_outbox = DemoOutbox.__table__
+demo_charges = DemoCharge.__table__

@@ -1,0 +1,75 @@
+"""The one object that starts and stops a process's background services:
+the worker pool and the scheduler. Started from the CLI or ``wsgi.py``,
+never from ``create_app``, and at most once per process."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Protocol
+
+from flask import Flask
+
+from app.service import Jobdeck
+from app.worker import WorkerPool
+
+log = logging.getLogger("jobdeck.runtime")
+
+_active: Runtime | None = None
+_active_lock = threading.Lock()
+
+
+class Service(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self, grace: float | None = None) -> None: ...
+
+
+# Factories for services other parts of Jobdeck add (the scheduler, ...),
+# each called with the deck; returning None means "not configured".
+SERVICE_FACTORIES: list = []  # type: ignore[type-arg]
+
+
+class Runtime:
+    def __init__(self, deck: Jobdeck, *, workers: int | None = None, services: bool = True) -> None:
+        self.deck = deck
+        threads = deck.config.workers if workers is None else workers
+        self.pool: WorkerPool | None = WorkerPool(deck, threads) if threads > 0 else None
+        self.services: list[Service] = []
+        if services:
+            for factory in SERVICE_FACTORIES:
+                service = factory(deck)
+                if service is not None:
+                    self.services.append(service)
+        self._started = False
+
+    @classmethod
+    def for_app(cls, app: Flask, **kwargs: object) -> Runtime:
+        return cls(app.extensions["jobdeck"], **kwargs)  # type: ignore[arg-type]
+
+    def start(self) -> None:
+        global _active
+        with _active_lock:
+            if _active is not None and _active is not self:
+                raise RuntimeError("a Jobdeck runtime is already running in this process")
+            if self._started:
+                return
+            _active = self
+            self._started = True
+        if self.pool is not None:
+            self.pool.start()
+        for service in self.services:
+            service.start()
+
+    def stop(self, grace: float | None = None) -> None:
+        global _active
+        if not self._started:
+            return
+        for service in reversed(self.services):
+            service.stop(grace)
+        if self.pool is not None:
+            self.pool.stop(grace)
+        with _active_lock:
+            if _active is self:
+                _active = None
+            self._started = False

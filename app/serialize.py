@@ -1,0 +1,60 @@
+"""JSON shapes of jobs and attempts, shared by the API and the dashboard."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from app.states import priority_label
+from app.store import AttemptRecord, JobRecord
+
+
+def iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def job_json(job: JobRecord, now: datetime, attempts: list[AttemptRecord] | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": job.id,
+        "type": job.type,
+        "queue": job.queue,
+        "payload": job.payload,
+        "priority": job.priority,
+        "priority_label": priority_label(job.priority),
+        "status": job.status.value,
+        "scheduled": job.is_scheduled(now),
+        "attempt": job.attempt,
+        "retry_count": job.retry_count,
+        "max_retries": job.max_retries,
+        "idempotency_key": job.idempotency_key,
+        "available_at": iso(job.available_at),
+        "claimed_at": iso(job.claimed_at),
+        "heartbeat_at": iso(job.heartbeat_at),
+        "worker_id": job.worker_id,
+        "error": job.error,
+        "result": job.result,
+        "progress": job.progress,
+        "progress_message": job.progress_message,
+        "created_at": iso(job.created_at),
+        "updated_at": iso(job.updated_at),
+        "finished_at": iso(job.finished_at),
+    }
+    if attempts is not None:
+        data["attempts"] = [attempt_json(a) for a in attempts]
+    return data
+
+
+def attempt_json(a: AttemptRecord) -> dict[str, Any]:
+    return {
+        "attempt": a.attempt,
+        "worker_id": a.worker_id,
+        "started_at": iso(a.started_at),
+        "finished_at": iso(a.finished_at),
+        "duration_seconds": a.duration,
+        "outcome": a.outcome,
+        "error": a.error,
+        "traceback": a.traceback,
+        "payload": a.payload,
+    }

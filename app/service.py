@@ -1,0 +1,200 @@
+"""The Jobdeck facade: config + store + handler registry, and the validated
+way in for new jobs (shared by the API, the CLI and Python callers)."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from app.config import Config
+from app.db import create_schema, make_engine
+from app.errors import InvalidField, PayloadTooLarge, UnknownType
+from app.handlers import Registry
+from app.handlers import registry as default_registry
+from app.states import PRIORITY_LABELS
+from app.store import JobRecord, NewJob, Store
+
+Clock = Callable[[], datetime]
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Jobdeck:
+    def __init__(
+        self,
+        config: Config,
+        registry: Registry | None = None,
+        clock: Clock = utcnow,
+        store: Store | None = None,
+    ) -> None:
+        self.config = config
+        self.registry = registry if registry is not None else default_registry
+        self.clock = clock
+        if store is None:
+            engine = make_engine(
+                config.resolved_database_url(),
+                synchronous=config.sqlite_synchronous,
+                pool_size=max(5, config.workers + config.http_threads + 4),
+            )
+            store = Store(engine)
+        self.store = store
+        self.store.backoff = self.backoff
+
+    def init_db(self) -> None:
+        create_schema(self.store.engine)
+
+    # -- policy -------------------------------------------------------------
+
+    def backoff(self, job_type: str, retry_count: int) -> float:
+        """``base * 2 ** retry_count`` plus up to 10% jitter, capped; the base
+        and cap come from the handler's options or the config."""
+        spec = self.registry.get(job_type)
+        base = spec.backoff_base if spec and spec.backoff_base is not None else self.config.backoff_base
+        cap = spec.backoff_cap if spec and spec.backoff_cap is not None else self.config.backoff_cap
+        delay = min(cap, base * 2 ** min(retry_count, 62))
+        return float(min(cap, delay + random.uniform(0, delay * 0.1)))
+
+    def known_type(self, name: str) -> bool:
+        return name in self.registry or name in self.config.external_types
+
+    # -- enqueue ------------------------------------------------------------
+
+    def enqueue(
+        self,
+        type: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        priority: int | str | None = None,
+        queue: str | None = None,
+        max_retries: int | None = None,
+        idempotency_key: str | None = None,
+        run_at: datetime | str | None = None,
+        delay_seconds: float | None = None,
+    ) -> tuple[JobRecord, bool]:
+        """Enqueue one job (durable when this returns). Returns (job, created);
+        created is False when ``idempotency_key`` named an existing job."""
+        data: dict[str, Any] = {"type": type, "payload": dict(payload or {})}
+        for key, value in (
+            ("priority", priority), ("queue", queue), ("max_retries", max_retries),
+            ("idempotency_key", idempotency_key), ("run_at", run_at), ("delay_seconds", delay_seconds),
+        ):  # fmt: skip
+            if value is not None:
+                data[key] = value
+        now = self.clock()
+        return self.store.enqueue(self.new_job(data, now), now)
+
+    def enqueue_many(self, items: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Enqueue many jobs in one transaction (each item as for the API)."""
+        now = self.clock()
+        return self.store.enqueue_many([self.new_job(item, now) for item in items], now)
+
+    def new_job(self, data: Mapping[str, Any], now: datetime) -> NewJob:
+        """Validate an enqueue request; raise InvalidField naming the field."""
+        if not isinstance(data, Mapping):
+            raise InvalidField("body", "expected a JSON object")
+        allowed = {"type", "payload", "priority", "max_retries", "idempotency_key", "run_at", "delay_seconds", "queue"}
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            raise InvalidField(unknown[0], "unknown field")
+        job_type = data.get("type")
+        if not isinstance(job_type, str) or not job_type.strip():
+            raise InvalidField("type", "required, a non-empty string")
+        if len(job_type) > 200:
+            raise InvalidField("type", "at most 200 characters")
+        if not self.known_type(job_type):
+            raise UnknownType(job_type)
+        spec = self.registry.get(job_type)
+
+        payload = data.get("payload", {})
+        if payload is None:
+            payload = {}
+        if not isinstance(payload, dict):
+            raise InvalidField("payload", "must be a JSON object")
+        try:
+            size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+        except (TypeError, ValueError) as exc:
+            raise InvalidField("payload", f"not serializable as JSON: {exc}") from None
+        if size > self.config.max_payload_bytes:
+            raise PayloadTooLarge(size, self.config.max_payload_bytes)
+
+        priority = parse_priority(data.get("priority"), default=spec.priority if spec and spec.priority else 0)
+
+        max_retries = data.get("max_retries")
+        if max_retries is None:
+            max_retries = spec.max_retries if spec and spec.max_retries is not None else self.config.default_max_retries
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise InvalidField("max_retries", "must be an integer >= 0")
+        if max_retries > 1000:
+            raise InvalidField("max_retries", "must be at most 1000")
+
+        key = data.get("idempotency_key")
+        if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
+            raise InvalidField("idempotency_key", "must be a non-empty string of at most 255 characters")
+
+        queue = data.get("queue")
+        if queue is None:
+            queue = spec.queue if spec and spec.queue else "default"
+        if not isinstance(queue, str) or not queue or len(queue) > 100:
+            raise InvalidField("queue", "must be a non-empty string of at most 100 characters")
+
+        available_at = _available_at(data.get("run_at"), data.get("delay_seconds"), now)
+        return NewJob(
+            type=job_type,
+            payload=payload,
+            queue=queue,
+            priority=priority,
+            max_retries=max_retries,
+            idempotency_key=key,
+            available_at=available_at,
+        )
+
+
+def parse_priority(value: Any, default: int = 0) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        raise InvalidField("priority", "must be an integer or one of low, medium, high, critical")
+    if isinstance(value, int):
+        if not -1_000_000 <= value <= 1_000_000:
+            raise InvalidField("priority", "must be between -1000000 and 1000000")
+        return value
+    if isinstance(value, str):
+        if value.lower() in PRIORITY_LABELS:
+            return PRIORITY_LABELS[value.lower()]
+        if value.lstrip("-").isdigit():
+            return parse_priority(int(value))
+    raise InvalidField("priority", f"unknown priority {value!r}; use an integer or low, medium, high, critical")
+
+
+def parse_time(value: Any, field: str) -> datetime:
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidField(field, f"not an ISO 8601 time: {value!r}") from None
+    else:
+        raise InvalidField(field, "must be an ISO 8601 time string")
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed.astimezone(timezone.utc)
+
+
+def _available_at(run_at: Any, delay: Any, now: datetime) -> datetime:
+    if run_at is not None and delay is not None:
+        raise InvalidField("run_at", "give run_at or delay_seconds, not both")
+    if run_at is not None:
+        return parse_time(run_at, "run_at")
+    if delay is not None:
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
+            raise InvalidField("delay_seconds", "must be a number >= 0")
+        if delay > 10 * 365 * 86400:
+            raise InvalidField("delay_seconds", "must be at most ten years")
+        return now + timedelta(seconds=delay)
+    return now

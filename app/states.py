@@ -1,0 +1,126 @@
+"""The job state machine, defined once.
+
+Every other module derives its vocabulary from here: the database CHECK
+constraint, the store's conditional UPDATEs, the API's status filter, the
+dashboard's tabs and the buttons offered per state.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class State(str, enum.Enum):
+    """The state a job is in. The value is what the database stores."""
+
+    PENDING = "pending"
+    """Waiting to run. Shown as *scheduled* while ``available_at`` is in the
+    future. Entered by enqueue, release (graceful shutdown) and operator retry;
+    left by claim (when due) or discard."""
+
+    RUNNING = "running"
+    """Claimed by a worker, which heart-beats it. Left by complete, fail,
+    release, or the stalled sweep when the heartbeat stops."""
+
+    FAILED = "failed"
+    """The last attempt failed and a retry is scheduled at ``available_at``
+    (backoff). Claimable again once due."""
+
+    DEAD = "dead"
+    """Dead letter: attempts exhausted, non-retryable, or stalled with no
+    retries left. Waits for a person to retry or discard it."""
+
+    COMPLETED = "completed"
+    """Done. Deleted by retention after the configured age."""
+
+    DISCARDED = "discarded"
+    """A person discarded it. Deleted by retention like completed jobs."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ALL_STATES: tuple[State, ...] = tuple(State)
+CLAIMABLE: frozenset[State] = frozenset({State.PENDING, State.FAILED})
+FINISHED: frozenset[State] = frozenset({State.COMPLETED, State.DISCARDED})
+
+
+class Transition(str, enum.Enum):
+    """Every way a job moves. Each is one conditional statement in the store."""
+
+    CLAIM = "claim"
+    COMPLETE = "complete"
+    FAIL = "fail"
+    HEARTBEAT = "heartbeat"
+    RELEASE = "release"
+    RESCUE = "rescue"
+    RETRY = "retry"
+    DISCARD = "discard"
+
+
+# Allowed source states of each transition. The store's WHERE clauses and the
+# dashboard's buttons both read this table.
+SOURCES: dict[Transition, frozenset[State]] = {
+    Transition.CLAIM: frozenset({State.PENDING, State.FAILED}),
+    Transition.COMPLETE: frozenset({State.RUNNING}),
+    Transition.FAIL: frozenset({State.RUNNING}),
+    Transition.HEARTBEAT: frozenset({State.RUNNING}),
+    Transition.RELEASE: frozenset({State.RUNNING}),
+    Transition.RESCUE: frozenset({State.RUNNING}),
+    Transition.RETRY: frozenset({State.FAILED, State.DEAD, State.DISCARDED}),
+    Transition.DISCARD: frozenset({State.PENDING, State.FAILED, State.DEAD}),
+}
+
+# Possible destination states, for documentation and table-driven tests.
+TARGETS: dict[Transition, frozenset[State]] = {
+    Transition.CLAIM: frozenset({State.RUNNING}),
+    Transition.COMPLETE: frozenset({State.COMPLETED}),
+    Transition.FAIL: frozenset({State.FAILED, State.DEAD}),
+    Transition.HEARTBEAT: frozenset({State.RUNNING}),
+    Transition.RELEASE: frozenset({State.PENDING}),
+    Transition.RESCUE: frozenset({State.FAILED, State.DEAD}),
+    Transition.RETRY: frozenset({State.PENDING}),
+    Transition.DISCARD: frozenset({State.DISCARDED}),
+}
+
+
+def sources(transition: Transition) -> list[str]:
+    """The allowed source states as database values, in a stable order."""
+    return [s.value for s in ALL_STATES if s in SOURCES[transition]]
+
+
+def allowed(transition: Transition, state: State | str) -> bool:
+    return State(state) in SOURCES[transition]
+
+
+def refusal(job_id: int, state: State | str, transition: Transition) -> str:
+    """The message shown when a transition is refused, e.g.
+    "job 42 is completed; only running jobs can be failed"."""
+    names = " or ".join(s.value for s in ALL_STATES if s in SOURCES[transition])
+    verb = _PAST[transition]
+    return f"job {job_id} is {State(state).value}; only {names} jobs can be {verb}"
+
+
+_PAST = {
+    Transition.CLAIM: "claimed",
+    Transition.COMPLETE: "completed",
+    Transition.FAIL: "failed",
+    Transition.HEARTBEAT: "heart-beaten",
+    Transition.RELEASE: "released",
+    Transition.RESCUE: "rescued",
+    Transition.RETRY: "retried",
+    Transition.DISCARD: "discarded",
+}
+
+
+# Priority labels: derived for display, accepted on input.
+PRIORITY_LABELS: dict[str, int] = {"low": 0, "medium": 10, "high": 20, "critical": 30}
+
+
+def priority_label(priority: int) -> str:
+    """The highest label whose value does not exceed ``priority``."""
+    label = "low"
+    for name, value in PRIORITY_LABELS.items():
+        if priority >= value:
+            label = name
+    return label

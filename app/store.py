@@ -1,0 +1,837 @@
+"""All SQL for the job lifecycle, behind intention-named functions.
+
+Every transition is one conditional statement naming its allowed source
+states (from ``app.states``); zero rows updated means it was refused, and the
+caller gets an error saying why. The claim is the one place where dialects
+differ: ``FOR UPDATE SKIP LOCKED`` on PostgreSQL; on SQLite the IMMEDIATE
+transaction already holds the single write lock.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Engine, case, delete, func, insert, or_, select, tuple_, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from app.db import READONLY
+from app.errors import IdempotencyConflict, JobNotFound, NotHeld, TransitionRefused
+from app.models import attempts, effects, jobs, workers
+from app.states import State, Transition, sources
+
+Backoff = Callable[[str, int], float]
+"""(job type, retry_count) -> seconds until the retry."""
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: int
+    type: str
+    queue: str
+    payload: dict[str, Any]
+    priority: int
+    status: State
+    attempt: int
+    retry_count: int
+    max_retries: int
+    idempotency_key: str | None
+    available_at: datetime
+    claimed_at: datetime | None
+    heartbeat_at: datetime | None
+    worker_id: str | None
+    error: str | None
+    result: Any
+    progress: float | None
+    progress_message: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> JobRecord:
+        m = row._mapping
+        return cls(
+            id=m["id"],
+            type=m["type"],
+            queue=m["queue"],
+            payload=json.loads(m["payload"]),
+            priority=m["priority"],
+            status=State(m["status"]),
+            attempt=m["attempt"],
+            retry_count=m["retry_count"],
+            max_retries=m["max_retries"],
+            idempotency_key=m["idempotency_key"],
+            available_at=m["available_at"],
+            claimed_at=m["claimed_at"],
+            heartbeat_at=m["heartbeat_at"],
+            worker_id=m["worker_id"],
+            error=m["error"],
+            result=None if m["result"] is None else json.loads(m["result"]),
+            progress=m["progress"],
+            progress_message=m["progress_message"],
+            created_at=m["created_at"],
+            updated_at=m["updated_at"],
+            finished_at=m["finished_at"],
+        )
+
+    def is_scheduled(self, now: datetime) -> bool:
+        return self.status is State.PENDING and self.available_at > now
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    job_id: int
+    attempt: int
+    worker_id: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    outcome: str
+    error: str | None
+    traceback: str | None
+    payload: dict[str, Any] | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> AttemptRecord:
+        m = row._mapping
+        return cls(
+            job_id=m["job_id"],
+            attempt=m["attempt"],
+            worker_id=m["worker_id"],
+            started_at=m["started_at"],
+            finished_at=m["finished_at"],
+            outcome=m["outcome"],
+            error=m["error"],
+            traceback=m["traceback"],
+            payload=None if m["payload"] is None else json.loads(m["payload"]),
+        )
+
+    @property
+    def duration(self) -> float | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()
+
+
+@dataclass
+class NewJob:
+    """A validated job to enqueue (see ``app.jobs.parse_new_job``)."""
+
+    type: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    queue: str = "default"
+    priority: int = 0
+    max_retries: int = 3
+    idempotency_key: str | None = None
+    available_at: datetime | None = None
+
+
+@dataclass
+class Outcome:
+    """How one attempt ended, as the worker reports it."""
+
+    job_id: int
+    worker_id: str
+    attempt: int | None = None
+    """The attempt the worker ran; None trusts the job's current attempt."""
+    started_at: datetime | None = None
+    error: str | None = None
+    traceback: str | None = None
+    result: Any = None
+    retryable: bool = True
+    kind: str = "failed"
+    """For failures: failed, timed_out or stalled (the attempt's outcome)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    status: State | None = None
+    scheduled: bool | None = None
+    """With status pending: True only future jobs, False only due ones."""
+    type: str | None = None
+    queue: str | None = None
+    search: str | None = None
+    before_id: int | None = None
+    after_id: int | None = None
+    limit: int = 50
+
+
+def exponential_backoff(base: float = 1.0, cap: float = 3600.0) -> Backoff:
+    import random
+
+    def backoff(_type: str, retry_count: int) -> float:
+        delay = min(cap, base * 2**retry_count)
+        return float(min(cap, delay + random.uniform(0, delay * 0.1)))
+
+    return backoff
+
+
+_JOB_COLS = list(jobs.c)
+_RUNNING = State.RUNNING.value
+
+
+class Store:
+    def __init__(self, engine: Engine, backoff: Backoff | None = None) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+        self.backoff: Backoff = backoff or exponential_backoff()
+        self._enqueue_listeners: list[Callable[[], None]] = []
+        self._dead_listeners: list[Callable[[list[JobRecord]], None]] = []
+        self._lock = threading.Lock()
+
+    # -- plumbing -----------------------------------------------------------
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(**{READONLY: True})
+            with conn.begin():
+                yield conn
+
+    def on_enqueue(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` after every committed enqueue in this process."""
+        self._enqueue_listeners.append(fn)
+
+    def on_dead(self, fn: Callable[[list[JobRecord]], None]) -> None:
+        """Call ``fn`` with the jobs that just landed in ``dead``."""
+        self._dead_listeners.append(fn)
+
+    def _notify_enqueued(self) -> None:
+        for fn in self._enqueue_listeners:
+            fn()
+
+    def _notify_dead(self, dead: list[JobRecord]) -> None:
+        if dead:
+            for fn in self._dead_listeners:
+                fn(dead)
+
+    def _insert(self) -> Any:
+        return postgresql.insert if self.dialect == "postgresql" else sqlite.insert
+
+    # -- enqueue --------------------------------------------------------------
+
+    def _values(self, new: NewJob, now: datetime) -> dict[str, Any]:
+        return {
+            "type": new.type,
+            "queue": new.queue,
+            "payload": _dumps(new.payload),
+            "priority": new.priority,
+            "status": State.PENDING.value,
+            "attempt": 0,
+            "retry_count": 0,
+            "max_retries": new.max_retries,
+            "idempotency_key": new.idempotency_key,
+            "available_at": new.available_at or now,
+            "created_at": now,
+            "updated_at": now,
+        }
+
+    def enqueue(self, new: NewJob, now: datetime) -> tuple[JobRecord, bool]:
+        """Insert a job; with a known idempotency key return the existing one.
+
+        Returns (job, created). The UNIQUE constraint decides under concurrency:
+        the insert does nothing on conflict and the existing row is read back.
+        """
+        values = self._values(new, now)
+        with self.write() as conn:
+            if new.idempotency_key is None:
+                row = conn.execute(insert(jobs).values(values).returning(*_JOB_COLS)).one()
+            else:
+                stmt = (
+                    self._insert()(jobs)
+                    .values(values)
+                    .on_conflict_do_nothing(index_elements=["idempotency_key"])
+                    .returning(*_JOB_COLS)
+                )
+                row = conn.execute(stmt).first()
+                if row is None:
+                    existing = JobRecord.from_row(
+                        conn.execute(select(jobs).where(jobs.c.idempotency_key == new.idempotency_key)).one()
+                    )
+                    _check_same(existing, new)
+                    return existing, False
+        self._notify_enqueued()
+        return JobRecord.from_row(row), True
+
+    def enqueue_many(self, news: Sequence[NewJob], now: datetime) -> list[int]:
+        """Insert many jobs in one transaction; returns their ids in order.
+
+        A job whose idempotency key exists already is not inserted; its slot in
+        the result holds the existing job's id.
+        """
+        if not news:
+            return []
+        rows = [self._values(n, now) for n in news]
+        keyed = any(n.idempotency_key is not None for n in news)
+        with self.write() as conn:
+            if not keyed:
+                result = conn.execute(
+                    insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True), rows
+                )
+                ids = list(result.scalars())
+            else:
+                stmt = (
+                    self._insert()(jobs)
+                    .on_conflict_do_nothing(index_elements=["idempotency_key"])
+                    .returning(jobs.c.id, jobs.c.idempotency_key)
+                )
+                by_key: dict[str | None, int] = {}
+                plain: list[int] = []
+                for row in conn.execute(stmt, rows):
+                    if row.idempotency_key is None:
+                        plain.append(row.id)
+                    else:
+                        by_key[row.idempotency_key] = row.id
+                missing = [n.idempotency_key for n in news if n.idempotency_key and n.idempotency_key not in by_key]
+                if missing:
+                    for row in conn.execute(
+                        select(jobs.c.id, jobs.c.idempotency_key).where(jobs.c.idempotency_key.in_(missing))
+                    ):
+                        by_key[row.idempotency_key] = row.id
+                plain.sort()
+                it = iter(plain)
+                ids = [by_key[n.idempotency_key] if n.idempotency_key else next(it) for n in news]
+        self._notify_enqueued()
+        return ids
+
+    # -- claim ----------------------------------------------------------------
+
+    def claim(
+        self,
+        worker_id: str,
+        now: datetime,
+        *,
+        limit: int = 1,
+        types: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
+    ) -> list[JobRecord]:
+        """Claim up to ``limit`` due jobs in one statement, in claim order
+        (priority DESC, available_at ASC, id ASC)."""
+        due = select(jobs.c.id).where(
+            jobs.c.status.in_(sources(Transition.CLAIM)),
+            jobs.c.available_at <= now,
+        )
+        if types is not None:
+            due = due.where(jobs.c.type.in_(list(types)))
+        if queues is not None:
+            due = due.where(jobs.c.queue.in_(list(queues)))
+        due = due.order_by(jobs.c.priority.desc(), jobs.c.available_at, jobs.c.id).limit(limit)
+        if self.dialect == "postgresql":
+            due = due.with_for_update(skip_locked=True)
+        stmt = (
+            update(jobs)
+            .where(jobs.c.id.in_(due.scalar_subquery()))
+            .values(
+                status=_RUNNING,
+                worker_id=worker_id,
+                claimed_at=now,
+                heartbeat_at=now,
+                attempt=jobs.c.attempt + 1,
+                progress=None,
+                progress_message=None,
+                updated_at=now,
+            )
+            .returning(*_JOB_COLS)
+        )
+        with self.write() as conn:
+            rows = conn.execute(stmt).all()
+        claimed = [JobRecord.from_row(r) for r in rows]
+        claimed.sort(key=lambda j: (-j.priority, j.available_at, j.id))
+        return claimed
+
+    # -- finishing attempts -----------------------------------------------------
+
+    def complete_many(self, outcomes: Sequence[Outcome], now: datetime) -> list[int]:
+        """Mark running jobs completed, each only if still held by the worker
+        and attempt that ran it; returns the ids accepted (late results of a
+        timed-out or rescued attempt are refused)."""
+        if not outcomes:
+            return []
+        accepted: list[int] = []
+        with self.write() as conn:
+            pending = list(outcomes)
+            if any(o.attempt is None for o in pending):
+                current = self._current(conn, [o.job_id for o in pending if o.attempt is None])
+                for o in pending:
+                    if o.attempt is None:
+                        row = current.get(o.job_id)
+                        o.attempt = row.attempt if row is not None else -1
+            by_worker: dict[tuple[str, bool], list[Outcome]] = {}
+            for o in pending:
+                by_worker.setdefault((o.worker_id, o.result is not None), []).append(o)
+            for (worker_id, has_result), group in by_worker.items():
+                if has_result:
+                    for o in group:
+                        stmt = self._complete_stmt(worker_id, [o], now).values(result=_dumps(o.result))
+                        accepted.extend(conn.execute(stmt).scalars())
+                else:
+                    accepted.extend(conn.execute(self._complete_stmt(worker_id, group, now)).scalars())
+            ok = set(accepted)
+            rows = [
+                {
+                    "job_id": o.job_id,
+                    "attempt": o.attempt,
+                    "worker_id": o.worker_id,
+                    "started_at": o.started_at,
+                    "finished_at": now,
+                    "outcome": "completed",
+                    "error": None,
+                    "traceback": None,
+                    "payload": None,
+                }
+                for o in pending
+                if o.job_id in ok
+            ]
+            if rows:
+                conn.execute(insert(attempts), rows)
+        return accepted
+
+    def _complete_stmt(self, worker_id: str, group: Sequence[Outcome], now: datetime) -> Any:
+        return (
+            update(jobs)
+            .where(
+                tuple_(jobs.c.id, jobs.c.attempt).in_([(o.job_id, o.attempt) for o in group]),
+                jobs.c.worker_id == worker_id,
+                jobs.c.status.in_(sources(Transition.COMPLETE)),
+            )
+            .values(
+                status=State.COMPLETED.value,
+                finished_at=now,
+                updated_at=now,
+                progress=case((jobs.c.progress.is_(None), None), else_=1.0),
+            )
+            .returning(jobs.c.id)
+        )
+
+    def _current(self, conn: Connection, ids: list[int], lock: bool = False) -> dict[int, Any]:
+        stmt = select(
+            jobs.c.id, jobs.c.type, jobs.c.status, jobs.c.attempt, jobs.c.worker_id,
+            jobs.c.retry_count, jobs.c.max_retries, jobs.c.claimed_at, jobs.c.heartbeat_at,
+        ).where(jobs.c.id.in_(ids))  # fmt: skip
+        if lock and self.dialect == "postgresql":
+            stmt = stmt.with_for_update()
+        return {row.id: row for row in conn.execute(stmt)}
+
+    def complete(self, job_id: int, worker_id: str, now: datetime, result: Any = None) -> JobRecord:
+        """The HTTP worker's complete: refused unless running and held by it."""
+        with self.write() as conn:
+            row = self._held(conn, job_id, worker_id, Transition.COMPLETE)
+            outcome = Outcome(job_id, worker_id, attempt=row.attempt, started_at=row.claimed_at, result=result)
+        self.complete_many([outcome], now)
+        return self.get(job_id)
+
+    def _held(self, conn: Connection, job_id: int, worker_id: str, transition: Transition) -> Any:
+        row = self._current(conn, [job_id], lock=True).get(job_id)
+        if row is None:
+            raise JobNotFound(job_id)
+        if row.status != _RUNNING:
+            raise TransitionRefused(job_id, row.status, transition)
+        if row.worker_id != worker_id:
+            raise NotHeld(job_id, worker_id, row.worker_id)
+        return row
+
+    def fail_many(self, outcomes: Sequence[Outcome], now: datetime) -> list[JobRecord]:
+        """Apply the fail rule to each: ``failed`` with a backoff while
+        retry_count < max_retries (and the error is retryable), else ``dead``.
+        Returns the jobs as they now stand; refused ones are left out."""
+        if not outcomes:
+            return []
+        done: list[JobRecord] = []
+        with self.write() as conn:
+            current = self._current(conn, [o.job_id for o in outcomes], lock=True)
+            for o in outcomes:
+                row = current.get(o.job_id)
+                if row is None:
+                    continue
+                attempt = row.attempt if o.attempt is None else o.attempt
+                retry_at = now + timedelta(seconds=self.backoff(row.type, row.retry_count))
+                record = self._fail_one(conn, o, attempt, retry_at, now)
+                if record is not None:
+                    done.append(record)
+                    conn.execute(
+                        insert(attempts).values(
+                            job_id=o.job_id,
+                            attempt=attempt,
+                            worker_id=o.worker_id,
+                            started_at=o.started_at or row.claimed_at,
+                            finished_at=now,
+                            outcome=o.kind,
+                            error=o.error,
+                            traceback=o.traceback,
+                        )
+                    )
+        self._notify_dead([j for j in done if j.status is State.DEAD])
+        return done
+
+    def _fail_one(
+        self, conn: Connection, o: Outcome, attempt: int, retry_at: datetime, now: datetime
+    ) -> JobRecord | None:
+        retries_left = jobs.c.retry_count < jobs.c.max_retries
+        if not o.retryable:
+            retries_left = jobs.c.retry_count < -1  # never true: straight to dead
+        stmt = (
+            update(jobs)
+            .where(
+                jobs.c.id == o.job_id,
+                jobs.c.attempt == attempt,
+                jobs.c.worker_id == o.worker_id,
+                jobs.c.status.in_(sources(Transition.FAIL)),
+            )
+            .values(
+                status=case((retries_left, State.FAILED.value), else_=State.DEAD.value),
+                retry_count=case((retries_left, jobs.c.retry_count + 1), else_=jobs.c.retry_count),
+                available_at=case((retries_left, retry_at), else_=jobs.c.available_at),
+                finished_at=case((retries_left, None), else_=now),
+                error=o.error,
+                updated_at=now,
+            )
+            .returning(*_JOB_COLS)
+        )
+        row = conn.execute(stmt).first()
+        return None if row is None else JobRecord.from_row(row)
+
+    def fail(
+        self,
+        job_id: int,
+        worker_id: str,
+        error: str,
+        now: datetime,
+        *,
+        retryable: bool = True,
+        traceback: str | None = None,
+    ) -> JobRecord:
+        """The HTTP worker's fail: refused unless running and held by it."""
+        with self.write() as conn:
+            self._held(conn, job_id, worker_id, Transition.FAIL)
+        done = self.fail_many(
+            [Outcome(job_id, worker_id, error=error, traceback=traceback, retryable=retryable)], now
+        )
+        if not done:  # moved on between the check and the update
+            return self._refused(job_id, worker_id, Transition.FAIL)
+        return done[0]
+
+    def _refused(self, job_id: int, worker_id: str, transition: Transition) -> JobRecord:
+        with self.write() as conn:
+            self._held(conn, job_id, worker_id, transition)
+        raise TransitionRefused(job_id, State.RUNNING, transition)
+
+    # -- while running ------------------------------------------------------------
+
+    def heartbeat(self, job_id: int, worker_id: str, now: datetime) -> JobRecord:
+        stmt = (
+            update(jobs)
+            .where(jobs.c.id == job_id, jobs.c.worker_id == worker_id, jobs.c.status == _RUNNING)
+            .values(heartbeat_at=now, updated_at=now)
+            .returning(*_JOB_COLS)
+        )
+        with self.write() as conn:
+            row = conn.execute(stmt).first()
+            if row is None:
+                self._held(conn, job_id, worker_id, Transition.HEARTBEAT)
+        return JobRecord.from_row(row)
+
+    def heartbeat_worker(self, worker_id: str, now: datetime) -> int:
+        """Heartbeat every job a worker holds, and the worker itself."""
+        with self.write() as conn:
+            n = conn.execute(
+                update(jobs)
+                .where(jobs.c.worker_id == worker_id, jobs.c.status == _RUNNING)
+                .values(heartbeat_at=now)
+            ).rowcount
+            conn.execute(update(workers).where(workers.c.id == worker_id).values(heartbeat_at=now))
+        return int(n)
+
+    def set_progress(
+        self, job_id: int, attempt: int, worker_id: str, progress: float | None, message: str | None, now: datetime
+    ) -> bool:
+        stmt = (
+            update(jobs)
+            .where(
+                jobs.c.id == job_id,
+                jobs.c.attempt == attempt,
+                jobs.c.worker_id == worker_id,
+                jobs.c.status == _RUNNING,
+            )
+            .values(progress=progress, progress_message=message, heartbeat_at=now, updated_at=now)
+        )
+        with self.write() as conn:
+            return bool(conn.execute(stmt).rowcount)
+
+    def release(self, worker_id: str, held: Sequence[tuple[int, int]], now: datetime) -> list[int]:
+        """Give claimed jobs back to ``pending`` without counting an attempt
+        (graceful shutdown). ``held`` is (job id, attempt) pairs."""
+        if not held:
+            return []
+        stmt = (
+            update(jobs)
+            .where(
+                tuple_(jobs.c.id, jobs.c.attempt).in_(list(held)),
+                jobs.c.worker_id == worker_id,
+                jobs.c.status.in_(sources(Transition.RELEASE)),
+            )
+            .values(
+                status=State.PENDING.value,
+                attempt=jobs.c.attempt - 1,
+                worker_id=None,
+                claimed_at=None,
+                heartbeat_at=None,
+                progress=None,
+                progress_message=None,
+                updated_at=now,
+            )
+            .returning(jobs.c.id)
+        )
+        with self.write() as conn:
+            released = list(conn.execute(stmt).scalars())
+        if released:
+            self._notify_enqueued()
+        return released
+
+    def rescue_stalled(self, now: datetime, stall_timeout: float, limit: int = 500) -> list[JobRecord]:
+        """Running jobs whose heartbeat is older than the stall timeout: record
+        the attempt as stalled and apply the fail rule. Each job's update is
+        conditional on its attempt, so concurrent sweepers rescue it once."""
+        cutoff = now - timedelta(seconds=stall_timeout)
+        with self.read() as conn:
+            rows = conn.execute(
+                select(jobs.c.id, jobs.c.worker_id, jobs.c.attempt, jobs.c.heartbeat_at)
+                .where(jobs.c.status == _RUNNING, jobs.c.heartbeat_at < cutoff)
+                .limit(limit)
+            ).all()
+        outcomes = [
+            Outcome(
+                r.id,
+                r.worker_id,
+                attempt=r.attempt,
+                error=f"stalled: worker {r.worker_id} stopped heart-beating at {r.heartbeat_at.isoformat()}",
+                kind="stalled",
+            )
+            for r in rows
+        ]
+        return self.fail_many(outcomes, now)
+
+    # -- operator actions -----------------------------------------------------
+
+    def retry(self, job_id: int, now: datetime, payload: dict[str, Any] | None = None) -> JobRecord:
+        """failed|dead|discarded -> pending now, with a fresh retry budget.
+        With ``payload`` (edit and retry) the old payload stays visible on the
+        attempts that ran with it."""
+        values: dict[str, Any] = {
+            "status": State.PENDING.value,
+            "available_at": now,
+            "retry_count": 0,
+            "finished_at": None,
+            "updated_at": now,
+        }
+        with self.write() as conn:
+            if payload is not None:
+                old = conn.execute(select(jobs.c.payload).where(jobs.c.id == job_id)).scalar()
+                values["payload"] = _dumps(payload)
+            row = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.status.in_(sources(Transition.RETRY)))
+                .values(values)
+                .returning(*_JOB_COLS)
+            ).first()
+            if row is None:
+                raise self._why_refused(conn, job_id, Transition.RETRY)
+            if payload is not None:
+                conn.execute(
+                    update(attempts)
+                    .where(attempts.c.job_id == job_id, attempts.c.payload.is_(None))
+                    .values(payload=old)
+                )
+        self._notify_enqueued()
+        return JobRecord.from_row(row)
+
+    def discard(self, job_id: int, now: datetime) -> JobRecord:
+        """pending|failed|dead -> discarded."""
+        with self.write() as conn:
+            row = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.status.in_(sources(Transition.DISCARD)))
+                .values(status=State.DISCARDED.value, finished_at=now, updated_at=now)
+                .returning(*_JOB_COLS)
+            ).first()
+            if row is None:
+                raise self._why_refused(conn, job_id, Transition.DISCARD)
+        return JobRecord.from_row(row)
+
+    def retry_ids(self, ids: Sequence[int], now: datetime) -> list[int]:
+        """Bulk retry; returns the ids moved (others had moved on)."""
+        with self.write() as conn:
+            moved = list(
+                conn.execute(
+                    update(jobs)
+                    .where(jobs.c.id.in_(list(ids)), jobs.c.status.in_(sources(Transition.RETRY)))
+                    .values(status=State.PENDING.value, available_at=now, retry_count=0, finished_at=None, updated_at=now)
+                    .returning(jobs.c.id)
+                ).scalars()
+            )
+        if moved:
+            self._notify_enqueued()
+        return moved
+
+    def discard_ids(self, ids: Sequence[int], now: datetime) -> list[int]:
+        with self.write() as conn:
+            return list(
+                conn.execute(
+                    update(jobs)
+                    .where(jobs.c.id.in_(list(ids)), jobs.c.status.in_(sources(Transition.DISCARD)))
+                    .values(status=State.DISCARDED.value, finished_at=now, updated_at=now)
+                    .returning(jobs.c.id)
+                ).scalars()
+            )
+
+    def _why_refused(self, conn: Connection, job_id: int, transition: Transition) -> Exception:
+        status = conn.execute(select(jobs.c.status).where(jobs.c.id == job_id)).scalar()
+        if status is None:
+            return JobNotFound(job_id)
+        return TransitionRefused(job_id, status, transition)
+
+    # -- effects ledger -------------------------------------------------------
+
+    def record_effect(self, key: str, job_id: int | None, attempt: int | None, now: datetime) -> bool:
+        """Record ``key`` before its side effect; False if it was recorded
+        already (a previous attempt performed it)."""
+        stmt = (
+            self._insert()(effects)
+            .values(key=key, job_id=job_id, attempt=attempt, created_at=now)
+            .on_conflict_do_nothing(index_elements=["key"])
+        )
+        with self.write() as conn:
+            return bool(conn.execute(stmt).rowcount)
+
+    def forget_effect(self, key: str) -> None:
+        """Undo ``record_effect`` when the side effect itself raised."""
+        with self.write() as conn:
+            conn.execute(delete(effects).where(effects.c.key == key))
+
+    def effect_recorded(self, key: str) -> bool:
+        with self.read() as conn:
+            return conn.execute(select(effects.c.key).where(effects.c.key == key)).first() is not None
+
+    # -- workers ----------------------------------------------------------------
+
+    def register_worker(self, worker_id: str, host: str, pid: int, threads: int, now: datetime) -> None:
+        with self.write() as conn:
+            conn.execute(delete(workers).where(workers.c.id == worker_id))
+            conn.execute(
+                insert(workers).values(
+                    id=worker_id, host=host, pid=pid, threads=threads, started_at=now, heartbeat_at=now
+                )
+            )
+
+    def stop_worker(self, worker_id: str, now: datetime) -> None:
+        with self.write() as conn:
+            conn.execute(update(workers).where(workers.c.id == worker_id).values(stopped_at=now, heartbeat_at=now))
+
+    def list_workers(self) -> list[dict[str, Any]]:
+        with self.read() as conn:
+            rows = conn.execute(select(workers).order_by(workers.c.started_at.desc())).all()
+            held = dict(
+                conn.execute(
+                    select(jobs.c.worker_id, func.count()).where(jobs.c.status == _RUNNING).group_by(jobs.c.worker_id)
+                ).all()
+            )
+        return [dict(r._mapping, running=held.get(r.id, 0)) for r in rows]
+
+    # -- reads ------------------------------------------------------------------
+
+    def get(self, job_id: int) -> JobRecord:
+        with self.read() as conn:
+            row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
+        if row is None:
+            raise JobNotFound(job_id)
+        return JobRecord.from_row(row)
+
+    def attempts_of(self, job_id: int) -> list[AttemptRecord]:
+        with self.read() as conn:
+            rows = conn.execute(
+                select(attempts).where(attempts.c.job_id == job_id).order_by(attempts.c.attempt, attempts.c.id)
+            ).all()
+        return [AttemptRecord.from_row(r) for r in rows]
+
+    def list_jobs(self, f: JobFilter, now: datetime) -> list[JobRecord]:
+        """Newest first with keyset pagination (``before_id``/``after_id``)."""
+        stmt = select(jobs)
+        if f.status is not None:
+            stmt = stmt.where(jobs.c.status == f.status.value)
+        if f.scheduled is True:
+            stmt = stmt.where(jobs.c.available_at > now)
+        elif f.scheduled is False:
+            stmt = stmt.where(jobs.c.available_at <= now)
+        if f.type:
+            stmt = stmt.where(jobs.c.type == f.type)
+        if f.queue:
+            stmt = stmt.where(jobs.c.queue == f.queue)
+        if f.search:
+            stmt = stmt.where(_search(f.search))
+        if f.after_id is not None:
+            stmt = stmt.where(jobs.c.id > f.after_id).order_by(jobs.c.id.asc())
+        else:
+            if f.before_id is not None:
+                stmt = stmt.where(jobs.c.id < f.before_id)
+            stmt = stmt.order_by(jobs.c.id.desc())
+        with self.read() as conn:
+            rows = conn.execute(stmt.limit(f.limit)).all()
+        records = [JobRecord.from_row(r) for r in rows]
+        records.sort(key=lambda j: -j.id)
+        return records
+
+    def counts(self, now: datetime) -> dict[str, int]:
+        """Jobs per state, plus ``scheduled`` (pending, not yet due) split out
+        of ``pending``."""
+        with self.read() as conn:
+            counts = {s.value: 0 for s in State}
+            for status, n in conn.execute(select(jobs.c.status, func.count()).group_by(jobs.c.status)):
+                counts[status] = n
+            scheduled = conn.execute(
+                select(func.count()).where(jobs.c.status == State.PENDING.value, jobs.c.available_at > now)
+            ).scalar_one()
+        counts["pending"] -= scheduled
+        counts["scheduled"] = scheduled
+        return counts
+
+
+def _search(text: str) -> Any:
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    like = f"%{escaped}%"
+    clauses = [
+        jobs.c.idempotency_key.like(like, escape="\\"),
+        jobs.c.error.like(like, escape="\\"),
+        jobs.c.payload.like(like, escape="\\"),
+        jobs.c.type.like(like, escape="\\"),
+    ]
+    stripped = text.strip().lstrip("#")
+    if stripped.isdigit():
+        clauses.insert(0, jobs.c.id == int(stripped))
+    return or_(*clauses)
+
+
+def _check_same(existing: JobRecord, new: NewJob) -> None:
+    assert new.idempotency_key is not None
+    if existing.type != new.type:
+        raise IdempotencyConflict(new.idempotency_key, existing.id, f"type {existing.type!r}, not {new.type!r}")
+    if existing.payload != new.payload:
+        raise IdempotencyConflict(new.idempotency_key, existing.id, "a different payload")
+
+
