@@ -1,0 +1,124 @@
+"""Shared fixtures: a real SQLite file per test (and PostgreSQL when
+JOBDECK_TEST_POSTGRES_URL is set), a Jobdeck on it, the Flask app and client,
+an injectable clock, and ``wait_for`` (a poll with a deadline, never a sleep).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app import create_app
+from app.config import load
+from app.handlers import Registry
+from app.service import Jobdeck
+
+T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
+
+
+class Clock:
+    """A settable UTC clock for ``*_once(now)`` style tests."""
+
+    def __init__(self, now: datetime = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> datetime:
+        self.now += timedelta(seconds=seconds)
+        return self.now
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.01, message: str = "") -> Any:
+    """Poll ``predicate`` until it returns something truthy or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}")
+        time.sleep(interval)  # polling interval with a deadline, not a fixed wait
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def registry() -> Registry:
+    """A fresh registry per test, with the demo types."""
+    from app import demo
+
+    reg = Registry()
+    demo.register(reg)
+    return reg
+
+
+def _postgres_url() -> str | None:
+    return os.environ.get("JOBDECK_TEST_POSTGRES_URL") or None
+
+
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'jobdeck.db'}"
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    return sqlite_url(tmp_path)
+
+
+@pytest.fixture
+def make_config(tmp_path: Path, db_url: str) -> Callable[..., Any]:
+    def make(**overrides: Any) -> Any:
+        values: dict[str, Any] = {
+            "database_url": db_url,
+            "instance_path": str(tmp_path / "instance"),
+            "workers": 0,
+            "poll_interval": 0.05,
+            "heartbeat_interval": 0.5,
+            "stall_timeout": 5.0,
+            "secret_key": "test-secret",
+        }
+        values.update(overrides)
+        return load(path=None, env={}, overrides=values)
+
+    return make
+
+
+@pytest.fixture
+def deck(make_config: Callable[..., Any], registry: Registry, clock: Clock) -> Iterator[Jobdeck]:
+    """A Jobdeck on a fresh SQLite file, with the test clock."""
+    d = Jobdeck(make_config(), registry, clock=clock)
+    d.init_db()
+    yield d
+    d.store.engine.dispose()
+
+
+@pytest.fixture
+def live_deck(make_config: Callable[..., Any], registry: Registry) -> Iterator[Jobdeck]:
+    """A Jobdeck on real time, for tests with real worker threads."""
+    d = Jobdeck(make_config(), registry)
+    d.init_db()
+    yield d
+    d.store.engine.dispose()
+
+
+@pytest.fixture
+def app(deck: Jobdeck) -> Any:
+    flask_app = create_app(deck=deck)
+    flask_app.config["TESTING"] = True
+    return flask_app
+
+
+@pytest.fixture
+def client(app: Any) -> Any:
+    return app.test_client()
