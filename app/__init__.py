@@ -39,6 +39,9 @@ def create_app(
             demo.register(registry, config.instance_path)
         deck = Jobdeck(config, registry)
     config = deck.config
+    from app.wiring import install
+
+    install(deck)  # schedules, queue controls, alerts: a bad entry stops start-up here
     if init_db:
         deck.init_db()
 
@@ -52,6 +55,11 @@ def create_app(
     from app import api
 
     app.register_blueprint(api.bp)
+    from app import api_queues, schedules_views
+
+    app.register_blueprint(api_queues.bp)
+    app.register_blueprint(schedules_views.bp)
+    app.register_blueprint(schedules_views.api_bp)
     _register_errors(app)
     app.after_request(_security_headers)
     return app

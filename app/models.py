@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
     Dialect,
@@ -16,6 +17,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    UniqueConstraint,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -156,6 +158,8 @@ class Worker(Base):
     started_at: Mapped[datetime] = mapped_column(UTCDateTime)
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)
     stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    gone_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    """Set by the sweeper when the worker stopped heart-beating without stopping."""
 
 
 jobs = Job.__table__
@@ -191,3 +195,81 @@ class DemoCharge(Base):
 
 demo_outbox = DemoOutbox.__table__
 demo_charges = DemoCharge.__table__
+
+
+# -- schedules, queue controls, maintenance (issue 3) -------------------------
+
+
+class ScheduleState(Base):
+    """What the database knows of a schedule defined in config: the operator's
+    pause flag and the watermark up to which fire times were enqueued. The row
+    outlives the schedule's removal from config, so its history stays."""
+
+    __tablename__ = "schedule_state"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    checked_until: Mapped[datetime] = mapped_column(UTCDateTime)
+    """Every fire time up to here has been enqueued (or skipped by policy)."""
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ScheduleRun(Base):
+    """One firing of a schedule (or a ``Run now``) and the job it enqueued."""
+
+    __tablename__ = "schedule_runs"
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    schedule: Mapped[str] = mapped_column(String(200))
+    fire_time: Mapped[datetime] = mapped_column(UTCDateTime)
+    job_id: Mapped[int | None] = mapped_column(BigID)
+    manual: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        UniqueConstraint("schedule", "fire_time", name="uq_schedule_runs_fire"),
+        Index("ix_schedule_runs_recent", "schedule", "id"),
+    )
+
+
+class QueueState(Base):
+    """A queue an operator paused: paused queues are not claimed from."""
+
+    __tablename__ = "queue_state"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class StatsMinute(Base):
+    """Per-minute outcome counters by job type, rolled up from attempts so
+    the dashboard's charts survive restarts and retention; kept 30 days."""
+
+    __tablename__ = "stats_minutely"
+
+    minute: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
+    type: Mapped[str] = mapped_column(String(200), primary_key=True)
+    completed: Mapped[int] = mapped_column(Integer, default=0)
+    failed: Mapped[int] = mapped_column(Integer, default=0)
+    dead: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class MaintenanceMark(Base):
+    """Watermarks of the maintenance loops (e.g. the last rolled-up minute),
+    advanced by compare-and-set so concurrent processes do the work once."""
+
+    __tablename__ = "maintenance_marks"
+
+    key: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+schedule_state = ScheduleState.__table__
+schedule_runs = ScheduleRun.__table__
+queue_state = QueueState.__table__
+stats_minutely = StatsMinute.__table__
+maintenance_marks = MaintenanceMark.__table__
+
+# The stats roll-up reads attempts by finish time.
+Index("ix_attempts_finished", attempts.c.finished_at)

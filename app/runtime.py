@@ -73,3 +73,13 @@ class Runtime:
             if _active is self:
                 _active = None
             self._started = False
+
+
+def _register_scheduler() -> None:
+    from app.scheduler import scheduler_service
+
+    if scheduler_service not in SERVICE_FACTORIES:
+        SERVICE_FACTORIES.append(scheduler_service)
+
+
+_register_scheduler()

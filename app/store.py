@@ -191,6 +191,8 @@ class Store:
         self._enqueue_listeners: list[Callable[[], None]] = []
         self._dead_listeners: list[Callable[[list[JobRecord]], None]] = []
         self._lock = threading.Lock()
+        self.claim_policy: Callable[..., list[JobRecord]] | None = None
+        """Set by ``app.queues`` when queues are paused or limited."""
 
     # -- plumbing -----------------------------------------------------------
 
@@ -322,9 +324,17 @@ class Store:
         limit: int = 1,
         types: Iterable[str] | None = None,
         queues: Iterable[str] | None = None,
+        exclude_queues: Iterable[str] | None = None,
+        controlled: bool = True,
     ) -> list[JobRecord]:
         """Claim up to ``limit`` due jobs in one statement, in claim order
-        (priority DESC, available_at ASC, id ASC)."""
+        (priority DESC, available_at ASC, id ASC).
+
+        With a ``claim_policy`` installed (``app.queues``: paused queues,
+        concurrency limits) the policy claims instead; it calls back here with
+        ``controlled=False`` and the paused queues in ``exclude_queues``."""
+        if controlled and self.claim_policy is not None:
+            return self.claim_policy(self, worker_id, now, limit=limit, types=types, queues=queues)
         due = select(jobs.c.id).where(
             jobs.c.status.in_(sources(Transition.CLAIM)),
             jobs.c.available_at <= now,
@@ -333,6 +343,8 @@ class Store:
             due = due.where(jobs.c.type.in_(list(types)))
         if queues is not None:
             due = due.where(jobs.c.queue.in_(list(queues)))
+        if exclude_queues:
+            due = due.where(jobs.c.queue.not_in(list(exclude_queues)))
         due = due.order_by(jobs.c.priority.desc(), jobs.c.available_at, jobs.c.id).limit(limit)
         if self.dialect == "postgresql":
             due = due.with_for_update(skip_locked=True)

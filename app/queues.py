@@ -1,0 +1,254 @@
+"""Queue controls: pause/resume a queue, and concurrency limits per queue and
+per job type, both enforced at claim time.
+
+Config::
+
+    [queues.reports]
+    concurrency = 1              # at most one reports job running, deployment-wide
+
+    [types."demo.charge-card"]
+    concurrency = 2
+
+A paused queue is not claimed from; its running jobs finish. The paused set
+lives in the database (``queue_state``) and each process re-reads it at most
+every ``poll_interval`` seconds, so a pause reaches other processes within
+about a second and costs the claim nothing in between.
+
+Limits count running jobs in the database, so they hold across every worker
+of every process. Correctness comes from doing the count and the claim in one
+write transaction that no other limited claim can interleave with: on SQLite
+every write transaction is ``BEGIN IMMEDIATE`` (one writer at a time); on
+PostgreSQL the limited claim takes a transaction-scoped advisory lock
+(``pg_advisory_xact_lock``) before counting. With no limits configured the
+claim is the store's ordinary single statement, minus the paused queues.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+
+from app import actions
+from app.config import Config, ConfigError
+from app.models import jobs, queue_state
+from app.states import State, Transition, sources
+from app.store import JobRecord, Store
+
+# Any fixed number: the advisory lock that serializes limited claims on PostgreSQL.
+_PG_LOCK = 0x6A6F6264  # "jobd"
+_RUNNING = State.RUNNING.value
+
+
+@dataclass(frozen=True)
+class Limits:
+    queues: dict[str, int]
+    types: dict[str, int]
+
+    def __bool__(self) -> bool:
+        return bool(self.queues or self.types)
+
+
+def parse_limits(config: Config) -> Limits:
+    """Read ``[queues.NAME] concurrency`` and ``[types.NAME] concurrency``."""
+    found: dict[str, dict[str, int]] = {"queues": {}, "types": {}}
+    for table in ("queues", "types"):
+        section = config.extra.get(table, {})
+        if not isinstance(section, dict):
+            raise ConfigError(f"{table}: expected a table of {table[:-1]} names")
+        for name, options in section.items():
+            if not isinstance(options, dict):
+                raise ConfigError(f"{table}.{name}: expected a table")
+            if "concurrency" not in options:
+                continue
+            value = options["concurrency"]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{table}.{name}.concurrency: must be an integer >= 1, got {value!r}")
+            found[table][name] = value
+    return Limits(found["queues"], found["types"])
+
+
+class QueueControls:
+    """The claim policy installed on the store, and pause/resume."""
+
+    def __init__(
+        self, store: Store, limits: Limits, refresh: float = 1.0, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.store = store
+        self.limits = limits
+        self.refresh = refresh
+        self._monotonic = monotonic
+        self._paused: frozenset[str] = frozenset()
+        self._read_at: float | None = None
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        self.store.claim_policy = self
+
+    # -- pause / resume ---------------------------------------------------------
+
+    def paused(self) -> frozenset[str]:
+        """The paused queues, re-read when the cached set is older than ``refresh``."""
+        with self._lock:
+            fresh = self._read_at is not None and self._monotonic() - self._read_at < self.refresh
+            if fresh:
+                return self._paused
+        with self.store.read() as conn:
+            names = frozenset(conn.execute(select(queue_state.c.name).where(queue_state.c.paused)).scalars())
+        with self._lock:
+            self._paused, self._read_at = names, self._monotonic()
+        return names
+
+    def set_paused(self, name: str, paused: bool, now: datetime, actor: str) -> dict[str, Any]:
+        insert = self.store._insert()
+        stmt = insert(queue_state).values(name=name, paused=paused, updated_at=now)
+        stmt = stmt.on_conflict_do_update(index_elements=["name"], set_={"paused": paused, "updated_at": now})
+        with self.store.write() as conn:
+            conn.execute(stmt)
+        with self._lock:
+            self._read_at = None
+        actions.record(actor, "queue.pause" if paused else "queue.resume", name, now)
+        return self.describe(name)
+
+    # -- reads ------------------------------------------------------------------
+
+    def list_queues(self) -> list[dict[str, Any]]:
+        """Every queue with jobs waiting or running, paused or limited."""
+        active = [State.PENDING.value, State.FAILED.value, _RUNNING]
+        counts: dict[str, dict[str, int]] = {}
+        with self.store.read() as conn:
+            for queue, status, n in conn.execute(
+                select(jobs.c.queue, jobs.c.status, func.count()).where(jobs.c.status.in_(active))
+                .group_by(jobs.c.queue, jobs.c.status)
+            ):  # fmt: skip
+                counts.setdefault(queue, {})[status] = n
+            paused = dict(conn.execute(select(queue_state.c.name, queue_state.c.paused)).all())
+        names = sorted(set(counts) | set(paused) | set(self.limits.queues) | {"default"})
+        return [self._describe(n, counts.get(n, {}), bool(paused.get(n))) for n in names]
+
+    def describe(self, name: str) -> dict[str, Any]:
+        for queue in self.list_queues():
+            if queue["name"] == name:
+                return queue
+        return self._describe(name, {}, False)
+
+    def _describe(self, name: str, counts: dict[str, int], paused: bool) -> dict[str, Any]:
+        return {
+            "name": name,
+            "paused": paused,
+            "waiting": counts.get(State.PENDING.value, 0) + counts.get(State.FAILED.value, 0),
+            "running": counts.get(_RUNNING, 0),
+            "concurrency": self.limits.queues.get(name),
+        }
+
+    # -- the claim ----------------------------------------------------------------
+
+    def __call__(
+        self,
+        store: Store,
+        worker_id: str,
+        now: datetime,
+        *,
+        limit: int = 1,
+        types: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
+    ) -> list[JobRecord]:
+        paused = self.paused()
+        if not self.limits:
+            return store.claim(
+                worker_id, now, limit=limit, types=types, queues=queues, exclude_queues=paused, controlled=False
+            )
+        return self._claim_limited(store, worker_id, now, limit, types, queues, paused)
+
+    def _claim_limited(
+        self,
+        store: Store,
+        worker_id: str,
+        now: datetime,
+        limit: int,
+        types: Iterable[str] | None,
+        queues: Iterable[str] | None,
+        paused: frozenset[str],
+    ) -> list[JobRecord]:
+        """Count running jobs of each limited type and queue, then claim within
+        what is left, in one serialized write transaction (see the module doc)."""
+        lim = self.limits
+        with store.write() as conn:
+            if store.dialect == "postgresql":
+                conn.execute(select(func.pg_advisory_xact_lock(_PG_LOCK)))
+            left_t = dict(lim.types)
+            left_q = dict(lim.queues)
+            if lim.types:
+                for t, n in conn.execute(
+                    select(jobs.c.type, func.count())
+                    .where(jobs.c.status == _RUNNING, jobs.c.type.in_(list(lim.types)))
+                    .group_by(jobs.c.type)
+                ):
+                    left_t[t] -= n
+            if lim.queues:
+                for q, n in conn.execute(
+                    select(jobs.c.queue, func.count())
+                    .where(jobs.c.status == _RUNNING, jobs.c.queue.in_(list(lim.queues)))
+                    .group_by(jobs.c.queue)
+                ):
+                    left_q[q] -= n
+            full_t = [t for t, n in left_t.items() if n <= 0]
+            skip_q = list(paused) + [q for q, n in left_q.items() if n <= 0]
+            due = select(jobs.c.id, jobs.c.type, jobs.c.queue).where(
+                jobs.c.status.in_(sources(Transition.CLAIM)), jobs.c.available_at <= now
+            )
+            if types is not None:
+                due = due.where(jobs.c.type.in_(list(types)))
+            if queues is not None:
+                due = due.where(jobs.c.queue.in_(list(queues)))
+            if full_t:
+                due = due.where(jobs.c.type.not_in(full_t))
+            if skip_q:
+                due = due.where(jobs.c.queue.not_in(skip_q))
+            # Look a little past ``limit`` so a limited type at the head of the
+            # line does not starve the rest of this batch.
+            due = due.order_by(jobs.c.priority.desc(), jobs.c.available_at, jobs.c.id).limit(limit * 4 + 16)
+            if store.dialect == "postgresql":
+                due = due.with_for_update(skip_locked=True)
+            chosen: list[int] = []
+            for row in conn.execute(due):
+                if left_t.get(row.type, 1) <= 0 or left_q.get(row.queue, 1) <= 0:
+                    continue
+                chosen.append(row.id)
+                if row.type in left_t:
+                    left_t[row.type] -= 1
+                if row.queue in left_q:
+                    left_q[row.queue] -= 1
+                if len(chosen) >= limit:
+                    break
+            if not chosen:
+                return []
+            # The same transition as Store.claim; keep the two in step.
+            rows = conn.execute(
+                update(jobs)
+                .where(jobs.c.id.in_(chosen), jobs.c.status.in_(sources(Transition.CLAIM)))
+                .values(
+                    status=_RUNNING,
+                    worker_id=worker_id,
+                    claimed_at=now,
+                    heartbeat_at=now,
+                    attempt=jobs.c.attempt + 1,
+                    progress=None,
+                    progress_message=None,
+                    updated_at=now,
+                )
+                .returning(*jobs.c)
+            ).all()
+        claimed = [JobRecord.from_row(r) for r in rows]
+        claimed.sort(key=lambda j: (-j.priority, j.available_at, j.id))
+        return claimed
+
+
+def controls_of(store: Store) -> QueueControls | None:
+    policy = store.claim_policy
+    return policy if isinstance(policy, QueueControls) else None
