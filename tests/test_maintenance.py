@@ -1,0 +1,145 @@
+"""The stalled-job sweeper (with an injected clock, then with a real worker
+process killed by SIGKILL), retention and the per-minute counters."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from app.maintenance import Maintenance, Retention
+from app.models import workers
+from app.states import State
+from app.store import NewJob, Outcome
+from app.service import Jobdeck
+from tests.conftest import wait_for
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_sweep_rescues_stalled_jobs_by_the_fail_rule_and_marks_the_worker_gone(deck, clock):
+    m = Maintenance(deck)
+    deck.store.register_worker("w1", "host", 1, 2, clock.now)
+    retry, _ = deck.enqueue("demo.sleep", max_retries=1)
+    last, _ = deck.enqueue("demo.sleep", max_retries=0)
+    claimed = deck.store.claim("w1", clock.now, limit=2)
+    assert len(claimed) == 2
+    beat = clock.now
+    assert m.sweep_once(clock.advance(4)) == []  # inside stall_timeout (5 s)
+    assert sorted(m.sweep_once(clock.advance(2))) == [retry.id, last.id]
+    assert deck.store.get(retry.id).status is State.FAILED
+    assert deck.store.get(last.id).status is State.DEAD  # no retries left: dead, never running forever
+    [attempt] = deck.store.attempts_of(last.id)
+    assert attempt.outcome == "stalled"
+    assert attempt.error == f"stalled: worker w1 stopped heart-beating at {beat.isoformat()}"
+    with deck.store.read() as conn:
+        assert conn.execute(select(workers.c.gone_at).where(workers.c.id == "w1")).scalar() == clock.now
+    assert m.sweep_once(clock.now) == []  # a job is rescued once
+
+
+@pytest.mark.slow
+def test_a_killed_worker_process_job_is_rescued_and_completed_by_another(make_config, registry, tmp_path):
+    deck = Jobdeck(make_config(), registry)
+    deck.init_db()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "JOBDECK_DATABASE_URL": deck.config.database_url,
+        "JOBDECK_INSTANCE_PATH": str(tmp_path / "instance"),
+        "JOBDECK_WORKERS": "1",
+        "JOBDECK_HEARTBEAT_INTERVAL": "0.2",
+        "JOBDECK_STALL_TIMEOUT": "1",
+        "JOBDECK_SWEEP_INTERVAL": "0.2",
+        "JOBDECK_POLL_INTERVAL": "0.1",
+    }
+    env.pop("JOBDECK_CONFIG", None)
+    job, _ = deck.enqueue("demo.sleep", {"seconds": 1.0})
+
+    def start() -> subprocess.Popen[bytes]:
+        cmd = [sys.executable, "-m", "app.cli", "worker", "--demo", "--log-level", "warning"]
+        with open(tmp_path / "worker.log", "ab") as log:  # read it when this test fails
+            return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
+
+    first = start()
+    try:
+        running = wait_for(lambda: (j := deck.store.get(job.id)).status is State.RUNNING and j, timeout=20)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        second = start()
+        try:
+            done = wait_for(lambda: (j := deck.store.get(job.id)).status is State.COMPLETED and j, timeout=30)
+        finally:
+            second.send_signal(signal.SIGTERM)
+            second.wait(timeout=20)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert done.worker_id != running.worker_id
+    stalled, completed = deck.store.attempts_of(job.id)
+    assert stalled.outcome == "stalled" and stalled.worker_id == running.worker_id
+    assert stalled.error.startswith(f"stalled: worker {running.worker_id} stopped heart-beating at ")
+    assert completed.outcome == "completed" and completed.worker_id == done.worker_id
+    with deck.store.read() as conn:
+        gone = conn.execute(select(workers.c.gone_at).where(workers.c.id == running.worker_id)).scalar()
+    assert gone is not None
+    deck.store.engine.dispose()
+
+
+def _finish(deck, clock, job_id, ok=True):
+    [j] = deck.store.claim("w", clock.now, limit=1)
+    assert j.id == job_id
+    if ok:
+        deck.store.complete_many([Outcome(job_id, "w", attempt=j.attempt, started_at=clock.now)], clock.now)
+    else:
+        deck.store.fail_many([Outcome(job_id, "w", attempt=j.attempt, error="boom")], clock.now)
+
+
+def test_retention_prunes_old_finished_jobs_in_batches_and_frees_their_keys(deck, clock):
+    m = Maintenance(deck, Retention(completed_days=7, batch=2))
+    old = [deck.enqueue("demo.noop", idempotency_key=f"k{i}")[0].id for i in range(5)]
+    for job_id in old:
+        _finish(deck, clock, job_id)
+    dead, _ = deck.enqueue("demo.fail", max_retries=0)
+    _finish(deck, clock, dead.id, ok=False)
+    clock.advance(3 * 86400)
+    recent, _ = deck.enqueue("demo.noop")
+    _finish(deck, clock, recent.id)
+    discarded, _ = deck.enqueue("demo.noop")
+    deck.store.discard(discarded.id, clock.now)
+
+    assert m.prune_once(clock.advance(6 * 86400))["jobs"] == 5  # 9 days after the first five, 6 after the rest
+    ids = {j.id for j in deck.store.list_jobs(_all(), clock.now)}
+    assert ids == {dead.id, recent.id, discarded.id}  # dead waits for a person
+    assert deck.store.attempts_of(old[0]) == []
+    again, created = deck.enqueue("demo.noop", idempotency_key="k0")
+    assert created and again.id not in old  # the key was remembered only while its job existed
+    assert m.prune_once(clock.advance(2 * 86400))["jobs"] == 2
+
+
+def _all():
+    from app.store import JobFilter
+
+    return JobFilter(limit=100)
+
+
+def test_rollup_counts_per_minute_and_type_once(deck, clock):
+    m = Maintenance(deck)
+    assert m.rollup_once(clock.now) == 0  # sets the watermark an hour back
+    for _ in range(3):
+        _finish(deck, clock, deck.enqueue("demo.noop")[0].id)
+    flaky, _ = deck.enqueue("demo.flaky", max_retries=0)
+    _finish(deck, clock, flaky.id, ok=False)
+    minute = clock.now.replace(second=0, microsecond=0)
+    assert m.rollup_once(clock.advance(20)) == 60  # the current minute is not closed yet
+    assert m.rollup_once(clock.advance(70)) == 2  # closes 11:59 and 12:00
+    assert m.rollup_once(clock.now) == 0
+    rows = {(r["type"], r["minute"]): r for r in m.stats(minute - timedelta(hours=2))}
+    assert rows[("demo.noop", minute)]["completed"] == 3
+    assert (rows[("demo.flaky", minute)]["failed"], rows[("demo.flaky", minute)]["dead"]) == (1, 1)
+    assert len(rows) == 2
