@@ -1,0 +1,88 @@
+"""Queue pause/resume (API and claim) and concurrency limits enforced at claim
+time across two worker pools with real threads."""
+
+from __future__ import annotations
+
+import threading
+
+from app import actions, create_app
+from app.handlers import Registry
+from app.service import Jobdeck
+from app.states import State
+from app.worker import WorkerPool
+from app.wiring import install
+from tests.conftest import wait_for
+
+
+def test_a_paused_queue_is_not_claimed_from_until_resumed(deck, clock):
+    app = create_app(deck=deck)
+    client = app.test_client()
+    seen: list[actions.Action] = []
+    actions.LISTENERS.append(seen.append)
+    try:
+        report, _ = deck.enqueue("demo.report")  # the handler's queue: reports
+        noop, _ = deck.enqueue("demo.noop")
+        r = client.post("/api/queues/reports/pause")
+        assert r.status_code == 200 and r.get_json()["paused"] is True
+        assert [j.id for j in deck.store.claim("w", clock.now, limit=10)] == [noop.id]
+        listed = {q["name"]: q for q in client.get("/api/queues").get_json()["queues"]}
+        assert listed["reports"] == {"name": "reports", "paused": True, "waiting": 1, "running": 0, "concurrency": None}
+        assert client.post("/api/queues/reports/resume").get_json()["paused"] is False
+        assert [j.id for j in deck.store.claim("w", clock.now, limit=10)] == [report.id]
+    finally:
+        actions.LISTENERS.remove(seen.append)
+    assert [(a.verb, a.target, a.actor) for a in seen] == [("queue.pause", "reports", "api"), ("queue.resume", "reports", "api")]
+
+
+def test_the_pause_reaches_another_process_within_its_refresh(make_config, registry, clock):
+    config = make_config()
+    a, b = Jobdeck(config, registry, clock=clock), Jobdeck(config, registry, clock=clock)
+    a.init_db()
+    ticks = [0.0]
+    ops_a, ops_b = install(a), install(b)
+    ops_b.queues._monotonic = lambda: ticks[0]
+    b.enqueue("demo.noop", queue="mail")
+    assert ops_b.queues.paused() == frozenset()
+    ops_a.queues.set_paused("mail", True, clock.now, "cli")
+    ticks[0] += 2.0  # past b's refresh (poll_interval)
+    assert b.store.claim("w", clock.now, limit=5) == []
+    for d in (a, b):
+        d.store.engine.dispose()
+
+
+def test_type_and_queue_limits_hold_across_two_pools(make_config):
+    registry = Registry()
+    lock = threading.Lock()
+    running = {"card": 0, "mail": 0}
+    peak = {"card": 0, "mail": 0}
+
+    def work(kind: str):
+        def handler(payload, ctx):
+            with lock:
+                running[kind] += 1
+                peak[kind] = max(peak[kind], running[kind])
+            threading.Event().wait(0.05)  # the job's own work, long enough to overlap
+            with lock:
+                running[kind] -= 1
+
+        return handler
+
+    registry.handler("t.card")(work("card"))
+    registry.handler("t.mail", queue="mail")(work("mail"))
+    config = make_config(types={"t.card": {"concurrency": 2}}, queues={"mail": {"concurrency": 1}})
+    decks = [Jobdeck(config, registry) for _ in range(2)]
+    decks[0].init_db()
+    for d in decks:
+        install(d)
+    decks[0].enqueue_many([{"type": "t.card"}] * 12 + [{"type": "t.mail"}] * 4)
+    pools = [WorkerPool(d, 4) for d in decks]
+    for p in pools:
+        p.start()
+    try:
+        wait_for(lambda: decks[0].store.counts(decks[0].clock())[State.COMPLETED.value] == 16, timeout=30)
+    finally:
+        for p in pools:
+            p.stop(5)
+        for d in decks:
+            d.store.engine.dispose()
+    assert peak == {"card": 2, "mail": 1}
