@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -15,6 +15,7 @@ from sqlalchemy import (
     Index,
     Integer,
     String,
+    Table,
     Text,
     text,
 )
@@ -158,10 +159,10 @@ class Worker(Base):
     stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
-jobs = Job.__table__
-attempts = Attempt.__table__
-effects = Effect.__table__
-workers = Worker.__table__
+jobs = cast(Table, Job.__table__)
+attempts = cast(Table, Attempt.__table__)
+effects = cast(Table, Effect.__table__)
+workers = cast(Table, Worker.__table__)
 
 
 class DemoOutbox(Base):
@@ -189,5 +190,5 @@ class DemoCharge(Base):
     charged_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
-demo_outbox = DemoOutbox.__table__
-demo_charges = DemoCharge.__table__
+demo_outbox = cast(Table, DemoOutbox.__table__)
+demo_charges = cast(Table, DemoCharge.__table__)
