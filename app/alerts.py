@@ -25,7 +25,7 @@ import logging
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select
@@ -130,7 +130,7 @@ class Alerts:
                     jobs.c.type == ALERT_TYPE, func.substr(jobs.c.idempotency_key, 1, len(prefix)) == prefix
                 )
             ).scalar()
-            last = None if last_key is None else parse_time(last_key[len(prefix):], "slot")
+            last = None if last_key is None else parse_time(last_key[len(prefix) :], "slot")
             if last is not None and last >= t:
                 return None
             slot = t if last is None or t >= last + window else last + window
@@ -207,7 +207,7 @@ class Alerts:
             method="POST",
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.settings.timeout) as response:  # noqa: S310
+            with urllib.request.urlopen(request, timeout=self.settings.timeout) as response:
                 status = response.status
         except urllib.error.HTTPError as exc:
             raise RuntimeError(f"webhook answered HTTP {exc.code}") from None
@@ -217,4 +217,4 @@ class Alerts:
 
 
 def _stamp(t: datetime) -> str:
-    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, delete, func, select, update
@@ -85,12 +85,16 @@ class Maintenance:
             log.warning("rescued job %s (%s) -> %s: %s", job.id, job.type, job.status.value, job.error)
         cutoff = now - timedelta(seconds=timeout)
         with self.store.write() as conn:
-            gone = conn.execute(
-                update(workers)
-                .where(workers.c.stopped_at.is_(None), workers.c.gone_at.is_(None), workers.c.heartbeat_at < cutoff)
-                .values(gone_at=now)
-                .returning(workers.c.id)
-            ).scalars().all()
+            gone = (
+                conn.execute(
+                    update(workers)
+                    .where(workers.c.stopped_at.is_(None), workers.c.gone_at.is_(None), workers.c.heartbeat_at < cutoff)
+                    .values(gone_at=now)
+                    .returning(workers.c.id)
+                )
+                .scalars()
+                .all()
+            )
             conn.execute(
                 update(workers)
                 .where(workers.c.gone_at.is_not(None), workers.c.heartbeat_at >= cutoff, workers.c.stopped_at.is_(None))
@@ -220,12 +224,12 @@ class Maintenance:
 
 
 def _minute(t: datetime) -> datetime:
-    return t.astimezone(timezone.utc).replace(second=0, microsecond=0)
+    return t.astimezone(UTC).replace(second=0, microsecond=0)
 
 
 def _parse_minute(value: Any) -> datetime:
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
+        value = value.replace(tzinfo=UTC)
     return _minute(value)

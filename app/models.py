@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -16,6 +16,7 @@ from sqlalchemy import (
     Index,
     Integer,
     String,
+    Table,
     Text,
     UniqueConstraint,
     text,
@@ -162,10 +163,10 @@ class Worker(Base):
     """Set by the sweeper when the worker stopped heart-beating without stopping."""
 
 
-jobs = Job.__table__
-attempts = Attempt.__table__
-effects = Effect.__table__
-workers = Worker.__table__
+jobs = cast(Table, Job.__table__)
+attempts = cast(Table, Attempt.__table__)
+effects = cast(Table, Effect.__table__)
+workers = cast(Table, Worker.__table__)
 
 
 class DemoOutbox(Base):
@@ -193,8 +194,8 @@ class DemoCharge(Base):
     charged_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
-demo_outbox = DemoOutbox.__table__
-demo_charges = DemoCharge.__table__
+demo_outbox = cast(Table, DemoOutbox.__table__)
+demo_charges = cast(Table, DemoCharge.__table__)
 
 
 # -- schedules, queue controls, maintenance (issue 3) -------------------------
@@ -265,11 +266,11 @@ class MaintenanceMark(Base):
     value: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
-schedule_state = ScheduleState.__table__
-schedule_runs = ScheduleRun.__table__
-queue_state = QueueState.__table__
-stats_minutely = StatsMinute.__table__
-maintenance_marks = MaintenanceMark.__table__
+schedule_state = cast(Table, ScheduleState.__table__)
+schedule_runs = cast(Table, ScheduleRun.__table__)
+queue_state = cast(Table, QueueState.__table__)
+stats_minutely = cast(Table, StatsMinute.__table__)
+maintenance_marks = cast(Table, MaintenanceMark.__table__)
 
 # The stats roll-up reads attempts by finish time.
 Index("ix_attempts_finished", attempts.c.finished_at)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -68,12 +68,12 @@ class Schedule:
     enabled: bool = True
     misfire: str = "run_once"
     misfire_grace: float = 3600.0
-    trigger: CronTrigger = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+    trigger: CronTrigger = field(default=None, compare=False, repr=False)
 
     def next_fire(self, after: datetime) -> datetime | None:
         """The first fire time strictly after ``after``, in UTC."""
         nxt = self.trigger.get_next_fire_time(None, after + timedelta(microseconds=1))
-        return None if nxt is None else nxt.astimezone(timezone.utc)
+        return None if nxt is None else nxt.astimezone(UTC)
 
     def fire_times(self, after: datetime, until: datetime) -> list[datetime]:
         """Fire times in (after, until]."""
@@ -92,9 +92,9 @@ class Schedule:
         fires = self.fire_times(max(after, now - window), now)
         on_time = [f for f in fires if now - f <= ON_TIME]
         late = [f for f in fires if now - f > ON_TIME]
-        if late and self.misfire == "run_once" and not on_time:
-            if now - late[-1] <= timedelta(seconds=self.misfire_grace):
-                return [late[-1]]
+        catch_up = late and self.misfire == "run_once" and not on_time
+        if catch_up and now - late[-1] <= timedelta(seconds=self.misfire_grace):
+            return [late[-1]]
         if late:
             log.warning("schedule %s: skipped %d missed fire time(s), last %s", self.name, len(late), late[-1])
         return on_time
@@ -118,7 +118,7 @@ class Schedule:
 
 
 def fire_key(name: str, fire_time: datetime) -> str:
-    return f"schedule:{name}:{fire_time.astimezone(timezone.utc).isoformat()}"
+    return f"schedule:{name}:{fire_time.astimezone(UTC).isoformat()}"
 
 
 def make_trigger(cron: str, tz: ZoneInfo) -> CronTrigger:
@@ -183,7 +183,7 @@ def parse_schedules(raw: Any, deck: Jobdeck) -> list[Schedule]:
             raise ConfigError(f"{where}: unknown timezone {tz_name!r}") from None
         cron = entry.get("cron")
         if not isinstance(cron, str):
-            raise ConfigError(f"{where}: cron: required, e.g. \"0 2 * * *\"")
+            raise ConfigError(f'{where}: cron: required, e.g. "0 2 * * *"')
         try:
             trigger = make_trigger(cron, tz)
         except ValueError as exc:
@@ -207,7 +207,7 @@ def parse_schedules(raw: Any, deck: Jobdeck) -> list[Schedule]:
         )  # fmt: skip
         try:
             parse_priority(schedule.priority)
-            deck.new_job(schedule.job_data(fire_key(name, datetime.now(timezone.utc))), datetime.now(timezone.utc))
+            deck.new_job(schedule.job_data(fire_key(name, datetime.now(UTC))), datetime.now(UTC))
         except JobdeckError as exc:
             raise ConfigError(f"{where}: {exc}") from None
         found.append(schedule)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -50,7 +50,7 @@ class SchedulerService:
                 raise RuntimeError("the Jobdeck scheduler is already running in this process")
             _running = self
         sched = BackgroundScheduler(
-            timezone=timezone.utc,
+            timezone=UTC,
             executors={"default": ThreadPoolExecutor(4)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
         )
@@ -62,7 +62,7 @@ class SchedulerService:
             ("retention", PRUNE_TICK, m.prune_once),
         ):
             sched.add_job(self._shell(name, body), "interval", seconds=seconds, id=name, name=f"jobdeck {name}",
-                          next_run_time=datetime.now(timezone.utc))  # fmt: skip
+                          next_run_time=datetime.now(UTC))  # fmt: skip
         sched.start()
         self.scheduler = sched
         log.info("scheduler started with %d schedule(s)", len(self.ops.periodic.schedules))

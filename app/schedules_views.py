@@ -134,9 +134,18 @@ def api_run(name: str) -> Any:
     return jsonify(job_json(job, deck.clock())), 201
 
 
-@api_bp.post("/<path:name>/<any(pause, resume):action>")
-def api_pause(name: str, action: str) -> Any:
+@api_bp.post("/<path:name>/pause")
+def api_pause(name: str) -> Any:
+    return _api_set_paused(name, True)
+
+
+@api_bp.post("/<path:name>/resume")
+def api_resume(name: str) -> Any:
+    return _api_set_paused(name, False)
+
+
+def _api_set_paused(name: str, paused: bool) -> Any:
     deck = _deck()
     periodic = operations_of(deck).periodic
-    periodic.set_paused(name, action == "pause", deck.clock(), "api")
+    periodic.set_paused(name, paused, deck.clock(), "api")
     return jsonify(next(_json(s) for s in periodic.overview(deck.clock()) if s["name"] == name))

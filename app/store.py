@@ -263,13 +263,14 @@ class Store:
                     .on_conflict_do_nothing(index_elements=["idempotency_key"])
                     .returning(*_JOB_COLS)
                 )
-                row = conn.execute(stmt).first()
-                if row is None:
+                inserted = conn.execute(stmt).first()
+                if inserted is None:
                     existing = JobRecord.from_row(
                         conn.execute(select(jobs).where(jobs.c.idempotency_key == new.idempotency_key)).one()
                     )
                     _check_same(existing, new)
                     return existing, False
+                row = inserted
         self._notify_enqueued()
         return JobRecord.from_row(row), True
 
@@ -759,7 +760,7 @@ class Store:
     def list_workers(self) -> list[dict[str, Any]]:
         with self.read() as conn:
             rows = conn.execute(select(workers).order_by(workers.c.started_at.desc())).all()
-            held = dict(
+            held: dict[str, int] = dict(
                 conn.execute(
                     select(jobs.c.worker_id, func.count()).where(jobs.c.status == _RUNNING).group_by(jobs.c.worker_id)
                 ).all()
@@ -827,7 +828,7 @@ class Store:
 def _search(text: str) -> Any:
     escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     like = f"%{escaped}%"
-    clauses = [
+    clauses: list[Any] = [
         jobs.c.idempotency_key.like(like, escape="\\"),
         jobs.c.error.like(like, escape="\\"),
         jobs.c.payload.like(like, escape="\\"),

@@ -17,6 +17,8 @@ import threading
 import time
 import traceback
 import uuid
+from typing import TypeVar
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -27,6 +29,7 @@ from app.service import Jobdeck
 from app.store import JobRecord, Outcome
 
 log = logging.getLogger("jobdeck.worker")
+T = TypeVar("T")
 
 
 def new_worker_id() -> str:
@@ -287,7 +290,7 @@ class WorkerPool:
             self._acks.put(first)
             self.flush_acks_once()
 
-    def _retrying(self, fn):  # type: ignore[no-untyped-def]
+    def _retrying(self, fn: Callable[[], T]) -> T:
         """Run a store write until it succeeds: an outcome is never dropped
         because the database was briefly unreachable."""
         delay = 0.05
@@ -296,7 +299,7 @@ class WorkerPool:
                 return fn()
             except (OperationalError, DBAPIError) as exc:
                 log.warning("database write failed (%s); retrying in %.2fs", exc.__class__.__name__, delay)
-                time.sleep(delay)  # noqa: jobdeck-sleep -- backoff between retries of one write
+                time.sleep(delay)  # backoff between retries of one write; nothing to wake for
                 delay = min(5.0, delay * 2)
 
     # -- monitoring -------------------------------------------------------------

@@ -15,8 +15,8 @@ from app.alerts import ALERT_TYPE
 from app.service import Jobdeck
 from app.states import State
 from app.store import Outcome
-from app.worker import WorkerPool
 from app.wiring import install
+from app.worker import WorkerPool
 
 
 class Hook:
@@ -70,7 +70,9 @@ def alert_deck(make_config, registry, clock, port):
 def kill(deck, clock, n=1, job_type="demo.fail"):
     ids = [deck.enqueue(job_type, max_retries=0)[0].id for _ in range(n)]
     claimed = deck.store.claim("w", clock.now, limit=n, types=[job_type])
-    deck.store.fail_many([Outcome(j.id, "w", attempt=j.attempt, error="RuntimeError: broke") for j in claimed], clock.now)
+    deck.store.fail_many(
+        [Outcome(j.id, "w", attempt=j.attempt, error="RuntimeError: broke") for j in claimed], clock.now
+    )
     return ids
 
 

@@ -15,9 +15,9 @@ from sqlalchemy import select
 
 from app.maintenance import Maintenance, Retention
 from app.models import workers
-from app.states import State
-from app.store import NewJob, Outcome
 from app.service import Jobdeck
+from app.states import State
+from app.store import Outcome
 from tests.conftest import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@ history that outlives the config."""
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import func, select
@@ -16,8 +16,6 @@ from app.models import jobs, schedule_runs
 from app.periodic import Periodic, fire_key, parse_schedules
 from app.service import Jobdeck
 from app.wiring import install
-
-UTC = timezone.utc
 
 
 def every_minute(**extra):
@@ -101,9 +99,7 @@ def test_timezone_seconds_field_and_crontab_weekdays(deck):
     )  # fmt: skip
     start = datetime(2026, 1, 1, 0, 0, tzinfo=UTC)  # a Thursday, winter time in Paris
     assert paris.next_fire(start) == datetime(2026, 1, 1, 1, 0, tzinfo=UTC)
-    assert secs.fire_times(start, start + timedelta(minutes=1)) == [
-        start + timedelta(seconds=s) for s in (20, 40, 60)
-    ]
+    assert secs.fire_times(start, start + timedelta(minutes=1)) == [start + timedelta(seconds=s) for s in (20, 40, 60)]
     assert monday.next_fire(start) == datetime(2026, 1, 5, 9, 0, tzinfo=UTC)  # crontab 1 = Monday
     assert paris.describe() == "every day at 02:00 Europe/Paris"
     assert secs.describe() == "every 20 seconds (UTC)"
@@ -119,13 +115,13 @@ def test_three_schedulers_on_one_database_make_one_job_per_fire_time(make_config
     for minute in range(1, 7):
         now = start + timedelta(minutes=minute)
         barrier = threading.Barrier(3)
-        errors: list[BaseException] = []
+        errors: list[Exception] = []
 
-        def run(p: Periodic) -> None:
+        def run(p: Periodic, now: datetime = now, barrier: threading.Barrier = barrier, errors: list = errors) -> None:
             try:
                 barrier.wait()
                 p.enqueue_due_once(now)
-            except BaseException as exc:  # surfaced below
+            except Exception as exc:  # noqa: BLE001 -- surfaced by the assert below
                 errors.append(exc)
 
         threads = [threading.Thread(target=run, args=(p,)) for p in schedulers]

@@ -9,9 +9,10 @@ from app import actions, create_app
 from app.handlers import Registry
 from app.service import Jobdeck
 from app.states import State
-from app.worker import WorkerPool
 from app.wiring import install
+from app.worker import WorkerPool
 from tests.conftest import wait_for
+from tests.openapi_check import check
 
 
 def test_a_paused_queue_is_not_claimed_from_until_resumed(deck, clock):
@@ -25,13 +26,16 @@ def test_a_paused_queue_is_not_claimed_from_until_resumed(deck, clock):
         r = client.post("/api/queues/reports/pause")
         assert r.status_code == 200 and r.get_json()["paused"] is True
         assert [j.id for j in deck.store.claim("w", clock.now, limit=10)] == [noop.id]
-        listed = {q["name"]: q for q in client.get("/api/queues").get_json()["queues"]}
+        listed = {q["name"]: q for q in check(client.get("/api/queues"), "/api/queues", "get")["queues"]}
         assert listed["reports"] == {"name": "reports", "paused": True, "waiting": 1, "running": 0, "concurrency": None}
         assert client.post("/api/queues/reports/resume").get_json()["paused"] is False
         assert [j.id for j in deck.store.claim("w", clock.now, limit=10)] == [report.id]
     finally:
         actions.LISTENERS.remove(seen.append)
-    assert [(a.verb, a.target, a.actor) for a in seen] == [("queue.pause", "reports", "api"), ("queue.resume", "reports", "api")]
+    assert [(a.verb, a.target, a.actor) for a in seen] == [
+        ("queue.pause", "reports", "api"),
+        ("queue.resume", "reports", "api"),
+    ]
 
 
 def test_the_pause_reaches_another_process_within_its_refresh(make_config, registry, clock):

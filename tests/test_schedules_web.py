@@ -14,6 +14,7 @@ from app.service import Jobdeck
 from app.states import State
 from app.wiring import install
 from tests.conftest import wait_for
+from tests.openapi_check import check
 
 SCHEDULES = [
     {"name": "sales-report", "cron": "0 2 * * *", "type": "demo.report", "payload": {"name": "sales<b>"}},
@@ -47,11 +48,15 @@ def test_page_shows_words_next_run_and_runs_and_acts_with_csrf(sched_client, clo
     assert f"sales-report: enqueued job #{job.id}" in page
     assert f">#{job.id}</a>" in page and 'badge-pending">pending' in page
     client.post("/schedules/tick/pause", data={"csrf_token": token(page)})
-    api = {s["name"]: s for s in client.get("/api/schedules").get_json()["schedules"]}
+    listed = check(client.get("/api/schedules"), "/api/schedules", "get")
+    api = {s["name"]: s for s in listed["schedules"]}
     assert api["tick"]["paused"] is True and api["tick"]["next_run"] is None
     assert api["sales-report"]["runs"][0]["job_id"] == job.id
-    assert client.post("/api/schedules/tick/resume").get_json()["paused"] is False
-    assert client.post("/api/schedules/nope/run").status_code == 404
+    resumed = check(client.post("/api/schedules/tick/resume"), "/api/schedules/{name}/resume", "post")
+    assert resumed["paused"] is False
+    ran = check(client.post("/api/schedules/tick/run"), "/api/schedules/{name}/run", "post")
+    assert ran["idempotency_key"].startswith("schedule:tick:manual:")
+    check(client.post("/api/schedules/nope/run"), "/api/schedules/{name}/run", "post")
     assert client.post("/schedules/nope/run", data={"csrf_token": token(page)}).status_code == 404
 
 

@@ -1,0 +1,23 @@
+"""Test-only helpers (kept out of conftest so modules can import them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import update
+
+from app.models import jobs
+from app.service import Jobdeck
+from app.states import State
+
+
+def force_state(deck: Jobdeck, job_id: int, state: State, worker_id: str | None = "w1", **values: Any) -> None:
+    """Put a job straight into a state, to test transitions out of it.
+    (Only tests write a status without a transition.)"""
+    fields: dict[str, Any] = {"status": state.value, "worker_id": worker_id, **values}
+    if state is State.RUNNING:
+        fields.setdefault("attempt", 1)
+        fields.setdefault("heartbeat_at", deck.clock())
+        fields.setdefault("claimed_at", deck.clock())
+    with deck.store.write() as conn:
+        conn.execute(update(jobs).where(jobs.c.id == job_id).values(fields))

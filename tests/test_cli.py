@@ -1,0 +1,125 @@
+"""The jobdeck command, run as real processes where it matters."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from app.cli import main
+from tests.conftest import wait_for
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def jobdeck_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDECK_")}
+    env.update(
+        PYTHONPATH=str(ROOT),
+        JOBDECK_DATABASE_URL=f"sqlite:///{tmp_path / 'jobdeck.db'}",
+        JOBDECK_INSTANCE_PATH=str(tmp_path / "instance"),
+        JOBDECK_POLL_INTERVAL="0.1",
+        **extra,
+    )
+    return env
+
+
+def spawn(tmp_path: Path, *args: str, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "app.cli", *args],
+        cwd=tmp_path,
+        env=jobdeck_env(tmp_path, **env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def http_json(url: str, body: dict | None = None) -> dict:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def _up(base: str) -> bool:
+    try:
+        return bool(http_json(f"{base}/api/health")["ok"])
+    except OSError:
+        return False
+
+
+def test_serve_runs_jobs_and_sigterm_releases_running_ones(tmp_path: Path) -> None:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = spawn(tmp_path, "serve", "--demo", "--bind", f"127.0.0.1:{port}", JOBDECK_SHUTDOWN_GRACE="0.5")
+    try:
+        wait_for(lambda: _up(base) or proc.poll() is not None, timeout=20, message="server up")
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        quick = http_json(f"{base}/api/jobs", {"type": "demo.noop"})
+        slow = http_json(f"{base}/api/jobs", {"type": "demo.sleep", "payload": {"seconds": 60}})
+        wait_for(lambda: http_json(f"{base}/api/jobs/{quick['id']}")["status"] == "completed")
+        wait_for(lambda: http_json(f"{base}/api/jobs/{slow['id']}")["status"] == "running")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, out
+    assert "shutting down" in out and "released 1 running jobs" in out
+    runner = CliRunner()
+    env = jobdeck_env(tmp_path)
+    listed = runner.invoke(main, ["jobs", "--status", "pending"], env=env)
+    assert listed.exit_code == 0 and f"{slow['id']:>8}  pending" in listed.output
+
+
+def test_enqueue_jobs_and_init_db_commands(tmp_path: Path) -> None:
+    runner = CliRunner()
+    env = jobdeck_env(tmp_path)
+    assert "database ready" in runner.invoke(main, ["init-db"], env=env).output
+    r = runner.invoke(main, ["enqueue", "demo.send-email", "--payload", '{"user_id": "u1"}', "--demo",
+                             "--priority", "high", "--key", "welcome-u1"], env=env)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    job = json.loads(r.output[r.output.index("{") : r.output.rindex("}") + 1])
+    assert job["priority_label"] == "high" and job["status"] == "pending"
+    again = runner.invoke(main, ["enqueue", "demo.send-email", "--payload", '{"user_id": "u1"}', "--demo",
+                                 "--key", "welcome-u1"], env=env)  # fmt: skip
+    assert again.exit_code == 0 and "already existed" in again.output
+    listed = runner.invoke(main, ["jobs"], env=env)
+    assert listed.output.count("demo.send-email") == 1
+    bad = runner.invoke(main, ["enqueue", "demo.nope", "--demo"], env=env)
+    assert bad.exit_code != 0 and "unknown job type 'demo.nope'" in bad.output
+    bad = runner.invoke(main, ["enqueue", "demo.noop", "--payload", "[1]", "--demo"], env=env)
+    assert bad.exit_code != 0 and "must be a JSON object" in bad.output
+    bad = runner.invoke(main, ["jobs", "--status", "lost"], env=env)
+    assert bad.exit_code != 0
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["serve", "--bind", "0.0.0.0:8123"], {}, "refusing to listen on 0.0.0.0:8123"),
+        (["serve"], {"JOBDECK_WORKERS": "-2"}, "invalid configuration: workers: must be >= 0, got -2"),
+        (["worker"], {"JOBDECK_HANDLER_MODULES": "no.such.module"}, "handler_modules: cannot import 'no.such.module'"),
+    ],
+)
+def test_refuses_to_start(tmp_path: Path, args, env, message) -> None:
+    proc = spawn(tmp_path, *args, **env)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    assert message in out

@@ -1,0 +1,50 @@
+"""Configuration: file, environment, and refusals that name the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.config import ConfigError, load
+
+
+def test_defaults() -> None:
+    cfg = load(path=None, env={})
+    assert cfg.bind == "127.0.0.1:8000" and cfg.workers == 4 and cfg.sqlite_synchronous == "FULL"
+    assert cfg.resolved_database_url().endswith("/instance/jobdeck.db")
+
+
+def test_file_then_environment(tmp_path) -> None:
+    path = tmp_path / "jobdeck.toml"
+    path.write_text('workers = 2\nexternal_types = ["pdf.render"]\nsqlite_synchronous = "normal"\n')
+    cfg = load(path=path, env={"JOBDECK_WORKERS": "0", "JOBDECK_BIND": "0.0.0.0:9000"})
+    assert cfg.workers == 0 and cfg.external_types == ["pdf.render"] and cfg.sqlite_synchronous == "NORMAL"
+    assert cfg.bind == "0.0.0.0:9000" and not cfg.is_loopback
+    assert load(path=None, env={"JOBDECK_CONFIG": str(path)}).workers == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "message"),
+    [
+        ("workers = -1", {}, "workers: must be >= 0, got -1"),
+        ('workers = "four"', {}, "workers: expected an integer, got 'four'"),
+        ("", {"JOBDECK_WORKERS": "many"}, "JOBDECK_WORKERS: expected an integer, got 'many'"),
+        ('bind = "localhost"', {}, "bind: expected HOST:PORT, got 'localhost'"),
+        ('sqlite_synchronous = "OFF"', {}, "sqlite_synchronous: must be FULL or NORMAL, got 'OFF'"),
+        ("colour = 1", {}, "colour: unknown configuration key"),
+        ('database_url = "mysql://x"', {}, "database_url: only sqlite:// and postgresql+psycopg:// are supported"),
+        ("stall_timeout = 3", {}, "stall_timeout: must be at least twice heartbeat_interval"),
+        ("workers = [", {}, "is not valid TOML"),
+        ("", {"JOBDECK_DEMO": "maybe"}, "JOBDECK_DEMO: expected true or false"),
+    ],
+)
+def test_invalid_values_name_the_key(tmp_path, text, env, message) -> None:
+    path = tmp_path / "jobdeck.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load(path=path, env=env)
+    assert message in str(info.value)
+
+
+def test_missing_file_is_an_error(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load(path=tmp_path / "nope.toml", env={})

@@ -1,0 +1,105 @@
+"""Every transition from every state, allowed and refused, driven by the
+state module's own table (so a change there is a change here)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from app.errors import TransitionRefused
+from app.service import Jobdeck
+from app.states import ALL_STATES, SOURCES, TARGETS, State, Transition, refusal
+from tests.helpers import force_state
+
+
+def _claim(deck: Jobdeck, job_id: int) -> State | None:
+    got = deck.store.claim("w2", deck.clock(), limit=10)
+    return State.RUNNING if any(j.id == job_id for j in got) else None
+
+
+def _complete(deck: Jobdeck, job_id: int) -> State | None:
+    return deck.store.complete(job_id, "w1", deck.clock()).status
+
+
+def _fail(deck: Jobdeck, job_id: int) -> State | None:
+    return deck.store.fail(job_id, "w1", "boom", deck.clock()).status
+
+
+def _heartbeat(deck: Jobdeck, job_id: int) -> State | None:
+    return deck.store.heartbeat(job_id, "w1", deck.clock()).status
+
+
+def _release(deck: Jobdeck, job_id: int) -> State | None:
+    job = deck.store.get(job_id)
+    done = deck.store.release("w1", [(job_id, job.attempt)], deck.clock())
+    return State.PENDING if done else None
+
+
+def _rescue(deck: Jobdeck, job_id: int) -> State | None:
+    deck.clock.advance(3600)  # type: ignore[attr-defined]
+    rescued = deck.store.rescue_stalled(deck.clock(), stall_timeout=60)
+    return next((j.status for j in rescued if j.id == job_id), None)
+
+
+def _retry(deck: Jobdeck, job_id: int) -> State | None:
+    return deck.store.retry(job_id, deck.clock()).status
+
+
+def _discard(deck: Jobdeck, job_id: int) -> State | None:
+    return deck.store.discard(job_id, deck.clock()).status
+
+
+DO: dict[Transition, Callable[[Jobdeck, int], State | None]] = {
+    Transition.CLAIM: _claim,
+    Transition.COMPLETE: _complete,
+    Transition.FAIL: _fail,
+    Transition.HEARTBEAT: _heartbeat,
+    Transition.RELEASE: _release,
+    Transition.RESCUE: _rescue,
+    Transition.RETRY: _retry,
+    Transition.DISCARD: _discard,
+}
+# Transitions that report a refusal by doing nothing rather than raising.
+SILENT = {Transition.CLAIM, Transition.RELEASE, Transition.RESCUE}
+
+
+def test_every_transition_has_a_test() -> None:
+    assert set(DO) == set(Transition) == set(SOURCES) == set(TARGETS)
+
+
+@pytest.mark.parametrize("transition", list(Transition), ids=lambda t: t.value)
+@pytest.mark.parametrize("state", ALL_STATES, ids=lambda s: s.value)
+def test_transition(deck: Jobdeck, transition: Transition, state: State) -> None:
+    job, _ = deck.enqueue("demo.noop", max_retries=2)
+    force_state(deck, job.id, state)
+    allowed = state in SOURCES[transition]
+    if allowed:
+        result = DO[transition](deck, job.id)
+        assert result in TARGETS[transition], f"{transition} from {state} gave {result}"
+        assert deck.store.get(job.id).status == result
+    elif transition in SILENT:
+        assert DO[transition](deck, job.id) is None
+        assert deck.store.get(job.id).status is state
+    else:
+        with pytest.raises(TransitionRefused) as info:
+            DO[transition](deck, job.id)
+        assert str(info.value) == refusal(job.id, state, transition)
+        assert deck.store.get(job.id).status is state
+
+
+def test_refusal_message_reads_well() -> None:
+    assert refusal(42, State.COMPLETED, Transition.FAIL) == "job 42 is completed; only running jobs can be failed"
+    assert (
+        refusal(7, State.RUNNING, Transition.DISCARD)
+        == "job 7 is running; only pending or failed or dead jobs can be discarded"
+    )
+
+
+def test_check_constraint_rejects_unknown_status(deck: Jobdeck) -> None:
+    from sqlalchemy.exc import IntegrityError
+
+    job, _ = deck.enqueue("demo.noop")
+    with pytest.raises(IntegrityError):
+        with deck.store.write() as conn:
+            conn.exec_driver_sql(f"UPDATE jobs SET status = 'lost' WHERE id = {job.id}")

@@ -1,0 +1,215 @@
+"""The embedded pool with real threads on a real SQLite file."""
+
+from __future__ import annotations
+
+import threading
+
+from sqlalchemy import func, select
+
+from app.handlers import JobContext, Registry
+from app.models import demo_charges, demo_outbox
+from app.service import Jobdeck
+from app.states import State
+from app.worker import WorkerPool
+from tests.conftest import wait_for
+
+
+def _status(deck: Jobdeck, job_id: int) -> State:
+    return deck.store.get(job_id).status
+
+
+def _pool(deck: Jobdeck, threads: int = 2, **kw) -> WorkerPool:
+    pool = WorkerPool(deck, threads, **kw)
+    pool.start()
+    return pool
+
+
+def test_pool_runs_jobs_retries_and_dead_letters(live_deck: Jobdeck) -> None:
+    live_deck.config.backoff_base = 0.05
+    ok, _ = live_deck.enqueue("demo.send-email", {"user_id": "u1"})
+    flaky, _ = live_deck.enqueue("demo.flaky", {"failures": 2}, max_retries=3)
+    doomed, _ = live_deck.enqueue("demo.fail", {"message": "nope"}, max_retries=1)
+    pool = _pool(live_deck)
+    try:
+        wait_for(lambda: _status(live_deck, ok.id) is State.COMPLETED, message="send-email completes")
+        wait_for(lambda: _status(live_deck, flaky.id) is State.COMPLETED, message="flaky completes")
+        wait_for(lambda: _status(live_deck, doomed.id) is State.DEAD, message="fail lands in dead")
+    finally:
+        pool.stop(grace=5)
+    assert [a.outcome for a in live_deck.store.attempts_of(flaky.id)] == ["failed", "failed", "completed"]
+    dead = live_deck.store.attempts_of(doomed.id)
+    assert [a.outcome for a in dead] == ["failed", "failed"]
+    assert all(a.traceback and "RuntimeError: nope" in a.traceback for a in dead)
+    with live_deck.store.read() as conn:
+        assert conn.execute(select(func.count()).select_from(demo_outbox)).scalar() == 1
+
+
+def test_enqueue_wakes_the_pool_without_waiting_for_a_poll(live_deck: Jobdeck) -> None:
+    pool = _pool(live_deck, poll_interval=60)
+    try:
+        wait_for(lambda: pool.inflight == 0)
+        job, _ = live_deck.enqueue("demo.noop")
+        wait_for(lambda: _status(live_deck, job.id) is State.COMPLETED, timeout=5, message="woken claim")
+    finally:
+        pool.stop(grace=1)
+
+
+def test_pool_claims_only_types_it_handles(make_config, registry: Registry) -> None:
+    deck = Jobdeck(make_config(external_types=["pdf.render"]), registry)
+    deck.init_db()
+    external, _ = deck.enqueue("pdf.render")
+    mine, _ = deck.enqueue("demo.noop")
+    pool = _pool(deck)
+    try:
+        wait_for(lambda: _status(deck, mine.id) is State.COMPLETED)
+        pool.fetch_once()
+        assert _status(deck, external.id) is State.PENDING
+    finally:
+        pool.stop(grace=1)
+
+
+def test_timeout_fails_the_attempt_and_refuses_the_late_result(make_config, registry: Registry) -> None:
+    release = threading.Event()
+    entered = threading.Event()
+
+    @registry.handler("test.hang", timeout=0.3, max_retries=0)
+    def hang(payload: dict, ctx: JobContext) -> str:
+        entered.set()
+        release.wait(30)
+        return "late"
+
+    deck = Jobdeck(make_config(), registry)
+    deck.init_db()
+    job, _ = deck.enqueue("test.hang")
+    other, _ = deck.enqueue("demo.noop")
+    pool = _pool(deck, threads=1)
+    try:
+        wait_for(entered.is_set)
+        wait_for(lambda: _status(deck, job.id) is State.DEAD, message="timed out job is dead")
+        # The hung thread's place was given to a new one: other work goes on.
+        wait_for(lambda: _status(deck, other.id) is State.COMPLETED, message="replacement thread")
+        release.set()
+        wait_for(lambda: job.id not in pool.running_jobs())
+    finally:
+        pool.stop(grace=2)
+    (attempt,) = deck.store.attempts_of(job.id)
+    assert attempt.outcome == "timed_out" and attempt.error == "timed out after 0.3 s"
+    final = deck.store.get(job.id)
+    assert final.status is State.DEAD and final.result is None
+
+
+def test_graceful_shutdown_waits_then_releases(make_config, registry: Registry) -> None:
+    gate = threading.Event()
+    started = threading.Semaphore(0)
+
+    @registry.handler("test.block", max_retries=0)
+    def block(payload: dict, ctx: JobContext) -> None:
+        started.release()
+        if payload.get("quick"):
+            return
+        gate.wait(30)
+
+    deck = Jobdeck(make_config(), registry)
+    deck.init_db()
+    quick, _ = deck.enqueue("test.block", {"quick": True}, priority=30)
+    stuck = [deck.enqueue("test.block", {"n": i}, priority=20)[0] for i in range(2)]
+    waiting = [deck.enqueue("test.block", {"w": i})[0] for i in range(5)]
+    pool = _pool(deck, threads=2)
+    try:
+        wait_for(lambda: all(_status(deck, j.id) is State.RUNNING for j in stuck), message="both stuck running")
+        assert _status(deck, quick.id) is State.COMPLETED
+        pool.stop(grace=0.3)
+    finally:
+        gate.set()
+    for job in stuck + waiting:
+        after = deck.store.get(job.id)
+        assert after.status is State.PENDING, (job.id, after.status)
+        assert after.attempt == 0 and after.worker_id is None
+    assert all(deck.store.attempts_of(j.id) == [] for j in stuck)
+    # Nothing was lost: another pool picks everything up.
+    gate.set()
+    again = _pool(deck, threads=2)
+    try:
+        wait_for(lambda: all(_status(deck, j.id) is State.COMPLETED for j in stuck + waiting), message="rerun")
+    finally:
+        again.stop(grace=2)
+
+
+def test_charge_card_redelivered_charges_once(live_deck: Jobdeck) -> None:
+    live_deck.config.backoff_base = 0.05
+    # Attempt 1 charges and then fails; attempt 2 must not charge again.
+    job, _ = live_deck.enqueue("demo.charge-card", {"order_id": "o-99", "amount_cents": 500, "fail_after_charge": True})
+    # A second delivery of the same order as another job (a duplicate message).
+    dup, _ = live_deck.enqueue("demo.charge-card", {"order_id": "o-99", "amount_cents": 500})
+    pool = _pool(live_deck)
+    try:
+        wait_for(lambda: all(_status(live_deck, j.id) is State.COMPLETED for j in (job, dup)))
+    finally:
+        pool.stop(grace=2)
+    assert [a.outcome for a in live_deck.store.attempts_of(job.id)] == ["failed", "completed"]
+    with live_deck.store.read() as conn:
+        rows = conn.execute(select(demo_charges.c.order_id, demo_charges.c.amount_cents)).all()
+    assert [tuple(r) for r in rows] == [("o-99", 500)]
+
+
+def test_effect_withdrawn_when_the_side_effect_raises(deck: Jobdeck) -> None:
+    ctx = JobContext(deck.store, 1, 1, "w", "demo.charge-card", deck.clock)
+    calls = []
+
+    def broken() -> None:
+        calls.append(1)
+        raise ConnectionError("gateway down")
+
+    try:
+        ctx.effect("charge:o-1", broken)
+    except ConnectionError:
+        pass
+    assert not deck.store.effect_recorded("charge:o-1")
+    assert ctx.effect("charge:o-1", lambda: calls.append(2)) is True
+    assert ctx.effect("charge:o-1", lambda: calls.append(3)) is False
+    assert calls == [1, 2]
+
+
+def test_progress_is_stored_while_running(make_config, registry: Registry) -> None:
+    gate = threading.Event()
+
+    @registry.handler("test.progress")
+    def progress(payload: dict, ctx: JobContext) -> None:
+        ctx.progress(0.4, "rendered 400 of 1000 rows")
+        gate.wait(30)
+
+    deck = Jobdeck(make_config(), registry)
+    deck.init_db()
+    job, _ = deck.enqueue("test.progress")
+    pool = _pool(deck, threads=1)
+    try:
+        wait_for(lambda: deck.store.get(job.id).progress == 0.4)
+        assert deck.store.get(job.id).progress_message == "rendered 400 of 1000 rows"
+        gate.set()
+        wait_for(lambda: _status(deck, job.id) is State.COMPLETED)
+    finally:
+        gate.set()
+        pool.stop(grace=2)
+    assert deck.store.get(job.id).progress == 1.0
+
+
+def test_heartbeat_keeps_held_jobs_alive(make_config, registry: Registry) -> None:
+    gate = threading.Event()
+
+    @registry.handler("test.wait")
+    def wait(payload: dict, ctx: JobContext) -> None:
+        gate.wait(30)
+
+    deck = Jobdeck(make_config(heartbeat_interval=0.1, stall_timeout=1.0), registry)
+    deck.init_db()
+    job, _ = deck.enqueue("test.wait")
+    pool = _pool(deck, threads=1)
+    try:
+        wait_for(lambda: _status(deck, job.id) is State.RUNNING)
+        first = deck.store.get(job.id).heartbeat_at
+        wait_for(lambda: deck.store.get(job.id).heartbeat_at > first, message="heartbeat advances")
+        workers = deck.store.list_workers()
+        assert workers[0]["id"] == pool.worker_id and workers[0]["running"] == 1
+    finally:
+        gate.set()
+        pool.stop(grace=2)
