@@ -49,6 +49,9 @@ class SchedulerService:
             if _running is not None:
                 raise RuntimeError("the Jobdeck scheduler is already running in this process")
             _running = self
+        aps_log = logging.getLogger("apscheduler")
+        if aps_log.level == logging.NOTSET:
+            aps_log.setLevel(logging.WARNING)  # it logs every tick at INFO
         sched = BackgroundScheduler(
             timezone=UTC,
             executors={"default": ThreadPoolExecutor(4)},
