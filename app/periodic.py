@@ -238,10 +238,17 @@ class Periodic:
             return []
         states = self._states(now)
         fires: list[tuple[Schedule, datetime]] = []
+        passed: list[str] = []
         for s in self.schedules.values():
             paused, checked_until = states[s.name]
-            if s.enabled and not paused and checked_until < now:
+            if not s.enabled or paused or checked_until >= now:
+                continue
+            nxt = s.next_fire(checked_until)
+            if nxt is not None and nxt <= now:  # a fire time passed: enqueue or skip it, then move on
+                passed.append(s.name)
                 fires.extend((s, f) for f in s.due(checked_until, now))
+        if not passed:
+            return []  # nothing to write: most ticks end here
         ids: list[int] = []
         if fires:
             news = [self.deck.new_job(s.job_data(fire_key(s.name, f)), now) for s, f in fires]
@@ -256,7 +263,7 @@ class Periodic:
                 )  # fmt: skip
             conn.execute(
                 update(schedule_state)
-                .where(schedule_state.c.name.in_(list(self.schedules)), schedule_state.c.checked_until < now)
+                .where(schedule_state.c.name.in_(passed), schedule_state.c.checked_until < now)
                 .values(checked_until=now, updated_at=now)
             )
         for (s, f), i in zip(fires, ids):
