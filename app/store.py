@@ -192,7 +192,7 @@ class Store:
         self._dead_listeners: list[Callable[[list[JobRecord]], None]] = []
         self._lock = threading.Lock()
         self.claim_policy: Callable[..., list[JobRecord]] | None = None
-        """Set by ``app.queues`` when queues are paused or limited."""
+        """Installed by ``app.queues`` (via ``create_app``): paused queues, concurrency limits."""
 
     # -- plumbing -----------------------------------------------------------
 
