@@ -52,6 +52,9 @@ def create_app(
     from app import api
 
     app.register_blueprint(api.bp)
+    from app import dashboard
+
+    dashboard.init_app(app)
     _register_errors(app)
     app.after_request(_security_headers)
     return app
