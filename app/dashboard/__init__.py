@@ -24,7 +24,7 @@ csrf = CSRFProtect()
 
 NAV: list[tuple[str, str, str]] = [
     ("dashboard.overview", "Overview", "overview"),
-    ("dashboard.jobs", "Jobs", "jobs"),
+    ("dashboard.jobs_index", "Jobs", "jobs"),
     ("schedules.index", "Schedules", "schedules"),
     ("dashboard.workers", "Workers", "workers"),
     ("dashboard.audit", "Audit log", "audit"),

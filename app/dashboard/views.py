@@ -165,7 +165,11 @@ def _list(tab: Tab, source: Any = None) -> dict[str, Any]:
     }
 
 
-@bp.get("/jobs", defaults={"tab": "pending"})
+@bp.get("/jobs")
+def jobs_index() -> Any:
+    return redirect(url_for("dashboard.jobs", tab=State.PENDING.value))
+
+
 @bp.get("/jobs/<tab>")
 def jobs(tab: str) -> Any:
     t = tab_or_404(tab)
