@@ -16,6 +16,7 @@ At 1,000,000 jobs a snapshot costs about 100 ms on SQLite, once per TTL.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -29,6 +30,8 @@ from app.errors import JobNotFound
 from app.models import attempts, audit_log, jobs
 from app.states import SOURCES, State, Transition
 from app.store import JobFilter, JobRecord, Store, _search
+
+log = logging.getLogger("jobdeck.dashboard")
 
 RUN_NOW_SOURCES = SOURCES[Transition.CLAIM]
 """Run now only moves a claimable job's ``available_at`` to now: a scheduled
@@ -217,7 +220,7 @@ def throughput(store: Store, now: datetime) -> list[tuple[datetime, int, int]]:
         bucket: Any = func.date_trunc("minute", attempts.c.finished_at)
     else:
         bucket = func.strftime("%Y-%m-%d %H:%M", attempts.c.finished_at)
-    ok = func.sum(literal_column("CASE WHEN outcome = 'completed' THEN 1 ELSE 0 END"))
+    ok: Any = func.sum(literal_column("CASE WHEN outcome = 'completed' THEN 1 ELSE 0 END"))
     stmt = (
         select(bucket.label("minute"), ok.label("ok"), func.count().label("n"))
         .where(attempts.c.finished_at >= start)
@@ -289,8 +292,8 @@ class Snapshots:
     def _refresh(self, now: datetime) -> None:
         try:
             self._take(now)
-        except Exception:  # the next poll retries; a stale snapshot stays served
-            pass
+        except Exception:  # the next poll retries; the stale snapshot stays served
+            log.warning("overview snapshot failed", exc_info=True)
         finally:
             with self._lock:
                 self._refreshing = False

@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import pytest
-
 from app import create_app
 from app.service import Jobdeck
 
@@ -35,11 +33,6 @@ def make_dash_app(deck: Jobdeck, **extra: Any) -> Any:
     app = create_app(deck=deck)
     app.config["TESTING"] = True
     return app
-
-
-@pytest.fixture
-def dash(deck: Jobdeck) -> Any:
-    return make_dash_app(deck).test_client()
 
 
 def make_dead(deck: Jobdeck, job_type: str = "demo.fail", payload: dict[str, Any] | None = None) -> int:

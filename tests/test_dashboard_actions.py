@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from dashboard_support import csrf_token, dash, make_dead, post  # noqa: F401
+from dashboard_support import csrf_token, make_dead, post
 
 from app.queries import BATCH, list_audit
 from app.states import State

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from dashboard_support import HTMX, dash, make_dead  # noqa: F401
+from dashboard_support import HTMX, make_dead
 
 from app.dashboard.tabs import TABS
 from app.states import State
@@ -168,10 +168,9 @@ def test_security_headers_on_pages(dash):
 
 
 def test_dashboard_config_is_validated(make_config, registry):
+    from app import create_app
     from app.config import ConfigError
     from app.service import Jobdeck
-
-    from app import create_app
 
     for bad, message in [({"poll_seconds": 0}, "dashboard.poll_seconds"), ({"poll_seconds": "3"}, "expected a number"),
                          ({"pol_seconds": 3}, "dashboard.pol_seconds: unknown")]:  # fmt: skip

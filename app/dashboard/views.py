@@ -10,8 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from flask import Blueprint, abort, current_app, flash, redirect, render_template, request
-from flask import session, url_for
+from flask import Blueprint, abort, current_app, flash, redirect, render_template, request, session, url_for
 
 from app.dashboard.auth import current_user
 from app.dashboard.present import latency_chart, throughput_chart
