@@ -60,6 +60,10 @@ def create_app(
     app.register_blueprint(api_queues.bp)
     app.register_blueprint(schedules_views.bp)
     app.register_blueprint(schedules_views.api_bp)
+
+    from app import dashboard
+
+    dashboard.init_app(app)
     _register_errors(app)
     app.after_request(_security_headers)
     return app

@@ -92,6 +92,15 @@ def refuse_exposed(config: Config) -> None:
 EXPOSURE_CHECKS: list = []  # type: ignore[type-arg]
 
 
+def _dashboard_exposure(config: Config) -> str | None:
+    from app.dashboard.auth import exposure_problem
+
+    return exposure_problem(config)
+
+
+EXPOSURE_CHECKS.append(_dashboard_exposure)
+
+
 def _raise_on_signals() -> None:
     def handler(signum: int, _frame: Any) -> None:
         raise Shutdown(signum)
@@ -185,6 +194,22 @@ def jobs(status: str | None, job_type: str | None, limit: int) -> None:
         click.echo(f"{job.id:>8}  {job.status.value:<9}  {job.type:<24} {job.retry_count}/{job.max_retries}  {error}")
     if not rows:
         click.echo("no jobs", err=True)
+
+
+@main.command("hash-password")
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input (for scripts).")
+def hash_password(password_stdin: bool) -> None:
+    """Print a password hash for a [users.NAME] table of the config."""
+    from werkzeug.security import generate_password_hash
+
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    if len(password) < 8:
+        raise click.ClickException("password: use at least 8 characters")
+    click.echo(generate_password_hash(password))
+    click.echo('add it to jobdeck.toml as:  [users.NAME]  password_hash = "..."  role = "operator" (or "viewer")', err=True)
 
 
 @main.command("init-db")

@@ -272,5 +272,28 @@ queue_state = cast(Table, QueueState.__table__)
 stats_minutely = cast(Table, StatsMinute.__table__)
 maintenance_marks = cast(Table, MaintenanceMark.__table__)
 
-# The stats roll-up reads attempts by finish time.
+
+class AuditEntry(Base):
+    """One operator action taken in the dashboard: who, when, what, on how
+    many jobs. A bulk action over a filter is one entry whose ``count`` grows
+    batch by batch, so an interrupted bulk action still says how far it got."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    actor: Mapped[str] = mapped_column(String(200))
+    action: Mapped[str] = mapped_column(String(40))
+    job_id: Mapped[int | None] = mapped_column(BigID)
+    """The job acted on, for single-job actions."""
+    count: Mapped[int] = mapped_column(Integer, default=0)
+    """Jobs the action actually moved (refused ones are not counted)."""
+    detail: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_audit_log_job", "job_id", "id"),)
+
+
+audit_log = cast(Table, AuditEntry.__table__)
+
+# The stats roll-up and the overview's throughput chart read attempts by finish time.
 Index("ix_attempts_finished", attempts.c.finished_at)

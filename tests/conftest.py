@@ -122,3 +122,11 @@ def app(deck: Jobdeck) -> Any:
 @pytest.fixture
 def client(app: Any) -> Any:
     return app.test_client()
+
+
+@pytest.fixture
+def dash(deck: Jobdeck) -> Any:
+    """A dashboard test client on ``deck`` (snapshot cache off: reads are fresh)."""
+    from dashboard_support import make_dash_app
+
+    return make_dash_app(deck).test_client()

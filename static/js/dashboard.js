@@ -1,0 +1,130 @@
+/* Jobdeck dashboard behaviour. CSP forbids inline script and eval, so all
+ * of it lives here:
+ *  - live polling: every data-poll-seconds, while the tab is visible, fire a
+ *    "jd-poll" event on <body>; polled fragments listen with
+ *    hx-trigger="jd-poll from:body". A hidden tab sends nothing; coming back
+ *    refreshes at once.
+ *  - row selection survives the table body being re-rendered by a poll.
+ *  - [data-dismiss] closes a flash message or a confirmation.
+ *  - failed requests say so in the flash area instead of failing silently.
+ */
+(function () {
+  "use strict";
+
+  var body = document.body;
+  var seconds = parseFloat(body.getAttribute("data-poll-seconds")) || 3;
+  var selected = new Set();
+
+  function poll() {
+    if (document.visibilityState === "visible") {
+      htmx.trigger(body, "jd-poll");
+    }
+  }
+  var timer = setInterval(poll, seconds * 1000);
+  document.addEventListener("visibilitychange", function () {
+    clearInterval(timer);
+    if (document.visibilityState === "visible") {
+      poll();
+      timer = setInterval(poll, seconds * 1000);
+    }
+  });
+
+  function boxes() {
+    return Array.prototype.slice.call(document.querySelectorAll("input.row-select"));
+  }
+
+  function syncSelection() {
+    var all = boxes();
+    all.forEach(function (box) { box.checked = selected.has(box.value); });
+    var visible = all.filter(function (box) { return box.checked; }).length;
+    var counter = document.getElementById("selected-count");
+    if (counter) {
+      counter.textContent = selected.size + " selected";
+      counter.classList.toggle("has-selection", selected.size > 0);
+    }
+    document.querySelectorAll("[data-needs-selection]").forEach(function (button) {
+      button.disabled = visible === 0;
+    });
+    var selectAll = document.getElementById("select-all");
+    if (selectAll) {
+      selectAll.checked = all.length > 0 && visible === all.length;
+      selectAll.indeterminate = visible > 0 && visible < all.length;
+    }
+    all.forEach(function (box) {
+      var row = box.closest("tr");
+      if (row) { row.classList.toggle("selected", box.checked); }
+    });
+  }
+
+  document.addEventListener("change", function (event) {
+    var target = event.target;
+    if (target.classList && target.classList.contains("row-select")) {
+      if (target.checked) { selected.add(target.value); } else { selected.delete(target.value); }
+      syncSelection();
+    } else if (target.id === "select-all") {
+      boxes().forEach(function (box) {
+        if (target.checked) { selected.add(box.value); } else { selected.delete(box.value); }
+      });
+      syncSelection();
+    }
+  });
+
+  body.addEventListener("jd-selection-clear", function () {
+    selected.clear();
+    syncSelection();
+  });
+
+  body.addEventListener("htmx:afterSettle", function () {
+    // Only ids still on screen stay selected: a job that moved on can no
+    // longer be acted on from this list.
+    var present = new Set(boxes().map(function (box) { return box.value; }));
+    selected.forEach(function (id) { if (!present.has(id)) { selected.delete(id); } });
+    syncSelection();
+  });
+
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest ? event.target.closest("[data-dismiss]") : null;
+    if (!button) { return; }
+    var what = button.getAttribute("data-dismiss");
+    if (what === "flash") {
+      var message = button.closest(".flash");
+      if (message) { message.remove(); }
+    } else {
+      var slot = document.getElementById(what);
+      if (slot) { slot.innerHTML = ""; }
+    }
+  });
+
+  function say(text) {
+    var area = document.getElementById("flash");
+    if (!area) { return; }
+    var box = document.createElement("div");
+    box.className = "flash flash-error";
+    box.setAttribute("role", "status");
+    var span = document.createElement("span");
+    span.textContent = text;
+    var close = document.createElement("button");
+    close.type = "button";
+    close.className = "flash-close";
+    close.setAttribute("data-dismiss", "flash");
+    close.setAttribute("aria-label", "Dismiss");
+    close.textContent = "\u00d7";
+    box.appendChild(span);
+    box.appendChild(close);
+    area.replaceChildren(box);
+  }
+
+  body.addEventListener("htmx:responseError", function (event) {
+    var xhr = event.detail.xhr;
+    say("The server answered " + xhr.status + " " + (xhr.statusText || "") + "; nothing was changed by this page.");
+  });
+  body.addEventListener("htmx:sendError", function () {
+    body.classList.add("offline");
+  });
+  body.addEventListener("htmx:afterRequest", function (event) {
+    if (event.detail.successful) { body.classList.remove("offline"); }
+  });
+
+  document.addEventListener("DOMContentLoaded", syncSelection);
+  syncSelection();
+})();

@@ -1,0 +1,83 @@
+"""A live Jobdeck for the browser tests: the real WSGI app served by
+waitress on 127.0.0.1 (port 0) in a thread, with a real worker pool, on a
+temporary SQLite file; Debian's Chromium driven by pytest-playwright.
+
+A missing /usr/bin/chromium fails these tests: CI must never skip them."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from waitress import create_server
+
+from app import create_app
+from app.runtime import Runtime
+from app.service import Jobdeck
+
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-results" / "screenshots"
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (the e2e tests never skip)")
+    return {
+        **browser_type_launch_args,
+        "executable_path": str(CHROMIUM),
+        "args": [
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run", "--disable-quic",
+        ],
+    }
+
+
+@dataclass
+class Live:
+    url: str
+    deck: Jobdeck
+
+    def shot(self, page: Any, name: str) -> None:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+@pytest.fixture
+def live(make_config: Any, registry: Any) -> Iterator[Live]:
+    config = make_config(
+        workers=2, backoff_base=0.2, backoff_cap=0.5,
+        dashboard={"poll_seconds": 1, "counts_cache_seconds": 0.5},
+    )  # fmt: skip
+    deck = Jobdeck(config, registry)
+    deck.init_db()
+    app = create_app(deck=deck)
+    server = create_server(app, host="127.0.0.1", port=0, threads=4, ident="jobdeck-e2e")
+    thread = threading.Thread(target=server.run, name="e2e-waitress", daemon=True)
+    thread.start()
+    runtime = Runtime(deck, workers=2, services=False)
+    runtime.start()
+    try:
+        yield Live(f"http://127.0.0.1:{server.effective_port}", deck)
+    finally:
+        runtime.stop(grace=2)
+        server.close()
+        thread.join(timeout=10)
+        deck.store.engine.dispose()
+
+
+@pytest.fixture
+def dialogs(page: Any) -> list[str]:
+    """Every alert/confirm/prompt the page raises (none is expected)."""
+    seen: list[str] = []
+
+    def on_dialog(dialog: Any) -> None:
+        seen.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", on_dialog)
+    return seen

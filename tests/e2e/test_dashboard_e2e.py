@@ -1,0 +1,116 @@
+"""The dashboard in real Chromium against a live server with real workers."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from app.states import State
+
+pytestmark = pytest.mark.e2e
+
+
+def _api(live, page, body):
+    r = page.request.post(f"{live.url}/api/jobs", data=body)
+    assert r.status == 201, r.text()
+    return r.json()["id"]
+
+
+def test_api_enqueued_job_appears_without_reload(live, page, dialogs):
+    page.goto(f"{live.url}/jobs/completed")
+    marker = page.evaluate("() => (window.__marker = Math.random())")
+    job_id = _api(live, page, {"type": "demo.noop", "payload": {"hello": "world"}})
+    expect(page.locator(f"#job-{job_id}")).to_be_visible(timeout=15000)
+    expect(page.locator("#tabs .tab.active .count")).not_to_have_text("0")
+    assert page.evaluate("() => window.__marker") == marker  # same document: no reload
+    page.goto(live.url + "/")
+    expect(page.locator(".stat-completed .stat-value")).to_have_text("1")
+    live.shot(page, "overview")
+    assert dialogs == []
+
+
+def test_failing_job_lands_in_dead_letter_with_both_attempts_then_retry(live, page, dialogs):
+    job_id = _api(live, page, {"type": "demo.fail", "payload": {"message": "card declined"}, "max_retries": 1})
+    page.goto(f"{live.url}/jobs/dead")
+    row = page.locator(f"#job-{job_id}")
+    expect(row).to_be_visible(timeout=20000)
+    expect(row).to_contain_text("card declined")
+    live.shot(page, "dead-letter")
+    row.locator("a").first.click()
+    expect(page.locator("#job-live .badge")).to_have_text("Dead letter")
+    timeline = page.locator(".timeline .attempt")
+    expect(timeline).to_have_count(2)
+    expect(page.locator(".timeline")).to_contain_text("Attempt 1")
+    expect(page.locator(".timeline")).to_contain_text("Attempt 2")
+    page.locator("details.traceback summary").first.click()
+    expect(page.locator("details.traceback pre").first).to_contain_text("RuntimeError: card declined")
+    live.shot(page, "job")
+    page.get_by_role("button", name="Retry", exact=True).click()
+    expect(page.locator(".flash-success")).to_contain_text(f"Job {job_id} retried.")
+    # Back to work with a fresh retry budget: two more attempts (demo.fail
+    # always fails), watched live on this page, and then dead letter again.
+    expect(page.locator(".timeline .attempt")).to_have_count(4, timeout=20000)
+    expect(page.locator("#job-live .badge")).to_have_text("Dead letter")
+    assert dialogs == []
+
+
+def test_discard_all_matching_empties_a_filtered_list(live, page, dialogs):
+    for n in range(4):
+        _api(live, page, {"type": "demo.fail", "payload": {"batch": "b1", "n": n}, "max_retries": 0})
+    other = _api(live, page, {"type": "demo.flaky", "payload": {"failures": 9}, "max_retries": 0})
+    page.goto(f"{live.url}/jobs/dead?type=demo.fail")
+    expect(page.locator("#job-rows tr.empty-row")).to_have_count(0, timeout=20000)
+    expect(page.locator("#job-rows tr")).to_have_count(4, timeout=20000)
+    page.get_by_role("button", name="Discard all matching…").click()
+    confirm = page.get_by_role("button", name="Discard all 4 matching")
+    expect(confirm).to_be_visible()
+    page.wait_for_timeout(1500)  # a poll or two pass: the open confirmation must survive them
+    expect(confirm).to_be_visible()
+    live.shot(page, "confirm")
+    confirm.click()
+    expect(page.locator("#confirm")).to_contain_text("4 of 4 discarded")
+    expect(page.locator("#job-rows")).to_contain_text("No dead letter jobs match this filter.")
+    assert live.deck.store.get(other).status is State.DEAD
+    page.goto(f"{live.url}/audit")
+    expect(page.locator("table.audit")).to_contain_text("discard all")
+    live.shot(page, "audit")
+    assert dialogs == []
+
+
+def test_edit_and_retry_a_dead_job_with_a_corrected_payload(live, page, dialogs):
+    job_id = _api(live, page, {"type": "demo.flaky", "payload": {"failures": 99}, "max_retries": 0})
+    page.goto(f"{live.url}/jobs/{job_id}")
+    expect(page.locator("#job-live .badge")).to_have_text("Dead letter", timeout=20000)
+    page.locator("details.edit-retry summary").click()
+    page.locator("textarea[name=payload]").fill("{not json")
+    page.get_by_role("button", name="Retry with this payload").click()
+    expect(page.locator(".field-error")).to_contain_text("Not valid JSON")
+    page.locator("textarea[name=payload]").fill('{"failures": 0}')
+    page.get_by_role("button", name="Retry with this payload").click()
+    expect(page.locator("#job-live .badge")).to_have_text("Completed", timeout=20000)
+    expect(page.locator(".old-payload")).to_have_count(1)
+    page.locator(".old-payload summary").click()
+    expect(page.locator(".old-payload pre")).to_contain_text('"failures": 99')
+    assert live.deck.store.get(job_id).result == {"succeeded_on_attempt": 2}
+    assert dialogs == []
+
+
+def test_selection_survives_polls_and_script_payloads_stay_text(live, page, dialogs):
+    evil = '<script>alert("xss")</script><img src=x onerror=alert(1)>'
+    ids = [_api(live, page, {"type": "demo.fail", "payload": {"note": evil}, "max_retries": 0}) for _ in range(2)]
+    page.goto(f"{live.url}/jobs/dead")
+    expect(page.locator("#job-rows input.row-select")).to_have_count(2, timeout=20000)
+    page.locator(f"#job-{ids[0]} input.row-select").check()
+    page.locator("input[name=q]").fill("half-typed")
+    page.wait_for_timeout(2500)  # two polls pass
+    expect(page.locator(f"#job-{ids[0]} input.row-select")).to_be_checked()
+    expect(page.locator("input[name=q]")).to_have_value("half-typed")
+    expect(page.locator("#selected-count")).to_have_text("1 selected")
+    page.get_by_role("button", name="Retry selected").click()
+    expect(page.locator(".flash-success")).to_contain_text("1 of 1 selected jobs retried.")
+    page.goto(f"{live.url}/jobs/{ids[1]}")
+    expect(page.locator("pre.json").first).to_contain_text("<img src=x onerror=alert(1)>")
+    page.goto(f"{live.url}/workers")
+    expect(page.locator("#workers-live")).to_contain_text("threads busy")
+    live.shot(page, "workers")
+    assert dialogs == []
