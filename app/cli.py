@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import signal
@@ -38,6 +39,8 @@ def _app(config: Config):  # type: ignore[no-untyped-def]
 
 
 def _logging(level: str) -> None:
+    # `kill -USR1 <pid>` prints every thread's stack: for a process that seems stuck.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 

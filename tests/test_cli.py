@@ -75,7 +75,16 @@ def test_serve_runs_jobs_and_sigterm_releases_running_ones(tmp_path: Path) -> No
         wait_for(lambda: http_json(f"{base}/api/jobs/{quick['id']}")["status"] == "completed")
         wait_for(lambda: http_json(f"{base}/api/jobs/{slow['id']}")["status"] == "running")
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=20)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # dump every thread's stack, then fail with it
+            try:
+                out, _ = proc.communicate(timeout=2)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, _ = proc.communicate()
+            raise AssertionError(f"serve did not stop within 30 s after SIGTERM:\n{out}") from None
     finally:
         if proc.poll() is None:
             proc.kill()
