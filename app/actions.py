@@ -13,7 +13,10 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from app.store import Store
 
 log = logging.getLogger("jobdeck.audit")
 
@@ -34,9 +37,16 @@ class Action:
 LISTENERS: list[Callable[[Action], None]] = []
 
 
-def record(actor: str, verb: str, target: str, at: datetime, **detail: Any) -> Action:
+def record(actor: str, verb: str, target: str, at: datetime, *, store: Store | None = None, **detail: Any) -> Action:
+    """Log the action, write it to the audit log (when given the store), and
+    tell the listeners."""
     action = Action(actor, verb, target, at, detail)
     log.info("%s by %s: %s %s", verb, actor, target, detail or "")
+    if store is not None:
+        from app.queries import record_action
+
+        job_id = detail.get("job_id")
+        record_action(store, actor, verb, at, count=1 if job_id else 0, job_id=job_id, detail=target)
     for listener in LISTENERS:
         listener(action)
     return action

@@ -10,6 +10,7 @@ from flask import Blueprint, current_app, jsonify, request
 from werkzeug.exceptions import BadRequest
 
 from app.errors import InvalidField, JobdeckError
+from app.queries import record_action
 from app.serialize import job_json
 from app.service import Jobdeck
 from app.states import State
@@ -202,7 +203,9 @@ def retry(job_id: int) -> Any:
     deck = _deck()
     _body()
     now = deck.clock()
-    return jsonify(job_json(deck.store.retry(job_id, now), now))
+    job = deck.store.retry(job_id, now)
+    record_action(deck.store, "api", "retry", now, count=1, job_id=job_id)
+    return jsonify(job_json(job, now))
 
 
 @bp.post("/jobs/<int:job_id>/discard")
@@ -210,7 +213,9 @@ def discard(job_id: int) -> Any:
     deck = _deck()
     _body()
     now = deck.clock()
-    return jsonify(job_json(deck.store.discard(job_id, now), now))
+    job = deck.store.discard(job_id, now)
+    record_action(deck.store, "api", "discard", now, count=1, job_id=job_id)
+    return jsonify(job_json(job, now))
 
 
 @bp.get("/openapi.json")

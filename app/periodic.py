@@ -302,7 +302,7 @@ class Periodic:
                 .values(schedule=name, fire_time=now, job_id=job.id, manual=True, created_at=now)
                 .on_conflict_do_nothing(index_elements=["schedule", "fire_time"])
             )
-        actions.record(actor, "schedule.run", name, now, job_id=job.id)
+        actions.record(actor, "schedule.run", name, now, store=self.store, job_id=job.id)
         return job
 
     def set_paused(self, name: str, paused: bool, now: datetime, actor: str) -> None:
@@ -315,7 +315,7 @@ class Periodic:
             values["checked_until"] = now
         with self.store.write() as conn:
             conn.execute(update(schedule_state).where(schedule_state.c.name == name).values(values))
-        actions.record(actor, "schedule.pause" if paused else "schedule.resume", name, now)
+        actions.record(actor, "schedule.pause" if paused else "schedule.resume", name, now, store=self.store)
 
     # -- reads ------------------------------------------------------------------
 

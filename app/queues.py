@@ -112,7 +112,7 @@ class QueueControls:
             conn.execute(stmt)
         with self._lock:
             self._read_at = None
-        actions.record(actor, "queue.pause" if paused else "queue.resume", name, now)
+        actions.record(actor, "queue.pause" if paused else "queue.resume", name, now, store=self.store)
         return self.describe(name)
 
     # -- reads ------------------------------------------------------------------

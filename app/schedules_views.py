@@ -60,10 +60,10 @@ def _check_csrf() -> None:
 
 
 def _actor() -> str:
-    from flask import g
+    from app.dashboard.auth import current_user
 
-    user = getattr(g, "user", None)
-    return str(getattr(user, "name", None) or user or "dashboard")
+    user = current_user()
+    return user.name if user is not None else "dashboard"
 
 
 def _json_run(run: dict[str, Any]) -> dict[str, Any]:
