@@ -23,6 +23,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from app.db import READONLY
 from app.errors import IdempotencyConflict, JobNotFound, NotHeld, TransitionRefused
 from app.models import attempts, effects, jobs, workers
+from app.notify import NOTIFY_SQL
 from app.states import State, Transition, sources
 
 Backoff = Callable[[str, int], float]
@@ -218,6 +219,12 @@ class Store:
         for fn in self._enqueue_listeners:
             fn()
 
+    def _notify_other_processes(self, conn: Connection) -> None:
+        """PostgreSQL: NOTIFY in the same transaction, so every process's
+        listener (app.notify) hears of the job exactly when it is committed."""
+        if self.dialect == "postgresql":
+            conn.exec_driver_sql(NOTIFY_SQL)
+
     def _notify_dead(self, dead: list[JobRecord]) -> None:
         if dead:
             for fn in self._dead_listeners:
@@ -268,6 +275,7 @@ class Store:
                     )
                     _check_same(existing, new)
                     return existing, False
+            self._notify_other_processes(conn)
         self._notify_enqueued()
         return JobRecord.from_row(row), True
 
@@ -309,6 +317,7 @@ class Store:
                 plain.sort()
                 it = iter(plain)
                 ids = [by_key[n.idempotency_key] if n.idempotency_key else next(it) for n in news]
+            self._notify_other_processes(conn)
         self._notify_enqueued()
         return ids
 
@@ -601,6 +610,8 @@ class Store:
         )
         with self.write() as conn:
             released = list(conn.execute(stmt).scalars())
+            if released:
+                self._notify_other_processes(conn)
         if released:
             self._notify_enqueued()
         return released
@@ -659,6 +670,7 @@ class Store:
                     .where(attempts.c.job_id == job_id, attempts.c.payload.is_(None))
                     .values(payload=old)
                 )
+            self._notify_other_processes(conn)
         self._notify_enqueued()
         return JobRecord.from_row(row)
 
@@ -686,6 +698,8 @@ class Store:
                     .returning(jobs.c.id)
                 ).scalars()
             )
+            if moved:
+                self._notify_other_processes(conn)
         if moved:
             self._notify_enqueued()
         return moved
