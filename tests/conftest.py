@@ -92,7 +92,9 @@ def backend(request: pytest.FixtureRequest) -> str:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # Tests marked ``backends`` (e.g. ``pytestmark = pytest.mark.backends``)
     # run once per database: same test code, so a difference is a failure.
-    if "backend" in metafunc.fixturenames and metafunc.definition.get_closest_marker("backends"):
+    # A test may pin one with @pytest.mark.parametrize("backend", ["postgres"], indirect=True).
+    pinned = any("backend" in str(m.args[0]) for m in metafunc.definition.iter_markers("parametrize"))
+    if "backend" in metafunc.fixturenames and metafunc.definition.get_closest_marker("backends") and not pinned:
         metafunc.parametrize("backend", ["sqlite", "postgres"], indirect=True)
 
 
