@@ -558,11 +558,20 @@ class Store:
         return JobRecord.from_row(row)
 
     def heartbeat_worker(self, worker_id: str, now: datetime) -> int:
-        """Heartbeat every job a worker holds, and the worker itself."""
+        """Heartbeat every job a worker holds, and the worker itself.
+
+        On PostgreSQL, rows another transaction holds (the acker finishing
+        them) are skipped, not waited for: waiting deadlocked with an ack
+        batch locking the same rows in another order, and a job being
+        finished needs no heartbeat (the next beat comes well within the
+        stall timeout)."""
+        held = select(jobs.c.id).where(jobs.c.worker_id == worker_id, jobs.c.status == _RUNNING)
+        if self.dialect == "postgresql":
+            held = held.with_for_update(skip_locked=True)
         with self.write() as conn:
             n = conn.execute(
                 update(jobs)
-                .where(jobs.c.worker_id == worker_id, jobs.c.status == _RUNNING)
+                .where(jobs.c.id.in_(held.scalar_subquery()), jobs.c.status == _RUNNING)
                 .values(heartbeat_at=now)
             ).rowcount
             conn.execute(update(workers).where(workers.c.id == worker_id).values(heartbeat_at=now))
@@ -730,9 +739,10 @@ class Store:
             self._insert()(effects)
             .values(key=key, job_id=job_id, attempt=attempt, created_at=now)
             .on_conflict_do_nothing(index_elements=["key"])
+            .returning(effects.c.key)  # an INSERT's rowcount is -1 on psycopg: ask for the row
         )
         with self.write() as conn:
-            return bool(conn.execute(stmt).rowcount)
+            return conn.execute(stmt).first() is not None
 
     def forget_effect(self, key: str) -> None:
         """Undo ``record_effect`` when the side effect itself raised."""

@@ -222,3 +222,21 @@ def test_fail_then_retry_is_the_same_on_both_databases(deck, clock):
     (again,) = deck.store.claim("w", clock(), limit=1)
     (dead,) = deck.store.fail_many([Outcome(job.id, "w", attempt=again.attempt, error="boom")], clock())
     assert dead.status is State.DEAD and [a.outcome for a in deck.store.attempts_of(job.id)] == ["failed", "failed"]
+
+
+def test_effects_ledger_records_a_key_once_on_both_databases(deck, clock):
+    """INSERT ... ON CONFLICT DO NOTHING reports no rowcount on psycopg; the
+    ledger must still say "already performed" the second time."""
+    assert deck.store.record_effect("charge:o1", 1, 1, clock()) is True
+    assert deck.store.record_effect("charge:o1", 2, 1, clock()) is False
+    deck.store.forget_effect("charge:o1")
+    assert deck.store.record_effect("charge:o1", 2, 1, clock()) is True
+
+
+def test_heartbeat_reaches_every_held_job(deck, clock):
+    deck.enqueue_many([{"type": "demo.noop"} for _ in range(5)])
+    held = deck.store.claim("w", clock(), limit=5)
+    later = clock.advance(30)
+    assert deck.store.heartbeat_worker("w", later) == 5
+    assert {deck.store.get(j.id).heartbeat_at for j in held} == {later}
+    assert deck.store.rescue_stalled(later, stall_timeout=10) == []
