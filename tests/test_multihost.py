@@ -34,7 +34,7 @@ from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.backends]
 ROOT = Path(__file__).parents[1]
-STALL_TIMEOUT = 5.0
+STALL_TIMEOUT = 4.0
 # The stalled-job sweeper runs inside every process once app.maintenance is
 # merged; until then this test sweeps from its own loop (Store.rescue_stalled).
 HAS_SWEEPER = importlib.util.find_spec("app.maintenance") is not None
@@ -176,7 +176,7 @@ def test_three_processes_share_one_database(db_url, tmp_path, backend):
 
         # SIGKILL one process while it holds jobs; the others rescue and finish them.
         sleepers = store.enqueue_many(
-            [NewJob("demo.sleep", {"seconds": 1.5}, max_retries=2) for _ in range(24)], store_now()
+            [NewJob("demo.sleep", {"seconds": 1.0}, max_retries=2) for _ in range(12)], store_now()
         )
 
         def victim() -> int | None:
