@@ -15,9 +15,9 @@ before upgrading, so its jobs are kept.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +155,9 @@ def differences(engine: Engine) -> list[Any]:
     removed = {d[1].name: d[1] for d in diffs if isinstance(d, tuple) and d[0] == "remove_index"}
     added = {d[1].name: d[1] for d in diffs if isinstance(d, tuple) and d[0] == "add_index"}
     same = {name for name in removed.keys() & added.keys() if _columns(removed[name]) == _columns(added[name])}
-    return [d for d in diffs if not (isinstance(d, tuple) and d[0] in ("remove_index", "add_index") and d[1].name in same)]
+    return [
+        d for d in diffs if not (isinstance(d, tuple) and d[0] in ("remove_index", "add_index") and d[1].name in same)
+    ]
 
 
 def _columns(index: Index) -> list[str]:

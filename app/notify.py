@@ -35,7 +35,7 @@ NOTIFY_SQL = f"NOTIFY {CHANNEL}"
 
 # TCP keepalives: a silently dropped connection (a host or network gone, not
 # a restart, which closes the socket) is noticed within about 25 s.
-_KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
+_KEEPALIVE: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
 
 
 def conninfo(url: str | URL) -> str:

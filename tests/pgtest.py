@@ -32,7 +32,9 @@ def required() -> bool:
 def admin_engine() -> Engine:
     url = base_url()
     if url is None:
-        message = "PostgreSQL tests need JOBDECK_TEST_POSTGRES_URL (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test)"
+        message = (
+            "PostgreSQL tests need JOBDECK_TEST_POSTGRES_URL (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test)"
+        )
         if required():
             pytest.fail(message)
         pytest.skip(message)

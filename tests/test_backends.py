@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import event, func, select, text
+from sqlalchemy.exc import SQLAlchemyError
 
 from app.db import make_engine
 from app.models import attempts, jobs
@@ -183,7 +184,7 @@ def test_workers_ride_out_the_loss_of_every_connection(make_config, registry, ot
                     return conn.execute(
                         select(func.count()).where(jobs.c.status == State.COMPLETED.value)
                     ).scalar_one() == len(ids)
-            except Exception:  # its own connection was cut too: look again
+            except SQLAlchemyError:  # its own connection was cut too: look again
                 return False
 
         wait_for(all_completed, 60, interval=0.1, message="every job to complete")
@@ -194,7 +195,9 @@ def test_workers_ride_out_the_loss_of_every_connection(make_config, registry, ot
     with other_process_store.read() as conn:
         per_job = dict(
             conn.execute(
-                select(attempts.c.job_id, func.count()).where(attempts.c.outcome == "completed").group_by(attempts.c.job_id)
+                select(attempts.c.job_id, func.count())
+                .where(attempts.c.outcome == "completed")
+                .group_by(attempts.c.job_id)
             ).all()
         )
     assert set(per_job) == set(ids) and set(per_job.values()) == {1}
@@ -207,7 +210,7 @@ def _enqueue_retrying(store: Store, news: list[NewJob], clock) -> list[int]:
     while True:
         try:
             return store.enqueue_many(news, clock())
-        except Exception:
+        except SQLAlchemyError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)  # noqa: jobdeck-sleep -- client backoff between retries

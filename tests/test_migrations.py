@@ -77,7 +77,7 @@ def test_upgrade_from_the_previous_revision_keeps_every_job(engine, clock):
     assert _states(store) == before
     assert {j: store.attempts_of(j) for j in before} == attempts_before
     assert store.effect_recorded("charge:1")
-    again, created = store.enqueue(NewJob(type="demo.noop", idempotency_key="order-1"), clock())
+    _, created = store.enqueue(NewJob(type="demo.noop", idempotency_key="order-1"), clock())
     assert not created
     # And the upgraded database keeps working: the due jobs are claimed.
     due = [j for j, s in before.items() if s in (State.PENDING, State.FAILED)]
@@ -154,9 +154,7 @@ def test_concurrent_upgrades_migrate_once(db_url):
 def test_postgres_gets_the_autovacuum_settings(engine):
     migrate.upgrade(engine)
     with engine.connect() as conn:
-        options = conn.execute(
-            text("SELECT reloptions FROM pg_class WHERE oid = 'jobs'::regclass")
-        ).scalar_one()
+        options = conn.execute(text("SELECT reloptions FROM pg_class WHERE oid = 'jobs'::regclass")).scalar_one()
     assert "autovacuum_vacuum_scale_factor=0.01" in options
     assert "fillfactor=90" in options
 

@@ -17,14 +17,15 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from app.db import make_engine
 from app.models import attempts, demo_charges, jobs, workers
@@ -74,8 +75,11 @@ class Cluster:
                 self.procs.append(
                     subprocess.Popen(
                         [sys.executable, "-m", "app.cli", *args, "--log-level", "warning"],
-                        cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT,
-                    )  # fmt: skip
+                        cwd=ROOT,
+                        env=env,
+                        stdout=fh,
+                        stderr=subprocess.STDOUT,
+                    )
                 )
 
     def tails(self) -> str:
@@ -137,7 +141,7 @@ def test_three_processes_share_one_database(db_url, tmp_path, backend):
             try:
                 with store.read() as conn:
                     return conn.execute(select(func.count()).select_from(workers)).scalar_one() == 3
-            except Exception:  # the schema is still being created
+            except SQLAlchemyError:  # the schema is still being created
                 return False
 
         wait_for(registered, 60, interval=0.1, message="three processes to register")
@@ -169,7 +173,9 @@ def test_three_processes_share_one_database(db_url, tmp_path, backend):
                 conn.execute(select(demo_charges.c.order_id, func.count()).group_by(demo_charges.c.order_id)).all()
             )
             workers_used = conn.execute(select(func.count(func.distinct(attempts.c.worker_id)))).scalar_one()
-        wrong = [(i, final[i], tries.get(i), want) for i, want in by_id.items() if (State(final[i]), tries.get(i)) != want]
+        wrong = [
+            (i, final[i], tries.get(i), want) for i, want in by_id.items() if (State(final[i]), tries.get(i)) != want
+        ]
         assert wrong == [], f"{len(wrong)} jobs ended wrongly, e.g. {wrong[:5]}"
         assert charges == {f"o{n}": 1 for n in range(1000)}
         assert workers_used == 3
@@ -222,10 +228,8 @@ def test_three_processes_share_one_database(db_url, tmp_path, backend):
         engine.dispose()
 
 
-def store_now():  # type: ignore[no-untyped-def]
-    from datetime import datetime, timezone
-
-    return datetime.now(timezone.utc)
+def store_now() -> datetime:
+    return datetime.now(UTC)
 
 
 # Cron once per fire time across the three: needs the scheduler branch
@@ -252,12 +256,14 @@ def test_cron_fires_once_per_fire_time_across_three_processes(db_url, tmp_path):
             try:
                 with store.read() as conn:
                     return int(conn.execute(select(func.count()).where(jobs.c.type == "demo.noop")).scalar_one())
-            except Exception:  # the schema is still being created
+            except SQLAlchemyError:  # the schema is still being created
                 return 0
 
         wait_for(lambda: fired() >= 5, 60, interval=0.2, message="five fire times")
         with store.read() as conn:
-            rows = conn.execute(select(jobs.c.idempotency_key, jobs.c.created_at).where(jobs.c.type == "demo.noop")).all()
+            rows = conn.execute(
+                select(jobs.c.idempotency_key, jobs.c.created_at).where(jobs.c.type == "demo.noop")
+            ).all()
         keys = [r.idempotency_key for r in rows]
         assert all(keys) and len(keys) == len(set(keys))
         span = (max(r.created_at for r in rows) - min(r.created_at for r in rows)).total_seconds()

@@ -19,15 +19,15 @@ so an update usually writes to the page it already has. These are
 per-table storage parameters: changing them takes a lock that does not block
 reads or writes, so the upgrade is safe while the previous release is running.
 """
-from typing import Sequence, Union
+from collections.abc import Sequence
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision: str = '0002'
-down_revision: Union[str, Sequence[str], None] = '0001'
-branch_labels: Union[str, Sequence[str], None] = None
-depends_on: Union[str, Sequence[str], None] = None
+down_revision: str | Sequence[str] | None = '0001'
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
 
 JOBS_STORAGE = {
     'autovacuum_vacuum_scale_factor': '0.01',
