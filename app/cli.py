@@ -7,6 +7,8 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -200,11 +202,16 @@ def db() -> None:
     """Database schema migrations (Alembic; revisions in app/migrations)."""
 
 
-def _engine():  # type: ignore[no-untyped-def]
+@contextmanager
+def _engine() -> Iterator[Any]:
     from app.db import make_engine
 
     config = _config(False)
-    return make_engine(config.resolved_database_url(), synchronous=config.sqlite_synchronous, pool_size=2)
+    engine = make_engine(config.resolved_database_url(), synchronous=config.sqlite_synchronous, pool_size=2)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
 
 
 @db.command("upgrade")
@@ -214,10 +221,10 @@ def db_upgrade(revision: str) -> None:
     from several hosts at once: one migrates, the others wait and find it done."""
     from app import migrate
 
-    engine = _engine()
-    before = migrate.current(engine)
-    migrate.upgrade(engine, revision)
-    after = migrate.current(engine)
+    with _engine() as engine:
+        before = migrate.current(engine)
+        migrate.upgrade(engine, revision)
+        after = migrate.current(engine)
     click.echo(f"schema at {', '.join(sorted(after))} (was {', '.join(sorted(before)) or 'unversioned'})")
 
 
@@ -227,9 +234,9 @@ def db_downgrade(revision: str) -> None:
     """Downgrade the schema to REVISION (e.g. 0001, or -1)."""
     from app import migrate
 
-    engine = _engine()
-    migrate.downgrade(engine, revision)
-    click.echo(f"schema at {', '.join(sorted(migrate.current(engine))) or 'base'}")
+    with _engine() as engine:
+        migrate.downgrade(engine, revision)
+        click.echo(f"schema at {', '.join(sorted(migrate.current(engine))) or 'base'}")
 
 
 @db.command("current")
@@ -237,7 +244,8 @@ def db_current() -> None:
     """Show the schema revision of the database and the code's head."""
     from app import migrate
 
-    have = migrate.current(_engine())
+    with _engine() as engine:
+        have = migrate.current(engine)
     click.echo(f"database: {', '.join(sorted(have)) or 'unversioned'}; code: {', '.join(sorted(migrate.heads()))}")
     if have != migrate.heads():
         sys.exit(1)
@@ -252,7 +260,8 @@ def db_revision(message: str, empty: bool) -> None:
     JOBDECK_DATABASE_URL at a scratch database (a fresh SQLite file will do)."""
     from app import migrate
 
-    path = migrate.revision(_engine(), message, autogenerate=not empty)
+    with _engine() as engine:
+        path = migrate.revision(engine, message, autogenerate=not empty)
     click.echo(f"wrote {path}; review it (ALTERs on SQLite go through batch_alter_table) and commit it")
 
 
