@@ -46,6 +46,9 @@ class Config:
     sweep_interval: float = 5.0
     shutdown_grace: float = 30.0
     claim_batch: int = 100
+    auto_migrate: bool = True
+    """Upgrade the database schema at start-up (``jobdeck db upgrade``).
+    Off: start-up refuses to run on a schema older than the code."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Tables of the file that other parts of Jobdeck read (schedules, ...)."""
 
@@ -75,6 +78,7 @@ ENV_KEYS = (
     "api_token", "secret_key", "max_payload_bytes", "default_max_retries",
     "poll_interval", "heartbeat_interval", "stall_timeout", "sweep_interval",
     "shutdown_grace", "claim_batch",
+    "auto_migrate",
 )  # fmt: skip
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Config) if f.name != "extra"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +46,7 @@ def _sqlite_engine(url: str, synchronous: str, pool_size: int) -> Engine:
         # Let SQLAlchemy own BEGIN so it can be IMMEDIATE (see _on_begin).
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
+        _journal_mode_wal(cur)
         cur.execute(f"PRAGMA synchronous={synchronous}")
         cur.execute("PRAGMA busy_timeout=30000")
         cur.execute("PRAGMA foreign_keys=ON")
@@ -60,6 +62,22 @@ def _sqlite_engine(url: str, synchronous: str, pool_size: int) -> Engine:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def _journal_mode_wal(cur: Any) -> None:
+    """Switching a new file to WAL needs an exclusive lock, and SQLite does
+    not call the busy handler for it: processes opening a fresh database at
+    once (three hosts' worth on one machine) got "database is locked" at
+    once. Retry for as long as the busy timeout would have waited."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)  # noqa: jobdeck-sleep -- backoff between retries of one pragma
 
 
 def create_schema(engine: Engine) -> None:

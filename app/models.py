@@ -99,6 +99,16 @@ class Job(Base):
             sqlite_where=text(f"status IN ({_claimable_list})"),
             postgresql_where=text(f"status IN ({_claimable_list})"),
         ),
+        # The claim of a pool restricted to some queues (revision 0002).
+        Index(
+            "ix_jobs_claim_queue",
+            "queue",
+            text("priority DESC"),
+            "available_at",
+            "id",
+            sqlite_where=text(f"status IN ({_claimable_list})"),
+            postgresql_where=text(f"status IN ({_claimable_list})"),
+        ),
         Index("ix_jobs_status_id", "status", "id"),
         Index(
             "ix_jobs_running_worker",

@@ -36,6 +36,12 @@ class Runtime:
         threads = deck.config.workers if workers is None else workers
         self.pool: WorkerPool | None = WorkerPool(deck, threads) if threads > 0 else None
         self.services: list[Service] = []
+        if self.pool is not None:
+            from app.notify import listener_for
+
+            listener = listener_for(deck, self.pool.wake)  # PostgreSQL: LISTEN for other processes' jobs
+            if listener is not None:
+                self.services.append(listener)
         if services:
             for factory in SERVICE_FACTORIES:
                 service = factory(deck)

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from app.config import Config
-from app.db import create_schema, make_engine
+from app.db import make_engine
 from app.errors import InvalidField, PayloadTooLarge, UnknownType
 from app.handlers import Registry
 from app.handlers import registry as default_registry
@@ -46,7 +46,11 @@ class Jobdeck:
         self.store.backoff = self.backoff
 
     def init_db(self) -> None:
-        create_schema(self.store.engine)
+        """Bring the schema to the code's revision (Alembic, see app.migrate);
+        with ``auto_migrate`` off, refuse a schema that is behind."""
+        from app.migrate import ensure_current
+
+        ensure_current(self.store.engine, self.config.auto_migrate)
 
     # -- policy -------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from app.db import READONLY
 from app.errors import IdempotencyConflict, JobNotFound, NotHeld, TransitionRefused
 from app.models import attempts, effects, jobs, workers
+from app.notify import NOTIFY_SQL
 from app.states import State, Transition, sources
 
 Backoff = Callable[[str, int], float]
@@ -220,6 +221,12 @@ class Store:
         for fn in self._enqueue_listeners:
             fn()
 
+    def _notify_other_processes(self, conn: Connection) -> None:
+        """PostgreSQL: NOTIFY in the same transaction, so every process's
+        listener (app.notify) hears of the job exactly when it is committed."""
+        if self.dialect == "postgresql":
+            conn.exec_driver_sql(NOTIFY_SQL)
+
     def _notify_dead(self, dead: list[JobRecord]) -> None:
         if dead:
             for fn in self._dead_listeners:
@@ -271,6 +278,7 @@ class Store:
                     _check_same(existing, new)
                     return existing, False
                 row = inserted
+            self._notify_other_processes(conn)
         self._notify_enqueued()
         return JobRecord.from_row(row), True
 
@@ -312,6 +320,7 @@ class Store:
                 plain.sort()
                 it = iter(plain)
                 ids = [by_key[n.idempotency_key] if n.idempotency_key else next(it) for n in news]
+            self._notify_other_processes(conn)
         self._notify_enqueued()
         return ids
 
@@ -562,11 +571,20 @@ class Store:
         return JobRecord.from_row(row)
 
     def heartbeat_worker(self, worker_id: str, now: datetime) -> int:
-        """Heartbeat every job a worker holds, and the worker itself."""
+        """Heartbeat every job a worker holds, and the worker itself.
+
+        On PostgreSQL, rows another transaction holds (the acker finishing
+        them) are skipped, not waited for: waiting deadlocked with an ack
+        batch locking the same rows in another order, and a job being
+        finished needs no heartbeat (the next beat comes well within the
+        stall timeout)."""
+        held = select(jobs.c.id).where(jobs.c.worker_id == worker_id, jobs.c.status == _RUNNING)
+        if self.dialect == "postgresql":
+            held = held.with_for_update(skip_locked=True)
         with self.write() as conn:
             n = conn.execute(
                 update(jobs)
-                .where(jobs.c.worker_id == worker_id, jobs.c.status == _RUNNING)
+                .where(jobs.c.id.in_(held.scalar_subquery()), jobs.c.status == _RUNNING)
                 .values(heartbeat_at=now)
             ).rowcount
             conn.execute(update(workers).where(workers.c.id == worker_id).values(heartbeat_at=now))
@@ -614,6 +632,8 @@ class Store:
         )
         with self.write() as conn:
             released = list(conn.execute(stmt).scalars())
+            if released:
+                self._notify_other_processes(conn)
         if released:
             self._notify_enqueued()
         return released
@@ -672,6 +692,7 @@ class Store:
                     .where(attempts.c.job_id == job_id, attempts.c.payload.is_(None))
                     .values(payload=old)
                 )
+            self._notify_other_processes(conn)
         self._notify_enqueued()
         return JobRecord.from_row(row)
 
@@ -699,6 +720,8 @@ class Store:
                     .returning(jobs.c.id)
                 ).scalars()
             )
+            if moved:
+                self._notify_other_processes(conn)
         if moved:
             self._notify_enqueued()
         return moved
@@ -729,9 +752,10 @@ class Store:
             self._insert()(effects)
             .values(key=key, job_id=job_id, attempt=attempt, created_at=now)
             .on_conflict_do_nothing(index_elements=["key"])
+            .returning(effects.c.key)  # an INSERT's rowcount is -1 on psycopg: ask for the row
         )
         with self.write() as conn:
-            return bool(conn.execute(stmt).rowcount)
+            return conn.execute(stmt).first() is not None
 
     def forget_effect(self, key: str) -> None:
         """Undo ``record_effect`` when the side effect itself raised."""

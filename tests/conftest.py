@@ -72,8 +72,30 @@ def sqlite_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return sqlite_url(tmp_path)
+def db_url(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The database of one test: a fresh SQLite file, or (for tests marked
+    ``backends`` running their postgres variant) a fresh PostgreSQL schema."""
+    if backend == "postgres":
+        from tests.pgtest import fresh_schema
+
+        yield from fresh_schema(request)
+        return
+    yield sqlite_url(tmp_path)
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> str:
+    """``sqlite``, or the backend a ``backends``-marked test was parametrized with."""
+    return str(getattr(request, "param", "sqlite"))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # Tests marked ``backends`` (e.g. ``pytestmark = pytest.mark.backends``)
+    # run once per database: same test code, so a difference is a failure.
+    # A test may pin one with @pytest.mark.parametrize("backend", ["postgres"], indirect=True).
+    pinned = any("backend" in str(m.args[0]) for m in metafunc.definition.iter_markers("parametrize"))
+    if "backend" in metafunc.fixturenames and metafunc.definition.get_closest_marker("backends") and not pinned:
+        metafunc.parametrize("backend", ["sqlite", "postgres"], indirect=True)
 
 
 @pytest.fixture

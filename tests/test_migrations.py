@@ -1,0 +1,182 @@
+"""Alembic manages the schema on both databases: the upgrade path is the one
+every test's ``deck`` takes, and these tests pin what it must keep true."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from sqlalchemy import inspect, text
+
+from app import migrate
+from app.config import ConfigError
+from app.db import make_engine
+from app.service import Jobdeck
+from app.states import State
+from app.store import NewJob, Outcome, Store
+
+pytestmark = pytest.mark.backends
+
+
+@pytest.fixture
+def engine(db_url):
+    e = make_engine(db_url, pool_size=4)
+    yield e
+    e.dispose()
+
+
+def _fill(store: Store, clock) -> dict[int, State]:
+    """Jobs in every state, with attempts and an effect: what an upgrade must keep."""
+    now = clock()
+    ids = store.enqueue_many([NewJob(type="demo.noop", payload={"n": i}) for i in range(30)], now)
+    store.enqueue(NewJob(type="demo.noop", idempotency_key="order-1"), now)
+    claimed = store.claim("w1", now, limit=6)
+    store.complete_many([Outcome(j.id, "w1", attempt=j.attempt) for j in claimed[:2]], now)
+    store.fail_many([Outcome(j.id, "w1", attempt=j.attempt, error="boom") for j in claimed[2:4]], now)
+    store.fail_many([Outcome(j.id, "w1", attempt=j.attempt, error="bad", retryable=False) for j in claimed[4:5]], now)
+    store.discard(ids[-1], now)
+    store.record_effect("charge:1", claimed[0].id, 1, now)
+    with store.read() as conn:
+        return {row.id: State(row.status) for row in conn.execute(text("SELECT id, status FROM jobs"))}
+
+
+def _states(store: Store) -> dict[int, State]:
+    with store.read() as conn:
+        return {row.id: State(row.status) for row in conn.execute(text("SELECT id, status FROM jobs"))}
+
+
+def test_fresh_upgrade_matches_the_models(engine):
+    """Any model change without its revision fails here (and tells you the command)."""
+    migrate.upgrade(engine)
+    assert migrate.current(engine) == migrate.heads()
+    diffs = migrate.differences(engine)
+    assert diffs == [], f"models and migrations differ; add a revision with `jobdeck db revision -m ...`: {diffs}"
+    names = {ix["name"] for ix in inspect(engine).get_indexes("jobs")}
+    assert {"ix_jobs_claim", "ix_jobs_claim_queue"} <= names
+
+
+def test_a_model_change_without_revision_is_detected(engine):
+    migrate.upgrade(engine)
+    with engine.begin() as conn:
+        conn.execute(text("DROP INDEX ix_jobs_type_status_id"))
+    diffs = migrate.differences(engine)
+    assert [d[0] for d in diffs] == ["add_index"] and diffs[0][1].name == "ix_jobs_type_status_id"
+
+
+def test_upgrade_from_the_previous_revision_keeps_every_job(engine, clock):
+    migrate.upgrade(engine, migrate.BASELINE)
+    assert migrate.current(engine) == {migrate.BASELINE}
+    assert "ix_jobs_claim_queue" not in {ix["name"] for ix in inspect(engine).get_indexes("jobs")}
+    store = Store(engine)
+    before = _fill(store, clock)
+    attempts_before = {j: store.attempts_of(j) for j in before}
+
+    migrate.upgrade(engine)
+
+    assert migrate.current(engine) == migrate.heads()
+    assert _states(store) == before
+    assert {j: store.attempts_of(j) for j in before} == attempts_before
+    assert store.effect_recorded("charge:1")
+    _, created = store.enqueue(NewJob(type="demo.noop", idempotency_key="order-1"), clock())
+    assert not created
+    # And the upgraded database keeps working: the due jobs are claimed.
+    due = [j for j, s in before.items() if s in (State.PENDING, State.FAILED)]
+    claimed = store.claim("w2", clock().replace(year=2030), limit=100)
+    assert sorted(j.id for j in claimed) == sorted(due)
+
+
+def test_a_database_made_before_migrations_is_adopted(engine, clock):
+    """A database created by create_all (no alembic_version) is stamped at the
+    baseline and upgraded; nothing is recreated, nothing is lost."""
+    migrate.upgrade(engine, migrate.BASELINE)
+    with engine.begin() as conn:
+        conn.execute(text("DROP TABLE alembic_version"))
+    before = _fill(Store(engine), clock)
+    assert migrate.current(engine) == set()
+    migrate.ensure_current(engine, auto_migrate=True)
+    assert migrate.current(engine) == migrate.heads()
+    assert _states(Store(engine)) == before
+
+
+def test_downgrade_and_upgrade_again(engine, clock):
+    migrate.upgrade(engine)
+    before = _fill(Store(engine), clock)
+    migrate.downgrade(engine, migrate.BASELINE)
+    assert "ix_jobs_claim_queue" not in {ix["name"] for ix in inspect(engine).get_indexes("jobs")}
+    migrate.upgrade(engine)
+    assert _states(Store(engine)) == before
+    assert migrate.differences(engine) == []
+
+
+def test_auto_migrate_off_refuses_an_old_schema(make_config, registry, engine):
+    migrate.upgrade(engine, migrate.BASELINE)
+    deck = Jobdeck(make_config(auto_migrate=False), registry)
+    try:
+        with pytest.raises(ConfigError, match=r"auto_migrate: .*revision 0001.*jobdeck db upgrade"):
+            deck.init_db()
+        deck.config.auto_migrate = True
+        deck.init_db()
+        assert migrate.current(deck.store.engine) == migrate.heads()
+        deck.config.auto_migrate = False
+        deck.init_db()  # current: starts
+    finally:
+        deck.store.engine.dispose()
+
+
+def test_concurrent_upgrades_migrate_once(db_url):
+    """Several hosts starting together: one migrates, the others find it done."""
+    engines = [make_engine(db_url, pool_size=1) for _ in range(4)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(engines))
+
+    def run(e):
+        barrier.wait()
+        try:
+            migrate.ensure_current(e, auto_migrate=True)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(e,)) for e in engines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    try:
+        assert errors == []
+        assert migrate.current(engines[0]) == migrate.heads()
+        assert migrate.differences(engines[0]) == []
+    finally:
+        for e in engines:
+            e.dispose()
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_postgres_gets_the_autovacuum_settings(engine):
+    migrate.upgrade(engine)
+    with engine.connect() as conn:
+        options = conn.execute(text("SELECT reloptions FROM pg_class WHERE oid = 'jobs'::regclass")).scalar_one()
+    assert "autovacuum_vacuum_scale_factor=0.01" in options
+    assert "fillfactor=90" in options
+
+
+def test_cli_db_upgrade_and_current(db_url, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from app.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("JOBDECK_CONFIG", raising=False)
+    runner = CliRunner(env={"JOBDECK_DATABASE_URL": db_url})
+
+    def cli(*args):
+        return runner.invoke(main, ["db", *args], catch_exceptions=False)
+
+    r = cli("current")
+    assert r.exit_code == 1 and "database: unversioned" in r.output
+    r = cli("upgrade", migrate.BASELINE)
+    assert r.exit_code == 0 and "schema at 0001 (was unversioned)" in r.output
+    r = cli("upgrade")
+    head = ", ".join(sorted(migrate.heads()))
+    assert r.exit_code == 0 and f"schema at {head} (was 0001)" in r.output
+    r = cli("current")
+    assert r.exit_code == 0 and f"database: {head}; code: {head}" in r.output
