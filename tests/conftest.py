@@ -135,6 +135,24 @@ def live_deck(make_config: Callable[..., Any], registry: Registry) -> Iterator[J
 
 
 @pytest.fixture
+def make_deck(make_config: Callable[..., Any], registry: Registry) -> Iterator[Callable[..., Jobdeck]]:
+    """Build more Jobdecks on the test database (with config overrides); each
+    is initialised, and its connections closed at teardown."""
+    made: list[Jobdeck] = []
+
+    def make(clock: Callable[[], Any] | None = None, **overrides: Any) -> Jobdeck:
+        kwargs: dict[str, Any] = {"clock": clock} if clock is not None else {}
+        d = Jobdeck(make_config(**overrides), registry, **kwargs)
+        d.init_db()
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        d.store.engine.dispose()
+
+
+@pytest.fixture
 def app(deck: Jobdeck) -> Any:
     flask_app = create_app(deck=deck)
     flask_app.config["TESTING"] = True

@@ -81,8 +81,8 @@ def test_malformed_json_is_400(client) -> None:
     assert client.post(JOBS, data="[1]", content_type="application/json").status_code == 422
 
 
-def test_payload_over_the_limit_is_413(make_config, registry, clock) -> None:
-    deck = Jobdeck(make_config(max_payload_bytes=1024), registry, clock=clock)
+def test_payload_over_the_limit_is_413(make_deck, clock) -> None:
+    deck = make_deck(clock, max_payload_bytes=1024)
     client = create_app(deck=deck).test_client()
     r = post(client, JOBS, {"type": "demo.noop", "payload": {"blob": "x" * 2000}})
     assert r.status_code == 413
@@ -196,8 +196,8 @@ def test_unknown_routes_and_methods_answer_json(client) -> None:
     assert r.status_code == 405 and "error" in r.get_json()
 
 
-def test_bearer_token(make_config, registry, clock) -> None:
-    deck = Jobdeck(make_config(api_token="s3cret"), registry, clock=clock)
+def test_bearer_token(make_deck, clock) -> None:
+    deck = make_deck(clock, api_token="s3cret")
     client = create_app(deck=deck).test_client()
     r = post(client, JOBS, {"type": "demo.noop"})
     assert r.status_code == 401 and check(r, "/api/jobs", "post")["error"] == "missing or invalid bearer token"

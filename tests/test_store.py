@@ -12,6 +12,8 @@ from app.service import Jobdeck
 from app.states import State
 from app.store import JobFilter, Outcome
 
+pytestmark = pytest.mark.backends
+
 
 def test_claim_order_priority_then_available_then_id(deck: Jobdeck, clock) -> None:
     now = clock()

@@ -12,6 +12,8 @@ from app.service import Jobdeck
 from app.states import ALL_STATES, SOURCES, TARGETS, State, Transition, refusal
 from tests.helpers import force_state
 
+pytestmark = pytest.mark.backends
+
 
 def _claim(deck: Jobdeck, job_id: int) -> State | None:
     got = deck.store.claim("w2", deck.clock(), limit=10)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import threading
 
 from sqlalchemy import func, select
@@ -12,6 +14,8 @@ from app.service import Jobdeck
 from app.states import State
 from app.worker import WorkerPool
 from tests.conftest import wait_for
+
+pytestmark = pytest.mark.backends
 
 
 def _status(deck: Jobdeck, job_id: int) -> State:
@@ -54,9 +58,8 @@ def test_enqueue_wakes_the_pool_without_waiting_for_a_poll(live_deck: Jobdeck) -
         pool.stop(grace=1)
 
 
-def test_pool_claims_only_types_it_handles(make_config, registry: Registry) -> None:
-    deck = Jobdeck(make_config(external_types=["pdf.render"]), registry)
-    deck.init_db()
+def test_pool_claims_only_types_it_handles(make_deck, registry: Registry) -> None:
+    deck = make_deck(external_types=["pdf.render"])
     external, _ = deck.enqueue("pdf.render")
     mine, _ = deck.enqueue("demo.noop")
     pool = _pool(deck)
@@ -68,7 +71,7 @@ def test_pool_claims_only_types_it_handles(make_config, registry: Registry) -> N
         pool.stop(grace=1)
 
 
-def test_timeout_fails_the_attempt_and_refuses_the_late_result(make_config, registry: Registry) -> None:
+def test_timeout_fails_the_attempt_and_refuses_the_late_result(make_deck, registry: Registry) -> None:
     release = threading.Event()
     entered = threading.Event()
 
@@ -78,8 +81,7 @@ def test_timeout_fails_the_attempt_and_refuses_the_late_result(make_config, regi
         release.wait(30)
         return "late"
 
-    deck = Jobdeck(make_config(), registry)
-    deck.init_db()
+    deck = make_deck()
     job, _ = deck.enqueue("test.hang")
     other, _ = deck.enqueue("demo.noop")
     pool = _pool(deck, threads=1)
@@ -98,7 +100,7 @@ def test_timeout_fails_the_attempt_and_refuses_the_late_result(make_config, regi
     assert final.status is State.DEAD and final.result is None
 
 
-def test_graceful_shutdown_waits_then_releases(make_config, registry: Registry) -> None:
+def test_graceful_shutdown_waits_then_releases(make_deck, registry: Registry) -> None:
     gate = threading.Event()
     started = threading.Semaphore(0)
 
@@ -109,8 +111,7 @@ def test_graceful_shutdown_waits_then_releases(make_config, registry: Registry) 
             return
         gate.wait(30)
 
-    deck = Jobdeck(make_config(), registry)
-    deck.init_db()
+    deck = make_deck()
     quick, _ = deck.enqueue("test.block", {"quick": True}, priority=30)
     stuck = [deck.enqueue("test.block", {"n": i}, priority=20)[0] for i in range(2)]
     waiting = [deck.enqueue("test.block", {"w": i})[0] for i in range(5)]
@@ -170,7 +171,7 @@ def test_effect_withdrawn_when_the_side_effect_raises(deck: Jobdeck) -> None:
     assert calls == [1, 2]
 
 
-def test_progress_is_stored_while_running(make_config, registry: Registry) -> None:
+def test_progress_is_stored_while_running(make_deck, registry: Registry) -> None:
     gate = threading.Event()
 
     @registry.handler("test.progress")
@@ -178,8 +179,7 @@ def test_progress_is_stored_while_running(make_config, registry: Registry) -> No
         ctx.progress(0.4, "rendered 400 of 1000 rows")
         gate.wait(30)
 
-    deck = Jobdeck(make_config(), registry)
-    deck.init_db()
+    deck = make_deck()
     job, _ = deck.enqueue("test.progress")
     pool = _pool(deck, threads=1)
     try:
@@ -193,15 +193,14 @@ def test_progress_is_stored_while_running(make_config, registry: Registry) -> No
     assert deck.store.get(job.id).progress == 1.0
 
 
-def test_heartbeat_keeps_held_jobs_alive(make_config, registry: Registry) -> None:
+def test_heartbeat_keeps_held_jobs_alive(make_deck, registry: Registry) -> None:
     gate = threading.Event()
 
     @registry.handler("test.wait")
     def wait(payload: dict, ctx: JobContext) -> None:
         gate.wait(30)
 
-    deck = Jobdeck(make_config(heartbeat_interval=0.1, stall_timeout=1.0), registry)
-    deck.init_db()
+    deck = make_deck(heartbeat_interval=0.1, stall_timeout=1.0)
     job, _ = deck.enqueue("test.wait")
     pool = _pool(deck, threads=1)
     try:
