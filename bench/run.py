@@ -26,11 +26,11 @@ REDIS_START = ("redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 -
                "--dir /var/lib/redis --logfile /var/log/redis/ci.log")  # fmt: skip
 
 FULL = dict(drain=100_000, peer_drain={"huey": 20_000, "rq": 3_000, "procrastinate": 3_000}, enqueue=5_000,
-            peer_enqueue=2_000, many=200_000, latency=1_000, xlatency=200, http_seconds=5, steady_seconds=120,
+            peer_enqueue=2_000, many=200_000, latency=1_000, xlatency=50, http_seconds=5, steady_seconds=60,
             dashboard=1_000_000, dashboard_requests=50, memory=1_000_000, runs=3)  # fmt: skip
-QUICK = dict(drain=10_000, peer_drain={"huey": 3_000, "rq": 500, "procrastinate": 500}, enqueue=1_000,
-             peer_enqueue=300, many=20_000, latency=200, xlatency=40, http_seconds=2, steady_seconds=5,
-             dashboard=20_000, dashboard_requests=10, memory=20_000, runs=3)  # fmt: skip
+QUICK = dict(drain=5_000, peer_drain={"huey": 1_000, "rq": 200, "procrastinate": 200}, enqueue=300,
+             peer_enqueue=200, many=10_000, latency=100, xlatency=10, http_seconds=1, steady_seconds=2,
+             dashboard=10_000, dashboard_requests=10, memory=10_000, runs=3)  # fmt: skip
 TINY = dict(drain=300, enqueue=50, many=2_000, latency=20, runs=1)
 
 
