@@ -44,6 +44,7 @@ def _logging(level: str) -> None:
     # `kill -USR1 <pid>` prints every thread's stack: for a process that seems stuck.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 @click.group()

@@ -8,9 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.dialects.sqlite.base import SQLiteCompiler
 from sqlalchemy.engine import make_url
 
 from app.models import Base
+
+# SQLAlchemy drops table hints on SQLite; render them so a query can say
+# ``.with_hint(jobs, "INDEXED BY ix_jobs_claim", "sqlite")``. Without
+# statistics SQLite's planner prefers the status index and sorts every due
+# job on every claim.
+SQLiteCompiler.get_from_hint_text = lambda self, table, text: text  # type: ignore[method-assign,assignment]
 
 READONLY = "jobdeck_readonly"
 """Execution option: this connection only reads, so on SQLite it begins a

@@ -32,13 +32,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 
 from app import actions
 from app.config import Config, ConfigError
 from app.models import jobs, queue_state
 from app.states import State, Transition, sources
 from app.store import JobRecord, Store
+
+CLAIMABLE_SQL = "jobs.status IN ({})".format(", ".join(f"'{s}'" for s in sources(Transition.CLAIM)))
 
 # Any fixed number: the advisory lock that serializes limited claims on PostgreSQL.
 _PG_LOCK = 0x6A6F6264  # "jobd"
@@ -199,8 +201,12 @@ class QueueControls:
                     left_q[q] -= n
             full_t = [t for t, n in left_t.items() if n <= 0]
             skip_q = list(paused) + [q for q, n in left_q.items() if n <= 0]
-            due = select(jobs.c.id, jobs.c.type, jobs.c.queue).where(
-                jobs.c.status.in_(sources(Transition.CLAIM)), jobs.c.available_at <= now
+            due = (
+                select(jobs.c.id, jobs.c.type, jobs.c.queue)
+                .with_hint(jobs, "INDEXED BY ix_jobs_claim", "sqlite")
+                # Literal states: SQLite uses a partial index only when it can
+                # see that the WHERE implies the index's own (no parameters).
+                .where(text(CLAIMABLE_SQL), jobs.c.available_at <= now)
             )
             if types is not None:
                 due = due.where(jobs.c.type.in_(list(types)))

@@ -20,6 +20,10 @@ from app.store import JobRecord, NewJob, Store
 Clock = Callable[[], datetime]
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+"""Built once: ``json.dumps`` with options builds an encoder per call."""
+
+
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -120,7 +124,8 @@ class Jobdeck:
         if not isinstance(payload, dict):
             raise InvalidField("payload", "must be a JSON object")
         try:
-            size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+            payload_json = "{}" if not payload else _ENCODER.encode(payload)
+            size = len(payload_json.encode())
         except (TypeError, ValueError) as exc:
             raise InvalidField("payload", f"not serializable as JSON: {exc}") from None
         if size > self.config.max_payload_bytes:
@@ -155,6 +160,7 @@ class Jobdeck:
             max_retries=max_retries,
             idempotency_key=key,
             available_at=available_at,
+            payload_json=payload_json,
         )
 
 

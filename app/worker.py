@@ -164,7 +164,9 @@ class WorkerPool:
         """How many jobs to hold: the threads, plus a prefetch sized so the
         held jobs start within about 50 ms (many for tiny jobs, none for slow)."""
         avg = self._avg_duration
-        prefetch = 0 if avg is None else int(min(self.batch, self.threads * 0.05 / max(avg, 1e-6)))
+        # Up to two batches: the next claim is a full batch while the last
+        # one's acks are still being written (halves the transactions per job).
+        prefetch = 0 if avg is None else int(min(2 * self.batch, self.threads * 0.05 / max(avg, 1e-6)))
         return self.threads + prefetch
 
     def fetch_once(self, now: datetime | None = None) -> int:

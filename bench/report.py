@@ -1,0 +1,108 @@
+"""The Markdown table from a result dict (see run.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _m(d: dict[str, Any], key: str) -> float | None:
+    v = d.get(key)
+    return None if v is None else float(v["median"])
+
+
+def _n(v: float | None, unit: str = "") -> str:
+    return "–" if v is None else f"{v:,.0f}{unit}"
+
+
+def _vs(jd: float | None, other: float | None) -> str:
+    if jd is None or other is None:
+        return "–"
+    return f"{_n(other)} ({jd / other:.1f}x)"
+
+
+def _ok(cond: bool | None) -> str:
+    return "–" if cond is None else ("yes" if cond else "**no**")
+
+
+def table(result: dict[str, Any]) -> str:
+    j = result.get("jobdeck", {})
+    p = result.get("peers", {})
+    s = result.get("serve", {})
+    m = result["machine"]
+    lines = [
+        f"Machine: {m['cores']} cores, Python {m['python']}, SQLite {m['sqlite']}, load at start {m['loadavg_at_start']}; "
+        f"mode {result['mode']}; median of {result['counts']['runs']} runs after a warm-up.",
+        "",
+        "| scenario | Jobdeck | raw sqlite3 (Jobdeck's share) | Huey | RQ | Procrastinate | target | met |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def row(name: str, jd: float | None, raw: float | None, peers: list[str], target: str, met: bool | None,
+            unit: str = "") -> None:  # fmt: skip
+        share = "–" if jd is None or raw is None else f"{_n(raw)} ({jd / raw:.0%})"
+        cells = [_vs(jd, _m(p, key)) if key else "–" for key in peers]
+        lines.append(f"| {name} | {_n(jd, unit)} | {share} | {' | '.join(cells)} | {target} | {_ok(met)} |")
+
+    for sync in ("FULL", "NORMAL"):
+        jd = _m(j, f"drain_{sync}")
+        if jd is not None:
+            huey = _m(p, "huey_drain")
+            met = jd >= 20_000 and (huey is None or sync != "FULL" or jd >= 8 * huey)
+            row(f"1. drain {result['counts']['drain']:,} no-op jobs, {sync} (jobs/s; 4 threads)", jd,
+                _m(j, f"raw_drain_{sync}"), ["huey_drain", "rq_drain", "procrastinate_drain"] if sync == "FULL" else ["", "", ""],
+                ">= 20,000 and >= 8x Huey", met)  # fmt: skip
+    for sync, goal in (("FULL", 2_500), ("NORMAL", 6_000)):
+        jd = _m(j, f"enqueue_{sync}")
+        if jd is not None:
+            row(f"2. enqueue, 1 job/call, 1 thread, {sync} (jobs/s)", jd, _m(j, f"raw_enqueue_{sync}"),
+                ["huey_enqueue", "rq_enqueue", "procrastinate_enqueue"] if sync == "FULL" else ["", "", ""],
+                f">= {goal:,}", jd >= goal)  # fmt: skip
+            row(f"2. enqueue, 1 job/call, 16 threads (group commit), {sync}", _m(j, f"enqueue16_{sync}"),
+                _m(j, f"raw_enqueue_{sync}"), ["", "", ""], "–", None)
+    if "enqueue_many" in j:
+        jd = _m(j, "enqueue_many")
+        row("2. enqueue_many, 1,000/call, FULL (jobs/s)", jd, _m(j, "raw_enqueue_many"),
+            ["", "rq_enqueue_many", "procrastinate_enqueue_many"], ">= 150,000", (jd or 0) >= 150_000)
+    http = s.get("http")
+    if http and "skipped" not in http:
+        e, h = http["enqueue"], http["health"]
+        lines.append(f"| 3. HTTP POST /api/jobs, wrk 16 conns (req/s) | {e['rps']:,.0f} (p50 {e['p50_ms']:.1f} ms, "
+                     f"p99 {e['p99_ms']:.1f} ms, {e['errors']} errors) | GET /api/health: {h['rps']:,.0f} "
+                     f"({http['ratio']:.0%}) | – | – | – | >= 90% of health, 0 errors | "
+                     f"{_ok(http['ratio'] >= 0.9 and e['errors'] == 0)} |")  # fmt: skip
+    elif http:
+        lines.append(f"| 3. HTTP | skipped: {http['skipped']} | | | | | | |")
+    lat = j.get("latency_inproc")
+    if lat:
+        lines.append(f"| 4. latency enqueue→start, in-process ({lat['n']} jobs) | p50 {lat['p50_ms']:.2f} ms, "
+                     f"p99 {lat['p99_ms']:.2f} ms | – | – | – | – | p50 < 2 ms, p99 < 20 ms | "
+                     f"{_ok(lat['p50_ms'] < 2 and lat['p99_ms'] < 20)} |")  # fmt: skip
+    x = s.get("latency_cross")
+    if x:
+        lines.append(f"| 4. latency HTTP → other process ({x['n']} jobs) | p50 {x['p50_ms']:.1f} ms, p99 {x['p99_ms']:.1f} ms "
+                     f"| – | – | – | – | p50 < 50 ms | {_ok(x['p50_ms'] < 50)} |")  # fmt: skip
+    for k in ("steady_1", "steady_2"):
+        st = s.get(k)
+        if st:
+            ok = st["backlog_at_end"] <= s["steady_rate"] * 0.1 and st["p99_ms"] < 50 and st["locked_errors"] == 0
+            lines.append(f"| 5. steady {s['steady_rate']:,.0f} jobs/s, {k[-1]} process(es), "
+                         f"{result['counts']['steady_seconds']} s | {st['completed_per_s']:,.0f} done/s, backlog "
+                         f"{st['backlog_at_end']}, p50 {st['p50_ms']:.1f} ms, p99 {st['p99_ms']:.1f} ms, "
+                         f"{st['locked_errors']} locked | – | – | – | – | no growth, p99 < 50 ms, 0 locked | {_ok(ok)} |")  # fmt: skip
+    for path, d in (s.get("dashboard") or {}).items():
+        if "skipped" in d:
+            lines.append(f"| 6. GET {path} ({result['counts']['dashboard']:,} jobs) | skipped: {d['skipped']} | | | | | | |")
+        else:
+            lines.append(f"| 6. GET {path} ({result['counts']['dashboard']:,} jobs) | p50 {d['p50_ms']:.1f} ms, "
+                         f"p99 {d['p99_ms']:.1f} ms | – | – | – | – | p50 < 50, p99 < 150 ms | "
+                         f"{_ok(d['p50_ms'] < 50 and d['p99_ms'] < 150)} |")  # fmt: skip
+    mem = s.get("memory")
+    if mem:
+        lines.append(f"| 7. RSS of serve draining {mem['jobs']:,} jobs | max {mem['max_rss_mb']:.0f} MB, "
+                     f"+{mem['growth_after_10pct_mb']:.0f} MB after 10% | – | – | – | – | < 200 MB, flat | "
+                     f"{_ok(mem['max_rss_mb'] < 200 and mem['growth_after_10pct_mb'] < 20)} |")  # fmt: skip
+    if p:
+        counts = ", ".join(f"{k.split('_')[0]} {v['jobs']:,}" for k, v in p.items() if k.endswith("_drain"))
+        lines.append("")
+        lines.append(f"Peer drain counts (kept small so a run stays within minutes; rates are per job): {counts}.")
+    return "\n".join(lines)

@@ -1,0 +1,168 @@
+"""Run every benchmark scenario and print a Markdown table (plus JSON in
+bench/results/). Usage: ``python3 bench/run.py [--quick] [--only 1,2,...]
+[--no-peers]``. The peers are installed into bench/.venv on first use."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import venv
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import jobdeck_bench as jb  # noqa: E402
+from bench import raw, serve_bench  # noqa: E402
+from bench.common import REPO, machine, repeat  # noqa: E402
+
+VENV = REPO / "bench" / ".venv"
+PEERS = {"huey": "huey==3.5.4", "rq": "rq==3.0.0", "procrastinate": "procrastinate==3.10.0"}
+REDIS_START = ("redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save '' --appendonly no "
+               "--dir /var/lib/redis --logfile /var/log/redis/ci.log")  # fmt: skip
+
+FULL = dict(drain=100_000, peer_drain={"huey": 20_000, "rq": 3_000, "procrastinate": 3_000}, enqueue=5_000,
+            peer_enqueue=2_000, many=200_000, latency=1_000, xlatency=50, http_seconds=5, steady_seconds=60,
+            dashboard=1_000_000, dashboard_requests=50, memory=1_000_000, runs=3)  # fmt: skip
+QUICK = dict(drain=5_000, peer_drain={"huey": 1_000, "rq": 200, "procrastinate": 200}, enqueue=300,
+             peer_enqueue=200, many=10_000, latency=100, xlatency=10, http_seconds=1, steady_seconds=2,
+             dashboard=10_000, dashboard_requests=10, memory=10_000, runs=3)  # fmt: skip
+TINY = dict(drain=300, enqueue=50, many=2_000, latency=20, runs=1)
+
+
+def ensure_venv() -> Path:
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        venv.create(VENV, with_pip=True)
+    missing = [spec for name, spec in PEERS.items()
+               if subprocess.run([python, "-c", f"import {name}"], capture_output=True).returncode != 0]  # fmt: skip
+    if missing:
+        subprocess.run([python, "-m", "pip", "install", "-q", *missing, "psycopg[binary]"], check=True)
+    return python
+
+
+def ensure_redis() -> None:
+    if subprocess.run(["redis-cli", "-h", "127.0.0.1", "ping"], capture_output=True, text=True).stdout.strip() != "PONG":
+        subprocess.run(REDIS_START, shell=True, check=True)
+
+
+def peer(python: Path, name: str, scenario: str, n: int, runs: int, threads: int = 4) -> dict[str, Any]:
+    def once(count: int) -> float:
+        out = subprocess.run([python, "peer.py", name, scenario, str(count), str(threads)],
+                             cwd=REPO / "bench" / "peers", capture_output=True, text=True, timeout=900)  # fmt: skip
+        if out.returncode != 0:
+            raise RuntimeError(f"{name} {scenario}: {out.stderr[-1500:]}")
+        return float(json.loads(out.stdout.strip().splitlines()[-1])["rate"])
+
+    once(max(100, n // 10))  # warm-up
+    values = [once(n) for _ in range(runs)]
+    return {"median": sorted(values)[len(values) // 2], "runs": values, "jobs": n}
+
+
+def jobdeck_scenarios(c: dict[str, Any], only: set[str], work: Path, log: Any = print) -> dict[str, Any]:
+    """The in-process Jobdeck figures and the raw ceiling (no peers, no venv)."""
+    r: dict[str, Any] = {}
+    runs = c["runs"]
+    if "1" in only:
+        for sync in ("FULL", "NORMAL"):
+            r[f"drain_{sync}"] = repeat(lambda: jb.drain(work, c["drain"], sync), runs)
+            r[f"raw_drain_{sync}"] = repeat(lambda: raw.drain(work / "raw.db", c["drain"], sync), runs)
+            log(f"  drain {sync}: {r[f'drain_{sync}']['median']:,.0f} jobs/s (raw {r[f'raw_drain_{sync}']['median']:,.0f})")
+    if "2" in only:
+        for sync in ("FULL", "NORMAL"):
+            r[f"enqueue_{sync}"] = repeat(lambda: jb.enqueue_single(work, c["enqueue"], sync), runs)
+            r[f"enqueue16_{sync}"] = repeat(lambda: jb.enqueue_single(work, c["enqueue"], sync, 16), runs)
+            r[f"raw_enqueue_{sync}"] = repeat(lambda: raw.insert_single(work / "raw.db", c["enqueue"], sync), runs)
+            log(f"  enqueue {sync}: {r[f'enqueue_{sync}']['median']:,.0f}/s, 16 threads "
+                f"{r[f'enqueue16_{sync}']['median']:,.0f}/s (raw {r[f'raw_enqueue_{sync}']['median']:,.0f})")  # fmt: skip
+        r["enqueue_many"] = repeat(lambda: jb.enqueue_many(work, c["many"]), runs)
+        r["raw_enqueue_many"] = repeat(lambda: raw.insert_many(work / "raw.db", c["many"]), runs)
+        log(f"  enqueue_many: {r['enqueue_many']['median']:,.0f}/s (raw {r['raw_enqueue_many']['median']:,.0f})")
+    if "4" in only:
+        lat = [jb.latency_inproc(work, c["latency"]) for _ in range(runs)]
+        r["latency_inproc"] = sorted(lat, key=lambda x: x["p50_ms"])[len(lat) // 2]
+        log(f"  latency in-process: {r['latency_inproc']}")
+    return r
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="small counts: finishes in about a minute")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7", help="scenario numbers, comma-separated")
+    ap.add_argument("--no-peers", action="store_true", help="Jobdeck and the raw ceiling only")
+    ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # the smoke test
+    args = ap.parse_args(argv)
+    c = dict(QUICK if args.quick else FULL)
+    if args.tiny:
+        c.update(TINY)
+    only = set(args.only.split(","))
+    result: dict[str, Any] = {"machine": machine(), "mode": "tiny" if args.tiny else "quick" if args.quick else "full",
+                              "counts": c, "started": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="jobdeck-bench-") as tmp:
+        work = Path(tmp)
+        print(f"machine: {result['machine']}", flush=True)
+        result["jobdeck"] = jobdeck_scenarios(c, only, work, log=lambda m: print(m, flush=True))
+        if not args.tiny:
+            result["serve"] = serve_scenarios(c, only, work)
+        if not args.no_peers and not args.tiny:
+            result["peers"] = peer_scenarios(c, only)
+    result["seconds"] = time.monotonic() - t0
+    out = REPO / "bench" / "results" / f"bench-{result['mode']}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=str))
+    from bench.report import table
+
+    print()
+    print(table(result))
+    print(f"\nJSON: {out}  ({result['seconds']:.0f} s)")
+    return 0
+
+
+def serve_scenarios(c: dict[str, Any], only: set[str], work: Path) -> dict[str, Any]:
+    r: dict[str, Any] = {}
+    if "3" in only:
+        r["http"] = serve_bench.http_enqueue(work, c["http_seconds"], c["runs"])
+        print(f"  http: {r['http']}", flush=True)
+    if "4" in only:
+        r["latency_cross"] = serve_bench.latency_cross_process(work, c["xlatency"])
+        print(f"  latency cross-process: {r['latency_cross']}", flush=True)
+    if "5" in only:
+        drain = 20_000.0
+        rate = drain / 2
+        r["steady_1"] = serve_bench.steady(work, rate, c["steady_seconds"], 1)
+        r["steady_2"] = serve_bench.steady(work, rate, c["steady_seconds"], 2)
+        r["steady_rate"] = rate
+        print(f"  steady: {r['steady_1']} / {r['steady_2']}", flush=True)
+    if "6" in only:
+        r["dashboard"] = serve_bench.dashboard(work, c["dashboard"], c["dashboard_requests"])
+        print(f"  dashboard: {r['dashboard']}", flush=True)
+    if "7" in only:
+        r["memory"] = serve_bench.memory_drain(work, c["memory"])
+        print(f"  memory: {r['memory']}", flush=True)
+    return r
+
+
+def peer_scenarios(c: dict[str, Any], only: set[str]) -> dict[str, Any]:
+    python = ensure_venv()
+    ensure_redis()
+    r: dict[str, Any] = {}
+    runs = c["runs"]
+    for name in PEERS:
+        if "1" in only:
+            r[f"{name}_drain"] = peer(python, name, "drain", c["peer_drain"][name], runs)
+            print(f"  {name} drain: {r[f'{name}_drain']['median']:,.0f} jobs/s", flush=True)
+        if "2" in only:
+            r[f"{name}_enqueue"] = peer(python, name, "enqueue", c["peer_enqueue"], runs)
+            if name != "huey":  # Huey has no bulk enqueue
+                r[f"{name}_enqueue_many"] = peer(python, name, "enqueue_many", c["many"] // 4, runs)
+            print(f"  {name} enqueue: {r[f'{name}_enqueue']['median']:,.0f}/s", flush=True)
+    return r
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,300 @@
+"""Scenarios against a real ``jobdeck serve`` / ``jobdeck worker`` process:
+HTTP enqueue (wrk), cross-process latency, steady state, the dashboard at
+scale and memory while draining."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from bench.common import REPO, percentile
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env(db: Path, **settings: Any) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO), JOBDECK_DATABASE_URL=f"sqlite:///{db}",
+               JOBDECK_INSTANCE_PATH=str(db.parent / "instance"), JOBDECK_SECRET_KEY="bench")  # fmt: skip
+    env.pop("JOBDECK_CONFIG", None)
+    for key, value in settings.items():
+        env[f"JOBDECK_{key.upper()}"] = str(value)
+    return env
+
+
+@contextmanager
+def process(db: Path, command: str, **settings: Any) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """``python -m app.cli serve|worker --demo`` on ``db``; yields (proc, port)."""
+    port = _free_port()
+    args = [sys.executable, "-m", "app.cli", command, "--demo", "--log-level", "warning"]
+    if command == "serve":
+        args += ["--bind", f"127.0.0.1:{port}"]
+    log = open(db.parent / f"{command}-{port}.log", "wb")
+    proc = subprocess.Popen(args, cwd=REPO, env=_env(db, **settings), stdout=log, stderr=log)
+    try:
+        if command == "serve":
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if get(port, "/api/health")[0] == 200:
+                        break
+                except OSError:
+                    pass
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"serve did not start: {(db.parent / f'serve-{port}.log').read_text()[-2000:]}")
+                time.sleep(0.05)
+        yield proc, port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def get(port: int, path: str, conn: http.client.HTTPConnection | None = None) -> tuple[int, bytes]:
+    c = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", path)
+    r = c.getresponse()
+    body = r.read()
+    if conn is None:
+        c.close()
+    return r.status, body
+
+
+def fresh_db(workdir: Path, name: str) -> Path:
+    from sqlalchemy import create_engine
+
+    from app.db import create_schema
+
+    db = workdir / name
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    engine = create_engine(f"sqlite:///{db}")
+    create_schema(engine)
+    engine.dispose()
+    return db
+
+
+def _t(dt: datetime) -> str:
+    return dt.astimezone(timezone.utc).replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
+def fill(db: Path, n: int, *, dead: int = 0, types: int = 1, status: str = "pending") -> None:
+    """Insert ``n`` jobs straight into the file (the set-up, not measured)."""
+    now = _t(datetime.now(timezone.utc))
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    sql = ("INSERT INTO jobs (type, queue, payload, priority, status, attempt, retry_count, max_retries, error, "
+           "available_at, created_at, updated_at, finished_at) VALUES (?, 'default', ?, 0, ?, ?, 0, 0, ?, ?, ?, ?, ?)")  # fmt: skip
+    chunk = 50_000
+    for start in range(0, n, chunk):
+        rows = []
+        for i in range(start, min(n, start + chunk)):
+            kind = "demo.noop" if types == 1 else f"demo.type{i % types}"
+            if i < dead:
+                rows.append((kind, f'{{"user_id":"u{i}"}}', "dead", 1, f"RuntimeError: boom {i}", now, now, now, now))
+            else:
+                done = status == "completed"
+                rows.append((kind, f'{{"user_id":"u{i}"}}', status, int(done), None, now, now, now, now if done else None))
+        conn.execute("BEGIN")
+        conn.executemany(sql, rows)
+        conn.execute("COMMIT")
+    conn.close()
+
+
+def _wrk(port: int, path: str, seconds: int, connections: int, post: bool) -> dict[str, Any]:
+    script = Path(REPO / "bench" / "results" / "post.lua")
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text('wrk.method = "POST"\nwrk.body = \'{"type":"demo.noop"}\'\n'
+                      'wrk.headers["Content-Type"] = "application/json"\n')  # fmt: skip
+    cmd = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency"]
+    if post:
+        cmd += ["-s", str(script)]
+    out = subprocess.run([*cmd, f"http://127.0.0.1:{port}{path}"], capture_output=True, text=True, check=True).stdout
+
+    def ms(label: str) -> float:
+        m = re.search(rf"{label}%\s+([\d.]+)(us|ms|s)\b", out)
+        if not m:
+            return float("nan")
+        return float(m.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[m.group(2)]
+
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    socket_errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    return {
+        "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),  # type: ignore[union-attr]
+        "p50_ms": ms("50"), "p99_ms": ms("99"),
+        "errors": (int(errors.group(1)) if errors else 0) + (sum(map(int, socket_errors.groups())) if socket_errors else 0),
+    }  # fmt: skip
+
+
+def http_enqueue(workdir: Path, seconds: int, runs: int, connections: int = 16, synchronous: str = "FULL") -> dict[str, Any]:
+    """wrk against GET /api/health and POST /api/jobs in the same server
+    (workers 0: the HTTP path alone). Median of ``runs`` after a warm-up."""
+    if not shutil.which("wrk"):
+        return {"skipped": "wrk not installed (apt-get install -y wrk)"}
+    db = fresh_db(workdir, "http.db")
+    out: dict[str, Any] = {}
+    with process(db, "serve", workers=0, sqlite_synchronous=synchronous) as (_, port):
+        for label, path, post in (("health", "/api/health", False), ("enqueue", "/api/jobs", True)):
+            _wrk(port, path, 1, connections, post)
+            results = [_wrk(port, path, seconds, connections, post) for _ in range(runs)]
+            results.sort(key=lambda r: r["rps"])
+            out[label] = dict(results[len(results) // 2], runs=[r["rps"] for r in results])
+    out["ratio"] = out["enqueue"]["rps"] / out["health"]["rps"]
+    return out
+
+
+def _wait_started(conn: sqlite3.Connection, job_id: int, timeout: float = 10) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = conn.execute("SELECT started_at FROM attempts WHERE job_id = ?", (job_id,)).fetchone()
+        if row:
+            return str(row[0])
+        time.sleep(0.001)
+    raise RuntimeError(f"job {job_id} did not run within {timeout} s")
+
+
+def latency_cross_process(workdir: Path, n: int) -> dict[str, Any]:
+    """POST one job at a time to a serve process (no workers); a separate
+    worker process runs it. Enqueue-to-handler-start, ms (wall clock)."""
+    db = fresh_db(workdir, "xlat.db")
+    samples: list[float] = []
+    with process(db, "serve", workers=0) as (_, port), process(db, "worker", workers=4):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        watch = sqlite3.connect(db)
+        for i in range(n + 5):
+            t0 = datetime.now(timezone.utc)
+            c.request("POST", "/api/jobs", body='{"type":"demo.noop"}', headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            job = json.loads(r.read())
+            started = datetime.fromisoformat(_wait_started(watch, job["id"])).replace(tzinfo=timezone.utc)
+            if i >= 5:  # the first few warm the worker up
+                samples.append((started - t0).total_seconds() * 1000)
+        watch.close()
+    return {"p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99), "n": n}
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def memory_drain(workdir: Path, n: int) -> dict[str, Any]:
+    """RSS of ``jobdeck serve`` (4 workers) draining ``n`` pre-filled jobs."""
+    db = fresh_db(workdir, "mem.db")
+    fill(db, n)
+    samples: list[tuple[int, float]] = []
+    t0 = time.perf_counter()
+    with process(db, "serve", workers=4) as (proc, _):
+        watch = sqlite3.connect(db)
+        while True:
+            done = watch.execute("SELECT coalesce(max(id), 0) FROM attempts").fetchone()[0]
+            samples.append((int(done), _rss_mb(proc.pid)))
+            if done >= n:
+                break
+            if time.perf_counter() - t0 > max(120, n / 2000):
+                raise RuntimeError(f"memory drain stalled at {done}/{n}")
+            time.sleep(0.5)
+        watch.close()
+    elapsed = time.perf_counter() - t0
+    after_tenth = [rss for done, rss in samples if done >= n // 10] or [samples[-1][1]]
+    return {
+        "jobs": n, "max_rss_mb": max(r for _, r in samples), "rss_at_10pct_mb": after_tenth[0],
+        "rss_end_mb": samples[-1][1], "growth_after_10pct_mb": max(after_tenth) - after_tenth[0],
+        "jobs_per_s_incl_startup": n / elapsed,
+    }  # fmt: skip
+
+
+DASHBOARD_PATHS = ["/", "/jobs?state=pending", "/jobs?state=running", "/jobs?state=failed", "/jobs?state=dead",
+                   "/jobs?state=completed", "/jobs?state=dead&q=boom%201234", "/jobs/{id}", "/api/jobs?status=dead",
+                   "/api/jobs?status=dead&type=demo.type7", "/api/jobs/{id}", "/api/stats"]  # fmt: skip
+
+
+def dashboard(workdir: Path, n: int, requests: int) -> dict[str, Any]:
+    """GET each page ``requests`` times over one keep-alive connection with
+    ``n`` jobs stored (10% dead, over 20 types). A path that 404s on this
+    branch is skipped with the reason."""
+    db = fresh_db(workdir, "dash.db")
+    fill(db, n, dead=n // 10, types=20, status="completed")
+    out: dict[str, Any] = {}
+    with process(db, "serve", workers=0) as (_, port):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        for template in DASHBOARD_PATHS:
+            path = template.format(id=n // 20)
+            status, _ = get(port, path, c)
+            if status == 404:
+                out[path] = {"skipped": "404 on this branch (the dashboard is built elsewhere)"}
+                continue
+            if status >= 400:
+                out[path] = {"skipped": f"HTTP {status}"}
+                continue
+            times = []
+            for _ in range(requests):
+                t = time.perf_counter()
+                get(port, path, c)
+                times.append((time.perf_counter() - t) * 1000)
+            out[path] = {"p50_ms": percentile(times, 50), "p99_ms": percentile(times, 99)}
+    return out
+
+
+def steady(workdir: Path, rate: float, seconds: float, processes: int) -> dict[str, Any]:
+    """A producer enqueues ``rate`` jobs/s (batches every 10 ms) for
+    ``seconds`` while ``processes`` worker processes (4 threads each) run
+    them. Backlog at the end, completions/s, p99 enqueue-to-start, and any
+    "database is locked" in the workers' logs."""
+    from bench.common import make_deck
+
+    db = workdir / "steady.db"
+    for old in workdir.glob("worker-*.log"):
+        old.unlink()
+    deck = make_deck(db, "FULL", 0)
+    deck.registry.handler("demo.noop")(lambda p, c: None)
+    with contextlib_exit() as stack:
+        procs = [stack.enter_context(process(db, "worker", workers=4, poll_interval=0.05)) for _ in range(processes)]
+        time.sleep(1.0)  # the workers are up
+        t0 = time.perf_counter()
+        sent = 0
+        while (elapsed := time.perf_counter() - t0) < seconds:
+            due = int(rate * elapsed) - sent
+            if due > 0:
+                deck.enqueue_many([{"type": "demo.noop"}] * due)
+                sent += due
+            time.sleep(0.01)  # the producer's pace
+        with sqlite3.connect(db) as watch:
+            backlog = watch.execute("SELECT count(*) FROM jobs WHERE status IN ('pending', 'running')").fetchone()[0]
+            lat = [r[0] for r in watch.execute(
+                "SELECT (julianday(a.started_at) - julianday(j.created_at)) * 86400000 FROM attempts a JOIN jobs j ON j.id = a.job_id"
+            )]  # fmt: skip
+            completed = watch.execute("SELECT count(*) FROM jobs WHERE status = 'completed'").fetchone()[0]
+        _ = procs
+    deck.store.engine.dispose()
+    locked = sum(p.read_text(errors="replace").count("database is locked") for p in workdir.glob("worker-*.log"))
+    return {"sent": sent, "completed_per_s": completed / seconds, "backlog_at_end": backlog,
+            "p99_ms": percentile(lat, 99), "p50_ms": percentile(lat, 50), "locked_errors": locked}  # fmt: skip
+
+
+def contextlib_exit() -> Any:
+    import contextlib
+
+    return contextlib.ExitStack()

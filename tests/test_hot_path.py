@@ -1,0 +1,163 @@
+"""The SQLite hot path (driver-level claim, batched completions, bulk
+inserts) and the group commit keep every guarantee of the Core versions."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from datetime import timedelta, timezone, timedelta as td
+from datetime import datetime
+
+import pytest
+from sqlalchemy.exc import IntegrityError
+
+from app.db import make_engine
+from app.states import State
+from app.store import NewJob, Outcome, Store
+
+
+def _db_path(deck) -> str:  # type: ignore[no-untyped-def]
+    return str(deck.store.engine.url.database)
+
+
+def test_fifty_concurrent_enqueues_are_each_committed_and_their_own(deck) -> None:  # type: ignore[no-untyped-def]
+    results: dict[int, object] = {}
+    seen_committed: dict[int, bool] = {}
+    start = threading.Barrier(50)
+
+    def produce(i: int) -> None:
+        start.wait()
+        job, created = deck.enqueue("demo.noop", {"i": i})
+        assert created
+        results[i] = job
+        # Durable on return: a separate connection sees the row at once.
+        with sqlite3.connect(_db_path(deck)) as other:
+            seen_committed[i] = other.execute("SELECT payload FROM jobs WHERE id = ?", (job.id,)).fetchone() == (
+                f'{{"i":{i}}}',
+            )
+
+    threads = [threading.Thread(target=produce, args=(i,)) for i in range(50)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == list(range(50))
+    assert all(seen_committed.values()) and len(seen_committed) == 50
+    assert all(job.payload == {"i": i} and job.status is State.PENDING for i, job in results.items())  # type: ignore[attr-defined]
+    assert len({job.id for job in results.values()}) == 50  # type: ignore[attr-defined]
+    assert deck.store.counts(deck.clock())["pending"] == 50
+    assert deck.store._enqueuer.batches <= 50
+
+
+def test_a_bad_job_in_a_group_fails_only_its_own_caller(deck, clock) -> None:  # type: ignore[no-untyped-def]
+    errors: dict[int, BaseException] = {}
+    ids: dict[int, int] = {}
+    start = threading.Barrier(20)
+
+    def produce(i: int) -> None:
+        start.wait()
+        try:
+            # max_retries -1 violates the CHECK constraint: that insert fails.
+            job, _ = deck.store.enqueue(NewJob("demo.noop", {"i": i}, max_retries=-1 if i == 7 else 3), clock())
+            ids[i] = job.id
+        except IntegrityError as exc:
+            errors[i] = exc
+
+    threads = [threading.Thread(target=produce, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert list(errors) == [7]
+    assert sorted(ids) == [i for i in range(20) if i != 7]
+    assert deck.store.counts(clock())["pending"] == 19
+
+
+def test_enqueue_many_returns_the_ids_of_its_own_rows_under_concurrent_writers(deck, clock) -> None:  # type: ignore[no-untyped-def]
+    other = Store(make_engine(str(deck.store.engine.url)))  # a second "process" on the same file
+    stop = threading.Event()
+
+    def interfere() -> None:
+        while not stop.is_set():
+            other.enqueue(NewJob("demo.noop", {"other": True}), clock())
+
+    t = threading.Thread(target=interfere)
+    t.start()
+    try:
+        batches = [deck.enqueue_many([{"type": "demo.noop", "payload": {"b": b, "i": i}} for i in range(200)]) for b in range(5)]
+    finally:
+        stop.set()
+        t.join()
+        other.engine.dispose()
+    for b, ids in enumerate(batches):
+        assert len(set(ids)) == 200
+        for i, job_id in enumerate(ids):
+            assert deck.store.get(job_id).payload == {"b": b, "i": i}
+
+
+def test_no_job_is_claimed_twice_by_concurrent_claimers(deck, clock) -> None:  # type: ignore[no-untyped-def]
+    deck.enqueue_many([{"type": "demo.noop", "payload": {"i": i}} for i in range(2000)])
+    stores = [deck.store, Store(make_engine(str(deck.store.engine.url)))]
+    claimed: list[int] = []
+    lock = threading.Lock()
+
+    def claimer(n: int) -> None:
+        store = stores[n % 2]
+        while True:
+            got = store.claim(f"w{n}", clock(), limit=37, types=["demo.noop"])
+            if not got:
+                return
+            with lock:
+                claimed.extend(j.id for j in got)
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stores[1].engine.dispose()
+    assert len(claimed) == 2000 and len(set(claimed)) == 2000
+
+
+def test_claim_order_filters_and_decoded_fields(deck, clock) -> None:  # type: ignore[no-untyped-def]
+    now = clock()
+    low, _ = deck.enqueue("demo.noop", {"n": "low"}, priority=0)
+    high, _ = deck.enqueue("demo.noop", {"n": "high"}, priority="high")
+    other_q, _ = deck.enqueue("demo.noop", queue="other")
+    later, _ = deck.enqueue("demo.noop", run_at=(now + td(seconds=30)).astimezone(timezone(td(hours=-5))))
+    other_type, _ = deck.enqueue("demo.sleep")
+    got = deck.store.claim("w", now, limit=10, types=["demo.noop"], queues=["default"])
+    assert [j.id for j in got] == [high.id, low.id]
+    job = got[0]
+    assert job.status is State.RUNNING and job.attempt == 1 and job.worker_id == "w"
+    assert job.payload == {"n": "high"} and job.claimed_at == now and job.available_at.tzinfo is not None
+    assert job == deck.store.get(high.id)  # the fast decoder agrees with the Core one
+    assert deck.store.claim("w", now + td(seconds=29), limit=10, types=["demo.noop"], queues=["default"]) == []
+    assert [j.id for j in deck.store.claim("w", now + td(seconds=30), limit=10, types=["demo.noop"])] == [
+        other_q.id, later.id,
+    ]  # fmt: skip
+    assert deck.store.get(other_type.id).status is State.PENDING
+
+
+def test_batched_completion_is_fenced_and_records_each_attempt(deck, clock) -> None:  # type: ignore[no-untyped-def]
+    deck.enqueue_many([{"type": "demo.noop", "max_retries": 2} for _ in range(3)])
+    a, b, c = deck.store.claim("w1", clock(), limit=3)
+    # b's attempt 1 fails and is claimed again as attempt 2: a late result of attempt 1 is refused.
+    deck.store.fail_many([Outcome(b.id, "w1", attempt=1, error="boom")], clock())
+    clock.advance(3600)
+    (b2,) = deck.store.claim("w2", clock(), limit=1)
+    assert b2.id == b.id and b2.attempt == 2
+    accepted = deck.store.complete_many(
+        [
+            Outcome(a.id, "w1", attempt=1, started_at=clock()),
+            Outcome(b.id, "w1", attempt=1, started_at=clock()),  # stale attempt
+            Outcome(c.id, "intruder", attempt=1, started_at=clock()),  # not its holder
+        ],
+        clock(),
+    )
+    assert accepted == [a.id]
+    assert deck.store.complete_many([Outcome(b.id, "w2", attempt=2, started_at=clock())], clock()) == [b.id]
+    assert deck.store.get(a.id).status is State.COMPLETED and deck.store.get(c.id).status is State.RUNNING
+    assert [(x.attempt, x.outcome) for x in deck.store.attempts_of(b.id)] == [(1, "failed"), (2, "completed")]
+    assert [(x.attempt, x.outcome, x.worker_id) for x in deck.store.attempts_of(a.id)] == [(1, "completed", "w1")]
+    assert deck.store.attempts_of(a.id)[0].started_at == clock()
