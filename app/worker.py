@@ -337,10 +337,51 @@ class WorkerPool:
     def heartbeat_once(self, now: datetime | None = None) -> int:
         return self.store.heartbeat_worker(self.worker_id, now or self.deck.clock())
 
+    SHED_AFTER = 0.25
+    """Seconds every thread must have been busy before prefetched jobs are shed."""
+
+    def shed_once(self, mono_now: float | None = None) -> list[int]:
+        """Give prefetched, unstarted jobs back when every thread is stuck on
+        a slow job: the prefetch was sized for fast jobs, and the held ones
+        would wait here while other processes sit idle. Released jobs go back
+        to ``pending`` with no attempt counted; any pool (this one included)
+        claims them again in claim order."""
+        mono_now = time.monotonic() if mono_now is None else mono_now
+        if self._stopping.is_set() or self._work.empty():
+            return []
+        with self._lock:
+            ages = [mono_now - s.started_mono for s in self._running.values() if not s.abandoned]
+            if len(ages) < self.threads or min(ages) < self.SHED_AFTER:
+                return []
+            # What the running jobs already show about how long jobs take here.
+            self._avg_duration = max(self._avg_duration or 0.0, min(ages))
+        shed: list[JobRecord] = []
+        while True:
+            try:
+                job = self._work.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:  # a shutdown sentinel: leave it for the executors
+                self._work.put(job)
+                break
+            shed.append(job)
+        if not shed:
+            return []
+        held = [(j.id, j.attempt) for j in shed]
+        released = self._retrying(lambda: self.store.release(self.worker_id, held, self.deck.clock()))
+        with self._lock:
+            self._inflight -= len(shed)
+        log.info("shed %d prefetched jobs while all %d threads run slow jobs", len(released), self.threads)
+        return released
+
     def _monitor_loop(self) -> None:
         next_beat = time.monotonic() + self.heartbeat_interval
         while not self._acker_stop.wait(0.1):
             self.check_timeouts_once()
+            try:
+                self.shed_once()
+            except (OperationalError, DBAPIError) as exc:
+                log.warning("shedding prefetched jobs failed: %s", exc.__class__.__name__)
             if time.monotonic() >= next_beat:
                 try:
                     self.heartbeat_once()

@@ -212,3 +212,34 @@ def test_heartbeat_keeps_held_jobs_alive(make_deck, registry: Registry) -> None:
     finally:
         gate.set()
         pool.stop(grace=2)
+
+
+def test_prefetched_jobs_are_shed_when_slow_jobs_hold_every_thread(make_deck, registry: Registry) -> None:
+    gate = threading.Event()
+
+    @registry.handler("test.slow", max_retries=0)
+    def slow(payload: dict, ctx: JobContext) -> None:
+        gate.wait(30)
+
+    deck = make_deck()
+    pool = _pool(deck, threads=1)
+    other = WorkerPool(make_deck(), 1)
+    try:
+        # Many fast jobs teach the pool to prefetch deeply...
+        deck.enqueue_many([{"type": "demo.noop"} for _ in range(300)])
+        wait_for(lambda: deck.store.counts(deck.clock())["completed"] == 300, message="fast jobs done")
+        # ...then a burst of slow ones arrives: one runs, the rest must not wait behind it.
+        slow_ids = deck.enqueue_many([{"type": "test.slow"} for _ in range(6)])
+        wait_for(lambda: len(pool.running_jobs()) == 1, message="a slow job runs")
+        wait_for(lambda: pool.inflight == 1, message="prefetched slow jobs shed")
+        held = [deck.store.get(i) for i in slow_ids]
+        assert sum(j.status is State.RUNNING for j in held) == 1
+        assert all(j.attempt == 0 for j in held if j.status is State.PENDING)
+        other.start()
+        wait_for(lambda: len(other.running_jobs()) == 1, message="another pool takes a shed job")
+        gate.set()
+        wait_for(lambda: all(deck.store.get(i).status is State.COMPLETED for i in slow_ids), message="all done")
+    finally:
+        gate.set()
+        pool.stop(grace=5)
+        other.stop(grace=5)
