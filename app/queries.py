@@ -181,6 +181,19 @@ def running_by_worker(store: Store, worker_ids: Sequence[str], limit: int = 50) 
     return held
 
 
+def running_by_type(store: Store, types: Sequence[str]) -> dict[str, int]:
+    """Running jobs of each given type (the per-type concurrency limits)."""
+    if not types:
+        return {}
+    stmt = (
+        select(jobs.c.type, func.count())
+        .where(jobs.c.status == State.RUNNING.value, jobs.c.type.in_(list(types)))
+        .group_by(jobs.c.type)
+    )
+    with store.read() as conn:
+        return {t: int(n) for t, n in conn.execute(stmt)}
+
+
 def dead_since(store: Store, since: datetime, cap: int = 1000) -> int:
     """Jobs that landed in dead letter after ``since`` (capped: a banner)."""
     inner = (
