@@ -62,7 +62,7 @@ def test_page_shows_words_next_run_and_runs_and_acts_with_csrf(sched_client, clo
 
 
 def test_htmx_actions_answer_in_place_and_are_audited(sched_client):
-    deck, client = sched_client
+    _, client = sched_client
     page = client.get("/schedules").get_data(as_text=True)
     headers = {"HX-Request": "true", "X-CSRFToken": token(page)}
     r = client.post("/schedules/tick/pause", headers=headers)
@@ -113,7 +113,8 @@ def test_viewer_sees_no_schedule_or_queue_buttons_and_is_refused(make_config, re
     try:
         login_page = client.get("/login").get_data(as_text=True)
         client.post("/login", data={"username": "victor", "password": "pw-victor", "csrf_token": token(login_page)})
-        schedules, queues = client.get("/schedules").get_data(as_text=True), client.get("/queues").get_data(as_text=True)
+        schedules = client.get("/schedules").get_data(as_text=True)
+        queues = client.get("/queues").get_data(as_text=True)
         assert "sales-report" in schedules and 'data-queue="default"' in queues
         assert '<button class="btn' not in schedules + queues  # no Run now, Pause or Resume for a viewer
         headers = {"HX-Request": "true", "X-CSRFToken": token(schedules)}  # the sign-out form's

@@ -292,4 +292,3 @@ def audit() -> Any:
     before = request.args.get("before", type=int)
     entries, older = list_audit(deck().store, before_id=before)
     return render_template("audit.html", entries=entries, older=older, before=before, now=deck().clock())
-
