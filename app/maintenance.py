@@ -37,7 +37,9 @@ log = logging.getLogger("jobdeck.maintenance")
 
 STATS_SETTLE = timedelta(seconds=30)
 """A minute is rolled up this long after it ends, so late acks land in it."""
-_STATS_MARK = "stats_minutely"
+STATS_MARK = _STATS_MARK = "stats_minutely"
+"""The ``maintenance_marks`` key of the roll-up's watermark: minutes before
+it are in ``stats_minutely`` (the overview's throughput chart reads both)."""
 
 
 @dataclass(frozen=True)

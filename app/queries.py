@@ -27,7 +27,8 @@ from typing import Any
 from sqlalchemy import Select, and_, exists, func, insert, literal_column, select, update
 
 from app.errors import JobNotFound
-from app.models import attempts, audit_log, jobs
+from app.maintenance import STATS_MARK
+from app.models import attempts, audit_log, jobs, maintenance_marks, stats_minutely
 from app.states import SOURCES, State, Transition
 from app.store import JobFilter, JobRecord, Store, _search
 
@@ -181,6 +182,19 @@ def running_by_worker(store: Store, worker_ids: Sequence[str], limit: int = 50) 
     return held
 
 
+def running_by_type(store: Store, types: Sequence[str]) -> dict[str, int]:
+    """Running jobs of each given type (the per-type concurrency limits)."""
+    if not types:
+        return {}
+    stmt = (
+        select(jobs.c.type, func.count())
+        .where(jobs.c.status == State.RUNNING.value, jobs.c.type.in_(list(types)))
+        .group_by(jobs.c.type)
+    )
+    with store.read() as conn:
+        return {t: int(n) for t, n in conn.execute(stmt)}
+
+
 def dead_since(store: Store, since: datetime, cap: int = 1000) -> int:
     """Jobs that landed in dead letter after ``since`` (capped: a banner)."""
     inner = (
@@ -214,27 +228,52 @@ def _minute(value: datetime) -> datetime:
 
 def throughput(store: Store, now: datetime) -> list[tuple[datetime, int, int]]:
     """Attempts finished per minute over the last hour, completed vs failed
-    (failed, timed out or stalled). Served by ``ix_attempts_finished``."""
+    (failed, timed out or stalled).
+
+    Minutes the maintenance roll-up has closed come from ``stats_minutely``
+    (at most 60 small rows per type, and they outlive retention and
+    restarts); only the minutes after its watermark, normally the last one
+    or two, are counted from ``attempts`` (a short range of
+    ``ix_attempts_finished``). Without a roll-up (no scheduler running) the
+    whole hour is counted from ``attempts``."""
     start = _minute(now) - timedelta(minutes=59)
-    if store.dialect == "postgresql":
+    per: dict[datetime, tuple[int, int]] = {}
+    with store.read() as conn:
+        mark = conn.execute(select(maintenance_marks.c.value).where(maintenance_marks.c.key == STATS_MARK)).scalar()
+        live_from = start
+        if mark is not None and mark > start:
+            live_from = mark
+            rolled = (
+                select(stats_minutely.c.minute, func.sum(stats_minutely.c.completed), func.sum(stats_minutely.c.failed))
+                .where(stats_minutely.c.minute >= start, stats_minutely.c.minute < mark)
+                .group_by(stats_minutely.c.minute)
+            )
+            for minute, done, failed in conn.execute(rolled):
+                per[_minute(minute.astimezone(now.tzinfo))] = (int(done or 0), int(failed or 0))
+        per.update(_live_throughput(conn, store.dialect, live_from, now))
+    return [(m, *per.get(m, (0, 0))) for m in (start + timedelta(minutes=i) for i in range(60))]
+
+
+def _live_throughput(conn: Any, dialect: str, since: datetime, now: datetime) -> dict[datetime, tuple[int, int]]:
+    """Per-minute (completed, failed) from ``attempts`` finished since ``since``."""
+    if dialect == "postgresql":
         bucket: Any = func.date_trunc("minute", attempts.c.finished_at)
     else:
         bucket = func.strftime("%Y-%m-%d %H:%M", attempts.c.finished_at)
     ok: Any = func.sum(literal_column("CASE WHEN outcome = 'completed' THEN 1 ELSE 0 END"))
     stmt = (
         select(bucket.label("minute"), ok.label("ok"), func.count().label("n"))
-        .where(attempts.c.finished_at >= start)
+        .where(attempts.c.finished_at >= since)
         .group_by(bucket)
     )
     per: dict[datetime, tuple[int, int]] = {}
-    with store.read() as conn:
-        for minute, done, n in conn.execute(stmt):
-            if isinstance(minute, str):
-                minute = datetime.fromisoformat(minute).replace(tzinfo=now.tzinfo)
-            else:
-                minute = minute.astimezone(now.tzinfo)
-            per[minute] = (int(done or 0), int(n) - int(done or 0))
-    return [(m, *per.get(m, (0, 0))) for m in (start + timedelta(minutes=i) for i in range(60))]
+    for minute, done, n in conn.execute(stmt):
+        if isinstance(minute, str):
+            minute = datetime.fromisoformat(minute).replace(tzinfo=now.tzinfo)
+        else:
+            minute = minute.astimezone(now.tzinfo)
+        per[minute] = (int(done or 0), int(n) - int(done or 0))
+    return per
 
 
 def queue_latency(store: Store, now: datetime) -> float | None:

@@ -1,11 +1,15 @@
-"""The Schedules page (and its JSON twin under /api/schedules): each
-schedule's cron in words, next run, last run with its job and outcome, the
-recent outcomes, and Run now / Pause / Resume. Queue pause buttons live here
-too, as the queue controls' page section.
+"""The Schedules and Queues pages (and the schedules' JSON twin under
+/api/schedules).
 
-Forms carry a CSRF token. When the dashboard has initialised flask-wtf's
-``CSRFProtect`` it checks every POST; until then these views check the token
-themselves, so the forms are never unprotected.
+Schedules: each schedule's cron in words, next run, last run with its job and
+outcome, the recent outcomes at a glance, and Run now / Pause / Resume.
+Queues: each queue's waiting and running jobs, paused state and concurrency
+limit, the per-type limits, and Pause / Resume.
+
+Both pages refresh their table on the dashboard's ``jd-poll`` event; the
+actions are htmx POSTs answered with the refreshed table and a flash message
+(post/redirect/get without JavaScript), for operators only, each recorded in
+the audit log by the operation itself.
 """
 
 from __future__ import annotations
@@ -13,12 +17,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from flask import Blueprint, abort, current_app, flash, jsonify, redirect, render_template, request, url_for
-from flask_wtf.csrf import CSRFError, generate_csrf, validate_csrf
-from werkzeug.routing import BuildError
-from wtforms.validators import ValidationError
+from flask import Blueprint, abort, current_app, flash, jsonify, redirect, render_template, url_for
 
 from app import api
+from app.dashboard.auth import current_user, require_operator
+from app.dashboard.tabs import BY_SLUG
+from app.queries import running_by_type
 from app.service import Jobdeck
 from app.wiring import operations_of
 
@@ -26,9 +30,8 @@ bp = Blueprint("schedules", __name__)
 api_bp = Blueprint("api_schedules", __name__, url_prefix="/api/schedules")
 api_bp.before_request(api._authenticate)
 
-# The dashboard's job page, whichever name it registers under; the API's job
-# document otherwise.
-JOB_ENDPOINTS = ("dashboard.job", "dashboard.job_detail", "views.job", "api.show")
+OUTCOME_LABELS = {slug: tab.label for slug, tab in BY_SLUG.items()} | {"pruned": "pruned by retention"}
+"""A run's job status in the dashboard's words (``dead`` is "Dead letter")."""
 
 
 def _deck() -> Jobdeck:
@@ -36,32 +39,7 @@ def _deck() -> Jobdeck:
     return deck
 
 
-def job_url(job_id: int) -> str:
-    for endpoint in JOB_ENDPOINTS:
-        try:
-            return url_for(endpoint, job_id=job_id)
-        except BuildError:
-            continue
-    return "#"
-
-
-@bp.context_processor
-def _helpers() -> dict[str, Any]:
-    return {"csrf_token": generate_csrf, "job_url": job_url}
-
-
-def _check_csrf() -> None:
-    if "csrf" in current_app.extensions:
-        return  # CSRFProtect has checked it already
-    try:
-        validate_csrf(request.form.get("csrf_token"))
-    except ValidationError as exc:
-        raise CSRFError(str(exc)) from None
-
-
 def _actor() -> str:
-    from app.dashboard.auth import current_user
-
     user = current_user()
     return user.name if user is not None else "dashboard"
 
@@ -75,22 +53,39 @@ def _json(s: dict[str, Any]) -> dict[str, Any]:
     return {**s, "next_run": next_run.isoformat() if next_run else None, "runs": [_json_run(r) for r in s["runs"]]}
 
 
-# -- the page ---------------------------------------------------------------------
+def _answer(page: str, template: str, context: dict[str, Any], message: str, kind: str = "success") -> Any:
+    """htmx: the refreshed table in place plus the message; otherwise
+    flash it and redirect to the page (post/redirect/get)."""
+    from app.dashboard.views import flash_response, is_htmx
+
+    if not is_htmx():
+        flash(message, kind)
+        return redirect(url_for(page), code=303)
+    return flash_response(message, kind, body=render_template(template, **context))
+
+
+# -- schedules --------------------------------------------------------------------
+
+
+def _schedules() -> dict[str, Any]:
+    deck = _deck()
+    now = deck.clock()
+    return {"schedules": operations_of(deck).periodic.overview(now), "now": now, "outcome_labels": OUTCOME_LABELS}
 
 
 @bp.get("/schedules")
 def index() -> Any:
-    deck = _deck()
-    ops = operations_of(deck)
-    now = deck.clock()
-    return render_template(
-        "schedules.html", schedules=ops.periodic.overview(now), queues=ops.queues.list_queues(), now=now
-    )
+    return render_template("schedules.html", **_schedules())
+
+
+@bp.get("/fragments/schedules")
+def schedules_live() -> Any:
+    return render_template("_schedules_live.html", **_schedules())
 
 
 @bp.post("/schedules/<path:name>/<any(run, pause, resume):action>")
+@require_operator
 def act(name: str, action: str) -> Any:
-    _check_csrf()
     deck = _deck()
     periodic = operations_of(deck).periodic
     if name not in periodic.schedules:
@@ -98,22 +93,47 @@ def act(name: str, action: str) -> Any:
     now = deck.clock()
     if action == "run":
         job = periodic.run_now(name, now, _actor())
-        flash(f"{name}: enqueued job #{job.id}")
+        message = f"{name}: enqueued job #{job.id}"
     else:
         periodic.set_paused(name, action == "pause", now, _actor())
-        flash(f"{name}: {'paused' if action == 'pause' else 'resumed'}")
-    return redirect(url_for("schedules.index"))
+        message = f"{name}: {'paused' if action == 'pause' else 'resumed'}"
+    return _answer("schedules.index", "_schedules_live.html", _schedules(), message)
+
+
+# -- queues -------------------------------------------------------------------------
+
+
+def _queues() -> dict[str, Any]:
+    deck = _deck()
+    controls = operations_of(deck).queues
+    type_limits = controls.limits.types
+    running = running_by_type(deck.store, list(type_limits))
+    return {
+        "queues": controls.list_queues(),
+        "type_limits": [(t, running.get(t, 0), n) for t, n in sorted(type_limits.items())],
+        "now": deck.clock(),
+    }
+
+
+@bp.get("/queues")
+def queues() -> Any:
+    return render_template("queues.html", **_queues())
+
+
+@bp.get("/fragments/queues")
+def queues_live() -> Any:
+    return render_template("_queues_live.html", **_queues())
 
 
 @bp.post("/queues/<path:name>/<any(pause, resume):action>")
+@require_operator
 def queue_act(name: str, action: str) -> Any:
-    _check_csrf()
     deck = _deck()
     if not name or len(name) > 100:
         abort(400, "a queue name is 1 to 100 characters")
     operations_of(deck).queues.set_paused(name, action == "pause", deck.clock(), _actor())
-    flash(f"queue {name}: {'paused' if action == 'pause' else 'resumed'}")
-    return redirect(url_for("schedules.index"))
+    message = f"queue {name}: {'paused: no new jobs start, running ones finish' if action == 'pause' else 'resumed'}"
+    return _answer("schedules.queues", "_queues_live.html", _queues(), message)
 
 
 # -- JSON -------------------------------------------------------------------------

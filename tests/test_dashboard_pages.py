@@ -141,7 +141,25 @@ def test_workers_page_lists_live_workers_and_their_jobs(dash, deck):
     assert "host:1:abc" in html and f'/jobs/{job.id}"' in html
     assert dash.get("/fragments/workers", headers=HTMX).status_code == 200
     deck.store.stop_worker("host:1:abc", deck.clock() + timedelta(seconds=1))
-    assert "Stopped or silent" in dash.get("/workers").get_data(as_text=True)
+    assert 'aria-label="Stopped workers"' in dash.get("/workers").get_data(as_text=True)
+
+
+def test_gone_workers_are_shown_apart_and_not_counted_live(dash, deck, clock):
+    from app.maintenance import Maintenance
+
+    deck.store.register_worker("host:2:gone", "host", 2, 4, clock.now)
+    job, _ = deck.enqueue("demo.sleep", {})
+    deck.store.claim("host:2:gone", clock.now)
+    clock.advance(seconds=deck.config.stall_timeout + 5)
+    deck.store.register_worker("host:3:live", "host", 3, 4, clock.now)
+    deck.store.heartbeat(job.id, "host:2:gone", clock.now)  # the job is not stalled yet, its worker is silent
+    Maintenance(deck).sweep_once(clock.now)
+    html = dash.get("/workers").get_data(as_text=True)
+    assert html.index("host:3:live") < html.index("host:2:gone")  # live first
+    gone_row = html[html.index('data-worker="host:2:gone"') :]
+    assert "gone since" in gone_row.split("</tr>")[0] and f'/jobs/{job.id}"' in gone_row.split("</tr>")[0]
+    overview = dash.get("/").get_data(as_text=True)
+    assert "1 live" in overview and "1 gone" in overview and "host:2:gone" not in overview
 
 
 def test_audit_page_empty_and_paged(dash):

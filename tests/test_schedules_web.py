@@ -39,14 +39,15 @@ def test_page_shows_words_next_run_and_runs_and_acts_with_csrf(sched_client, clo
     deck, client = sched_client
     page = client.get("/schedules").get_data(as_text=True)
     assert "every day at 02:00 UTC" in page and "every minute (UTC)" in page
-    assert "2026-01-02 02:00:00 UTC" in page  # next run of the nightly report
+    assert 'title="2026-01-02 02:00:00 UTC">in ' in page  # next run of the nightly report, exact on hover
+    assert 'class="active" aria-current="page">Schedules' in page  # the dashboard's layout, its nav entry
     assert client.post("/schedules/sales-report/run").status_code == 400  # no CSRF token
     r = client.post("/schedules/sales-report/run", data={"csrf_token": token(page)})
-    assert r.status_code == 302
+    assert r.status_code == 303 and r.headers["Location"].endswith("/schedules")
     page = client.get("/schedules").get_data(as_text=True)
     job = deck.store.list_jobs(_all(), clock.now)[0]
     assert f"sales-report: enqueued job #{job.id}" in page
-    assert f">#{job.id}</a>" in page and 'badge-pending">pending' in page
+    assert f'href="/jobs/{job.id}">#{job.id}</a>' in page and 'badge-pending">Pending' in page
     client.post("/schedules/tick/pause", data={"csrf_token": token(page)})
     listed = check(client.get("/api/schedules"), "/api/schedules", "get")
     api = {s["name"]: s for s in listed["schedules"]}
@@ -58,6 +59,72 @@ def test_page_shows_words_next_run_and_runs_and_acts_with_csrf(sched_client, clo
     assert ran["idempotency_key"].startswith("schedule:tick:manual:")
     check(client.post("/api/schedules/nope/run"), "/api/schedules/{name}/run", "post")
     assert client.post("/schedules/nope/run", data={"csrf_token": token(page)}).status_code == 404
+
+
+def test_htmx_actions_answer_in_place_and_are_audited(sched_client):
+    _, client = sched_client
+    page = client.get("/schedules").get_data(as_text=True)
+    headers = {"HX-Request": "true", "X-CSRFToken": token(page)}
+    r = client.post("/schedules/tick/pause", headers=headers)
+    html = r.get_data(as_text=True)
+    assert r.status_code == 200 and html.startswith('<div id="schedules-live"')
+    assert 'hx-swap-oob="true"' in html and "tick: paused" in html and "badge-paused" in html
+    assert ">Resume</button>" in html
+    live = client.get("/fragments/schedules").get_data(as_text=True)
+    assert live.startswith('<div id="schedules-live"') and "<html" not in live and "badge-paused" in live
+    r = client.post("/queues/mail/pause", headers=headers)
+    html = r.get_data(as_text=True)
+    assert html.startswith('<div id="queues-live"') and "queue mail: paused" in html
+    assert 'data-queue="mail" class="is-paused"' in html
+    queues = client.get("/queues").get_data(as_text=True)
+    assert 'aria-current="page">Queues' in queues and "Resume queue mail" in queues
+    audit = client.get("/audit").get_data(as_text=True)
+    assert "schedule.pause" in audit and "queue.pause" in audit
+
+
+def test_queues_page_shows_counts_limits_and_type_limits(make_config, registry, clock):
+    deck = Jobdeck(make_config(queues={"reports": {"concurrency": 1}}, types={"demo.sleep": {"concurrency": 2}}),
+                   registry, clock=clock)  # fmt: skip
+    app = create_app(deck=deck)
+    app.config["TESTING"] = True
+    try:
+        deck.enqueue("demo.sleep", {}, queue="reports")
+        deck.enqueue("demo.noop", {}, queue="reports")
+        install(deck).queues(deck.store, "w1", clock.now, limit=5)
+        html = app.test_client().get("/queues").get_data(as_text=True)
+        row = html[html.index('data-queue="reports"') :].split("</tr>")[0]
+        assert [int(n) for n in re.findall(r'class="num">(\d+)<', row)] == [1, 1]  # waiting, running
+        assert "at most 1 running" in row and "at limit" in row
+        limits = html[html.index("Job type limits") :]
+        assert "demo.sleep" in limits and "at most 2" in limits
+        assert 'href="/jobs/pending?queue=reports"' in html
+    finally:
+        deck.store.engine.dispose()
+
+
+def test_viewer_sees_no_schedule_or_queue_buttons_and_is_refused(make_config, registry, clock):
+    from werkzeug.security import generate_password_hash
+
+    users = {"victor": {"password_hash": generate_password_hash("pw-victor"), "role": "viewer"}}
+    deck = Jobdeck(make_config(schedules=SCHEDULES, users=users), registry, clock=clock)
+    app = create_app(deck=deck)
+    app.config["TESTING"] = True
+    client = app.test_client()
+    try:
+        login_page = client.get("/login").get_data(as_text=True)
+        client.post("/login", data={"username": "victor", "password": "pw-victor", "csrf_token": token(login_page)})
+        schedules = client.get("/schedules").get_data(as_text=True)
+        queues = client.get("/queues").get_data(as_text=True)
+        assert "sales-report" in schedules and 'data-queue="default"' in queues
+        assert '<button class="btn' not in schedules + queues  # no Run now, Pause or Resume for a viewer
+        headers = {"HX-Request": "true", "X-CSRFToken": token(schedules)}  # the sign-out form's
+        for url in ("/schedules/tick/pause", "/schedules/tick/run", "/queues/default/pause"):
+            r = client.post(url, headers=headers)
+            assert r.status_code == 403 and "only operators can act" in r.get_data(as_text=True)
+        assert install(deck).periodic.overview(clock.now)[1]["paused"] is False
+        assert deck.store.list_jobs(_all(), clock.now) == []
+    finally:
+        deck.store.engine.dispose()
 
 
 def _all():

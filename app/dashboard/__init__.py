@@ -26,6 +26,7 @@ NAV: list[tuple[str, str, str]] = [
     ("dashboard.overview", "Overview", "overview"),
     ("dashboard.jobs_index", "Jobs", "jobs"),
     ("schedules.index", "Schedules", "schedules"),
+    ("schedules.queues", "Queues", "queues"),
     ("dashboard.workers", "Workers", "workers"),
     ("dashboard.audit", "Audit log", "audit"),
 ]

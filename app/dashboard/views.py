@@ -123,14 +123,23 @@ def _overview() -> dict[str, Any]:
         "counts": snap.counts,
         "throughput": throughput_chart(snap.throughput),
         "latency": latency_chart(snap.latency_history, now),
-        "workers": _live_workers(now),
+        **_worker_summary(now),
         "new_dead": new_dead,
     }
 
 
-def _live_workers(now: datetime) -> list[dict[str, Any]]:
+def _is_live(worker: dict[str, Any], cutoff: datetime) -> bool:
+    """Heart-beating, not stopped, and not marked gone by the sweeper."""
+    return worker["stopped_at"] is None and worker.get("gone_at") is None and worker["heartbeat_at"] >= cutoff
+
+
+def _worker_summary(now: datetime) -> dict[str, Any]:
+    """The overview's live workers, and how many are gone (not stopped)."""
     cutoff = now - timedelta(seconds=deck().config.stall_timeout)
-    return [w for w in deck().store.list_workers() if w["stopped_at"] is None and w["heartbeat_at"] >= cutoff]
+    everyone = deck().store.list_workers()
+    live = [w for w in everyone if _is_live(w, cutoff)]
+    gone = sum(1 for w in everyone if w["stopped_at"] is None and not _is_live(w, cutoff))
+    return {"workers": live, "gone_workers": gone}
 
 
 @bp.get("/")
@@ -252,9 +261,20 @@ def _workers() -> dict[str, Any]:
     now = d.clock()
     cutoff = now - timedelta(seconds=d.config.stall_timeout)
     everyone = d.store.list_workers()
-    live = [w for w in everyone if w["stopped_at"] is None and w["heartbeat_at"] >= cutoff]
-    gone = [w for w in everyone if w not in live][:20]
-    return {"now": now, "live": live, "gone": gone, "held": running_by_worker(d.store, [w["id"] for w in live])}
+    live = [w for w in everyone if _is_live(w, cutoff)]
+    # Gone: never said goodbye (marked by the sweeper, or silent past the
+    # stall timeout and not swept yet); their running jobs await rescue.
+    gone = [w for w in everyone if w["stopped_at"] is None and not _is_live(w, cutoff)]
+    gone.sort(key=lambda w: w.get("gone_at") or w["heartbeat_at"], reverse=True)
+    stopped = [w for w in everyone if w["stopped_at"] is not None][:20]
+    return {
+        "now": now,
+        "live": live,
+        "gone": gone[:50],
+        "stopped": stopped,
+        "held": running_by_worker(d.store, [w["id"] for w in live + gone[:50] if w["running"]]),
+        "stall_timeout": d.config.stall_timeout,
+    }
 
 
 @bp.get("/workers")
@@ -272,4 +292,3 @@ def audit() -> Any:
     before = request.args.get("before", type=int)
     entries, older = list_audit(deck().store, before_id=before)
     return render_template("audit.html", entries=entries, older=older, before=before, now=deck().clock())
-

@@ -7,7 +7,7 @@ A missing /usr/bin/chromium fails these tests: CI must never skip them."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,26 +48,42 @@ class Live:
 
 
 @pytest.fixture
-def live(make_config: Any, registry: Any) -> Iterator[Live]:
-    config = make_config(
-        workers=2, backoff_base=0.2, backoff_cap=0.5,
-        dashboard={"poll_seconds": 1, "counts_cache_seconds": 0.5},
-    )  # fmt: skip
-    deck = Jobdeck(config, registry)
-    deck.init_db()
-    app = create_app(deck=deck)
-    server = create_server(app, host="127.0.0.1", port=0, threads=4, ident="jobdeck-e2e")
-    thread = threading.Thread(target=server.run, name="e2e-waitress", daemon=True)
-    thread.start()
-    runtime = Runtime(deck, workers=2, services=False)
-    runtime.start()
-    try:
-        yield Live(f"http://127.0.0.1:{server.effective_port}", deck)
-    finally:
-        runtime.stop(grace=2)
-        server.close()
-        thread.join(timeout=10)
-        deck.store.engine.dispose()
+def make_live(make_config: Any, registry: Any) -> Iterator[Callable[..., Live]]:
+    """Start a live Jobdeck (config overrides as keyword arguments); every
+    one started is stopped at teardown."""
+    stops: list[Callable[[], None]] = []
+
+    def start(workers: int = 2, **overrides: Any) -> Live:
+        config = make_config(
+            workers=workers, backoff_base=0.2, backoff_cap=0.5,
+            dashboard={"poll_seconds": 1, "counts_cache_seconds": 0.5}, **overrides,
+        )  # fmt: skip
+        deck = Jobdeck(config, registry)
+        deck.init_db()
+        app = create_app(deck=deck)
+        server = create_server(app, host="127.0.0.1", port=0, threads=4, ident="jobdeck-e2e")
+        thread = threading.Thread(target=server.run, name="e2e-waitress", daemon=True)
+        thread.start()
+        runtime = Runtime(deck, workers=workers, services=False)
+        runtime.start()
+
+        def stop() -> None:
+            runtime.stop(grace=2)
+            server.close()
+            thread.join(timeout=10)
+            deck.store.engine.dispose()
+
+        stops.append(stop)
+        return Live(f"http://127.0.0.1:{server.effective_port}", deck)
+
+    yield start
+    for stop in reversed(stops):
+        stop()
+
+
+@pytest.fixture
+def live(make_live: Callable[..., Live]) -> Live:
+    return make_live()
 
 
 @pytest.fixture

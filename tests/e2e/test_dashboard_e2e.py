@@ -25,7 +25,7 @@ def test_api_enqueued_job_appears_without_reload(live, page, dialogs):
     assert page.evaluate("() => window.__marker") == marker  # same document: no reload
     page.goto(live.url + "/")
     expect(page.locator(".stat-completed .stat-value")).to_have_text("1")
-    live.shot(page, "overview")
+    live.shot(page, "overview-first-job")
     assert dialogs == []
 
 
@@ -112,5 +112,5 @@ def test_selection_survives_polls_and_script_payloads_stay_text(live, page, dial
     expect(page.locator("pre.json").first).to_contain_text("<img src=x onerror=alert(1)>")
     page.goto(f"{live.url}/workers")
     expect(page.locator("#workers-live")).to_contain_text("threads busy")
-    live.shot(page, "workers")
+    live.shot(page, "workers-busy")
     assert dialogs == []
