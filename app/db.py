@@ -17,7 +17,7 @@ from app.models import Base
 # ``.with_hint(jobs, "INDEXED BY ix_jobs_claim", "sqlite")``. Without
 # statistics SQLite's planner prefers the status index and sorts every due
 # job on every claim.
-SQLiteCompiler.get_from_hint_text = lambda self, table, text: text  # type: ignore[method-assign,assignment]
+SQLiteCompiler.get_from_hint_text = lambda self, table, text: text  # type: ignore[method-assign]
 
 READONLY = "jobdeck_readonly"
 """Execution option: this connection only reads, so on SQLite it begins a

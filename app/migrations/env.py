@@ -8,7 +8,7 @@ the database it runs on.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from alembic import context
 from sqlalchemy import TextClause
@@ -18,7 +18,7 @@ from app.models import Base, UTCDateTime
 config = context.config
 
 
-def render_item(type_: str, obj: Any, autogen_context: Any) -> str | bool:
+def render_item(type_: str, obj: Any, autogen_context: Any) -> str | Literal[False]:
     # Revisions must not import app.models (it changes after they are
     # written): render our UTC type as the plain column type it stores.
     if type_ == "type" and isinstance(obj, UTCDateTime):
