@@ -80,15 +80,14 @@ def get(port: int, path: str, conn: http.client.HTTPConnection | None = None) ->
 
 
 def fresh_db(workdir: Path, name: str) -> Path:
-    from sqlalchemy import create_engine
-
-    from app.db import create_schema
+    from app.db import make_engine
+    from app.migrate import upgrade
 
     db = workdir / name
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
-    engine = create_engine(f"sqlite:///{db}")
-    create_schema(engine)
+    engine = make_engine(f"sqlite:///{db}")
+    upgrade(engine)  # through the migrations, as the processes under test expect
     engine.dispose()
     return db
 
@@ -226,8 +225,9 @@ def memory_drain(workdir: Path, n: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-DASHBOARD_PATHS = ["/", "/jobs?state=pending", "/jobs?state=running", "/jobs?state=failed", "/jobs?state=dead",
-                   "/jobs?state=completed", "/jobs?state=dead&q=boom%201234", "/jobs/{id}", "/api/jobs?status=dead",
+DASHBOARD_PATHS = ["/", "/jobs/pending", "/jobs/scheduled", "/jobs/running", "/jobs/failed", "/jobs/dead",
+                   "/jobs/completed", "/jobs/discarded", "/jobs/dead?type=demo.type7", "/jobs/dead?q=boom%201234",
+                   "/jobs/completed?type=demo.type3&q=u12345", "/jobs/{id}", "/api/jobs?status=dead",
                    "/api/jobs?status=dead&type=demo.type7", "/api/jobs/{id}", "/api/stats"]  # fmt: skip
 
 
