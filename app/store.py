@@ -327,14 +327,7 @@ class Store:
         keyed = any(n.idempotency_key is not None for n in news)
         if self.dialect == "sqlite" and not keyed:
             t = sqlite_hot.db_time(now)
-            params = [sqlite_hot.job_params(n, self._payload_json(n), now, t) for n in news]
-            with self.write() as conn, sqlite_hot.translated_errors():
-                cur = conn.connection.cursor()
-                cur.executemany(sqlite_hot.INSERT_JOB, params)
-                # One writer holds the lock: the rowids of this statement are consecutive.
-                last = cur.execute("SELECT last_insert_rowid()").fetchone()[0]
-            self._notify_enqueued()
-            return list(range(last - len(news) + 1, last + 1))
+            return self.insert_rows_sqlite([sqlite_hot.job_params(n, self._payload_json(n), now, t) for n in news])
         rows = [self._values(n, now) for n in news]
         with self.write() as conn:
             if not keyed:
@@ -367,6 +360,20 @@ class Store:
             self._notify_other_processes(conn)
         self._notify_enqueued()
         return ids
+
+    def insert_rows_sqlite(self, params: list[tuple[Any, ...]]) -> list[int]:
+        """SQLite: insert jobs without idempotency keys from ready
+        ``sqlite_hot.INSERT_JOB`` parameters (``job_params``, ``app.bulk``)
+        in one transaction; returns their ids in order."""
+        if not params:
+            return []
+        with self.write() as conn, sqlite_hot.translated_errors():
+            cur = conn.connection.cursor()
+            cur.executemany(sqlite_hot.INSERT_JOB, params)
+            # One writer holds the lock: the rowids of this statement are consecutive.
+            last = cur.execute("SELECT last_insert_rowid()").fetchone()[0]
+        self._notify_enqueued()
+        return list(range(last - len(params) + 1, last + 1))
 
     @staticmethod
     def _payload_json(new: NewJob) -> str:

@@ -227,7 +227,7 @@ def memory_drain(workdir: Path, n: int) -> dict[str, Any]:
 
 DASHBOARD_PATHS = ["/", "/jobs/pending", "/jobs/scheduled", "/jobs/running", "/jobs/failed", "/jobs/dead",
                    "/jobs/completed", "/jobs/discarded", "/jobs/dead?type=demo.type7", "/jobs/dead?q=boom%201234",
-                   "/jobs/completed?type=demo.type3&q=u12345", "/jobs/{id}", "/api/jobs?status=dead",
+                   "/jobs/completed?type=demo.type3", "/jobs/{id}", "/api/jobs?status=dead",
                    "/api/jobs?status=dead&type=demo.type7", "/api/jobs/{id}", "/api/stats"]  # fmt: skip
 
 
