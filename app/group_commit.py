@@ -2,10 +2,14 @@
 
 Each ``enqueue`` must be durable when it returns, so on its own each costs
 one commit (one fsync with ``synchronous=FULL``). When several threads (the
-HTTP server's) enqueue at once, the first to take the write lock commits
-every request queued so far in one transaction; the others find their
-request already committed when they get the lock and return at once. No
-extra thread, no timer: a lone caller commits alone and waits for nobody.
+HTTP server's) enqueue at once, one of them leads: it takes every request
+queued so far and commits them in one transaction, while the others wait on
+a condition. When the leader is done, every waiter whose request it
+committed returns at once, and one of those still queued leads the next
+batch. (Waiting on the write lock instead made each committed caller take
+the lock in turn just to learn it was done: the hand-offs serialized the
+callers and batches stayed at one or two requests.) No extra thread, no
+timer: a lone caller commits alone and waits for nobody.
 
 A failing batch is retried one request per transaction, so one bad job
 fails only its own caller.
@@ -38,19 +42,28 @@ class GroupCommitter(Generic[R]):
     lock: Any
     write_batch: Callable[[list[Any]], list[R]]
     _queue: list[_Request[R]] = field(default_factory=list)
-    _mutex: threading.Lock = field(default_factory=threading.Lock)
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+    _leading: bool = False
     batches: int = 0
     """Transactions committed (for tests and the benchmark)."""
 
     def submit(self, item: Any) -> R:
         request: _Request[R] = _Request(item)
-        with self._mutex:
+        with self._cond:
             self._queue.append(request)
-        with self.lock:
+            while self._leading and not request.done:
+                self._cond.wait()
             if not request.done:
-                with self._mutex:
-                    batch, self._queue = self._queue, []
-                self._commit(batch)
+                self._leading = True
+                batch, self._queue = self._queue, []
+        if not request.done:
+            try:
+                with self.lock:
+                    self._commit(batch)
+            finally:
+                with self._cond:
+                    self._leading = False
+                    self._cond.notify_all()
         if request.error is not None:
             raise request.error
         return request.result  # type: ignore[return-value]
