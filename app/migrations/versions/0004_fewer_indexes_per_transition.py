@@ -18,9 +18,8 @@ schema, and on the previous schema this release's queries are still served.
 """
 from collections.abc import Sequence
 
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision: str = '0004'
 down_revision: str | Sequence[str] | None = '0003'
