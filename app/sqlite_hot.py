@@ -101,6 +101,23 @@ def claim_sql(n_types: int | None, n_queues: int | None, n_excluded: int = 0) ->
     )
 
 
+_CLAIM_SET = (
+    f"UPDATE jobs SET status = '{State.RUNNING.value}', attempt = attempt + 1, worker_id = ?, "
+    "claimed_at = ?, heartbeat_at = ?, progress = NULL, progress_message = NULL, updated_at = ? "
+)
+
+
+@lru_cache(maxsize=256)
+def claim_ids_sql(n: int) -> str:
+    """Claim the ``n`` given jobs, each only if still claimable (the claim
+    of ``app.queues``' limit-aware policy, which picks the ids itself).
+    Parameters: worker_id, now x3, *ids."""
+    return (
+        f"{_CLAIM_SET}WHERE id IN ({_marks(n)}) AND status IN ({_quoted(sources(Transition.CLAIM))}) "
+        f"RETURNING {JOB_COLUMNS}"
+    )
+
+
 @lru_cache(maxsize=256)
 def complete_sql(n: int) -> str:
     """Complete ``n`` jobs, each only if still running under the same

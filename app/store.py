@@ -483,6 +483,18 @@ class Store:
         claimed.sort(key=lambda j: (-j.priority, j.available_at, j.id))
         return claimed
 
+    def claim_ids_sqlite(self, conn: Connection, worker_id: str, now: datetime, ids: Sequence[int]) -> list[JobRecord]:
+        """SQLite, inside the caller's write transaction: claim exactly
+        ``ids`` (those still claimable), decoded without Core's per-column
+        processors; in claim order."""
+        t = sqlite_hot.db_time(now)
+        with sqlite_hot.translated_errors():
+            cur = conn.connection.cursor()
+            rows = cur.execute(sqlite_hot.claim_ids_sql(len(ids)), (worker_id, t, t, t, *ids)).fetchall()
+        claimed = [JobRecord.from_sqlite(r) for r in rows]
+        claimed.sort(key=lambda j: (-j.priority, j.available_at, j.id))
+        return claimed
+
     # -- finishing attempts -----------------------------------------------------
 
     def complete_many(self, outcomes: Sequence[Outcome], now: datetime) -> list[int]:
