@@ -45,6 +45,9 @@ def _logging(level: str) -> None:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    # waitress warns "Task queue depth is N" for every request that waits for
+    # a thread: under load, a formatted log line per request for every endpoint.
+    logging.getLogger("waitress.queue").setLevel(logging.ERROR)
 
 
 @click.group()

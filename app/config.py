@@ -45,7 +45,7 @@ class Config:
     stall_timeout: float = 60.0
     sweep_interval: float = 5.0
     shutdown_grace: float = 30.0
-    claim_batch: int = 100
+    claim_batch: int = 250
     auto_migrate: bool = True
     """Upgrade the database schema at start-up (``jobdeck db upgrade``).
     Off: start-up refuses to run on a schema older than the code."""

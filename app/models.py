@@ -110,14 +110,11 @@ class Job(Base):
             postgresql_where=text(f"status IN ({_claimable_list})"),
         ),
         Index("ix_jobs_status_id", "status", "id"),
-        Index(
-            "ix_jobs_running_worker",
-            "worker_id",
-            "heartbeat_at",
-            sqlite_where=text("status = 'running'"),
-            postgresql_where=text("status = 'running'"),
-        ),
-        Index("ix_jobs_type_status_id", "type", "status", "id"),
+        # The dashboard's type filter. Not (type, status, id): type and id
+        # never change, so no transition touches this index (revision 0004
+        # replaced that one, and dropped the running/worker index: running
+        # jobs are few, so the status index finds them as fast).
+        Index("ix_jobs_type_id", "type", "id"),
         {"sqlite_autoincrement": True},
     )
 

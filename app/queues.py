@@ -234,23 +234,26 @@ class QueueControls:
                     break
             if not chosen:
                 return []
-            # The same transition as Store.claim; keep the two in step.
-            rows = conn.execute(
-                update(jobs)
-                .where(jobs.c.id.in_(chosen), jobs.c.status.in_(sources(Transition.CLAIM)))
-                .values(
-                    status=_RUNNING,
-                    worker_id=worker_id,
-                    claimed_at=now,
-                    heartbeat_at=now,
-                    attempt=jobs.c.attempt + 1,
-                    progress=None,
-                    progress_message=None,
-                    updated_at=now,
-                )
-                .returning(*jobs.c)
-            ).all()
-        claimed = [JobRecord.from_row(r) for r in rows]
+            if store.dialect == "sqlite":  # driver-level, as Store.claim does there (app.sqlite_hot)
+                claimed = store.claim_ids_sqlite(conn, worker_id, now, chosen)
+            else:
+                # The same transition as Store.claim; keep the two in step.
+                rows = conn.execute(
+                    update(jobs)
+                    .where(jobs.c.id.in_(chosen), jobs.c.status.in_(sources(Transition.CLAIM)))
+                    .values(
+                        status=_RUNNING,
+                        worker_id=worker_id,
+                        claimed_at=now,
+                        heartbeat_at=now,
+                        attempt=jobs.c.attempt + 1,
+                        progress=None,
+                        progress_message=None,
+                        updated_at=now,
+                    )
+                    .returning(*jobs.c)
+                ).all()
+                claimed = [JobRecord.from_row(r) for r in rows]
         claimed.sort(key=lambda j: (-j.priority, j.available_at, j.id))
         return claimed
 

@@ -37,9 +37,11 @@ class Runtime:
         self.pool: WorkerPool | None = WorkerPool(deck, threads) if threads > 0 else None
         self.services: list[Service] = []
         if self.pool is not None:
+            from app.commit_watch import watcher_for
             from app.notify import listener_for
 
-            listener = listener_for(deck, self.pool.wake)  # PostgreSQL: LISTEN for other processes' jobs
+            # Wake on other processes' jobs: LISTEN on PostgreSQL, PRAGMA data_version on SQLite.
+            listener = listener_for(deck, self.pool.wake) or watcher_for(deck, self.pool)
             if listener is not None:
                 self.services.append(listener)
         if services:

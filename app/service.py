@@ -99,6 +99,12 @@ class Jobdeck:
     def enqueue_many(self, items: Sequence[Mapping[str, Any]]) -> list[int]:
         """Enqueue many jobs in one transaction (each item as for the API)."""
         now = self.clock()
+        if self.store.dialect == "sqlite":
+            from app.bulk import plain_rows
+
+            rows = plain_rows(self, items, now)  # plain jobs: validated and serialized in one pass
+            if rows is not None:
+                return self.store.insert_rows_sqlite(rows)
         return self.store.enqueue_many([self.new_job(item, now) for item in items], now)
 
     def new_job(self, data: Mapping[str, Any], now: datetime) -> NewJob:

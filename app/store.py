@@ -327,14 +327,7 @@ class Store:
         keyed = any(n.idempotency_key is not None for n in news)
         if self.dialect == "sqlite" and not keyed:
             t = sqlite_hot.db_time(now)
-            params = [sqlite_hot.job_params(n, self._payload_json(n), now, t) for n in news]
-            with self.write() as conn, sqlite_hot.translated_errors():
-                cur = conn.connection.cursor()
-                cur.executemany(sqlite_hot.INSERT_JOB, params)
-                # One writer holds the lock: the rowids of this statement are consecutive.
-                last = cur.execute("SELECT last_insert_rowid()").fetchone()[0]
-            self._notify_enqueued()
-            return list(range(last - len(news) + 1, last + 1))
+            return self.insert_rows_sqlite([sqlite_hot.job_params(n, self._payload_json(n), now, t) for n in news])
         rows = [self._values(n, now) for n in news]
         with self.write() as conn:
             if not keyed:
@@ -368,16 +361,45 @@ class Store:
         self._notify_enqueued()
         return ids
 
+    def insert_rows_sqlite(self, params: list[tuple[Any, ...]]) -> list[int]:
+        """SQLite: insert jobs without idempotency keys from ready
+        ``sqlite_hot.INSERT_JOB`` parameters (``job_params``, ``app.bulk``)
+        in one transaction; returns their ids in order."""
+        if not params:
+            return []
+        with self.write() as conn, sqlite_hot.translated_errors():
+            cur = conn.connection.cursor()
+            cur.executemany(sqlite_hot.INSERT_JOB, params)
+            # One writer holds the lock: the rowids of this statement are consecutive.
+            last = cur.execute("SELECT last_insert_rowid()").fetchone()[0]
+        self._notify_enqueued()
+        return list(range(last - len(params) + 1, last + 1))
+
     @staticmethod
     def _payload_json(new: NewJob) -> str:
         return new.payload_json if new.payload_json is not None else _dumps(new.payload)
 
     def _insert_batch_sqlite(self, params: list[tuple[Any, ...]]) -> list[Any]:
         """Insert plain jobs in one transaction (the group commit's batch);
-        returns their raw rows in order."""
-        with self.write() as conn, sqlite_hot.translated_errors():
-            cur = conn.connection.cursor()
-            return [cur.execute(sqlite_hot.INSERT_JOB_RETURNING, p).fetchone() for p in params]
+        returns their raw rows in order. On a pooled DBAPI connection under
+        the write lock, without SQLAlchemy's Connection: its begin and commit
+        events cost more CPU than the insert (one HTTP enqueue per batch)."""
+        assert self._write_lock is not None
+        with self._write_lock, sqlite_hot.translated_errors():
+            raw = self.engine.raw_connection()
+            try:
+                db = raw.driver_connection
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    rows = [db.execute(sqlite_hot.INSERT_JOB_RETURNING, p).fetchone() for p in params]
+                    db.execute("COMMIT")
+                except BaseException:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    raise
+                return rows
+            finally:
+                raw.close()
 
     # -- claim ----------------------------------------------------------------
 
@@ -457,6 +479,18 @@ class Store:
         params = (worker_id, t, t, t, t, *(type_list or ()), *(queue_list or ()), *excluded, limit)
         with self.write() as conn:
             rows = conn.exec_driver_sql(sql, params).fetchall()
+        claimed = [JobRecord.from_sqlite(r) for r in rows]
+        claimed.sort(key=lambda j: (-j.priority, j.available_at, j.id))
+        return claimed
+
+    def claim_ids_sqlite(self, conn: Connection, worker_id: str, now: datetime, ids: Sequence[int]) -> list[JobRecord]:
+        """SQLite, inside the caller's write transaction: claim exactly
+        ``ids`` (those still claimable), decoded without Core's per-column
+        processors; in claim order."""
+        t = sqlite_hot.db_time(now)
+        with sqlite_hot.translated_errors():
+            cur = conn.connection.cursor()
+            rows = cur.execute(sqlite_hot.claim_ids_sql(len(ids)), (worker_id, t, t, t, *ids)).fetchall()
         claimed = [JobRecord.from_sqlite(r) for r in rows]
         claimed.sort(key=lambda j: (-j.priority, j.available_at, j.id))
         return claimed

@@ -29,24 +29,26 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _env(db: Path, **settings: Any) -> dict[str, str]:
+def _env(db: Path, config: Path | None = None, **settings: Any) -> dict[str, str]:
     env = dict(os.environ, PYTHONPATH=str(REPO), JOBDECK_DATABASE_URL=f"sqlite:///{db}",
                JOBDECK_INSTANCE_PATH=str(db.parent / "instance"), JOBDECK_SECRET_KEY="bench")  # fmt: skip
     env.pop("JOBDECK_CONFIG", None)
+    if config is not None:
+        env["JOBDECK_CONFIG"] = str(config)
     for key, value in settings.items():
         env[f"JOBDECK_{key.upper()}"] = str(value)
     return env
 
 
 @contextmanager
-def process(db: Path, command: str, **settings: Any) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+def process(db: Path, command: str, config: Path | None = None, **settings: Any) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     """``python -m app.cli serve|worker --demo`` on ``db``; yields (proc, port)."""
     port = _free_port()
     args = [sys.executable, "-m", "app.cli", command, "--demo", "--log-level", "warning"]
     if command == "serve":
         args += ["--bind", f"127.0.0.1:{port}"]
     log = open(db.parent / f"{command}-{port}.log", "wb")
-    proc = subprocess.Popen(args, cwd=REPO, env=_env(db, **settings), stdout=log, stderr=log)
+    proc = subprocess.Popen(args, cwd=REPO, env=_env(db, config, **settings), stdout=log, stderr=log)
     try:
         if command == "serve":
             deadline = time.monotonic() + 30
@@ -80,15 +82,14 @@ def get(port: int, path: str, conn: http.client.HTTPConnection | None = None) ->
 
 
 def fresh_db(workdir: Path, name: str) -> Path:
-    from sqlalchemy import create_engine
-
-    from app.db import create_schema
+    from app.db import make_engine
+    from app.migrate import upgrade
 
     db = workdir / name
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
-    engine = create_engine(f"sqlite:///{db}")
-    create_schema(engine)
+    engine = make_engine(f"sqlite:///{db}")
+    upgrade(engine)  # through the migrations, as the processes under test expect
     engine.dispose()
     return db
 
@@ -226,8 +227,9 @@ def memory_drain(workdir: Path, n: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-DASHBOARD_PATHS = ["/", "/jobs?state=pending", "/jobs?state=running", "/jobs?state=failed", "/jobs?state=dead",
-                   "/jobs?state=completed", "/jobs?state=dead&q=boom%201234", "/jobs/{id}", "/api/jobs?status=dead",
+DASHBOARD_PATHS = ["/", "/jobs/pending", "/jobs/scheduled", "/jobs/running", "/jobs/failed", "/jobs/dead",
+                   "/jobs/completed", "/jobs/discarded", "/jobs/dead?type=demo.type7", "/jobs/dead?q=boom%201234",
+                   "/jobs/completed?type=demo.type3", "/jobs/{id}", "/api/jobs?status=dead",
                    "/api/jobs?status=dead&type=demo.type7", "/api/jobs/{id}", "/api/stats"]  # fmt: skip
 
 
@@ -271,7 +273,13 @@ def steady(workdir: Path, rate: float, seconds: float, processes: int) -> dict[s
     deck = make_deck(db, "FULL", 0)
     deck.registry.handler("demo.noop")(lambda p, c: None)
     with contextlib_exit() as stack:
-        procs = [stack.enter_context(process(db, "worker", workers=4, poll_interval=0.05)) for _ in range(processes)]
+        # The same configuration as scenario 1 (no concurrency limits): the
+        # demo config's limit on demo.charge-card would send every claim
+        # through the limit-aware claim (app.queues), which is measured apart.
+        unlimited = workdir / "unlimited.toml"
+        unlimited.write_text("[types]\n")
+        procs = [stack.enter_context(process(db, "worker", config=unlimited, workers=4, poll_interval=0.05))
+                 for _ in range(processes)]  # fmt: skip
         time.sleep(1.0)  # the workers are up
         t0 = time.perf_counter()
         sent = 0

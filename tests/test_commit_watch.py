@@ -1,0 +1,81 @@
+"""SQLite cross-process wake-up: PRAGMA data_version (app.commit_watch)."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from datetime import timedelta
+
+from app.commit_watch import CommitWatcher
+from app.runtime import Runtime
+from app.states import State
+from tests.conftest import wait_for
+
+
+def test_a_job_enqueued_through_another_engine_starts_without_waiting_for_the_poll(make_deck):
+    """Two decks on one file stand for two processes: with a 30 s poll
+    interval only the watcher can start the job promptly."""
+    producer = make_deck()
+    consumer = make_deck(workers=2, poll_interval=30.0)
+    runtime = Runtime(consumer, services=False)
+    watcher = next(s for s in runtime.services if isinstance(s, CommitWatcher))
+    runtime.start()
+    try:
+        wait_for(watcher.watching.is_set, 5, message="the watcher to open its connection")
+
+        def run_one(timed: bool) -> None:
+            job, _ = producer.enqueue("demo.noop")
+            started = time.monotonic()
+            wait_for(lambda: producer.store.get(job.id).status is State.COMPLETED, 10,
+                     message=f"job {job.id} to complete")  # fmt: skip
+            if timed:
+                assert time.monotonic() - started < 3.0, "started by the 30 s poll, not by the watcher"
+
+        run_one(timed=False)  # the pool's start-up claim may take this one
+        before = watcher.wakes
+        for _ in range(3):
+            run_one(timed=True)
+        assert watcher.wakes > before
+    finally:
+        runtime.stop(grace=5)
+
+
+def test_only_a_claimable_due_job_wakes_the_pool(make_deck):
+    """Commits that leave nothing to claim (another pool's acks, a scheduled
+    job, a type this pool does not run, a queue it does not serve) are seen
+    but do not wake the pool into an empty claim."""
+    deck = make_deck()
+    woken: list[int] = []
+    path = deck.store.engine.url.database
+    watcher = CommitWatcher(path, lambda: woken.append(1), types=lambda: ["demo.noop"], queues=["default"],
+                            clock=deck.clock)  # fmt: skip
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        assert not watcher.due_once(conn)
+        deck.enqueue("demo.noop", delay_seconds=60)  # scheduled: not due yet
+        deck.enqueue("demo.report", {"name": "x"})  # a type this pool does not run
+        deck.enqueue("demo.noop", queue="reports")  # a queue this pool does not serve
+        assert not watcher.due_once(conn)
+        assert watcher.due_once(conn, deck.clock() + timedelta(seconds=61))
+        deck.enqueue("demo.noop")
+        assert watcher.due_once(conn)
+    finally:
+        conn.close()
+
+
+def test_the_watcher_counts_version_changes_and_wakes_only_when_due(make_deck):
+    deck = make_deck()
+    other = make_deck()
+    woken: list[int] = []
+    watcher = CommitWatcher(deck.store.engine.url.database, lambda: woken.append(1), types=lambda: ["demo.noop"],
+                            clock=deck.clock, interval=0.002)  # fmt: skip
+    watcher.start()
+    try:
+        wait_for(watcher.watching.is_set, 5, message="the watcher to start")
+        other.enqueue("demo.noop", delay_seconds=3600)
+        wait_for(lambda: watcher.checks >= 1, 5, message="the watcher to see the commit")
+        assert woken == []
+        other.enqueue("demo.noop")
+        wait_for(lambda: woken, 5, message="the watcher to wake the pool")
+    finally:
+        watcher.stop()
