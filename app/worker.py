@@ -79,6 +79,9 @@ class WorkerPool:
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._acker_stop = threading.Event()
+        self._refill_lock = threading.Lock()
+        """Held by the acker from a refill's claim until its jobs are queued;
+        ``stop`` takes it before releasing unstarted jobs (see ``flush_acks_once``)."""
         self._threads: list[threading.Thread] = []
         self._executors: list[threading.Thread] = []
         self._started = False
@@ -116,7 +119,8 @@ class WorkerPool:
         self._room.set()
         for t in self._threads[:1]:  # the fetcher: nothing new is claimed after it exits
             t.join(timeout=30)
-        self._release_unstarted()
+        with self._refill_lock:  # an acker refill in flight has queued its jobs; none starts now
+            self._release_unstarted()
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             with self._lock:
@@ -260,9 +264,14 @@ class WorkerPool:
 
     # -- acknowledging ----------------------------------------------------------
 
-    def flush_acks_once(self, now: datetime | None = None) -> int:
+    def flush_acks_once(self, now: datetime | None = None, refill: bool = False) -> int:
         """Write every queued outcome: completions in one statement, failures
-        by the fail rule, all in as few transactions as possible."""
+        by the fail rule, all in as few transactions as possible.
+
+        With ``refill`` (the ack loop) the completions' transaction also
+        claims jobs for the room they free (``Store.complete_and_claim``):
+        one commit instead of an ack's and a claim's, and the fetcher, which
+        then finds the pool full, only claims at start-up and when idle."""
         batch: list[Outcome] = []
         while True:
             try:
@@ -274,14 +283,46 @@ class WorkerPool:
         now = now or self.deck.clock()
         done = [o for o in batch if o.ok]
         failed = [o for o in batch if not o.ok]
-        if done:
-            self._retrying(lambda: self.store.complete_many(done, now))
         if failed:
             self._retrying(lambda: self.store.fail_many(failed, now))
-        with self._lock:
-            self._inflight -= len(batch)
-        self._room.set()
+        refilled = self._complete_and_refill(done, len(batch), now) if done and refill else None
+        if done and refilled is None:
+            self._retrying(lambda: self.store.complete_many(done, now))
+        if refilled is None:
+            with self._lock:
+                self._inflight -= len(batch)
+        if not refilled:  # no refill, or one that found less than the room: the fetcher looks
+            self._room.set()
         return len(batch)
+
+    def _complete_and_refill(self, done: list[Outcome], acked: int, now: datetime) -> bool | None:
+        """Complete ``done`` and claim into the room the ``acked`` outcomes
+        free, in one transaction; queue the claimed jobs. Returns None when
+        it did nothing (stopping, no types, no room), else whether the room
+        was filled. The room is reserved in ``_inflight`` while the claim
+        runs, so the fetcher cannot claim it too."""
+        types = self.deck.registry.names()
+        with self._refill_lock:
+            if self._stopping.is_set() or not types:
+                return None
+            with self._lock:
+                room = min(self.batch, self._capacity() - self._inflight + acked)
+                if room <= 0:
+                    return None
+                self._inflight += room
+            claimed: list[JobRecord] = []
+            try:
+                _, claimed = self._retrying(
+                    lambda: self.store.complete_and_claim(
+                        done, self.worker_id, now, limit=room, types=types, queues=self.queues
+                    )
+                )
+            finally:
+                with self._lock:
+                    self._inflight += len(claimed) - room - acked
+            for job in claimed:
+                self._work.put(job)
+        return len(claimed) >= room
 
     def _ack_loop(self) -> None:
         while not self._acker_stop.is_set():
@@ -290,7 +331,7 @@ class WorkerPool:
             except queue.Empty:
                 continue
             self._acks.put(first)
-            self.flush_acks_once()
+            self.flush_acks_once(refill=True)
 
     def _retrying(self, fn: Callable[[], T]) -> T:
         """Run a store write until it succeeds: an outcome is never dropped
