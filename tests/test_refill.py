@@ -1,0 +1,113 @@
+"""Completing a batch and claiming the next in one transaction
+(``Store.complete_and_claim``, the worker pool's acker refill): the
+completions' fencing and attempt rows, the claim's order and no-double-claim,
+the claim policy, atomicity, and a pool that stops mid-drain losing nothing."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from app.queues import Limits, QueueControls
+from app.service import Jobdeck
+from app.states import State
+from app.store import Outcome
+from app.worker import WorkerPool
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.backends
+
+
+def _done(jobs, worker: str = "w") -> list[Outcome]:  # type: ignore[no-untyped-def]
+    return [Outcome(j.id, worker, attempt=j.attempt, started_at=j.claimed_at) for j in jobs]
+
+
+def test_completes_fenced_records_attempts_and_claims_the_next_in_order(deck: Jobdeck, clock) -> None:
+    ids = deck.enqueue_many([{"type": "demo.noop", "payload": {"i": i}} for i in range(6)])
+    a, b, c = deck.store.claim("w", clock(), limit=3)
+    stale = Outcome(c.id, "w", attempt=c.attempt + 1, started_at=clock())  # an attempt that is not the current one
+    accepted, claimed = deck.store.complete_and_claim(_done([a, b]) + [stale], "w", clock(), limit=2)
+    assert sorted(accepted) == sorted([a.id, b.id])
+    assert [j.id for j in claimed] == ids[3:5]
+    assert all(j.status is State.RUNNING and j.worker_id == "w" and j.attempt == 1 for j in claimed)
+    assert [(x.attempt, x.outcome) for x in deck.store.attempts_of(a.id)] == [(1, "completed")]
+    assert deck.store.attempts_of(c.id) == [] and deck.store.get(c.id).status is State.RUNNING
+    assert deck.store.get(a.id).status is State.COMPLETED
+    # Nothing more than the limit, and a zero limit only completes.
+    assert deck.store.complete_and_claim(_done([c]), "w", clock(), limit=0) == ([c.id], [])
+    assert deck.store.get(ids[5]).status is State.PENDING
+
+
+def test_both_or_neither(deck: Jobdeck, clock) -> None:
+    deck.enqueue_many([{"type": "demo.noop"}] * 3)
+    (held,) = deck.store.claim("w", clock(), limit=1)
+
+    def broken_policy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("claim failed")
+
+    deck.store.claim_policy = broken_policy
+    with pytest.raises(RuntimeError):
+        deck.store.complete_and_claim(_done([held]), "w", clock(), limit=2)
+    deck.store.claim_policy = None
+    assert deck.store.get(held.id).status is State.RUNNING and deck.store.attempts_of(held.id) == []
+    # The store is usable afterwards (no transaction left joined).
+    accepted, claimed = deck.store.complete_and_claim(_done([held]), "w", clock(), limit=2)
+    assert accepted == [held.id] and len(claimed) == 2
+
+
+def test_the_claim_policy_sees_the_completions_and_skips_paused_queues(deck: Jobdeck, clock) -> None:
+    controls = QueueControls(deck.store, Limits(queues={}, types={"demo.noop": 2}), refresh=0)
+    controls.install()
+    controls.set_paused("other", True, clock(), "test")
+    paused, _ = deck.enqueue("demo.noop", queue="other")
+    deck.enqueue_many([{"type": "demo.noop"}] * 4)
+    first = deck.store.claim("w", clock(), limit=10)
+    assert len(first) == 2  # the type's limit
+    # One of the two completes in the same transaction: room for exactly one more.
+    _, claimed = deck.store.complete_and_claim(_done(first[:1]), "w", clock(), limit=10)
+    assert len(claimed) == 1 and paused.id not in {j.id for j in claimed}
+    assert deck.store.get(paused.id).status is State.PENDING
+
+
+def test_concurrent_refills_claim_each_job_exactly_once(deck: Jobdeck, make_deck, clock) -> None:  # type: ignore[no-untyped-def]
+    deck.enqueue_many([{"type": "demo.noop", "payload": {"i": i}} for i in range(1000)])
+    stores = [deck.store, make_deck(clock=clock).store]
+    claimed: list[int] = []
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def refiller(n: int) -> None:
+        store, worker = stores[n % 2], f"w{n}"
+        try:
+            held = store.claim(worker, clock(), limit=7, types=["demo.noop"])
+            while held:
+                with lock:
+                    claimed.extend(j.id for j in held)
+                accepted, held = store.complete_and_claim(_done(held, worker), worker, clock(), limit=13, types=["demo.noop"])
+                assert len(accepted) == len(set(accepted))
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=refiller, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(claimed) == 1000 and len(set(claimed)) == 1000
+    assert deck.store.counts(clock())[State.COMPLETED.value] == 1000
+
+
+def test_a_pool_stopped_mid_drain_loses_nothing(live_deck: Jobdeck) -> None:
+    n = 1500
+    live_deck.enqueue_many([{"type": "demo.noop"}] * n)
+    pool = WorkerPool(live_deck, 4)
+    pool.start()
+    try:
+        wait_for(lambda: live_deck.store.counts(live_deck.clock())[State.COMPLETED.value] >= 200, timeout=20)
+    finally:
+        pool.stop(grace=5)
+    counts = live_deck.store.counts(live_deck.clock())
+    assert counts[State.RUNNING.value] == 0 and pool.inflight == 0
+    assert counts[State.COMPLETED.value] + counts[State.PENDING.value] == n
