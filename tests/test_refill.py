@@ -6,6 +6,7 @@ the claim policy, atomicity, and a pool that stops mid-drain losing nothing."""
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -75,26 +76,21 @@ def test_concurrent_refills_claim_each_job_exactly_once(deck: Jobdeck, make_deck
     stores = [deck.store, make_deck(clock=clock).store]
     claimed: list[int] = []
     lock = threading.Lock()
-    errors: list[BaseException] = []
 
     def refiller(n: int) -> None:
         store, worker = stores[n % 2], f"w{n}"
-        try:
-            held = store.claim(worker, clock(), limit=7, types=["demo.noop"])
-            while held:
-                with lock:
-                    claimed.extend(j.id for j in held)
-                accepted, held = store.complete_and_claim(_done(held, worker), worker, clock(), limit=13, types=["demo.noop"])
-                assert len(accepted) == len(set(accepted))
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
+        held = store.claim(worker, clock(), limit=7, types=["demo.noop"])
+        while held:
+            with lock:
+                claimed.extend(j.id for j in held)
+            accepted, held = store.complete_and_claim(
+                _done(held, worker), worker, clock(), limit=13, types=["demo.noop"]
+            )
+            assert len(accepted) == len(set(accepted))
 
-    threads = [threading.Thread(target=refiller, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    with ThreadPoolExecutor(4) as pool:
+        for f in [pool.submit(refiller, n) for n in range(4)]:
+            f.result()  # re-raises a refiller's failure
     assert len(claimed) == 1000 and len(set(claimed)) == 1000
     assert deck.store.counts(clock())[State.COMPLETED.value] == 1000
 
