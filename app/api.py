@@ -210,21 +210,21 @@ def stats() -> Any:
 
 @bp.post("/jobs/<int:job_id>/retry")
 def retry(job_id: int) -> Any:
-    deck = _deck()
-    _body()
-    now = deck.clock()
-    job = deck.store.retry(job_id, now)
-    record_action(deck.store, "api", "retry", now, count=1, job_id=job_id)
-    return jsonify(job_json(job, now))
+    return _operator_action(job_id, "retry")
 
 
 @bp.post("/jobs/<int:job_id>/discard")
 def discard(job_id: int) -> Any:
+    return _operator_action(job_id, "discard")
+
+
+def _operator_action(job_id: int, action: str) -> Any:
+    """Retry or discard one job, recorded in the audit log as done by ``api``."""
     deck = _deck()
     _body()
     now = deck.clock()
-    job = deck.store.discard(job_id, now)
-    record_action(deck.store, "api", "discard", now, count=1, job_id=job_id)
+    job = deck.store.retry(job_id, now) if action == "retry" else deck.store.discard(job_id, now)
+    record_action(deck.store, "api", action, now, count=1, job_id=job_id)
     return jsonify(job_json(job, now))
 
 

@@ -30,7 +30,7 @@ from app.errors import JobNotFound
 from app.maintenance import STATS_MARK
 from app.models import attempts, audit_log, jobs, maintenance_marks, stats_minutely
 from app.states import SOURCES, State, Transition
-from app.store import JobFilter, JobRecord, Store, _search
+from app.store import JobFilter, JobRecord, Store, filtered
 
 log = logging.getLogger("jobdeck.dashboard")
 
@@ -82,19 +82,8 @@ def run_now(store: Store, job_id: int, now: datetime) -> JobRecord:
 
 
 def _filtered(f: JobFilter, now: datetime, stmt: Select[Any]) -> Select[Any]:
-    if f.status is not None:
-        stmt = stmt.where(jobs.c.status == f.status.value)
-    if f.scheduled is True:
-        stmt = stmt.where(jobs.c.available_at > now)
-    elif f.scheduled is False:
-        stmt = stmt.where(jobs.c.available_at <= now)
-    if f.type:
-        stmt = stmt.where(jobs.c.type == f.type)
-    if f.queue:
-        stmt = stmt.where(jobs.c.queue == f.queue)
-    if f.search:
-        stmt = stmt.where(_search(f.search))
-    return stmt
+    result: Select[Any] = filtered(stmt, f, now)
+    return result
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,10 @@ def _parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text).replace(tzinfo=_UTC)
 
 
+def parse_time_required(text: str) -> datetime:
+    return _parse_time(text)
+
+
 def loads(text: str) -> Any:
     """json.loads with the common empty payload short-cut."""
     return {} if text == "{}" else json.loads(text)

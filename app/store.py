@@ -13,7 +13,6 @@ import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,7 +25,10 @@ from app import sqlite_hot
 from app.group_commit import GroupCommitter
 from app.models import attempts, effects, jobs, workers
 from app.notify import NOTIFY_SQL
+from app.records import AttemptRecord, JobFilter, JobRecord, NewJob, Outcome
 from app.states import State, Transition, sources
+
+__all__ = ["AttemptRecord", "JobFilter", "JobRecord", "NewJob", "Outcome", "Store", "exponential_backoff"]
 
 Backoff = Callable[[str, int], float]
 """(job type, retry_count) -> seconds until the retry."""
@@ -37,154 +39,6 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 def _dumps(value: Any) -> str:
     return "{}" if value == {} else _ENCODER.encode(value)
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    id: int
-    type: str
-    queue: str
-    payload: dict[str, Any]
-    priority: int
-    status: State
-    attempt: int
-    retry_count: int
-    max_retries: int
-    idempotency_key: str | None
-    available_at: datetime
-    claimed_at: datetime | None
-    heartbeat_at: datetime | None
-    worker_id: str | None
-    error: str | None
-    result: Any
-    progress: float | None
-    progress_message: str | None
-    created_at: datetime
-    updated_at: datetime
-    finished_at: datetime | None
-
-    @classmethod
-    def from_row(cls, row: Any) -> JobRecord:
-        m = row._mapping
-        return cls(
-            id=m["id"],
-            type=m["type"],
-            queue=m["queue"],
-            payload=json.loads(m["payload"]),
-            priority=m["priority"],
-            status=State(m["status"]),
-            attempt=m["attempt"],
-            retry_count=m["retry_count"],
-            max_retries=m["max_retries"],
-            idempotency_key=m["idempotency_key"],
-            available_at=m["available_at"],
-            claimed_at=m["claimed_at"],
-            heartbeat_at=m["heartbeat_at"],
-            worker_id=m["worker_id"],
-            error=m["error"],
-            result=None if m["result"] is None else json.loads(m["result"]),
-            progress=m["progress"],
-            progress_message=m["progress_message"],
-            created_at=m["created_at"],
-            updated_at=m["updated_at"],
-            finished_at=m["finished_at"],
-        )
-
-    @classmethod
-    def from_sqlite(cls, r: Sequence[Any]) -> JobRecord:
-        """From a raw SQLite row in column order (see ``app.sqlite_hot``)."""
-        t = sqlite_hot.parse_time
-        return cls(
-            r[0], r[1], r[2], sqlite_hot.loads(r[3]), r[4], sqlite_hot.STATE_OF[r[5]], r[6], r[7], r[8], r[9],
-            t(r[10]), t(r[11]), t(r[12]), r[13], r[14], None if r[15] is None else json.loads(r[15]),
-            r[16], r[17], t(r[18]), t(r[19]), t(r[20]),
-        )  # fmt: skip
-
-    def is_scheduled(self, now: datetime) -> bool:
-        return self.status is State.PENDING and self.available_at > now
-
-
-@dataclass(frozen=True)
-class AttemptRecord:
-    job_id: int
-    attempt: int
-    worker_id: str | None
-    started_at: datetime | None
-    finished_at: datetime | None
-    outcome: str
-    error: str | None
-    traceback: str | None
-    payload: dict[str, Any] | None
-
-    @classmethod
-    def from_row(cls, row: Any) -> AttemptRecord:
-        m = row._mapping
-        return cls(
-            job_id=m["job_id"],
-            attempt=m["attempt"],
-            worker_id=m["worker_id"],
-            started_at=m["started_at"],
-            finished_at=m["finished_at"],
-            outcome=m["outcome"],
-            error=m["error"],
-            traceback=m["traceback"],
-            payload=None if m["payload"] is None else json.loads(m["payload"]),
-        )
-
-    @property
-    def duration(self) -> float | None:
-        if self.started_at is None or self.finished_at is None:
-            return None
-        return (self.finished_at - self.started_at).total_seconds()
-
-
-@dataclass
-class NewJob:
-    """A validated job to enqueue (see ``app.jobs.parse_new_job``)."""
-
-    type: str
-    payload: dict[str, Any] = field(default_factory=dict)
-    queue: str = "default"
-    priority: int = 0
-    max_retries: int = 3
-    idempotency_key: str | None = None
-    available_at: datetime | None = None
-    payload_json: str | None = None
-    """``payload`` already serialized (by validation), so it is not done twice."""
-
-
-@dataclass
-class Outcome:
-    """How one attempt ended, as the worker reports it."""
-
-    job_id: int
-    worker_id: str
-    attempt: int | None = None
-    """The attempt the worker ran; None trusts the job's current attempt."""
-    started_at: datetime | None = None
-    error: str | None = None
-    traceback: str | None = None
-    result: Any = None
-    retryable: bool = True
-    kind: str = "failed"
-    """For failures: failed, timed_out or stalled (the attempt's outcome)."""
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-@dataclass(frozen=True)
-class JobFilter:
-    status: State | None = None
-    scheduled: bool | None = None
-    """With status pending: True only future jobs, False only due ones."""
-    type: str | None = None
-    queue: str | None = None
-    search: str | None = None
-    before_id: int | None = None
-    after_id: int | None = None
-    limit: int = 50
 
 
 def exponential_backoff(base: float = 1.0, cap: float = 3600.0) -> Backoff:
@@ -395,6 +249,7 @@ class Store:
             raw = self.engine.raw_connection()
             try:
                 db = raw.driver_connection
+                assert db is not None
                 db.execute("BEGIN IMMEDIATE")
                 try:
                     rows = [db.execute(sqlite_hot.INSERT_JOB_RETURNING, p).fetchone() for p in params]
@@ -971,19 +826,7 @@ class Store:
 
     def list_jobs(self, f: JobFilter, now: datetime) -> list[JobRecord]:
         """Newest first with keyset pagination (``before_id``/``after_id``)."""
-        stmt = select(jobs)
-        if f.status is not None:
-            stmt = stmt.where(jobs.c.status == f.status.value)
-        if f.scheduled is True:
-            stmt = stmt.where(jobs.c.available_at > now)
-        elif f.scheduled is False:
-            stmt = stmt.where(jobs.c.available_at <= now)
-        if f.type:
-            stmt = stmt.where(jobs.c.type == f.type)
-        if f.queue:
-            stmt = stmt.where(jobs.c.queue == f.queue)
-        if f.search:
-            stmt = stmt.where(_search(f.search))
+        stmt = filtered(select(jobs), f, now)
         if f.after_id is not None:
             stmt = stmt.where(jobs.c.id > f.after_id).order_by(jobs.c.id.asc())
         else:
@@ -1009,6 +852,24 @@ class Store:
         counts["pending"] -= scheduled
         counts["scheduled"] = scheduled
         return counts
+
+
+def filtered(stmt: Any, f: JobFilter, now: datetime) -> Any:
+    """``stmt`` narrowed to the jobs ``f`` matches (paging aside); shared by
+    the API's list and the dashboard's lists, counts and bulk actions."""
+    if f.status is not None:
+        stmt = stmt.where(jobs.c.status == f.status.value)
+    if f.scheduled is True:
+        stmt = stmt.where(jobs.c.available_at > now)
+    elif f.scheduled is False:
+        stmt = stmt.where(jobs.c.available_at <= now)
+    if f.type:
+        stmt = stmt.where(jobs.c.type == f.type)
+    if f.queue:
+        stmt = stmt.where(jobs.c.queue == f.queue)
+    if f.search:
+        stmt = stmt.where(_search(f.search))
+    return stmt
 
 
 def _search(text: str) -> Any:
