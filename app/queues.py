@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import func, select, text
 
 from app import actions
 from app.config import Config, ConfigError
@@ -234,27 +234,7 @@ class QueueControls:
                     break
             if not chosen:
                 return []
-            if store.dialect == "sqlite":  # driver-level, as Store.claim does there (app.sqlite_hot)
-                claimed = store.claim_ids_sqlite(conn, worker_id, now, chosen)
-            else:
-                # The same transition as Store.claim; keep the two in step.
-                rows = conn.execute(
-                    update(jobs)
-                    .where(jobs.c.id.in_(chosen), jobs.c.status.in_(sources(Transition.CLAIM)))
-                    .values(
-                        status=_RUNNING,
-                        worker_id=worker_id,
-                        claimed_at=now,
-                        heartbeat_at=now,
-                        attempt=jobs.c.attempt + 1,
-                        progress=None,
-                        progress_message=None,
-                        updated_at=now,
-                    )
-                    .returning(*jobs.c)
-                ).all()
-                claimed = [JobRecord.from_row(r) for r in rows]
-        claimed.sort(key=lambda j: (-j.priority, j.available_at, j.id))
+            claimed = store.claim_ids(conn, worker_id, now, chosen)
         return claimed
 
 

@@ -301,16 +301,7 @@ class Store:
         stmt = (
             update(jobs)
             .where(jobs.c.id.in_(due.scalar_subquery()))
-            .values(
-                status=_RUNNING,
-                worker_id=worker_id,
-                claimed_at=now,
-                heartbeat_at=now,
-                attempt=jobs.c.attempt + 1,
-                progress=None,
-                progress_message=None,
-                updated_at=now,
-            )
+            .values(_claimed_values(worker_id, now))
             .returning(*_JOB_COLS)
         )
         with self.write() as conn:
@@ -344,15 +335,25 @@ class Store:
         claimed.sort(key=lambda j: (-j.priority, j.available_at, j.id))
         return claimed
 
-    def claim_ids_sqlite(self, conn: Connection, worker_id: str, now: datetime, ids: Sequence[int]) -> list[JobRecord]:
-        """SQLite, inside the caller's write transaction: claim exactly
-        ``ids`` (those still claimable), decoded without Core's per-column
-        processors; in claim order."""
-        t = sqlite_hot.db_time(now)
-        with sqlite_hot.translated_errors():
-            cur = conn.connection.cursor()
-            rows = cur.execute(sqlite_hot.claim_ids_sql(len(ids)), (worker_id, t, t, t, *ids)).fetchall()
-        claimed = [JobRecord.from_sqlite(r) for r in rows]
+    def claim_ids(self, conn: Connection, worker_id: str, now: datetime, ids: Sequence[int]) -> list[JobRecord]:
+        """Inside the caller's write transaction (``app.queues`` picks the ids
+        under its concurrency limits): claim exactly ``ids``, those still
+        claimable, in claim order. On SQLite decoded without Core's
+        per-column processors."""
+        if self.dialect == "sqlite":
+            t = sqlite_hot.db_time(now)
+            with sqlite_hot.translated_errors():
+                cur = conn.connection.cursor()
+                rows = cur.execute(sqlite_hot.claim_ids_sql(len(ids)), (worker_id, t, t, t, *ids)).fetchall()
+            claimed = [JobRecord.from_sqlite(r) for r in rows]
+        else:
+            stmt = (
+                update(jobs)
+                .where(jobs.c.id.in_(list(ids)), jobs.c.status.in_(sources(Transition.CLAIM)))
+                .values(_claimed_values(worker_id, now))
+                .returning(*_JOB_COLS)
+            )
+            claimed = [JobRecord.from_row(r) for r in conn.execute(stmt)]
         claimed.sort(key=lambda j: (-j.priority, j.available_at, j.id))
         return claimed
 
@@ -852,6 +853,21 @@ class Store:
         counts["pending"] -= scheduled
         counts["scheduled"] = scheduled
         return counts
+
+
+def _claimed_values(worker_id: str, now: datetime) -> dict[str, Any]:
+    """What the claim transition writes (the SQLite fast path in
+    ``app.sqlite_hot`` writes the same)."""
+    return {
+        "status": _RUNNING,
+        "worker_id": worker_id,
+        "claimed_at": now,
+        "heartbeat_at": now,
+        "attempt": jobs.c.attempt + 1,
+        "progress": None,
+        "progress_message": None,
+        "updated_at": now,
+    }
 
 
 def filtered(stmt: Any, f: JobFilter, now: datetime) -> Any:
