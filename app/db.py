@@ -84,7 +84,7 @@ def _journal_mode_wal(cur: Any) -> None:
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) or time.monotonic() > deadline:
                 raise
-            time.sleep(0.005)  # noqa: jobdeck-sleep -- backoff between retries of one pragma
+            time.sleep(0.005)  # backoff between retries of one pragma; nothing to wake for
 
 
 def create_schema(engine: Engine) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ TYPES = (
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _number(payload: dict[str, Any], key: str, default: float) -> float:

@@ -16,7 +16,7 @@ import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ class JobContext:
         self.worker_id = worker_id
         self.type = job_type
         self.log = logging.getLogger(f"jobdeck.job.{job_type}")
-        self._clock = clock or (lambda: datetime.now(timezone.utc))
+        self._clock = clock or (lambda: datetime.now(UTC))
 
     def once(self, key: str) -> bool:
         """Record the effect ``key`` durably; True the first time only.

@@ -19,7 +19,7 @@ import json
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
@@ -28,7 +28,7 @@ from sqlalchemy.exc import DBAPIError
 from app.models import jobs
 from app.states import State, Transition, sources
 
-_UTC = timezone.utc
+_UTC = UTC
 JOB_COLUMNS = ", ".join(c.name for c in jobs.c)
 STATE_OF = {s.value: s for s in State}
 

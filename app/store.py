@@ -19,9 +19,9 @@ from typing import Any
 from sqlalchemy import Connection, Engine, case, delete, func, insert, or_, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from app import sqlite_hot
 from app.db import READONLY
 from app.errors import IdempotencyConflict, JobNotFound, NotHeld, TransitionRefused
-from app import sqlite_hot
 from app.group_commit import GroupCommitter
 from app.models import attempts, effects, jobs, workers
 from app.notify import NOTIFY_SQL

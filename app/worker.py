@@ -17,10 +17,10 @@ import threading
 import time
 import traceback
 import uuid
-from typing import TypeVar
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 

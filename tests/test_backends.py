@@ -213,7 +213,7 @@ def _enqueue_retrying(store: Store, news: list[NewJob], clock) -> list[int]:
         except SQLAlchemyError:
             if time.monotonic() > deadline:
                 raise
-            time.sleep(0.05)  # noqa: jobdeck-sleep -- client backoff between retries
+            time.sleep(0.05)  # a client's backoff between retries
 
 
 def test_fail_then_retry_is_the_same_on_both_databases(deck, clock):

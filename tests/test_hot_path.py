@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from datetime import timedelta, timezone, timedelta as td
-from datetime import datetime
+from datetime import timedelta as td
+from datetime import timezone
 
-import pytest
 from sqlalchemy.exc import IntegrityError
 
 from app.db import make_engine

@@ -87,7 +87,7 @@ class Cluster:
         return "\n".join(f"--- {log.name}\n{log.read_text()[-3000:]}" for log in self.logs)
 
     def check_alive(self) -> None:
-        for p, log in zip(self.procs, self.logs):
+        for p in self.procs:
             if p.poll() is not None and p.returncode != -signal.SIGKILL:
                 raise AssertionError(f"process {p.pid} exited with {p.returncode}:\n{self.tails()}")
 

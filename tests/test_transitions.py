@@ -102,6 +102,5 @@ def test_check_constraint_rejects_unknown_status(deck: Jobdeck) -> None:
     from sqlalchemy.exc import IntegrityError
 
     job, _ = deck.enqueue("demo.noop")
-    with pytest.raises(IntegrityError):
-        with deck.store.write() as conn:
-            conn.exec_driver_sql(f"UPDATE jobs SET status = 'lost' WHERE id = {job.id}")
+    with pytest.raises(IntegrityError), deck.store.write() as conn:
+        conn.exec_driver_sql(f"UPDATE jobs SET status = 'lost' WHERE id = {job.id}")

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 import threading
 
+import pytest
 from sqlalchemy import func, select
 
 from app.handlers import JobContext, Registry
@@ -161,10 +160,8 @@ def test_effect_withdrawn_when_the_side_effect_raises(deck: Jobdeck) -> None:
         calls.append(1)
         raise ConnectionError("gateway down")
 
-    try:
+    with pytest.raises(ConnectionError):
         ctx.effect("charge:o-1", broken)
-    except ConnectionError:
-        pass
     assert not deck.store.effect_recorded("charge:o-1")
     assert ctx.effect("charge:o-1", lambda: calls.append(2)) is True
     assert ctx.effect("charge:o-1", lambda: calls.append(3)) is False

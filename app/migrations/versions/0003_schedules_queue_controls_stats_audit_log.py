@@ -12,9 +12,8 @@ deploy never stops the hosts still on the old code.
 """
 from collections.abc import Sequence
 
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision: str = '0003'
 down_revision: str | Sequence[str] | None = '0002'
