@@ -210,6 +210,12 @@ class WorkerPool:
                 log.warning("claim failed (%s); retrying", exc.__class__.__name__, exc_info=failures == 1)
                 self._stopping.wait(min(5.0, 0.1 * 2**failures))
                 continue
+            except Exception:
+                # A bug, not an outage: say so loudly, but keep the pool claiming.
+                failures += 1
+                log.exception("claim failed unexpectedly; retrying")
+                self._stopping.wait(min(5.0, 0.1 * 2**failures))
+                continue
             if got == 0:
                 self._wake.wait(timeout=self.poll_interval)
 
@@ -331,7 +337,15 @@ class WorkerPool:
             except queue.Empty:
                 continue
             self._acks.put(first)
-            self.flush_acks_once(refill=True)
+            try:
+                self.flush_acks_once(refill=True)
+            except Exception:
+                # Database errors are retried inside; anything else is a bug.
+                # Keep acknowledging later outcomes: the jobs of the lost batch
+                # stay running under this worker and are rescued as stalled
+                # once this process stops heart-beating them.
+                log.exception("acknowledging a batch of outcomes failed")
+                self._acker_stop.wait(1.0)
 
     def _retrying(self, fn: Callable[[], T]) -> T:
         """Run a store write until it succeeds: an outcome is never dropped

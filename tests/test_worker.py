@@ -240,3 +240,28 @@ def test_prefetched_jobs_are_shed_when_slow_jobs_hold_every_thread(make_deck, re
         gate.set()
         pool.stop(grace=5)
         other.stop(grace=5)
+
+
+def test_pool_survives_an_unexpected_error_in_its_loops(make_deck, registry: Registry) -> None:
+    """A bug in a claim (here a claim policy that raises once) is logged and the
+    pool keeps working instead of losing its fetcher or acker thread."""
+    deck = make_deck()
+    calls = {"n": 0}
+    original = deck.store.claim_policy
+
+    def flaky_policy(store, worker_id, now, **kw):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("policy bug")
+        if original is not None:
+            return original(store, worker_id, now, **kw)
+        return store.claim(worker_id, now, controlled=False, **kw)
+
+    deck.store.claim_policy = flaky_policy
+    job, _ = deck.enqueue("demo.noop")
+    pool = _pool(deck, threads=1)
+    try:
+        wait_for(lambda: _status(deck, job.id) is State.COMPLETED, message="claimed after the bug")
+    finally:
+        pool.stop(grace=2)
+    assert calls["n"] >= 2
