@@ -77,11 +77,6 @@ class Registry:
     def __contains__(self, name: object) -> bool:
         return name in self._specs
 
-    def copy(self) -> Registry:
-        clone = Registry()
-        clone._specs = dict(self._specs)
-        return clone
-
 
 registry = Registry()
 """The default registry that ``@handler`` writes to."""

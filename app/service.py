@@ -4,7 +4,6 @@ way in for new jobs (shared by the API, the CLI and Python callers)."""
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,7 +14,7 @@ from app.errors import InvalidField, PayloadTooLarge, UnknownType
 from app.handlers import Registry
 from app.handlers import registry as default_registry
 from app.states import PRIORITY_LABELS
-from app.store import JobRecord, NewJob, Store
+from app.store import JobRecord, NewJob, Store, backoff_delay
 
 Clock = Callable[[], datetime]
 
@@ -59,13 +58,12 @@ class Jobdeck:
     # -- policy -------------------------------------------------------------
 
     def backoff(self, job_type: str, retry_count: int) -> float:
-        """``base * 2 ** retry_count`` plus up to 10% jitter, capped; the base
-        and cap come from the handler's options or the config."""
+        """The exponential backoff (``app.store.backoff_delay``) with the base
+        and cap from the handler's options or the config."""
         spec = self.registry.get(job_type)
         base = spec.backoff_base if spec and spec.backoff_base is not None else self.config.backoff_base
         cap = spec.backoff_cap if spec and spec.backoff_cap is not None else self.config.backoff_cap
-        delay = min(cap, base * 2 ** min(retry_count, 62))
-        return float(min(cap, delay + random.uniform(0, delay * 0.1)))
+        return backoff_delay(base, cap, retry_count)
 
     def known_type(self, name: str) -> bool:
         return name in self.registry or name in self.config.external_types

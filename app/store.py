@@ -10,6 +10,7 @@ transaction already holds the single write lock.
 from __future__ import annotations
 
 import json
+import random
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -41,12 +42,15 @@ def _dumps(value: Any) -> str:
     return "{}" if value == {} else _ENCODER.encode(value)
 
 
-def exponential_backoff(base: float = 1.0, cap: float = 3600.0) -> Backoff:
-    import random
+def backoff_delay(base: float, cap: float, retry_count: int) -> float:
+    """``base * 2 ** retry_count`` plus up to 10% jitter, capped at ``cap``."""
+    delay = min(cap, base * 2 ** min(retry_count, 62))
+    return float(min(cap, delay + random.uniform(0, delay * 0.1)))
 
+
+def exponential_backoff(base: float = 1.0, cap: float = 3600.0) -> Backoff:
     def backoff(_type: str, retry_count: int) -> float:
-        delay = min(cap, base * 2**retry_count)
-        return float(min(cap, delay + random.uniform(0, delay * 0.1)))
+        return backoff_delay(base, cap, retry_count)
 
     return backoff
 
@@ -62,7 +66,6 @@ class Store:
         self.backoff: Backoff = backoff or exponential_backoff()
         self._enqueue_listeners: list[Callable[[], None]] = []
         self._dead_listeners: list[Callable[[list[JobRecord]], None]] = []
-        self._lock = threading.Lock()
         self.claim_policy: Callable[..., list[JobRecord]] | None = None
         """Installed by ``app.queues`` (via ``create_app``): paused queues, concurrency limits."""
         self._write_lock = threading.RLock() if self.dialect == "sqlite" else None
