@@ -24,6 +24,7 @@ from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from app.errors import DeadLetter
 from app.handlers import JobContext
 from app.service import Jobdeck
 from app.store import JobRecord, Outcome
@@ -254,7 +255,7 @@ class WorkerPool:
         except Exception as exc:
             outcome.error = _first_line(exc)
             outcome.traceback = traceback.format_exc()
-            outcome.retryable = spec is not None
+            outcome.retryable = spec is not None and not isinstance(exc, DeadLetter)
         elapsed = time.monotonic() - mono
         with self._lock:
             if slot.abandoned or self._running.get(job.id) is not slot:
