@@ -21,6 +21,7 @@ from sqlalchemy import Connection, Engine, case, delete, func, insert, or_, sele
 from sqlalchemy.dialects import postgresql, sqlite
 
 from app import sqlite_hot
+from app.crashpoints import crash_point
 from app.db import READONLY
 from app.errors import IdempotencyConflict, JobNotFound, NotHeld, TransitionRefused
 from app.group_commit import GroupCommitter
@@ -420,6 +421,7 @@ class Store:
                         accepted.extend(conn.execute(stmt).scalars())
                 else:
                     accepted.extend(conn.execute(self._complete_stmt(worker_id, group, now)).scalars())
+            crash_point("ack")
             ok = set(accepted)
             if self.dialect == "sqlite":
                 t = sqlite_hot.db_time(now)
@@ -524,6 +526,7 @@ class Store:
                             traceback=o.traceback,
                         )
                     )
+            crash_point("sweep" if outcomes[0].kind == "stalled" else "ack")
         self._notify_dead([j for j in done if j.status is State.DEAD])
         return done
 

@@ -24,6 +24,7 @@ from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from app.crashpoints import crash_point
 from app.errors import DeadLetter
 from app.handlers import JobContext
 from app.service import Jobdeck
@@ -187,6 +188,7 @@ class WorkerPool:
             self.worker_id, now or self.deck.clock(), limit=room, types=types, queues=self.queues
         )
         if claimed:
+            crash_point("claim")
             with self._lock:
                 self._inflight += len(claimed)
             for job in claimed:
