@@ -218,6 +218,7 @@ def _enqueue_under_kill(cluster: Cluster, plan: Plan, tally: Tally) -> None:
     in_flight = Counter[str]()
     kinds = itertools.cycle(["noop", "charge", "charge-safe"])
     lock = threading.Lock()
+    problems: list[str] = []
 
     def client() -> None:
         while not killed.is_set():
@@ -234,11 +235,14 @@ def _enqueue_under_kill(cluster: Cluster, plan: Plan, tally: Tally) -> None:
             except (OSError, http.client.HTTPException) as exc:
                 # Refused: A was already gone. Anything else: cut off mid-request.
                 refused = isinstance(getattr(exc, "reason", exc), ConnectionRefusedError)
-                in_flight["refused" if refused else "cut"] += 1
+                with lock:
+                    in_flight["refused" if refused else "cut"] += 1
                 if not killed.is_set():
-                    raise
+                    problems.append(f"enqueue failed before the kill: {exc!r}")
                 return
-            assert status == 201, (status, answer)
+            if status != 201:
+                problems.append(f"enqueue answered {status}: {answer}")
+                return
             plan.add(int(answer["id"]), body)
             accepted.release()
 
@@ -246,12 +250,13 @@ def _enqueue_under_kill(cluster: Cluster, plan: Plan, tally: Tally) -> None:
     for t in threads:
         t.start()
     for _ in range(40):
-        assert accepted.acquire(timeout=30), "the server stopped accepting jobs before the kill"
+        assert accepted.acquire(timeout=30), f"the server stopped accepting jobs before the kill: {problems}"
     killed.set()
     cluster.kill("A")
     tally.kills["enqueue"] += 1
     for t in threads:
         t.join(timeout=15)
+    assert problems == [] and not any(t.is_alive() for t in threads), problems
     tally.in_flight_at_enqueue_kill = in_flight["cut"]
 
 
