@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from sqlalchemy.exc import OperationalError
+
 from app.errors import EffectInProgress, EffectNotPerformed, EffectOutcomeUnknown
 from app.ledger import storable
 from app.states import EffectState
@@ -192,8 +194,28 @@ class JobContext:
             ledger.withdraw(key, self.job_id, self.attempt, self._clock())
             raise
         stored = storable(value)
-        ledger.finish(key, self.job_id, self.attempt, stored, self._clock())
+        self._record_done(key, stored)
         return json.loads(stored)
+
+    FINISH_TRIES = 6
+    """Writes of ``done`` tried before giving up (about 3 s of backoff)."""
+
+    def _record_done(self, key: str, stored: str) -> None:
+        """The effect happened: record it through a brief database outage,
+        since an unrecorded ``done`` reads as unknown and sends the job to
+        a person. A write that still fails leaves it ``started``: unknown,
+        never repeated."""
+        delay = 0.1
+        for tries_left in range(self.FINISH_TRIES - 1, -1, -1):
+            try:
+                self.store.ledger.finish(key, self.job_id, self.attempt, stored, self._clock())
+                return
+            except OperationalError:
+                if tries_left == 0:
+                    raise
+                self.log.warning("effect %s happened; recording it failed, retrying in %.1f s", key, delay)
+                time.sleep(delay)  # backoff between tries of one write; nothing to wake for
+                delay *= 2
 
     def once(self, key: str) -> bool:
         """Deprecated: use ``effect``. Records ``key`` as done at once and

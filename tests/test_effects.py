@@ -270,3 +270,23 @@ def test_once_still_works_and_says_it_is_deprecated(deck: Jobdeck) -> None:
     with pytest.deprecated_call():
         assert ctx.once("mail:1") is False
     assert deck.store.ledger.get("mail:1").state is EffectState.DONE
+
+
+def test_done_is_recorded_through_a_brief_outage(deck: Jobdeck, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The effect happened; a failed write of ``done`` must not turn it into
+    an unknown outcome (a dead job for a person) when a retry can succeed."""
+    from sqlalchemy.exc import OperationalError
+
+    job, _ = deck.enqueue("demo.noop")
+    ctx = _attempt(deck, job.id)
+    real = deck.store.ledger.finish
+    failures = iter([True, True])
+
+    def flaky_finish(*args: Any) -> bool:
+        if next(failures, False):
+            raise OperationalError("UPDATE effects", {}, Exception("connection lost"))
+        return real(*args)
+
+    monkeypatch.setattr(deck.store.ledger, "finish", flaky_finish)
+    assert ctx.effect("charge:o-1", lambda: "charged") == "charged"
+    assert deck.store.ledger.get("charge:o-1").state is EffectState.DONE
