@@ -158,3 +158,13 @@ def test_api_resolve_rejects_bad_input_clearly(client, deck, path, body, status,
     assert r.status_code == status and r.get_json()["error"]
     assert r.get_json().get("field") == field
     assert client.get(f"/api/jobs/{job_id + 99}/effects").status_code == 404
+
+
+def test_effect_keys_and_results_are_escaped_on_the_job_page(dash, deck):
+    job_id = make_unknown(deck)
+    nasty = "charge:'\"><script>alert(1)</script>"
+    deck.store.ledger.start(nasty, job_id, 2, "w2", deck.clock())
+    deck.store.ledger.finish(nasty, job_id, 2, '"<img src=x onerror=alert(2)>"', deck.clock())
+    html = dash.get(f"/jobs/{job_id}").get_data(as_text=True)
+    assert "<script>alert(1)" not in html and "<img src=x" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "&lt;img src=x onerror=alert(2)&gt;" in html
