@@ -301,7 +301,10 @@ def _judge(store: Store, plan: Plan, tally: Tally) -> None:
         unknown = bool(row.error) and f"effect {key} was started by attempt " in row.error and row.error.endswith(
             "and its outcome is unknown"
         )
-        if kind == "charge-safe" or not unknown or ledger.get(key) != EffectState.STARTED.value:
+        # Still started; or done, when a busy machine delayed the heartbeat, the
+        # sweep rescued a live attempt, and that attempt finished its charge later.
+        known_late = ledger.get(key) == EffectState.DONE.value and n == 1
+        if kind == "charge-safe" or not unknown or not (ledger.get(key) == EffectState.STARTED.value or known_late):
             tally.wrong.append((job_id, kind, row.status, row.error, ledger.get(key)))
             continue
         tally.unknown_dead += 1
