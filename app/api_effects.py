@@ -16,7 +16,7 @@ from typing import Any
 from flask import Blueprint, current_app, jsonify
 
 from app import api
-from app.errors import EffectNotFound, InvalidField
+from app.errors import EffectNotFound, InvalidField, JobNotFound
 from app.queries import record_action
 from app.service import Jobdeck
 from app.states import EFFECT_RESOLUTIONS, EffectState
@@ -34,10 +34,21 @@ def _deck() -> Jobdeck:
     return deck
 
 
+def _job(deck: Jobdeck, job_id: int) -> None:
+    """404 for an unknown job, and for an id no BIGINT holds (PostgreSQL
+    would refuse the comparison with an error, not an empty answer)."""
+    if job_id > MAX_ID:
+        raise JobNotFound(job_id)
+    deck.store.get(job_id)
+
+
+MAX_ID = 2**63 - 1
+
+
 @bp.get("/<int:job_id>/effects")
 def effects_of(job_id: int) -> Any:
     deck = _deck()
-    deck.store.get(job_id)  # 404 for an unknown job
+    _job(deck, job_id)
     return jsonify({"effects": [e.to_dict() for e in deck.store.ledger.of_job(job_id)]})
 
 
@@ -56,7 +67,7 @@ def resolve(job_id: int, key: str) -> Any:
         raise InvalidField("outcome", "must be done or not_performed")
     if "result" in data and outcome is not EffectState.DONE:
         raise InvalidField("result", "only a done effect has a result")
-    deck.store.get(job_id)
+    _job(deck, job_id)
     if deck.store.ledger.get(key).job_id != job_id:
         raise EffectNotFound(key)
     now = deck.clock()

@@ -160,6 +160,13 @@ def test_api_resolve_rejects_bad_input_clearly(client, deck, path, body, status,
     assert client.get(f"/api/jobs/{job_id + 99}/effects").status_code == 404
 
 
+@pytest.mark.backends
+def test_api_effects_of_an_id_beyond_bigint_is_404(client):
+    for url in (f"/api/jobs/{2**63}/effects", f"/api/jobs/{2**64}/effects/k/resolve"):
+        r = client.get(url) if url.endswith("effects") else client.post(url, json={"outcome": "done"})
+        assert r.status_code == 404 and "does not exist" in r.get_json()["error"]
+
+
 def test_effect_keys_and_results_are_escaped_on_the_job_page(dash, deck):
     job_id = make_unknown(deck)
     nasty = "charge:'\"><script>alert(1)</script>"
