@@ -55,8 +55,9 @@ def create_app(
     from app import api
 
     app.register_blueprint(api.bp)
-    from app import api_queues, schedules_views
+    from app import api_effects, api_queues, schedules_views
 
+    app.register_blueprint(api_effects.bp)
     app.register_blueprint(api_queues.bp)
     app.register_blueprint(schedules_views.bp)
     app.register_blueprint(schedules_views.api_bp)

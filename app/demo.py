@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import insert, select
+from sqlalchemy.dialects import postgresql, sqlite
 
 from app.errors import InvalidField
 from app.handlers import JobContext, Registry
@@ -76,30 +77,69 @@ def send_email(payload: dict[str, Any], ctx: JobContext) -> None:
 
 
 class FakeGateway:
-    """A payment gateway that records every charge it makes."""
+    """A payment gateway that records every charge it makes in
+    ``demo_charges``. Like real gateways it takes an optional idempotency
+    key: a second charge with the same key makes no new charge and returns
+    the first one. Without a key every call charges."""
 
     def __init__(self, ctx: JobContext) -> None:
         self.ctx = ctx
 
-    def charge(self, order_id: str, amount_cents: int) -> None:
-        with self.ctx.store.write() as conn:
-            conn.execute(
-                insert(demo_charges).values(
-                    order_id=order_id, amount_cents=amount_cents, job_id=self.ctx.job_id, charged_at=_now()
-                )
-            )
+    def charge(
+        self, order_id: str, amount_cents: int, idempotency_key: str | None = None, delay: float = 0.0
+    ) -> dict[str, Any]:
+        if delay:
+            threading.Event().wait(delay)  # the request on its way: a crash here leaves the outcome unknown
+        values = {
+            "order_id": order_id,
+            "amount_cents": amount_cents,
+            "job_id": self.ctx.job_id,
+            "charged_at": _now(),
+            "idempotency_key": idempotency_key,
+        }
+        store = self.ctx.store
+        dialect_insert = postgresql.insert if store.dialect == "postgresql" else sqlite.insert
+        with store.write() as conn:
+            if idempotency_key is None:
+                charge_id = conn.execute(insert(demo_charges).values(values).returning(demo_charges.c.id)).scalar_one()
+                return {"charge_id": charge_id, "replayed": False}
+            charge_id = conn.execute(
+                dialect_insert(demo_charges)
+                .values(values)
+                .on_conflict_do_nothing(index_elements=["idempotency_key"])
+                .returning(demo_charges.c.id)
+            ).scalar()
+            if charge_id is not None:
+                return {"charge_id": charge_id, "replayed": False}
+            first = conn.execute(
+                select(demo_charges.c.id).where(demo_charges.c.idempotency_key == idempotency_key)
+            ).scalar_one()
+            return {"charge_id": first, "replayed": True}
 
 
 def charge_card(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-    """Charges once per order, however often the job is delivered."""
+    """Charges once per order, however often the job is delivered.
+
+    ``gateway_delay_seconds`` holds the charge on its way to the gateway (so
+    a crash between the ledger's record and the charge can be produced);
+    ``replay_safe`` forwards the ledger's key to the gateway as its
+    idempotency key, so an attempt whose outcome is unknown is charged again
+    safely instead of going to dead; ``fail_after_charge`` fails the first
+    attempt after the charge, to show the retry does not charge again."""
     order_id = str(payload.get("order_id", ""))
     if not order_id:
         raise InvalidField("payload.order_id", "required")
     amount = int(_number(payload, "amount_cents", 0))
-    charged = ctx.effect(f"charge:{order_id}", lambda: FakeGateway(ctx).charge(order_id, amount))
+    delay = _number(payload, "gateway_delay_seconds", 0.0)
+    gateway = FakeGateway(ctx)
+    key = f"charge:{order_id}"
+    if payload.get("replay_safe"):
+        charge = ctx.effect(key, lambda k: gateway.charge(order_id, amount, idempotency_key=k, delay=delay), replay_safe=True)
+    else:
+        charge = ctx.effect(key, lambda: gateway.charge(order_id, amount, delay=delay))
     if payload.get("fail_after_charge") and ctx.attempt == 1:
         raise RuntimeError("demo: failing after the charge to show the retry does not charge again")
-    return {"order_id": order_id, "charged_now": charged}
+    return {"order_id": order_id, "charge": charge}
 
 
 def report(payload: dict[str, Any], ctx: JobContext, instance_path: str = "instance") -> dict[str, str]:

@@ -83,3 +83,56 @@ class PayloadTooLarge(JobdeckError):
 
     def __init__(self, size: int, limit: int) -> None:
         super().__init__(f"payload is {size} bytes; the limit is {limit} bytes")
+
+
+# -- the effects ledger (``ctx.effect``) ----------------------------------------
+
+
+class EffectNotPerformed(Exception):
+    """Raised by an effect's function when the effect certainly did not
+    happen (the gateway refused the card, the connection was never made).
+    The ledger withdraws the key and the attempt fails as usual, so a retry
+    performs the effect. Any other exception leaves the outcome unknown."""
+
+
+class DeadLetter(Exception):
+    """Raised from a handler (or its context) when no retry can succeed:
+    the worker sends the job straight to ``dead`` for a person, whatever
+    retries it has left."""
+
+    retryable = False
+
+
+class EffectOutcomeUnknown(DeadLetter):
+    """An earlier attempt started the effect and never said how it ended:
+    performing it again might do it twice, skipping it might never do it."""
+
+    def __init__(self, key: str, job_id: int | None, attempt: int | None, own_job: bool) -> None:
+        by = f"attempt {attempt}" if own_job else f"attempt {attempt} of job {job_id}"
+        super().__init__(f"effect {key} was started by {by} and its outcome is unknown")
+        self.key = key
+
+
+class EffectInProgress(Exception):
+    """Another job's attempt is performing the same effect right now and did
+    not finish within the wait: this attempt fails and its retry looks again."""
+
+
+class EffectNotFound(JobdeckError):
+    status_code = 404
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"effect {key!r} does not exist")
+
+
+class EffectResolveRefused(JobdeckError):
+    """Only an unknown (started) effect can be marked by a person."""
+
+    status_code = 409
+
+    def __init__(self, key: str, state: str) -> None:
+        super().__init__(f"effect {key!r} is {state}; only started effects (outcome unknown) can be resolved")
+        self.state = state
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": str(self), "state": self.state}

@@ -13,11 +13,20 @@ in config (``handler_modules``) and imported at start.
 from __future__ import annotations
 
 import importlib
+import json
 import logging
+import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy.exc import OperationalError
+
+from app.errors import EffectInProgress, EffectNotPerformed, EffectOutcomeUnknown
+from app.ledger import storable
+from app.states import EffectState
 
 if TYPE_CHECKING:
     from app.store import Store
@@ -116,36 +125,107 @@ class JobContext:
         self.log = logging.getLogger(f"jobdeck.job.{job_type}")
         self._clock = clock or (lambda: datetime.now(UTC))
 
-    def once(self, key: str) -> bool:
-        """Record the effect ``key`` durably; True the first time only.
+    EFFECT_WAIT = 30.0
+    """Seconds ``effect`` waits for another job's running attempt that holds
+    the same key to finish it, before failing this attempt (retried later)."""
 
-        Call it right before an irreversible side effect and perform the
-        effect only when it returns True::
+    def effect(self, key: str, fn: Callable[..., Any], *, replay_safe: bool = False) -> Any:
+        """Perform the side effect ``fn`` at most once per ``key`` across every
+        attempt, worker and job, and never lose it::
 
-            if ctx.once(f"charge:{order_id}"):
-                gateway.charge(order_id, amount)
+            charge = ctx.effect(f"charge:{order_id}", lambda: gateway.charge(order_id, cents))
 
-        If the effect then raises, call ``ctx.forget(key)`` (``effect`` below
-        does this for you) so the retry performs it.
+        Returns what ``fn`` returned, as stored (a JSON round trip; a value
+        JSON cannot hold comes back as its ``repr``), whether ``fn`` ran now
+        or an earlier attempt ran it: the handler reads the same value on
+        every delivery.
+
+        The key is recorded ``started`` (by this attempt) before ``fn`` runs
+        and ``done`` with the result after. Then:
+
+        - ``fn`` raises ``EffectNotPerformed``: the effect certainly did not
+          happen; the key is withdrawn and the attempt fails as usual, so
+          the retry performs it.
+        - ``fn`` raises anything else, or the process dies: the outcome is
+          unknown, the key stays ``started``, and the next attempt that
+          reaches it sends the job to ``dead`` ("effect K was started by
+          attempt N and its outcome is unknown") for a person to check the
+          far side and mark it done or not performed on the job's page.
+        - ``replay_safe=True`` says the downstream deduplicates by the key
+          itself (a payment gateway's idempotency key): ``fn(key)`` gets the
+          key to forward, and an unknown outcome is simply performed again.
+
+        A ``started`` key held by another job's attempt that is still
+        running is in flight, not lost: this attempt waits up to
+        ``EFFECT_WAIT`` seconds for its outcome.
         """
-        return self.store.record_effect(key, self.job_id, self.attempt, self._clock())
+        call: Callable[[], Any] = (lambda: fn(key)) if replay_safe else fn
+        ledger = self.store.ledger
+        waited_until = time.monotonic() + self.EFFECT_WAIT
+        pause = 0.02
+        while True:
+            start = ledger.start(key, self.job_id, self.attempt, self.worker_id, self._clock())
+            seen = start.record
+            if start.mine:
+                return self._perform(key, call)
+            if seen.state is EffectState.DONE:
+                self.log.info("effect %s already done (job %s attempt %s); skipping", key, seen.job_id, seen.attempt)
+                return seen.result
+            own = seen.job_id == self.job_id
+            if start.holder_running and not (own and seen.attempt == self.attempt):
+                if time.monotonic() >= waited_until:
+                    raise EffectInProgress(
+                        f"effect {key} is being performed by attempt {seen.attempt} of job {seen.job_id}"
+                    )
+                time.sleep(pause)  # a handler thread waiting on another process's commit; nothing to wake it
+                pause = min(0.5, pause * 2)
+                continue
+            if not replay_safe:
+                raise EffectOutcomeUnknown(key, seen.job_id, seen.attempt, own)
+            if ledger.take_over(seen, self.job_id, self.attempt, self.worker_id, self._clock()):
+                self.log.warning("effect %s: outcome of attempt %s unknown; replaying (replay-safe)", key, seen.attempt)
+                return self._perform(key, call)
 
-    def forget(self, key: str) -> None:
-        self.store.forget_effect(key)
-
-    def effect(self, key: str, fn: Callable[[], Any]) -> bool:
-        """Run ``fn`` at most once per ``key`` across every attempt and
-        worker. Returns True if it ran now, False if an earlier attempt did.
-        If ``fn`` raises, the record is withdrawn and the error propagates."""
-        if not self.once(key):
-            self.log.info("effect %s already performed; skipping", key)
-            return False
+    def _perform(self, key: str, call: Callable[[], Any]) -> Any:
+        ledger = self.store.ledger
         try:
-            fn()
-        except BaseException:
-            self.forget(key)
+            value = call()
+        except EffectNotPerformed:
+            ledger.withdraw(key, self.job_id, self.attempt, self._clock())
             raise
-        return True
+        stored = storable(value)
+        self._record_done(key, stored)
+        return json.loads(stored)
+
+    FINISH_TRIES = 6
+    """Writes of ``done`` tried before giving up (about 3 s of backoff)."""
+
+    def _record_done(self, key: str, stored: str) -> None:
+        """The effect happened: record it through a brief database outage,
+        since an unrecorded ``done`` reads as unknown and sends the job to
+        a person. A write that still fails leaves it ``started``: unknown,
+        never repeated."""
+        delay = 0.1
+        for tries_left in range(self.FINISH_TRIES - 1, -1, -1):
+            try:
+                self.store.ledger.finish(key, self.job_id, self.attempt, stored, self._clock())
+                return
+            except OperationalError:
+                if tries_left == 0:
+                    raise
+                self.log.warning("effect %s happened; recording it failed, retrying in %.1f s", key, delay)
+                time.sleep(delay)  # backoff between tries of one write; nothing to wake for
+                delay *= 2
+
+    def once(self, key: str) -> bool:
+        """Deprecated: use ``effect``. Records ``key`` as done at once and
+        returns True the first time only, so a crash before the caller's
+        side effect loses it (the very gap ``effect`` closes)."""
+        warnings.warn("JobContext.once is deprecated; use ctx.effect(key, fn)", DeprecationWarning, stacklevel=2)
+        start = self.store.ledger.start(key, self.job_id, self.attempt, self.worker_id, self._clock())
+        if start.mine:
+            self.store.ledger.finish(key, self.job_id, self.attempt, storable(None), self._clock())
+        return start.mine
 
     def progress(self, fraction: float | None, message: str | None = None) -> None:
         """Report progress (0..1) with an optional message; shown live."""

@@ -24,7 +24,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-from app.states import ALL_STATES, CLAIMABLE, State
+from app.states import ALL_EFFECT_STATES, ALL_STATES, CLAIMABLE, EffectState, State
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -53,6 +53,7 @@ class UTCDateTime(TypeDecorator[datetime]):
 BigID = BigInteger().with_variant(Integer(), "sqlite")
 
 _state_list = ", ".join(f"'{s.value}'" for s in ALL_STATES)
+_effect_state_list = ", ".join(f"'{s.value}'" for s in ALL_EFFECT_STATES)
 _claimable_list = ", ".join(f"'{s.value}'" for s in ALL_STATES if s in CLAIMABLE)
 
 
@@ -144,14 +145,36 @@ class Attempt(Base):
 
 
 class Effect(Base):
-    """The effects ledger: a key recorded before an irreversible side effect."""
+    """The effects ledger: one row per irreversible side effect, keyed by
+    the handler's key, recorded ``started`` before the effect and ``done``
+    with its result after it (``app.states.EffectState``)."""
 
     __tablename__ = "effects"
 
     key: Mapped[str] = mapped_column(String(255), primary_key=True)
     job_id: Mapped[int | None] = mapped_column(BigID)
     attempt: Mapped[int | None] = mapped_column(Integer)
+    """The attempt that started the effect (and, when done, performed it)."""
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    """When the key was first recorded."""
+    state: Mapped[str] = mapped_column(String(16), default=EffectState.DONE.value, server_default=EffectState.DONE.value)
+    """Rows from before the two-phase ledger were recorded and then performed
+    in one step: they read as done (revision 0005)."""
+    worker_id: Mapped[str | None] = mapped_column(String(200))
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    """When the current attempt started it (a replay or a retry after
+    not-performed moves it)."""
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    """When it became done or not performed."""
+    result: Mapped[str | None] = mapped_column(Text)
+    """What the effect's function returned, as JSON text."""
+    resolved_by: Mapped[str | None] = mapped_column(String(200))
+    """The person who marked an unknown effect done or not performed."""
+
+    __table_args__ = (
+        CheckConstraint(f"state IN ({_effect_state_list})", name="ck_effects_state"),
+        Index("ix_effects_job", "job_id"),
+    )
 
 
 class Worker(Base):
@@ -190,7 +213,8 @@ class DemoOutbox(Base):
 
 class DemoCharge(Base):
     """The fake payment gateway's ledger: every charge it ever made, so a
-    double charge would be visible."""
+    double charge would be visible. A charge made with an idempotency key
+    is made once per key, as real gateways do (NULL keys never collide)."""
 
     __tablename__ = "demo_charges"
 
@@ -199,6 +223,9 @@ class DemoCharge(Base):
     amount_cents: Mapped[int] = mapped_column(Integer)
     job_id: Mapped[int | None] = mapped_column(BigID)
     charged_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+
+    __table_args__ = (UniqueConstraint("idempotency_key", name="uq_demo_charges_idempotency_key"),)
 
 
 demo_outbox = cast(Table, DemoOutbox.__table__)

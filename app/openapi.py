@@ -282,4 +282,7 @@ def document() -> dict[str, Any]:
     from app.openapi_controls import paths as control_paths
 
     doc["paths"].update(control_paths())
+    from app.openapi_effects import paths as effect_paths
+
+    doc["paths"].update(effect_paths())
     return doc

@@ -45,6 +45,38 @@ CLAIMABLE: frozenset[State] = frozenset({State.PENDING, State.FAILED})
 FINISHED: frozenset[State] = frozenset({State.COMPLETED, State.DISCARDED})
 
 
+class EffectState(str, enum.Enum):
+    """Where one side effect of the effects ledger stands (``ctx.effect``).
+
+    The ledger is two-phase: the key is recorded ``started`` before the side
+    effect and ``done`` after it, so a crash between the two is visible as
+    a ``started`` row nobody finished: an outcome nobody knows."""
+
+    STARTED = "started"
+    """Recorded by attempt N just before it performed the effect. If it is
+    still ``started`` when another attempt reaches the same key, that attempt
+    cannot know whether the effect happened: the job goes to ``dead`` for a
+    person (unless the effect is replay-safe). Left by done, by not
+    performed (``EffectNotPerformed``), or by an operator's resolve."""
+
+    DONE = "done"
+    """The effect happened; its result is stored. Every later attempt
+    returns that result instead of performing the effect again."""
+
+    NOT_PERFORMED = "not_performed"
+    """The effect certainly did not happen (its function raised
+    ``EffectNotPerformed``, or a person said so): the next attempt that
+    reaches the key performs it, moving it back to ``started``."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ALL_EFFECT_STATES: tuple[EffectState, ...] = tuple(EffectState)
+EFFECT_RESOLUTIONS: frozenset[EffectState] = frozenset({EffectState.DONE, EffectState.NOT_PERFORMED})
+"""What a person may mark an unknown (``started``) effect as."""
+
+
 class Transition(str, enum.Enum):
     """Every way a job moves. Each is one conditional statement in the store."""
 

@@ -21,10 +21,12 @@ from sqlalchemy import Connection, Engine, case, delete, func, insert, or_, sele
 from sqlalchemy.dialects import postgresql, sqlite
 
 from app import sqlite_hot
+from app.crashpoints import crash_point
 from app.db import READONLY
 from app.errors import IdempotencyConflict, JobNotFound, NotHeld, TransitionRefused
 from app.group_commit import GroupCommitter
-from app.models import attempts, effects, jobs, workers
+from app.ledger import Ledger
+from app.models import attempts, jobs, workers
 from app.notify import NOTIFY_SQL
 from app.records import AttemptRecord, JobFilter, JobRecord, NewJob, Outcome
 from app.states import State, Transition, sources
@@ -74,6 +76,8 @@ class Store:
             self._enqueuer = GroupCommitter(self._write_lock, self._insert_batch_sqlite)
         self._joined = threading.local()
         """``conn`` set while ``complete_and_claim`` runs: this thread's ``write()`` joins it."""
+        self.ledger = Ledger(self)
+        """The effects ledger's steps (``app.ledger``), on this store's transactions."""
 
     # -- plumbing -----------------------------------------------------------
 
@@ -417,6 +421,7 @@ class Store:
                         accepted.extend(conn.execute(stmt).scalars())
                 else:
                     accepted.extend(conn.execute(self._complete_stmt(worker_id, group, now)).scalars())
+            crash_point("ack")
             ok = set(accepted)
             if self.dialect == "sqlite":
                 t = sqlite_hot.db_time(now)
@@ -521,6 +526,7 @@ class Store:
                             traceback=o.traceback,
                         )
                     )
+            crash_point("sweep" if outcomes[0].kind == "stalled" else "ack")
         self._notify_dead([j for j in done if j.status is State.DEAD])
         return done
 
@@ -763,29 +769,6 @@ class Store:
         if status is None:
             return JobNotFound(job_id)
         return TransitionRefused(job_id, status, transition)
-
-    # -- effects ledger -------------------------------------------------------
-
-    def record_effect(self, key: str, job_id: int | None, attempt: int | None, now: datetime) -> bool:
-        """Record ``key`` before its side effect; False if it was recorded
-        already (a previous attempt performed it)."""
-        stmt = (
-            self._insert()(effects)
-            .values(key=key, job_id=job_id, attempt=attempt, created_at=now)
-            .on_conflict_do_nothing(index_elements=["key"])
-            .returning(effects.c.key)  # an INSERT's rowcount is -1 on psycopg: ask for the row
-        )
-        with self.write() as conn:
-            return conn.execute(stmt).first() is not None
-
-    def forget_effect(self, key: str) -> None:
-        """Undo ``record_effect`` when the side effect itself raised."""
-        with self.write() as conn:
-            conn.execute(delete(effects).where(effects.c.key == key))
-
-    def effect_recorded(self, key: str) -> bool:
-        with self.read() as conn:
-            return conn.execute(select(effects.c.key).where(effects.c.key == key)).first() is not None
 
     # -- workers ----------------------------------------------------------------
 

@@ -24,6 +24,8 @@ from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from app.crashpoints import crash_point
+from app.errors import DeadLetter
 from app.handlers import JobContext
 from app.service import Jobdeck
 from app.store import JobRecord, Outcome
@@ -186,6 +188,7 @@ class WorkerPool:
             self.worker_id, now or self.deck.clock(), limit=room, types=types, queues=self.queues
         )
         if claimed:
+            crash_point("claim")
             with self._lock:
                 self._inflight += len(claimed)
             for job in claimed:
@@ -254,7 +257,7 @@ class WorkerPool:
         except Exception as exc:
             outcome.error = _first_line(exc)
             outcome.traceback = traceback.format_exc()
-            outcome.retryable = spec is not None
+            outcome.retryable = spec is not None and not isinstance(exc, DeadLetter)
         elapsed = time.monotonic() - mono
         with self._lock:
             if slot.abandoned or self._running.get(job.id) is not slot:

@@ -227,13 +227,14 @@ def test_fail_then_retry_is_the_same_on_both_databases(deck, clock):
     assert dead.status is State.DEAD and [a.outcome for a in deck.store.attempts_of(job.id)] == ["failed", "failed"]
 
 
-def test_effects_ledger_records_a_key_once_on_both_databases(deck, clock):
-    """INSERT ... ON CONFLICT DO NOTHING reports no rowcount on psycopg; the
-    ledger must still say "already performed" the second time."""
-    assert deck.store.record_effect("charge:o1", 1, 1, clock()) is True
-    assert deck.store.record_effect("charge:o1", 2, 1, clock()) is False
-    deck.store.forget_effect("charge:o1")
-    assert deck.store.record_effect("charge:o1", 2, 1, clock()) is True
+def test_effects_ledger_starts_a_key_once_on_both_databases(deck, clock):
+    """INSERT ... ON CONFLICT reports no rowcount on psycopg; the ledger must
+    still tell the first start from the second, and restart a withdrawn key."""
+    ledger = deck.store.ledger
+    assert ledger.start("charge:o1", 1, 1, "w", clock()).mine is True
+    assert ledger.start("charge:o1", 2, 1, "w", clock()).mine is False
+    assert ledger.withdraw("charge:o1", 1, 1, clock()) is True
+    assert ledger.start("charge:o1", 2, 1, "w", clock()).mine is True
 
 
 def test_heartbeat_reaches_every_held_job(deck, clock):

@@ -181,13 +181,6 @@ def test_enqueue_many_in_order_with_keys(deck: Jobdeck) -> None:
     assert deck.store.get(ids[4]).idempotency_key == "new"
 
 
-def test_effects_ledger_once(deck: Jobdeck, clock) -> None:
-    assert deck.store.record_effect("charge:1", 1, 1, clock()) is True
-    assert deck.store.record_effect("charge:1", 1, 2, clock()) is False
-    deck.store.forget_effect("charge:1")
-    assert deck.store.record_effect("charge:1", 1, 3, clock()) is True
-
-
 def test_list_jobs_keyset_and_search(deck: Jobdeck, clock) -> None:
     ids = [deck.enqueue("demo.noop", {"n": f"order-{i}"})[0].id for i in range(7)]
     page1 = deck.store.list_jobs(JobFilter(limit=3), clock())

@@ -152,22 +152,6 @@ def test_charge_card_redelivered_charges_once(live_deck: Jobdeck) -> None:
     assert [tuple(r) for r in rows] == [("o-99", 500)]
 
 
-def test_effect_withdrawn_when_the_side_effect_raises(deck: Jobdeck) -> None:
-    ctx = JobContext(deck.store, 1, 1, "w", "demo.charge-card", deck.clock)
-    calls = []
-
-    def broken() -> None:
-        calls.append(1)
-        raise ConnectionError("gateway down")
-
-    with pytest.raises(ConnectionError):
-        ctx.effect("charge:o-1", broken)
-    assert not deck.store.effect_recorded("charge:o-1")
-    assert ctx.effect("charge:o-1", lambda: calls.append(2)) is True
-    assert ctx.effect("charge:o-1", lambda: calls.append(3)) is False
-    assert calls == [1, 2]
-
-
 def test_progress_is_stored_while_running(make_deck, registry: Registry) -> None:
     gate = threading.Event()
 

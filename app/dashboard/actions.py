@@ -18,9 +18,9 @@ from flask import Blueprint, abort, current_app, render_template, request
 from app.dashboard.auth import current_user, require_operator
 from app.dashboard.tabs import BY_SLUG, ListArgs, Tab, tab_or_404
 from app.dashboard.views import _list, deck, flash_response, is_htmx, job_context, snapshots
-from app.errors import JobNotFound, TransitionRefused
+from app.errors import EffectNotFound, EffectResolveRefused, JobNotFound, TransitionRefused
 from app.queries import BATCH, RunNowRefused, add_to_action, iter_batches, next_batch, record_action, run_now
-from app.states import SOURCES, Transition
+from app.states import EFFECT_RESOLUTIONS, SOURCES, EffectState, Transition
 
 bp = Blueprint("actions", __name__, url_prefix="/actions")
 
@@ -192,3 +192,35 @@ def matching(action: str) -> Any:
     response = flash_response(f"{done} jobs {PAST[action]}.", "success", 200, body)
     response.headers["HX-Trigger"] = "jd-poll"
     return response
+
+
+EFFECT_OUTCOMES = {s.value: s for s in EFFECT_RESOLUTIONS}
+
+
+@bp.post("/jobs/<int:job_id>/effects/resolve")
+@require_operator
+def resolve_effect(job_id: int) -> Any:
+    """Mark an unknown (started) effect of this job done or not performed,
+    after a person checked the far side; the job's retry then skips or
+    performs it. The key travels in the form: keys hold ``:`` and ``/``."""
+    d = deck()
+    now = d.clock()
+    key = request.form.get("key", "")
+    outcome = EFFECT_OUTCOMES.get(request.form.get("outcome", ""))
+    if outcome is None:
+        return flash_response("outcome: must be done or not_performed.", "error", 422)
+    action = f"effect-{outcome.value.replace('_', '-')}"
+    try:
+        if d.store.ledger.get(key).job_id != job_id:
+            raise EffectNotFound(key)
+        d.store.ledger.resolve(key, outcome, _actor(), now)
+    except EffectNotFound as exc:
+        return flash_response(f"{exc} on job {job_id}.", "error", 404)
+    except EffectResolveRefused as exc:
+        record_action(d.store, _actor(), action, now, count=0, job_id=job_id, detail=f"refused: {exc}")
+        body = _render_job(job_id, "detail", None) if is_htmx() else ""
+        return flash_response(f"Refused: {exc}.", "error", 409, body)
+    record_action(d.store, _actor(), action, now, count=1, job_id=job_id, detail=f"effect {key}")
+    body = _render_job(job_id, "detail", None) if is_htmx() else ""
+    said = "done" if outcome is EffectState.DONE else "not performed"
+    return flash_response(f"Effect {key} marked {said}; retry the job to go on.", "success", 200, body)

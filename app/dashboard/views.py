@@ -227,6 +227,7 @@ def _job(job_id: int) -> dict[str, Any]:
         "now": d.clock(),
         "polling": job.status in POLLED_STATES,
         "audit": audit_of_job(d.store, job_id),
+        "effects": d.store.ledger.of_job(job_id),
     }
 
 
