@@ -13,6 +13,7 @@ but that test's own database.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
@@ -68,10 +69,8 @@ class Proxy:
     def _forget(self, s: socket.socket) -> None:
         with self._lock:
             self._sockets.discard(s)
-        try:
+        with contextlib.suppress(OSError):
             s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         s.close()
 
     def down(self) -> None:

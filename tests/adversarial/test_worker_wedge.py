@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from app import create_app
 from app.handlers import JobContext, Registry
 from app.service import Jobdeck
