@@ -119,21 +119,23 @@ class SqliteLock:
         self._proc = proc
 
     def up(self) -> None:
+        """Let the lock go (the holder rolls back and exits)."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        assert proc.stdin is not None
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        proc.wait(timeout=10)
-        proc.stdin.close()
-        if proc.stdout is not None:
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+            proc.wait(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdin.close()
             proc.stdout.close()
 
     def close(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
-            self._proc.wait()
         self.up()
 
 
