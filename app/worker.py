@@ -583,12 +583,43 @@ class WorkerPool:
         if state != self._reported_health:
             self.store.set_worker_health(self.worker_id, state[0], reason, now or self.deck.clock())
             self._reported_health = state
+        if reason is not None:
+            self._give_back_prefetched()
         if reason is not None and not self._told_unhealthy:
             self._told_unhealthy = True
             log.error("worker pool %s is unhealthy: %s", self.worker_id, reason)
             if self.on_unhealthy is not None:
                 self.on_unhealthy(reason)
         return reason
+
+    def _give_back_prefetched(self) -> None:
+        """An unhealthy pool takes no new jobs, and the ones it claimed but
+        has not started are new jobs too: each could hang and cost another
+        thread. Release them (``pending``, no attempt counted) for a healthy
+        process. One try per monitor tick: if the database refuses, they are
+        queued again and the next tick retries."""
+        unstarted: list[JobRecord] = []
+        with self._refill_lock:
+            while True:
+                try:
+                    job = self._work.get_nowait()
+                except queue.Empty:
+                    break
+                if job is None:  # a shutdown sentinel: leave it for the executors
+                    self._work.put(job)
+                    break
+                unstarted.append(job)
+            if not unstarted:
+                return
+            try:
+                released = self.store.release(self.worker_id, [(j.id, j.attempt) for j in unstarted], self.deck.clock())
+            except Exception:
+                for job in unstarted:
+                    self._work.put(job)
+                raise
+            with self._lock:
+                self._inflight -= len(unstarted)
+        log.warning("unhealthy: gave %d claimed, unstarted jobs back", len(released))
 
     # -- introspection --------------------------------------------------------
 

@@ -262,3 +262,32 @@ def _cli_env(tmp_path: Path, db_url: str) -> dict[str, str]:
         JOBDECK_SHUTDOWN_GRACE="0.5",
     )
     return env
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_an_unhealthy_pool_gives_back_the_jobs_it_has_not_started(
+    make_deck: Callable[..., Jobdeck], registry: Registry
+) -> None:
+    """Prefetched jobs are new jobs too: run here, each could hang and cost
+    another thread. The pool (driven through its *_once bodies, with real
+    hung threads) releases them for a healthy process."""
+    deck = make_deck(max_abandoned_threads=2)
+    ids = [deck.enqueue("demo.noop", {"n": i})[0].id for i in range(5)]
+    pool = WorkerPool(deck, 2)
+    pool._avg_duration = 0.001  # fast jobs so far: the pool prefetches beyond its threads
+    assert pool.fetch_once() == 5
+    release = threading.Event()
+    hung = [threading.Thread(target=release.wait, args=(30,), daemon=True) for _ in range(2)]
+    for t in hung:
+        t.start()
+    try:
+        pool._abandoned.extend(hung)  # as check_timeouts_once records timed-out handlers' threads
+        assert pool.health_once() is not None
+        assert [_status(deck, i) for i in ids] == [State.PENDING] * 5
+        assert pool.inflight == 0 and pool._work.empty()
+        assert pool.fetch_once() == 0
+    finally:
+        release.set()
+    for t in hung:
+        t.join(5)
+    assert pool.health_once() is None and pool.fetch_once() == 5
