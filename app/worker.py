@@ -145,8 +145,11 @@ class WorkerPool:
         for t in self._threads[:1]:  # the fetcher: nothing new is claimed after it exits
             t.join(timeout=self._time_left())
         with self._refill_lock:  # an acker refill in flight has queued its jobs; none starts now
-            self._release_unstarted()
-        deadline = time.monotonic() + grace
+            try:
+                self._release_unstarted()
+            except Exception as exc:  # the database is down past the deadline: the sweep rescues them
+                log.error("releasing unstarted jobs at shutdown failed (%s)", _first_line(exc))
+        deadline = min(time.monotonic() + grace, self._give_up_at)
         while time.monotonic() < deadline:
             with self._lock:
                 if not self._running:
@@ -579,17 +582,17 @@ class WorkerPool:
         every process's Workers page shows it), and tell ``on_unhealthy``
         the first time it turns unhealthy. Returns the reason, if any."""
         reason = self.unhealthy_reason()
-        state = (self.abandoned_threads(), reason)
-        if state != self._reported_health:
-            self.store.set_worker_health(self.worker_id, state[0], reason, now or self.deck.clock())
-            self._reported_health = state
-        if reason is not None:
-            self._give_back_prefetched()
-        if reason is not None and not self._told_unhealthy:
+        if reason is not None and not self._told_unhealthy:  # first: it needs no database
             self._told_unhealthy = True
             log.error("worker pool %s is unhealthy: %s", self.worker_id, reason)
             if self.on_unhealthy is not None:
                 self.on_unhealthy(reason)
+        if reason is not None:
+            self._give_back_prefetched()
+        state = (self.abandoned_threads(), reason)
+        if state != self._reported_health:
+            self.store.set_worker_health(self.worker_id, state[0], reason, now or self.deck.clock())
+            self._reported_health = state
         return reason
 
     def _give_back_prefetched(self) -> None:
