@@ -234,9 +234,10 @@ def test_abandoned_threads_are_bounded_and_the_process_reports_unhealthy(
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
-def test_exit_when_unhealthy_makes_the_worker_exit_non_zero(tmp_path: Path, db_url: str) -> None:
-    """`jobdeck worker` with exit_when_unhealthy stops and exits 3, so a
-    supervisor restarts it (and frees the abandoned threads)."""
+@pytest.mark.parametrize("command", ["worker", "serve"])
+def test_exit_when_unhealthy_makes_the_process_exit_non_zero(tmp_path: Path, db_url: str, command: str) -> None:
+    """`jobdeck worker` and `jobdeck serve` with exit_when_unhealthy stop
+    and exit 3, so a supervisor restarts them (and frees the abandoned threads)."""
     (tmp_path / "hangmod.py").write_text(
         "import threading\n"
         "from app.handlers import registry\n\n"
@@ -250,11 +251,20 @@ def test_exit_when_unhealthy_makes_the_worker_exit_non_zero(tmp_path: Path, db_u
         deck.store.enqueue(NewJob(type="test.hang", payload={"n": i}, max_retries=0), deck.clock())
     deck.store.engine.dispose()
     env = _cli_env(tmp_path, db_url)
+    args = ["worker"] if command == "worker" else ["serve", "--bind", f"127.0.0.1:{_free_port()}"]
     proc = subprocess.run(
-        [sys.executable, "-m", "app.cli", "worker"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "app.cli", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "exit_when_unhealthy" in proc.stderr
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _config(tmp_path: Path, db_url: str) -> Any:
