@@ -626,7 +626,7 @@ class Store:
                 jobs.c.worker_id == worker_id,
                 jobs.c.status == _RUNNING,
             )
-            .values(progress=progress, progress_message=message, heartbeat_at=now, updated_at=now)
+            .values(progress=progress, progress_message=storable_text(message), heartbeat_at=now, updated_at=now)
         )
         with self.write() as conn:
             return bool(conn.execute(stmt).rowcount)

@@ -57,6 +57,7 @@ def test_nul_in_a_handler_error_fails_that_job_and_the_pool_goes_on(
 
     @registry.handler("test.nul", max_retries=0)
     def nul(payload: dict[str, Any], ctx: JobContext) -> None:
+        ctx.progress(0.5, "reading bad\x00name")
         raise RuntimeError("bad\x00byte \udcff from a decoded file name")
 
     deck = make_deck()
@@ -69,6 +70,7 @@ def test_nul_in_a_handler_error_fails_that_job_and_the_pool_goes_on(
     )
     job = deck.store.get(bad.id)
     assert job.error is not None and "bad\\x00byte" in job.error and "\\udcff" in job.error
+    assert job.progress_message == "reading bad\\x00name"
     (attempt,) = deck.store.attempts_of(bad.id)
     assert attempt.outcome == "failed" and attempt.traceback and "bad\\x00byte" in attempt.traceback
     assert pool.running_jobs() == []
