@@ -77,8 +77,8 @@ def storable_text(value: str | None) -> str | None:
     refuses NUL (on every try, so an unchanged retry never succeeds), and
     neither driver can encode a lone surrogate (``surrogateescape``-decoded
     bytes in an exception message). NUL is written as the text ``\\x00``
-    and a surrogate as ``\\udcXX``: visible, and not mistaken for the
-    original."""
+    and a surrogate as ``\\udcXX``, so a person reading the error sees
+    that something was there."""
     if value is None:
         return None
     if "\x00" in value:
