@@ -6,20 +6,30 @@ starts the worker pool and the scheduler, once per process.
 
 from __future__ import annotations
 
+import logging
 import secrets
+import sqlite3
 from typing import Any
 
-from flask import Flask, jsonify, request
+from flask import Flask, jsonify, render_template, request
 from htmx_flask import Htmx
+from sqlalchemy import exc as sa_exc
 from werkzeug.exceptions import HTTPException
 
 from app.config import Config, load
 from app.errors import JobdeckError
+from app.faults import is_unavailable
 from app.handlers import Registry, import_modules
 from app.handlers import registry as default_registry
 from app.service import Jobdeck
 
 __all__ = ["create_app", "deck_of"]
+
+log = logging.getLogger("jobdeck.web")
+
+RETRY_AFTER_SECONDS = 1
+"""What a 503 for an unreachable or locked database asks clients to wait:
+the pool and the engine reconnect within about a second once it is back."""
 
 
 def create_app(
@@ -88,6 +98,25 @@ def _register_errors(app: Flask) -> None:
                 message = "request body too large"
             return jsonify({"error": message}), exc.code
         return exc
+
+    def _database_error(exc: Exception) -> Any:
+        """An outage (connection lost or refused, database locked) is the
+        client's to retry: 503 with ``Retry-After``, never 500. Any other
+        database error is a bug and stays a 500, with its traceback logged."""
+        if not is_unavailable(exc):
+            raise exc
+        log.warning("%s %s: database unavailable (%s)", request.method, request.path, exc.__class__.__name__)
+        message = "the database is unavailable right now; retry shortly"
+        if request.path.startswith("/api/") or request.accept_mimetypes.best == "application/json":
+            response = jsonify({"error": message})
+        else:
+            response = app.make_response(render_template("error.html", code=503, message=message))
+        response.status_code = 503
+        response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
+
+    for kind in (sa_exc.DBAPIError, sa_exc.TimeoutError, sqlite3.Error):
+        app.register_error_handler(kind, _database_error)
 
 
 def _security_headers(response: Any) -> Any:

@@ -82,6 +82,8 @@ def serve(demo: bool, bind: str | None, workers: int | None, log_level: str) -> 
     finally:
         server.close()
         runtime.stop()
+    if runtime.exit_status:  # exit_when_unhealthy: a supervisor restarts us
+        sys.exit(runtime.exit_status)
 
 
 def refuse_exposed(config: Config) -> None:
@@ -145,6 +147,8 @@ def worker(demo: bool, workers: int | None, log_level: str) -> None:
         pass
     click.echo("shutting down: finishing running jobs", err=True)
     runtime.stop()
+    if runtime.exit_status:  # exit_when_unhealthy: a supervisor restarts us
+        sys.exit(runtime.exit_status)
 
 
 @main.command()

@@ -47,6 +47,19 @@ class Config:
     sweep_interval: float = 5.0
     shutdown_grace: float = 30.0
     claim_batch: int = 250
+    max_abandoned_threads: int = 10
+    """A handler that runs past its type's timeout is failed and its thread
+    abandoned: a Python thread cannot be killed, so it runs on until the
+    handler returns. With this many abandoned threads still alive the
+    process reports itself unhealthy (``/api/health`` answers 503, the
+    Workers page says why) and claims no new jobs."""
+    exit_when_unhealthy: bool = False
+    """When unhealthy (see ``max_abandoned_threads``), shut down gracefully
+    and exit with status 3, so a supervisor (systemd, Kubernetes) restarts
+    the process and its stuck threads with it."""
+    sqlite_busy_timeout: float = 30.0
+    """Seconds a SQLite write waits for another process's lock before it
+    fails with "database is locked" (the API then answers 503)."""
     auto_migrate: bool = True
     """Upgrade the database schema at start-up (``jobdeck db upgrade``).
     Off: start-up refuses to run on a schema older than the code."""
@@ -79,7 +92,7 @@ ENV_KEYS = (
     "api_token", "secret_key", "max_payload_bytes", "default_max_retries",
     "poll_interval", "heartbeat_interval", "stall_timeout", "sweep_interval",
     "shutdown_grace", "claim_batch",
-    "auto_migrate",
+    "auto_migrate", "max_abandoned_threads", "exit_when_unhealthy", "sqlite_busy_timeout",
 )  # fmt: skip
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Config) if f.name != "extra"}
@@ -182,7 +195,7 @@ def validate(config: Config) -> None:
     positive("default_max_retries", allow_zero=True)
     for key in ("http_threads", "max_payload_bytes", "backoff_base", "backoff_cap",
                 "poll_interval", "heartbeat_interval", "stall_timeout", "sweep_interval",
-                "claim_batch"):  # fmt: skip
+                "claim_batch", "max_abandoned_threads", "sqlite_busy_timeout"):  # fmt: skip
         positive(key)
     positive("shutdown_grace", allow_zero=True)
     if config.claim_batch > 1000:

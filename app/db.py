@@ -24,20 +24,23 @@ READONLY = "jobdeck_readonly"
 deferred transaction instead of taking the write lock."""
 
 
-def make_engine(url: str, *, synchronous: str = "FULL", pool_size: int = 10) -> Engine:
+def make_engine(url: str, *, synchronous: str = "FULL", pool_size: int = 10, busy_timeout: float = 30.0) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        return _sqlite_engine(url, synchronous, pool_size)
+        return _sqlite_engine(url, synchronous, pool_size, busy_timeout)
     return create_engine(
         url,
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,
         pool_recycle=1800,
+        # A host that does not answer (not one that refuses) would block a
+        # connect forever: the pool's retries and its shutdown need an end.
+        connect_args={"connect_timeout": 5},
     )
 
 
-def _sqlite_engine(url: str, synchronous: str, pool_size: int) -> Engine:
+def _sqlite_engine(url: str, synchronous: str, pool_size: int, busy_timeout: float = 30.0) -> Engine:
     parsed = make_url(url)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
@@ -45,7 +48,7 @@ def _sqlite_engine(url: str, synchronous: str, pool_size: int) -> Engine:
         url,
         pool_size=pool_size,
         max_overflow=pool_size * 2,
-        connect_args={"check_same_thread": False, "timeout": 30},
+        connect_args={"check_same_thread": False, "timeout": busy_timeout},
     )
 
     @event.listens_for(engine, "connect")
@@ -55,7 +58,7 @@ def _sqlite_engine(url: str, synchronous: str, pool_size: int) -> Engine:
         cur = dbapi_conn.cursor()
         _journal_mode_wal(cur)
         cur.execute(f"PRAGMA synchronous={synchronous}")
-        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 
@@ -76,7 +79,7 @@ def _journal_mode_wal(cur: Any) -> None:
     not call the busy handler for it: processes opening a fresh database at
     once (three hosts' worth on one machine) got "database is locked" at
     once. Retry for as long as the busy timeout would have waited."""
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 30  # not busy_timeout: a fresh file, opened by several processes at once
     while True:
         try:
             cur.execute("PRAGMA journal_mode=WAL")

@@ -191,6 +191,11 @@ class Worker(Base):
     stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     gone_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     """Set by the sweeper when the worker stopped heart-beating without stopping."""
+    abandoned_threads: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Handler threads the pool abandoned after a timeout that are still running."""
+    unhealthy: Mapped[str | None] = mapped_column(Text)
+    """Why the pool reports itself unhealthy (and claims nothing); None when healthy.
+    Stored so that every process's dashboard shows every pool's health."""
 
 
 jobs = cast(Table, Job.__table__)

@@ -68,6 +68,8 @@ class Listener:
         self.connected = threading.Event()
         self.received = 0
         self.reconnects = 0
+        self.listens = 0
+        """Connections that got as far as LISTEN (the first one included)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -92,11 +94,14 @@ class Listener:
                     conn.execute(f"LISTEN {self.channel}")
                     if failures or self.reconnects:
                         log.info("listening on %s again", self.channel)
+                    self.listens += 1
                     self.connected.set()
                     failures = 0
                     self.on_notify()  # notifications sent while away are lost: look now
                     self._listen(conn)
-            except psycopg.Error as exc:
+            except Exception as exc:
+                # Any error, not only psycopg's (a socket error, a failing
+                # wake-up callback): the thread must live to reconnect.
                 if self._stop.is_set():
                     break
                 failures += 1
@@ -106,6 +111,7 @@ class Listener:
                     "LISTEN connection lost (%s); polling every poll_interval, reconnecting in %.1fs",
                     exc.__class__.__name__,
                     delay,
+                    exc_info=not isinstance(exc, psycopg.Error),
                 )
                 self._stop.wait(delay)
             finally:

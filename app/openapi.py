@@ -132,9 +132,26 @@ def document() -> dict[str, Any]:
         "paths": {
             "/api/health": {
                 "get": {
-                    "summary": "Liveness",
+                    "summary": "Liveness and health of this process",
                     "security": [],
-                    "responses": {"200": _json({"type": "object"}, "Alive")},
+                    "responses": {
+                        "200": _json(
+                            {"type": "object", "required": ["ok"], "properties": {"ok": {"const": True}}},
+                            "Alive and healthy",
+                        ),
+                        "503": _json(
+                            {
+                                "type": "object",
+                                "required": ["ok", "error", "reasons"],
+                                "properties": {
+                                    "ok": {"const": False},
+                                    "error": {"type": "string"},
+                                    "reasons": {"type": "array", "items": {"type": "string"}},
+                                },
+                            },
+                            "Unhealthy: needs a restart (e.g. too many handler threads abandoned after a timeout)",
+                        ),
+                    },
                 }
             },
             "/api/jobs": {

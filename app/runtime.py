@@ -5,6 +5,8 @@ never from ``create_app``, and at most once per process."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
 from typing import Protocol
 
@@ -14,6 +16,10 @@ from app.service import Jobdeck
 from app.worker import WorkerPool
 
 log = logging.getLogger("jobdeck.runtime")
+
+EXIT_UNHEALTHY = 3
+"""The exit status of ``jobdeck serve``/``worker`` stopped by ``exit_when_unhealthy``:
+non-zero, so a supervisor restarts the process."""
 
 _active: Runtime | None = None
 _active_lock = threading.Lock()
@@ -34,7 +40,10 @@ class Runtime:
     def __init__(self, deck: Jobdeck, *, workers: int | None = None, services: bool = True) -> None:
         self.deck = deck
         threads = deck.config.workers if workers is None else workers
-        self.pool: WorkerPool | None = WorkerPool(deck, threads) if threads > 0 else None
+        self.exit_status = 0
+        """Non-zero once the process should exit to be restarted (the CLI exits with it)."""
+        on_unhealthy = self._exit_to_restart if deck.config.exit_when_unhealthy else None
+        self.pool: WorkerPool | None = WorkerPool(deck, threads, on_unhealthy=on_unhealthy) if threads > 0 else None
         self.services: list[Service] = []
         if self.pool is not None:
             from app.commit_watch import watcher_for
@@ -50,6 +59,14 @@ class Runtime:
                 if service is not None:
                     self.services.append(service)
         self._started = False
+
+    def _exit_to_restart(self, reason: str) -> None:
+        """``exit_when_unhealthy``: the abandoned threads cannot be freed
+        in-process, so stop the way an operator's SIGTERM would (gracefully,
+        within ``shutdown_grace``) and let the CLI exit non-zero."""
+        log.error("exiting so that a supervisor restarts this process (exit_when_unhealthy): %s", reason)
+        self.exit_status = EXIT_UNHEALTHY
+        os.kill(os.getpid(), signal.SIGTERM)
 
     @classmethod
     def for_app(cls, app: Flask, **kwargs: object) -> Runtime:

@@ -43,6 +43,7 @@ class Jobdeck:
                 config.resolved_database_url(),
                 synchronous=config.sqlite_synchronous,
                 pool_size=max(5, config.workers + config.http_threads + 4),
+                busy_timeout=config.sqlite_busy_timeout,
             )
             store = Store(engine)
         self.store = store

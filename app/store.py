@@ -24,6 +24,7 @@ from app import sqlite_hot
 from app.crashpoints import crash_point
 from app.db import READONLY
 from app.errors import IdempotencyConflict, JobNotFound, NotHeld, TransitionRefused
+from app.faults import is_transient, is_unavailable, storable_text
 from app.group_commit import GroupCommitter
 from app.ledger import Ledger
 from app.models import attempts, jobs, workers
@@ -31,7 +32,10 @@ from app.notify import NOTIFY_SQL
 from app.records import AttemptRecord, JobFilter, JobRecord, NewJob, Outcome
 from app.states import State, Transition, sources
 
-__all__ = ["AttemptRecord", "JobFilter", "JobRecord", "NewJob", "Outcome", "Store", "exponential_backoff"]
+__all__ = [
+    "AttemptRecord", "JobFilter", "JobRecord", "NewJob", "Outcome", "Store", "exponential_backoff",
+    "is_transient", "is_unavailable", "storable_text",
+]  # fmt: skip
 
 Backoff = Callable[[str, int], float]
 """(job type, retry_count) -> seconds until the retry."""
@@ -522,8 +526,8 @@ class Store:
                             started_at=o.started_at or row.claimed_at,
                             finished_at=now,
                             outcome=o.kind,
-                            error=o.error,
-                            traceback=o.traceback,
+                            error=storable_text(o.error),
+                            traceback=storable_text(o.traceback),
                         )
                     )
             crash_point("sweep" if outcomes[0].kind == "stalled" else "ack")
@@ -549,7 +553,7 @@ class Store:
                 retry_count=case((retries_left, jobs.c.retry_count + 1), else_=jobs.c.retry_count),
                 available_at=case((retries_left, retry_at), else_=jobs.c.available_at),
                 finished_at=case((retries_left, None), else_=now),
-                error=o.error,
+                error=storable_text(o.error),
                 updated_at=now,
             )
             .returning(*_JOB_COLS)
@@ -628,7 +632,7 @@ class Store:
                 jobs.c.worker_id == worker_id,
                 jobs.c.status == _RUNNING,
             )
-            .values(progress=progress, progress_message=message, heartbeat_at=now, updated_at=now)
+            .values(progress=progress, progress_message=storable_text(message), heartbeat_at=now, updated_at=now)
         )
         with self.write() as conn:
             return bool(conn.execute(stmt).rowcount)
@@ -784,6 +788,16 @@ class Store:
     def stop_worker(self, worker_id: str, now: datetime) -> None:
         with self.write() as conn:
             conn.execute(update(workers).where(workers.c.id == worker_id).values(stopped_at=now, heartbeat_at=now))
+
+    def set_worker_health(self, worker_id: str, abandoned_threads: int, unhealthy: str | None, now: datetime) -> None:
+        """Record a pool's health in its row, where every process's
+        dashboard reads it (``app.worker.WorkerPool.health_once``)."""
+        with self.write() as conn:
+            conn.execute(
+                update(workers)
+                .where(workers.c.id == worker_id)
+                .values(abandoned_threads=abandoned_threads, unhealthy=storable_text(unhealthy))
+            )
 
     def list_workers(self) -> list[dict[str, Any]]:
         with self.read() as conn:

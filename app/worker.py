@@ -20,18 +20,29 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from app import health
 from app.crashpoints import crash_point
 from app.errors import DeadLetter
 from app.handlers import JobContext
 from app.service import Jobdeck
-from app.store import JobRecord, Outcome
+from app.store import JobRecord, Outcome, is_transient, storable_text
 
 log = logging.getLogger("jobdeck.worker")
 T = TypeVar("T")
+
+STOP_MARGIN = 2.0
+"""Seconds beyond ``shutdown_grace`` that ``stop`` keeps retrying its final
+writes while the database is unreachable; then it gives up (the jobs it
+could not write stay ``running`` until the stalled sweep rescues them)."""
+
+RETRY_CAP = 1.0
+"""Longest pause between retries of a write (or a claim) during an outage:
+once the database is back, work resumes within about this long."""
 
 
 def new_worker_id() -> str:
@@ -59,6 +70,7 @@ class WorkerPool:
         poll_interval: float | None = None,
         heartbeat_interval: float | None = None,
         queues: list[str] | None = None,
+        on_unhealthy: Callable[[str], None] | None = None,
     ) -> None:
         cfg = deck.config
         self.deck = deck
@@ -69,6 +81,10 @@ class WorkerPool:
         self.poll_interval = poll_interval or cfg.poll_interval
         self.heartbeat_interval = heartbeat_interval or cfg.heartbeat_interval
         self.queues = queues
+        self.max_abandoned_threads = cfg.max_abandoned_threads
+        self.on_unhealthy = on_unhealthy
+        """Called once, from the monitor thread, when the pool turns unhealthy
+        (``app.runtime`` uses it for ``exit_when_unhealthy``)."""
 
         self._work: queue.Queue[JobRecord] = queue.Queue()
         self._acks: queue.Queue[Outcome] = queue.Queue()
@@ -86,6 +102,12 @@ class WorkerPool:
         ``stop`` takes it before releasing unstarted jobs (see ``flush_acks_once``)."""
         self._threads: list[threading.Thread] = []
         self._executors: list[threading.Thread] = []
+        self._abandoned: list[threading.Thread] = []
+        """Threads left running a handler past its timeout (see ``check_timeouts_once``)."""
+        self._reported_health: tuple[int, str | None] = (0, None)
+        self._told_unhealthy = False
+        self._give_up_at: float | None = None
+        """Set by ``stop``: past it, ``_retrying`` stops retrying."""
         self._started = False
         self.store.on_enqueue(self.wake)
 
@@ -104,6 +126,7 @@ class WorkerPool:
             self._threads.append(t)
         for _ in range(self.threads):
             self._spawn_executor()
+        health.register(self.deck, self.unhealthy_reason)
         log.info("worker pool %s started with %d threads", self.worker_id, self.threads)
 
     def wake(self) -> None:
@@ -116,14 +139,19 @@ class WorkerPool:
         if not self._started or self._stopped.is_set():
             return
         grace = self.deck.config.shutdown_grace if grace is None else grace
+        # Every wait and retry below ends by then, database or not.
+        self._give_up_at = time.monotonic() + grace + STOP_MARGIN
         self._stopping.set()
         self._wake.set()
         self._room.set()
         for t in self._threads[:1]:  # the fetcher: nothing new is claimed after it exits
-            t.join(timeout=30)
+            t.join(timeout=self._time_left())
         with self._refill_lock:  # an acker refill in flight has queued its jobs; none starts now
-            self._release_unstarted()
-        deadline = time.monotonic() + grace
+            try:
+                self._release_unstarted()
+            except Exception as exc:  # the database is down past the deadline: the sweep rescues them
+                log.error("releasing unstarted jobs at shutdown failed (%s)", _first_line(exc))
+        deadline = min(time.monotonic() + grace, self._give_up_at)
         while time.monotonic() < deadline:
             with self._lock:
                 if not self._running:
@@ -139,15 +167,25 @@ class WorkerPool:
             self._work.put(None)  # type: ignore[arg-type]  # wakes executors so they exit
         self._acker_stop.set()
         for t in self._threads[1:]:
-            t.join(timeout=30)
-        self.flush_acks_once()
-        if leftover:
-            held = [(s.job.id, s.job.attempt) for s in leftover]
-            released = self._retrying(lambda: self.store.release(self.worker_id, held, self.deck.clock()))
-            log.warning("released %d running jobs at shutdown: %s", len(released), released)
-        self._retrying(lambda: self.store.stop_worker(self.worker_id, self.deck.clock()))
+            t.join(timeout=self._time_left())
+        try:
+            self.flush_acks_once()
+            if leftover:
+                held = [(s.job.id, s.job.attempt) for s in leftover]
+                released = self._retrying(lambda: self.store.release(self.worker_id, held, self.deck.clock()))
+                log.warning("released %d running jobs at shutdown: %s", len(released), released)
+            self._retrying(lambda: self.store.stop_worker(self.worker_id, self.deck.clock()))
+        except Exception as exc:
+            # The database stayed unreachable past the grace: what could not
+            # be written stays running under this worker, and the stalled
+            # sweep of any process rescues it once the heartbeats have stopped.
+            log.error("worker pool %s stopped without writing its last state (%s)", self.worker_id, _first_line(exc))
+        health.unregister(self.deck, self.unhealthy_reason)
         self._stopped.set()
         log.info("worker pool %s stopped", self.worker_id)
+
+    def _time_left(self) -> float:
+        return 30.0 if self._give_up_at is None else max(0.0, self._give_up_at - time.monotonic())
 
     def _release_unstarted(self) -> None:
         unstarted: list[JobRecord] = []
@@ -178,7 +216,7 @@ class WorkerPool:
     def fetch_once(self, now: datetime | None = None) -> int:
         """Claim as many due jobs as there is room for; returns how many."""
         types = self.deck.registry.names()
-        if not types:
+        if not types or self.unhealthy_reason() is not None:
             return 0
         with self._lock:
             room = min(self.batch, self._capacity() - self._inflight)
@@ -208,16 +246,16 @@ class WorkerPool:
             try:
                 got = self.fetch_once()
                 failures = 0
-            except (OperationalError, DBAPIError) as exc:
+            except Exception as exc:
                 failures += 1
-                log.warning("claim failed (%s); retrying", exc.__class__.__name__, exc_info=failures == 1)
-                self._stopping.wait(min(5.0, 0.1 * 2**failures))
-                continue
-            except Exception:
-                # A bug, not an outage: say so loudly, but keep the pool claiming.
-                failures += 1
-                log.exception("claim failed unexpectedly; retrying")
-                self._stopping.wait(min(5.0, 0.1 * 2**failures))
+                if is_transient(exc):
+                    log.warning("claim failed (%s); retrying", exc.__class__.__name__, exc_info=failures == 1)
+                else:
+                    # A bug, not an outage: say so loudly, but keep the pool claiming.
+                    log.exception("claim failed unexpectedly; retrying")
+                # An enqueue in this process (or a NOTIFY) means the database
+                # is back: claim at once instead of sleeping out the backoff.
+                self._wake.wait(min(RETRY_CAP, 0.1 * 2**failures))
                 continue
             if got == 0:
                 self._wake.wait(timeout=self.poll_interval)
@@ -254,9 +292,14 @@ class WorkerPool:
                 raise LookupError(f"no handler registered for {job.type!r} in this process")
             ctx = JobContext(self.store, job.id, job.attempt, self.worker_id, job.type, self.deck.clock)
             outcome.result = spec.fn(job.payload, ctx)
-        except Exception as exc:
+        except BaseException as exc:
+            # SystemExit and KeyboardInterrupt from a handler (sys.exit() in
+            # library code, a stray raise) are the handler's failure like any
+            # other: letting them through killed this thread and left the job
+            # running forever. The pool stops its executors with a sentinel,
+            # never by raising into them, so nothing here is the pool's own.
             outcome.error = _first_line(exc)
-            outcome.traceback = traceback.format_exc()
+            outcome.traceback = _format_traceback()
             outcome.retryable = spec is not None and not isinstance(exc, DeadLetter)
         elapsed = time.monotonic() - mono
         with self._lock:
@@ -267,7 +310,7 @@ class WorkerPool:
             del self._running[job.id]
             self._avg_duration = elapsed if self._avg_duration is None else 0.9 * self._avg_duration + 0.1 * elapsed
         if outcome.result is not None and not _jsonable(outcome.result):
-            outcome.result = repr(outcome.result)
+            outcome.result = _safe_repr(outcome.result)
         self._acks.put(outcome)
         return slot
 
@@ -293,10 +336,10 @@ class WorkerPool:
         done = [o for o in batch if o.ok]
         failed = [o for o in batch if not o.ok]
         if failed:
-            self._retrying(lambda: self.store.fail_many(failed, now))
+            self._acknowledge(failed, lambda group: self.store.fail_many(group, now), now)
         refilled = self._complete_and_refill(done, len(batch), now) if done and refill else None
         if done and refilled is None:
-            self._retrying(lambda: self.store.complete_many(done, now))
+            self._acknowledge(done, lambda group: self.store.complete_many(group, now), now)
         if refilled is None:
             with self._lock:
                 self._inflight -= len(batch)
@@ -312,7 +355,7 @@ class WorkerPool:
         runs, so the fetcher cannot claim it too."""
         types = self.deck.registry.names()
         with self._refill_lock:
-            if self._stopping.is_set() or not types:
+            if self._stopping.is_set() or not types or self.unhealthy_reason() is not None:
                 return None
             with self._lock:
                 room = min(self.batch, self._capacity() - self._inflight + acked)
@@ -326,6 +369,13 @@ class WorkerPool:
                         done, self.worker_id, now, limit=room, types=types, queues=self.queues
                     )
                 )
+            except Exception as exc:
+                if is_transient(exc):  # still down at the end of shutdown's grace
+                    raise
+                # One outcome the database refuses must not hold the others:
+                # complete them one by one, without the refill.
+                log.warning("acknowledging %d completions failed (%s); one by one", len(done), _first_line(exc))
+                self._one_by_one(done, lambda group: self.store.complete_many(group, now), now)
             finally:
                 with self._lock:
                     self._inflight += len(claimed) - room - acked
@@ -350,17 +400,71 @@ class WorkerPool:
                 log.exception("acknowledging a batch of outcomes failed")
                 self._acker_stop.wait(1.0)
 
+    def _acknowledge(self, outcomes: list[Outcome], write: Callable[[list[Outcome]], object], now: datetime) -> None:
+        """Write ``outcomes`` in one batch; if the database refuses the batch
+        (not an outage: a value it cannot store, a bug), write them one by
+        one, so one bad row cannot hold the others."""
+        try:
+            self._retrying(lambda: write(outcomes))
+        except Exception as exc:
+            if is_transient(exc):  # still down at the end of shutdown's grace
+                raise
+            log.warning("acknowledging %d outcomes failed (%s); one by one", len(outcomes), _first_line(exc))
+            self._one_by_one(outcomes, write, now)
+
+    def _one_by_one(self, outcomes: list[Outcome], write: Callable[[list[Outcome]], object], now: datetime) -> None:
+        for o in outcomes:
+            try:
+                self._retrying(partial(write, [o]))
+            except Exception as exc:
+                if is_transient(exc):
+                    raise
+                self._record_unstorable(o, exc, now)
+
+    def _record_unstorable(self, o: Outcome, exc: Exception, now: datetime) -> None:
+        """The database refused this outcome as it is: record the attempt as
+        failed, saying why, with only values every backend stores (the fail
+        rule then retries the job or dead-letters it, as for any failure)."""
+        why = storable_text(f"the outcome of this attempt could not be stored: {_first_line(exc)}") or ""
+        if o.error is not None:
+            why = f"{storable_text(o.error)} ({why})"
+        failure = Outcome(
+            o.job_id, o.worker_id, attempt=o.attempt, started_at=o.started_at, error=why[:2000],
+            traceback=storable_text(o.traceback), retryable=o.retryable,
+            kind=o.kind if o.error is not None else "failed",
+        )  # fmt: skip
+        try:
+            self._retrying(lambda: self.store.fail_many([failure], now))
+        except Exception as again:
+            if is_transient(again):
+                raise
+            log.exception(
+                "job %s attempt %s: its outcome could not be stored (%s), nor its failure; "
+                "it stays running under %s until this process stops",
+                o.job_id, o.attempt, why, self.worker_id,
+            )  # fmt: skip
+
     def _retrying(self, fn: Callable[[], T]) -> T:
-        """Run a store write until it succeeds: an outcome is never dropped
-        because the database was briefly unreachable."""
+        """Run a store write until it succeeds, retrying only what can
+        succeed on a later try (``app.faults.is_transient``): an outcome is
+        never dropped because the database was briefly unreachable, and an
+        error that can never succeed (a value the database refuses) is
+        raised at once instead of wedging the pool. While stopping, retries
+        end at the stop's deadline (``shutdown_grace`` + ``STOP_MARGIN``)."""
         delay = 0.05
         while True:
             try:
                 return fn()
-            except (OperationalError, DBAPIError) as exc:
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                give_up = self._give_up_at
+                if give_up is not None and time.monotonic() + delay > give_up:
+                    log.error("database write failed (%s) while stopping; giving up", exc.__class__.__name__)
+                    raise
                 log.warning("database write failed (%s); retrying in %.2fs", exc.__class__.__name__, delay)
                 time.sleep(delay)  # backoff between retries of one write; nothing to wake for
-                delay = min(5.0, delay * 2)
+                delay = min(RETRY_CAP, delay * 2)
 
     # -- monitoring -------------------------------------------------------------
 
@@ -375,6 +479,8 @@ class WorkerPool:
                     slot.abandoned = True
                     del self._running[job_id]
                     expired.append(slot)
+                    if slot.thread is not threading.current_thread():
+                        self._abandoned.append(slot.thread)
         for slot in expired:
             spec = self.deck.registry.get(slot.job.type)
             seconds = spec.timeout if spec else 0
@@ -437,6 +543,10 @@ class WorkerPool:
         while not self._acker_stop.wait(0.1):
             self.check_timeouts_once()
             try:
+                self.health_once()
+            except Exception as exc:
+                log.warning("recording the pool's health failed: %s", _first_line(exc))
+            try:
                 self.shed_once()
             except (OperationalError, DBAPIError) as exc:
                 log.warning("shedding prefetched jobs failed: %s", exc.__class__.__name__)
@@ -446,6 +556,76 @@ class WorkerPool:
                 except (OperationalError, DBAPIError) as exc:
                     log.warning("heartbeat failed: %s", exc.__class__.__name__)
                 next_beat = time.monotonic() + self.heartbeat_interval
+
+    # -- health -----------------------------------------------------------------
+
+    def abandoned_threads(self) -> int:
+        """Threads abandoned after a timeout that are still running their
+        handler (one that returns at last lets its thread end)."""
+        with self._lock:
+            self._abandoned = [t for t in self._abandoned if t.is_alive()]
+            return len(self._abandoned)
+
+    def unhealthy_reason(self) -> str | None:
+        """Why this pool is unhealthy, or None. A Python thread cannot be
+        killed, so each hung handler past its timeout keeps a thread (and
+        whatever it holds); past ``max_abandoned_threads`` the pool claims
+        nothing more, and only a restart of the process frees them."""
+        n = self.abandoned_threads()
+        if n < self.max_abandoned_threads:
+            return None
+        return (
+            f"{n} handler threads abandoned after a timeout are still running "
+            f"(max_abandoned_threads = {self.max_abandoned_threads}); no new jobs are claimed "
+            "until they end; restart the process to free them"
+        )
+
+    def health_once(self, now: datetime | None = None) -> str | None:
+        """Write this pool's health into its workers row when it changed (so
+        every process's Workers page shows it), and tell ``on_unhealthy``
+        the first time it turns unhealthy. Returns the reason, if any."""
+        reason = self.unhealthy_reason()
+        if reason is not None and not self._told_unhealthy:  # first: it needs no database
+            self._told_unhealthy = True
+            log.error("worker pool %s is unhealthy: %s", self.worker_id, reason)
+            if self.on_unhealthy is not None:
+                self.on_unhealthy(reason)
+        if reason is not None:
+            self._give_back_prefetched()
+        state = (self.abandoned_threads(), reason)
+        if state != self._reported_health:
+            self.store.set_worker_health(self.worker_id, state[0], reason, now or self.deck.clock())
+            self._reported_health = state
+        return reason
+
+    def _give_back_prefetched(self) -> None:
+        """An unhealthy pool takes no new jobs, and the ones it claimed but
+        has not started are new jobs too: each could hang and cost another
+        thread. Release them (``pending``, no attempt counted) for a healthy
+        process. One try per monitor tick: if the database refuses, they are
+        queued again and the next tick retries."""
+        unstarted: list[JobRecord] = []
+        with self._refill_lock:
+            while True:
+                try:
+                    job = self._work.get_nowait()
+                except queue.Empty:
+                    break
+                if job is None:  # a shutdown sentinel: leave it for the executors
+                    self._work.put(job)
+                    break
+                unstarted.append(job)
+            if not unstarted:
+                return
+            try:
+                released = self.store.release(self.worker_id, [(j.id, j.attempt) for j in unstarted], self.deck.clock())
+            except Exception:
+                for job in unstarted:
+                    self._work.put(job)
+                raise
+            with self._lock:
+                self._inflight -= len(unstarted)
+        log.warning("unhealthy: gave %d claimed, unstarted jobs back", len(released))
 
     # -- introspection --------------------------------------------------------
 
@@ -460,8 +640,25 @@ class WorkerPool:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
+    try:
+        text = str(exc).strip()
+    except Exception:  # a handler's exception whose __str__ itself raises
+        text = "<unprintable>"
     return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__
+
+
+def _format_traceback() -> str | None:
+    try:
+        return traceback.format_exc()
+    except Exception:
+        return None
+
+
+def _safe_repr(value: object) -> str:
+    try:
+        return repr(value)
+    except Exception:
+        return f"<unrepresentable {type(value).__name__}>"
 
 
 def _jsonable(value: object) -> bool:
@@ -469,6 +666,6 @@ def _jsonable(value: object) -> bool:
 
     try:
         json.dumps(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return False
     return True
