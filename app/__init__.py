@@ -18,6 +18,7 @@ from app.errors import JobdeckError
 from app.handlers import Registry, import_modules
 from app.handlers import registry as default_registry
 from app.service import Jobdeck
+from app.validation import IdConverter, max_body_bytes
 
 __all__ = ["create_app", "deck_of"]
 
@@ -46,9 +47,9 @@ def create_app(
         deck.init_db()
 
     app = Flask(__name__, template_folder="../templates", static_folder="../static")
+    app.url_map.converters["int"] = IdConverter  # before any route: ids beyond BIGINT match none
     app.config["SECRET_KEY"] = config.secret_key or secrets.token_hex(32)
-    # The payload limit applies to the payload; the rest of a body is small.
-    app.config["MAX_CONTENT_LENGTH"] = config.max_payload_bytes + 16 * 1024
+    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes(config.max_payload_bytes)
     app.extensions["jobdeck"] = deck
     Htmx(app)
 

@@ -29,6 +29,7 @@ from app.wiring import operations_of
 bp = Blueprint("schedules", __name__)
 api_bp = Blueprint("api_schedules", __name__, url_prefix="/api/schedules")
 api_bp.before_request(api._authenticate)
+api_bp.before_request(api.require_json_body)
 
 OUTCOME_LABELS = {slug: tab.label for slug, tab in BY_SLUG.items()} | {"pruned": "pruned by retention"}
 """A run's job status in the dashboard's words (``dead`` is "Dead letter")."""
