@@ -78,16 +78,26 @@ def deck_of(app: Flask) -> Jobdeck:
 def _register_errors(app: Flask) -> None:
     @app.errorhandler(JobdeckError)
     def _jobdeck_error(exc: JobdeckError) -> Any:
-        return jsonify(exc.to_dict()), exc.status_code
+        if _wants_json():
+            return jsonify(exc.to_dict()), exc.status_code
+        from app.dashboard.views import error_response
+
+        return error_response(str(exc), exc.status_code)
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException) -> Any:
-        if request.path.startswith("/api/") or request.accept_mimetypes.best == "application/json":
+        if _wants_json():
             message = exc.description or exc.name
             if exc.code == 413:
                 message = "request body too large"
             return jsonify({"error": message}), exc.code
         return exc
+
+
+def _wants_json() -> bool:
+    """The API, or a client that asked for JSON, is answered in JSON; the
+    dashboard's pages and fragments in HTML."""
+    return request.path.startswith("/api/") or request.accept_mimetypes.best == "application/json"
 
 
 def _security_headers(response: Any) -> Any:

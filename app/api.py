@@ -106,8 +106,8 @@ def _str_list(data: dict[str, Any], field: str) -> list[str] | None:
         return None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise InvalidField(field, "must be a list of strings")
-    if len(value) > 1000:
-        raise InvalidField(field, "at most 1000 names")
+    if not value or len(value) > 1000:
+        raise InvalidField(field, "1 to 1000 names; leave it out to claim from all")
     return [check_text(v, field, 200) for v in value]
 
 

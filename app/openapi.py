@@ -252,8 +252,8 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
                             "required": ["worker_id"],
                             "properties": {
                                 "worker_id": _WORKER_ID,
-                                "types": {"type": "array", "maxItems": 1000, "items": _text(200, 0)},
-                                "queues": {"type": "array", "maxItems": 1000, "items": _text(200, 0)},
+                                "types": {"type": "array", "minItems": 1, "maxItems": 1000, "items": _text(200, 0)},
+                                "queues": {"type": "array", "minItems": 1, "maxItems": 1000, "items": _text(200, 0)},
                                 "limit": {"type": "integer", "minimum": 1, "maximum": 100},
                             },
                         }
