@@ -71,7 +71,7 @@ def _body() -> dict[str, Any]:
     if not data_bytes:
         return {}
     try:
-        data = loads(data_bytes, "body")
+        data = loads(data_bytes)
     except ValueError:
         raise MalformedJSON() from None
     if not isinstance(data, dict):

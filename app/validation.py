@@ -39,43 +39,65 @@ and no one searches jobs with a paragraph."""
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
 
 
-def loads(text: str | bytes, field: str) -> Any:
+def loads(text: str | bytes, field: str = "") -> Any:
     """Parse JSON text and apply ``check_json``. Raises ``json.JSONDecodeError``
     (a ``ValueError``) when the text is not JSON, for the caller to word, and
     ``InvalidField`` when it is JSON this service does not accept."""
     try:
         value = json.loads(text)
     except RecursionError:
-        raise InvalidField(field, f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+        raise InvalidField(field or "body", f"nested deeper than {MAX_JSON_DEPTH} levels") from None
     check_json(value, field)
     return value
 
 
-def check_json(value: Any, field: str) -> None:
+def check_json(value: Any, field: str = "") -> None:
     """Refuse a JSON value nested deeper than ``MAX_JSON_DEPTH``, holding a
-    non-finite number, or a string (or key) that is not valid Unicode.
+    non-finite number, or a string (or key) that is not valid Unicode. The
+    error names where: ``payload.items[3].price``; with ``field`` empty (a
+    whole request body) the top-level key alone.
 
     Iterative, so a deep value from a Python caller cannot exhaust the stack
-    here either."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    here either; a path is built only for containers, and scalars are checked
+    in their parent's loop."""
+    if not isinstance(value, dict | list):
+        _check_scalar(value, field or "body")
+        return
+    stack: list[tuple[Any, int, str]] = [(value, 1, field)]
     while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            if depth > MAX_JSON_DEPTH:
-                raise InvalidField(field, f"nested deeper than {MAX_JSON_DEPTH} levels")
-            if isinstance(item, dict):
-                for key, child in item.items():
-                    if not isinstance(key, str):
-                        raise InvalidField(field, f"object keys must be strings, got {key!r}")
-                    _check_unicode(key, field)
-                    stack.append((child, depth + 1))
-            else:
-                stack.extend((child, depth + 1) for child in item)
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                raise InvalidField(field, "numbers must be finite (no NaN or Infinity)")
-        elif isinstance(item, str):
-            _check_unicode(item, field)
+        item, depth, where = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidField(_shown(where), f"nested deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise InvalidField(where or "body", f"object keys must be strings, got {key!r}")
+                _check_unicode(key, where or "body")
+                path = f"{where}.{key}" if where else key
+                if isinstance(child, dict | list):
+                    stack.append((child, depth + 1, path))
+                else:
+                    _check_scalar(child, path)
+        else:
+            for index, child in enumerate(item):
+                path = f"{where or 'body'}[{index}]"
+                if isinstance(child, dict | list):
+                    stack.append((child, depth + 1, path))
+                else:
+                    _check_scalar(child, path)
+
+
+def _check_scalar(value: Any, where: str) -> None:
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidField(_shown(where), "numbers must be finite (no NaN or Infinity)")
+    elif isinstance(value, str):
+        _check_unicode(value, where)
+
+
+def _shown(where: str) -> str:
+    """A field path as an error names it: long ones cut short."""
+    return where if len(where) <= 80 else where[:80] + "…"
 
 
 def _check_unicode(text: str, field: str) -> None:
@@ -84,7 +106,7 @@ def _check_unicode(text: str, field: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidField(field, "not valid Unicode (a lone surrogate escape)") from None
+        raise InvalidField(_shown(field), "not valid Unicode (a lone surrogate escape)") from None
 
 
 def check_text(value: str, field: str, max_length: int) -> str:

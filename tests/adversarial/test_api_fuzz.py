@@ -36,8 +36,8 @@ from app.openapi import document
 from app.runtime import Runtime
 from app.service import Jobdeck
 
-BUDGET_SECONDS = 32
-"""Per configuration; the two together run a little over a minute."""
+BUDGET_SECONDS = 30
+"""Per configuration: the two together fuzz for a minute."""
 SEED = 20260109
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
 TOKEN = "fuzz-token-0123456789abcdef"
@@ -165,7 +165,8 @@ def test_schemathesis_finds_no_failure(live_api: Callable[..., LiveApi], tmp_pat
         expected = operations - ({"GET /api/openapi.json"} if phase == "coverage" else set())
         missed = sorted(expected - {label for p, label in seen if p == phase})
         assert not missed, f"the {phase} phase never ran {missed}"
-    assert cases >= summary["test_cases"]["generated"] > 500, summary["test_cases"]
+    assert summary["running_time"] >= BUDGET_SECONDS * 0.95, summary["running_time"]  # the whole budget was used
+    assert cases >= summary["test_cases"]["generated"] > 300, summary["test_cases"]
     # The fuzzer reached the API's logic, not only its doorstep: jobs were
     # created (so with a token, the token was sent and accepted).
     assert live.statuses.counts[("POST", 201)] > 0, live.statuses.counts
