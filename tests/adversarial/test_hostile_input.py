@@ -13,11 +13,11 @@ import json
 from typing import Any
 
 import pytest
+from dashboard_support import HTMX, csrf_token, make_dead
+from dashboard_support import post as dash_post
 
 from app import create_app
 from app.validation import INT64_MAX, MAX_JSON_DEPTH
-from dashboard_support import HTMX, csrf_token, make_dead
-from dashboard_support import post as dash_post
 
 JOBS = "/api/jobs"
 BEYOND = [str(2**63), str(2**64), "9" * 40]
