@@ -12,7 +12,7 @@ from flask import Blueprint, current_app, jsonify, request
 from app.errors import InvalidField, JobdeckError
 from app.queries import record_action
 from app.serialize import job_json
-from app.service import Jobdeck
+from app.service import MAX_QUEUE_CHARS, MAX_TYPE_CHARS, Jobdeck
 from app.states import State
 from app.store import JobFilter
 from app.validation import INT64_MAX, MAX_SEARCH_CHARS, check_text, loads, parse_int
@@ -208,8 +208,8 @@ def index() -> Any:
     cursor = _int_arg("cursor", None, 1, None)
     f = JobFilter(
         status=State(status) if status else None,
-        type=_text_arg("type", 200),
-        queue=_text_arg("queue", 100),
+        type=_text_arg("type", MAX_TYPE_CHARS),
+        queue=_text_arg("queue", MAX_QUEUE_CHARS),
         search=_text_arg("q", MAX_SEARCH_CHARS),
         before_id=cursor,
         limit=limit + 1,
