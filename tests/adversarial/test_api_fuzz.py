@@ -170,7 +170,7 @@ def test_schemathesis_finds_no_failure(live_api: Callable[..., LiveApi], tmp_pat
         missed = sorted(expected - {label for p, label in seen if p == phase})
         assert not missed, f"the {phase} phase never ran {missed}"
     assert summary["running_time"] >= BUDGET_SECONDS * 0.95, summary["running_time"]  # the whole budget was used
-    assert cases >= summary["test_cases"]["generated"] > 300, summary["test_cases"]
+    assert cases >= summary["test_cases"]["generated"] > 100, summary["test_cases"]  # a few hundred to 2,000 here
     # The fuzzer reached the API's logic, not only its doorstep: jobs were
     # created (so with a token, the token was sent and accepted).
     assert live.statuses.counts[("POST", 201)] > 0, live.statuses.counts
