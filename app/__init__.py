@@ -22,6 +22,7 @@ from app.faults import is_unavailable
 from app.handlers import Registry, import_modules
 from app.handlers import registry as default_registry
 from app.service import Jobdeck
+from app.validation import IdConverter, max_body_bytes
 
 __all__ = ["create_app", "deck_of"]
 
@@ -56,9 +57,9 @@ def create_app(
         deck.init_db()
 
     app = Flask(__name__, template_folder="../templates", static_folder="../static")
+    app.url_map.converters["int"] = IdConverter  # before any route: ids beyond BIGINT match none
     app.config["SECRET_KEY"] = config.secret_key or secrets.token_hex(32)
-    # The payload limit applies to the payload; the rest of a body is small.
-    app.config["MAX_CONTENT_LENGTH"] = config.max_payload_bytes + 16 * 1024
+    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes(config.max_payload_bytes)
     app.extensions["jobdeck"] = deck
     Htmx(app)
 
@@ -88,11 +89,15 @@ def deck_of(app: Flask) -> Jobdeck:
 def _register_errors(app: Flask) -> None:
     @app.errorhandler(JobdeckError)
     def _jobdeck_error(exc: JobdeckError) -> Any:
-        return jsonify(exc.to_dict()), exc.status_code
+        if _wants_json():
+            return jsonify(exc.to_dict()), exc.status_code
+        from app.dashboard.views import error_response
+
+        return error_response(str(exc), exc.status_code)
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException) -> Any:
-        if request.path.startswith("/api/") or request.accept_mimetypes.best == "application/json":
+        if _wants_json():
             message = exc.description or exc.name
             if exc.code == 413:
                 message = "request body too large"
@@ -117,6 +122,12 @@ def _register_errors(app: Flask) -> None:
 
     for kind in (sa_exc.DBAPIError, sa_exc.TimeoutError, sqlite3.Error):
         app.register_error_handler(kind, _database_error)
+
+
+def _wants_json() -> bool:
+    """The API, or a client that asked for JSON, is answered in JSON; the
+    dashboard's pages and fragments in HTML."""
+    return request.path.startswith("/api/") or request.accept_mimetypes.best == "application/json"
 
 
 def _security_headers(response: Any) -> Any:

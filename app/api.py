@@ -8,18 +8,20 @@ import json
 from typing import Any
 
 from flask import Blueprint, current_app, jsonify, request
-from werkzeug.exceptions import BadRequest
 
 from app.errors import InvalidField, JobdeckError
 from app.queries import record_action
 from app.serialize import job_json
-from app.service import Jobdeck
+from app.service import MAX_QUEUE_CHARS, MAX_TYPE_CHARS, Jobdeck
 from app.states import State
 from app.store import JobFilter
+from app.validation import INT64_MAX, MAX_SEARCH_CHARS, check_text, loads, parse_int
 
 bp = Blueprint("api", __name__, url_prefix="/api")
 
 PUBLIC_ENDPOINTS = {"api.openapi", "api.health"}
+MAX_ERROR_CHARS = 65536
+"""A failure's message or traceback as an external worker reports it."""
 
 
 def _deck() -> Jobdeck:
@@ -46,13 +48,31 @@ def _authenticate() -> Any:
     return None
 
 
+def require_json_body() -> None:
+    """before_request of every API blueprint: a request that carries a body
+    must say it is JSON (415 otherwise). A cross-site HTML form or a no-cors
+    ``fetch`` can send only ``text/plain``, form or multipart bodies without
+    a preflight, so this keeps a stranger's page from driving the API."""
+    if request.method in ("GET", "HEAD", "OPTIONS"):
+        return
+    has_body = bool(request.content_length) or "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+    if has_body and not request.is_json:
+        raise UnsupportedMediaType(request.mimetype)
+
+
+bp.before_request(require_json_body)
+
+
 def _body() -> dict[str, Any]:
-    """The request's JSON object: 400 if malformed, 422 if not an object."""
-    if not request.get_data(cache=True):
+    """The request's JSON object: 400 if malformed, 422 if not an object or
+    not acceptable JSON (``app.validation.loads``: depth, finite numbers,
+    valid Unicode)."""
+    data_bytes = request.get_data(cache=True)
+    if not data_bytes:
         return {}
     try:
-        data = request.get_json(force=True)
-    except BadRequest:
+        data = loads(data_bytes)
+    except ValueError:
         raise MalformedJSON() from None
     if not isinstance(data, dict):
         raise InvalidField("body", "expected a JSON object")
@@ -66,11 +86,18 @@ class MalformedJSON(JobdeckError):
         super().__init__("malformed JSON in request body")
 
 
+class UnsupportedMediaType(JobdeckError):
+    status_code = 415
+
+    def __init__(self, mimetype: str) -> None:
+        super().__init__(f"request body must be application/json, got {mimetype or 'no Content-Type'!r}")
+
+
 def _worker_id(data: dict[str, Any]) -> str:
     worker_id = data.get("worker_id")
-    if not isinstance(worker_id, str) or not worker_id or len(worker_id) > 200:
+    if not isinstance(worker_id, str) or not worker_id:
         raise InvalidField("worker_id", "required, a string of at most 200 characters")
-    return worker_id
+    return check_text(worker_id, "worker_id", 200)
 
 
 def _str_list(data: dict[str, Any], field: str) -> list[str] | None:
@@ -79,7 +106,9 @@ def _str_list(data: dict[str, Any], field: str) -> list[str] | None:
         return None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise InvalidField(field, "must be a list of strings")
-    return value
+    if not value or len(value) > 1000:
+        raise InvalidField(field, "1 to 1000 names; leave it out to claim from all")
+    return [check_text(v, field, 200) for v in value]
 
 
 @bp.get("/health")
@@ -155,12 +184,15 @@ def fail(job_id: int) -> Any:
     error = data.get("error")
     if not isinstance(error, str) or not error:
         raise InvalidField("error", "required, a non-empty string")
+    check_text(error, "error", MAX_ERROR_CHARS)
     retryable = data.get("retryable", True)
     if not isinstance(retryable, bool):
         raise InvalidField("retryable", "must be true or false")
     tb = data.get("traceback")
     if tb is not None and not isinstance(tb, str):
         raise InvalidField("traceback", "must be a string")
+    if tb is not None:
+        check_text(tb, "traceback", 10 * MAX_ERROR_CHARS)
     now = deck.clock()
     job = deck.store.fail(job_id, worker_id, error, now, retryable=retryable, traceback=tb)
     return jsonify(job_json(job, now))
@@ -179,14 +211,14 @@ def index() -> Any:
     args = request.args
     status = args.get("status") or None
     if status is not None and status not in {s.value for s in State}:
-        raise InvalidField("status", f"unknown status {status!r}; one of {', '.join(s.value for s in State)}")
+        raise InvalidField("status", f"unknown status {status[:40]!r}; one of {', '.join(s.value for s in State)}")
     limit = _int_arg("limit", 50, 1, 500)
     cursor = _int_arg("cursor", None, 1, None)
     f = JobFilter(
         status=State(status) if status else None,
-        type=args.get("type") or None,
-        queue=args.get("queue") or None,
-        search=args.get("q") or None,
+        type=_text_arg("type", MAX_TYPE_CHARS),
+        queue=_text_arg("queue", MAX_QUEUE_CHARS),
+        search=_text_arg("q", MAX_SEARCH_CHARS),
         before_id=cursor,
         limit=limit + 1,
     )
@@ -201,13 +233,12 @@ def _int_arg(name: str, default: int | None, low: int, high: int | None) -> Any:
     raw = request.args.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidField(name, f"must be an integer, got {raw!r}") from None
-    if value < low or (high is not None and value > high):
-        raise InvalidField(name, f"must be between {low} and {high}" if high else f"must be >= {low}")
-    return value
+    return parse_int(raw, name, low, INT64_MAX if high is None else high)
+
+
+def _text_arg(name: str, max_length: int) -> str | None:
+    raw = request.args.get(name)
+    return check_text(raw, name, max_length) if raw else None
 
 
 @bp.get("/stats")
@@ -240,4 +271,4 @@ def _operator_action(job_id: int, action: str) -> Any:
 def openapi() -> Any:
     from app.openapi import document
 
-    return jsonify(document())
+    return jsonify(document(_deck().type_names()))

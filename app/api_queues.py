@@ -17,10 +17,12 @@ from flask import Blueprint, current_app, jsonify
 from app import api
 from app.errors import InvalidField
 from app.service import Jobdeck
+from app.validation import check_text
 from app.wiring import operations_of
 
 bp = Blueprint("api_queues", __name__, url_prefix="/api/queues")
 bp.before_request(api._authenticate)
+bp.before_request(api.require_json_body)
 
 
 def _deck() -> Jobdeck:
@@ -29,9 +31,9 @@ def _deck() -> Jobdeck:
 
 
 def _name(name: str) -> str:
-    if not name or len(name) > 100:
+    if not name:
         raise InvalidField("name", "a queue name is 1 to 100 characters")
-    return name
+    return check_text(name, "name", 100)
 
 
 @bp.get("")

@@ -6,12 +6,30 @@ documented path exists, and real responses validate against these schemas.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from app.api import MAX_ERROR_CHARS
+from app.service import (
+    MAX_DELAY_SECONDS,
+    MAX_KEY_CHARS,
+    MAX_PRIORITY,
+    MAX_QUEUE_CHARS,
+    MAX_RETRIES,
+    MAX_TYPE_CHARS,
+    PRIORITY_NUMBER,
+)
 from app.states import PRIORITY_LABELS, State
+from app.validation import INT64_MAX, MAX_JSON_DEPTH, MAX_SEARCH_CHARS
 
 _TIME = {"type": ["string", "null"], "format": "date-time"}
 _STATUS = {"type": "string", "enum": [s.value for s in State]}
+
+
+def _text(max_length: int, min_length: int = 1, **extra: Any) -> dict[str, Any]:
+    """A string bound for a text column: bounded, and never a NUL (PostgreSQL
+    refuses one); answered 422 otherwise."""
+    return {"type": "string", "minLength": min_length, "maxLength": max_length, "pattern": "^[^\\u0000]*$", **extra}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -22,21 +40,39 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+_UNAUTHORIZED = {"401": _json(_ref("Error"), "Missing or invalid bearer token")}
+_UNSUPPORTED = {"415": _json(_ref("Error"), "A request body that is not `application/json`")}
+_UNAVAILABLE = _json(_ref("Error"), "The database is unreachable or locked; retry after `Retry-After` seconds")
+"""Any operation that reaches the database answers this during an outage, never a 500."""
 _ERRORS = {
-    "400": _json(_ref("Error"), "Malformed JSON"),
-    "401": _json(_ref("Error"), "Missing or invalid bearer token"),
-    "422": _json(_ref("Error"), "An invalid field, named in `field`"),
+    "400": _json(_ref("Error"), "Malformed JSON (or not UTF-8)"),
+    **_UNAUTHORIZED,
+    "413": _json(_ref("Error"), "The request body is over the server's cap (three times `max_payload_bytes` plus 64 KiB)"),
+    **_UNSUPPORTED,
+    "422": _json(
+        _ref("Error"),
+        f"An invalid field, named in `field`; also a body nested deeper than {MAX_JSON_DEPTH} levels, "
+        "holding NaN or Infinity, or a string that is not valid Unicode",
+    ),
 }
+"""What every operation that reads a JSON body can answer besides success."""
+_NO_JOB = {"404": _json(_ref("Error"), "Unknown job (also any id beyond 2**63-1)")}
 _JOB_ERRORS = {
     **_ERRORS,
-    "404": _json(_ref("Error"), "Unknown job"),
+    **_NO_JOB,
     "409": _json(_ref("Error"), "The transition is refused (the job is not running, or is held by another worker)"),
 }
-_JOB_ID = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "integer"}}
+_JOB_ID = {
+    "name": "job_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "integer", "minimum": 1, "maximum": INT64_MAX},
+}
+_WORKER_ID = _text(200)
 _WORKER = {
     "type": "object",
     "required": ["worker_id"],
-    "properties": {"worker_id": {"type": "string", "maxLength": 200}},
+    "properties": {"worker_id": _WORKER_ID},
 }
 
 
@@ -44,7 +80,12 @@ def _body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
     return {"required": required, "content": {"application/json": {"schema": schema}}}
 
 
-def document() -> dict[str, Any]:
+def document(types: Sequence[str] = ()) -> dict[str, Any]:
+    """The document; ``types`` are the job types this deployment accepts
+    (registered handlers and ``external_types``), published as an enum."""
+    job_type: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": MAX_TYPE_CHARS}
+    if types:
+        job_type = {"type": "string", "enum": sorted(types)}
     job_action = {
         "parameters": [_JOB_ID],
         "requestBody": _body(_WORKER),
@@ -59,7 +100,12 @@ def document() -> dict[str, Any]:
                 "Error": {
                     "type": "object",
                     "required": ["error"],
-                    "properties": {"error": {"type": "string"}, "field": {"type": "string"}},
+                    "properties": {
+                        "error": {"type": "string", "description": "What was wrong, in words"},
+                        "field": {"type": "string", "description": "The request field at fault"},
+                        "job_id": {"type": "integer", "description": "The job concerned (a conflict)"},
+                        "status": {"type": "string", "description": "That job's state (a refused transition)"},
+                    },
                 },
                 "Attempt": {
                     "type": "object",
@@ -114,16 +160,35 @@ def document() -> dict[str, Any]:
                     "required": ["type"],
                     "additionalProperties": False,
                     "properties": {
-                        "type": {"type": "string"},
-                        "payload": {"type": "object"},
-                        "priority": {
-                            "oneOf": [{"type": "integer"}, {"type": "string", "enum": list(PRIORITY_LABELS)}]
+                        "type": job_type,
+                        "payload": {
+                            "type": "object",
+                            "description": f"At most `max_payload_bytes` as compact UTF-8 JSON (413 past it), "
+                            f"at most {MAX_JSON_DEPTH} levels deep, finite numbers only",
                         },
-                        "max_retries": {"type": "integer", "minimum": 0},
-                        "idempotency_key": {"type": "string", "maxLength": 255},
-                        "run_at": {"type": "string", "format": "date-time"},
-                        "delay_seconds": {"type": "number", "minimum": 0},
-                        "queue": {"type": "string"},
+                        "priority": {
+                            "description": "An integer, or a label in any case: "
+                            + ", ".join(f"{k} {v}" for k, v in PRIORITY_LABELS.items()),
+                            "anyOf": [
+                                {"type": "integer", "minimum": -MAX_PRIORITY, "maximum": MAX_PRIORITY},
+                                {"type": "string", "enum": list(PRIORITY_LABELS)},
+                                {"type": "string", "pattern": f"^{PRIORITY_NUMBER.pattern}$"},
+                            ],
+                        },
+                        "max_retries": {"type": "integer", "minimum": 0, "maximum": MAX_RETRIES},
+                        "idempotency_key": _text(MAX_KEY_CHARS),
+                        "run_at": {
+                            "type": "string",
+                            "format": "date-time",
+                            "description": "Within the years 1 to 9999 in UTC; not with delay_seconds",
+                        },
+                        "delay_seconds": {
+                            "type": "number",
+                            "minimum": 0,
+                            "maximum": MAX_DELAY_SECONDS,
+                            "description": "Not with run_at",
+                        },
+                        "queue": _text(MAX_QUEUE_CHARS),
                     },
                 },
             },
@@ -162,19 +227,23 @@ def document() -> dict[str, Any]:
                         "201": _json(_ref("Job"), "Created"),
                         "200": _json(_ref("Job"), "The existing job with this idempotency_key"),
                         "409": _json(_ref("Error"), "The idempotency_key belongs to a job with another type or payload"),
-                        "413": _json(_ref("Error"), "Payload too large"),
                         **_ERRORS,
+                        "413": _json(_ref("Error"), "The payload is over `max_payload_bytes`, or the body over its cap"),
                     },
                 },
                 "get": {
                     "summary": "List jobs, newest first (keyset pagination)",
                     "parameters": [
                         {"name": "status", "in": "query", "schema": _STATUS},
-                        {"name": "type", "in": "query", "schema": {"type": "string"}},
-                        {"name": "queue", "in": "query", "schema": {"type": "string"}},
-                        {"name": "q", "in": "query", "schema": {"type": "string"}},
+                        {"name": "type", "in": "query", "schema": _text(MAX_TYPE_CHARS, 0)},
+                        {"name": "queue", "in": "query", "schema": _text(MAX_QUEUE_CHARS, 0)},
+                        {"name": "q", "in": "query", "schema": _text(MAX_SEARCH_CHARS, 0)},
                         {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500}},
-                        {"name": "cursor", "in": "query", "schema": {"type": "integer"}},
+                        {
+                            "name": "cursor",
+                            "in": "query",
+                            "schema": {"type": "integer", "minimum": 1, "maximum": INT64_MAX},
+                        },
                     ],
                     "responses": {
                         "200": _json(
@@ -188,7 +257,8 @@ def document() -> dict[str, Any]:
                             },
                             "A page of jobs",
                         ),
-                        **_ERRORS,
+                        **_UNAUTHORIZED,
+                        "422": _ERRORS["422"],
                     },
                 },
             },
@@ -200,9 +270,9 @@ def document() -> dict[str, Any]:
                             "type": "object",
                             "required": ["worker_id"],
                             "properties": {
-                                "worker_id": {"type": "string"},
-                                "types": {"type": "array", "items": {"type": "string"}},
-                                "queues": {"type": "array", "items": {"type": "string"}},
+                                "worker_id": _WORKER_ID,
+                                "types": {"type": "array", "minItems": 1, "maxItems": 1000, "items": _text(200, 0)},
+                                "queues": {"type": "array", "minItems": 1, "maxItems": 1000, "items": _text(200, 0)},
                                 "limit": {"type": "integer", "minimum": 1, "maximum": 100},
                             },
                         }
@@ -220,7 +290,7 @@ def document() -> dict[str, Any]:
                 "get": {
                     "summary": "A job with its attempts",
                     "parameters": [_JOB_ID],
-                    "responses": {"200": _json(_ref("Job"), "The job"), **_JOB_ERRORS},
+                    "responses": {"200": _json(_ref("Job"), "The job"), **_UNAUTHORIZED, **_NO_JOB},
                 }
             },
             "/api/jobs/{job_id}/heartbeat": {"post": {"summary": "Heartbeat a running job", **job_action}},
@@ -229,7 +299,14 @@ def document() -> dict[str, Any]:
                     "summary": "Complete a running job",
                     **job_action,
                     "requestBody": _body(
-                        {"type": "object", "required": ["worker_id"], "properties": {"worker_id": {"type": "string"}, "result": {}}}
+                        {
+                            "type": "object",
+                            "required": ["worker_id"],
+                            "properties": {
+                                "worker_id": _WORKER_ID,
+                                "result": {"description": f"Any JSON, at most {MAX_JSON_DEPTH} levels deep"},
+                            },
+                        }
                     ),
                 }
             },
@@ -242,10 +319,10 @@ def document() -> dict[str, Any]:
                             "type": "object",
                             "required": ["worker_id", "error"],
                             "properties": {
-                                "worker_id": {"type": "string"},
-                                "error": {"type": "string"},
+                                "worker_id": _WORKER_ID,
+                                "error": _text(MAX_ERROR_CHARS),
                                 "retryable": {"type": "boolean"},
-                                "traceback": {"type": "string"},
+                                "traceback": _text(10 * MAX_ERROR_CHARS, 0),
                             },
                         }
                     ),
@@ -283,7 +360,7 @@ def document() -> dict[str, Any]:
                             },
                             "Counts",
                         ),
-                        "401": _ERRORS["401"],
+                        **_UNAUTHORIZED,
                     },
                 }
             },
@@ -302,4 +379,9 @@ def document() -> dict[str, Any]:
     from app.openapi_effects import paths as effect_paths
 
     doc["paths"].update(effect_paths())
+    for path, operations in doc["paths"].items():
+        if path == "/api/openapi.json":
+            continue
+        for operation in operations.values():
+            operation["responses"].setdefault("503", _UNAVAILABLE)
     return doc

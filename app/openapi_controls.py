@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.openapi import _ERRORS, _json, _ref
+from app.openapi import _ERRORS, _UNAUTHORIZED, _UNSUPPORTED, _json, _ref, _text
 
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 200}}
+_QUEUE_NAME = {"name": "name", "in": "path", "required": True, "schema": _text(100)}
 _TIME = {"type": ["string", "null"], "format": "date-time"}
 
 QUEUE = {
@@ -48,16 +49,19 @@ SCHEDULE = {
     },
 }
 _UNKNOWN = {"404": _json(_ref("Error"), "No such schedule in the configuration")}
+_ACTION_ERRORS = {**_UNAUTHORIZED, **_UNSUPPORTED}
+"""An action without a body: a body, if any, must still be JSON (415)."""
 
 
 def paths() -> dict[str, Any]:
     def queue_action(summary: str) -> dict[str, Any]:
-        return {"post": {"summary": summary, "parameters": [_NAME],
-                         "responses": {"200": _json(QUEUE, "The queue"), **_ERRORS}}}  # fmt: skip
+        return {"post": {"summary": summary, "parameters": [_QUEUE_NAME],
+                         "responses": {"200": _json(QUEUE, "The queue"), **_ACTION_ERRORS,
+                                       "422": _ERRORS["422"]}}}  # fmt: skip
 
     def schedule_action(summary: str) -> dict[str, Any]:
         return {"post": {"summary": summary, "parameters": [_NAME],
-                         "responses": {"200": _json(SCHEDULE, "The schedule"), **_ERRORS, **_UNKNOWN}}}  # fmt: skip
+                         "responses": {"200": _json(SCHEDULE, "The schedule"), **_ACTION_ERRORS, **_UNKNOWN}}}  # fmt: skip
 
     return {
         "/api/queues": {
@@ -72,7 +76,7 @@ def paths() -> dict[str, Any]:
                         },
                         "Queues",
                     ),
-                    "401": _ERRORS["401"],
+                    **_UNAUTHORIZED,
                 },
             }
         },
@@ -90,7 +94,7 @@ def paths() -> dict[str, Any]:
                         },
                         "Schedules",
                     ),
-                    "401": _ERRORS["401"],
+                    **_UNAUTHORIZED,
                 },
             }
         },
@@ -98,7 +102,7 @@ def paths() -> dict[str, Any]:
             "post": {
                 "summary": "Run now: enqueue one job of the schedule at once",
                 "parameters": [_NAME],
-                "responses": {"201": _json(_ref("Job"), "The job"), **_ERRORS, **_UNKNOWN},
+                "responses": {"201": _json(_ref("Job"), "The job"), **_ACTION_ERRORS, **_UNKNOWN},
             }
         },
         "/api/schedules/{name}/pause": schedule_action("Pause a schedule (recorded in the audit log)"),

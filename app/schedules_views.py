@@ -23,12 +23,14 @@ from app import api
 from app.dashboard.auth import current_user, require_operator
 from app.dashboard.tabs import BY_SLUG
 from app.queries import running_by_type
-from app.service import Jobdeck
+from app.service import MAX_QUEUE_CHARS, Jobdeck
+from app.validation import check_text
 from app.wiring import operations_of
 
 bp = Blueprint("schedules", __name__)
 api_bp = Blueprint("api_schedules", __name__, url_prefix="/api/schedules")
 api_bp.before_request(api._authenticate)
+api_bp.before_request(api.require_json_body)
 
 OUTCOME_LABELS = {slug: tab.label for slug, tab in BY_SLUG.items()} | {"pruned": "pruned by retention"}
 """A run's job status in the dashboard's words (``dead`` is "Dead letter")."""
@@ -129,8 +131,9 @@ def queues_live() -> Any:
 @require_operator
 def queue_act(name: str, action: str) -> Any:
     deck = _deck()
-    if not name or len(name) > 100:
+    if not name:
         abort(400, "a queue name is 1 to 100 characters")
+    check_text(name, "queue", MAX_QUEUE_CHARS)
     operations_of(deck).queues.set_paused(name, action == "pause", deck.clock(), _actor())
     message = f"queue {name}: {'paused: no new jobs start, running ones finish' if action == 'pause' else 'resumed'}"
     return _answer("schedules.queues", "_queues_live.html", _queues(), message)

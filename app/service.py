@@ -4,6 +4,8 @@ way in for new jobs (shared by the API, the CLI and Python callers)."""
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,12 +17,22 @@ from app.handlers import Registry
 from app.handlers import registry as default_registry
 from app.states import PRIORITY_LABELS
 from app.store import JobRecord, NewJob, Store, backoff_delay
+from app.validation import check_json, check_text
 
 Clock = Callable[[], datetime]
 
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-"""Built once: ``json.dumps`` with options builds an encoder per call."""
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+"""Built once: ``json.dumps`` with options builds an encoder per call. It
+refuses NaN and Infinity, which are not JSON and break strict clients."""
+
+MAX_TYPE_CHARS = 200
+MAX_QUEUE_CHARS = 100
+MAX_KEY_CHARS = 255
+MAX_RETRIES = 1000
+"""The most retries a job can ask for."""
+MAX_DELAY_SECONDS = 10 * 365 * 86400
+"""The latest a job can be delayed to: ten years."""
 
 
 def utcnow() -> datetime:
@@ -65,6 +77,11 @@ class Jobdeck:
         base = spec.backoff_base if spec and spec.backoff_base is not None else self.config.backoff_base
         cap = spec.backoff_cap if spec and spec.backoff_cap is not None else self.config.backoff_cap
         return backoff_delay(base, cap, retry_count)
+
+    def type_names(self) -> list[str]:
+        """Every job type this deployment accepts: registered handlers and
+        ``external_types`` (served by HTTP workers)."""
+        return sorted(set(self.registry.names()) | set(self.config.external_types))
 
     def known_type(self, name: str) -> bool:
         return name in self.registry or name in self.config.external_types
@@ -117,8 +134,7 @@ class Jobdeck:
         job_type = data.get("type")
         if not isinstance(job_type, str) or not job_type.strip():
             raise InvalidField("type", "required, a non-empty string")
-        if len(job_type) > 200:
-            raise InvalidField("type", "at most 200 characters")
+        check_text(job_type, "type", MAX_TYPE_CHARS)
         if not self.known_type(job_type):
             raise UnknownType(job_type)
         spec = self.registry.get(job_type)
@@ -128,10 +144,11 @@ class Jobdeck:
             payload = {}
         if not isinstance(payload, dict):
             raise InvalidField("payload", "must be a JSON object")
+        check_json(payload, "payload")
         try:
             payload_json = "{}" if not payload else _ENCODER.encode(payload)
             size = len(payload_json.encode())
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise InvalidField("payload", f"not serializable as JSON: {exc}") from None
         if size > self.config.max_payload_bytes:
             raise PayloadTooLarge(size, self.config.max_payload_bytes)
@@ -143,18 +160,21 @@ class Jobdeck:
             max_retries = spec.max_retries if spec and spec.max_retries is not None else self.config.default_max_retries
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise InvalidField("max_retries", "must be an integer >= 0")
-        if max_retries > 1000:
-            raise InvalidField("max_retries", "must be at most 1000")
+        if max_retries > MAX_RETRIES:
+            raise InvalidField("max_retries", f"must be at most {MAX_RETRIES}")
 
         key = data.get("idempotency_key")
-        if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
-            raise InvalidField("idempotency_key", "must be a non-empty string of at most 255 characters")
+        if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS):
+            raise InvalidField("idempotency_key", f"must be a non-empty string of at most {MAX_KEY_CHARS} characters")
+        if key is not None:
+            check_text(key, "idempotency_key", MAX_KEY_CHARS)
 
         queue = data.get("queue")
         if queue is None:
             queue = spec.queue if spec and spec.queue else "default"
-        if not isinstance(queue, str) or not queue or len(queue) > 100:
-            raise InvalidField("queue", "must be a non-empty string of at most 100 characters")
+        if not isinstance(queue, str) or not queue or len(queue) > MAX_QUEUE_CHARS:
+            raise InvalidField("queue", f"must be a non-empty string of at most {MAX_QUEUE_CHARS} characters")
+        check_text(queue, "queue", MAX_QUEUE_CHARS)
 
         available_at = _available_at(data.get("run_at"), data.get("delay_seconds"), now)
         return NewJob(
@@ -169,21 +189,30 @@ class Jobdeck:
         )
 
 
+MAX_PRIORITY = 1_000_000
+"""Priorities run from ``-MAX_PRIORITY`` to ``MAX_PRIORITY``."""
+PRIORITY_NUMBER = re.compile(r"-?(1000000|[0-9]{1,6})")
+"""A priority written as a string: ASCII digits only (``"²".isdigit()`` is
+true and ``int("²")`` fails); the pattern the OpenAPI document publishes."""
+
+
 def parse_priority(value: Any, default: int = 0) -> int:
+    """An integer, a numeric string in ASCII digits, or a label (any case)."""
     if value is None:
         return default
     if isinstance(value, bool):
         raise InvalidField("priority", "must be an integer or one of low, medium, high, critical")
     if isinstance(value, int):
-        if not -1_000_000 <= value <= 1_000_000:
-            raise InvalidField("priority", "must be between -1000000 and 1000000")
+        if not -MAX_PRIORITY <= value <= MAX_PRIORITY:
+            raise InvalidField("priority", f"must be between {-MAX_PRIORITY} and {MAX_PRIORITY}")
         return value
     if isinstance(value, str):
         if value.lower() in PRIORITY_LABELS:
             return PRIORITY_LABELS[value.lower()]
-        if value.lstrip("-").isdigit():
+        if PRIORITY_NUMBER.fullmatch(value):
             return parse_priority(int(value))
-    raise InvalidField("priority", f"unknown priority {value!r}; use an integer or low, medium, high, critical")
+    shown = value[:40] if isinstance(value, str) else value
+    raise InvalidField("priority", f"unknown priority {shown!r}; use an integer or low, medium, high, critical")
 
 
 def parse_time(value: Any, field: str) -> datetime:
@@ -198,7 +227,10 @@ def parse_time(value: Any, field: str) -> datetime:
         raise InvalidField(field, "must be an ISO 8601 time string")
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise InvalidField(field, f"{parsed.isoformat()} is outside the years 1 to 9999 in UTC") from None
 
 
 def _available_at(run_at: Any, delay: Any, now: datetime) -> datetime:
@@ -207,9 +239,9 @@ def _available_at(run_at: Any, delay: Any, now: datetime) -> datetime:
     if run_at is not None:
         return parse_time(run_at, "run_at")
     if delay is not None:
-        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
-            raise InvalidField("delay_seconds", "must be a number >= 0")
-        if delay > 10 * 365 * 86400:
-            raise InvalidField("delay_seconds", "must be at most ten years")
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not math.isfinite(delay) or delay < 0:
+            raise InvalidField("delay_seconds", "must be a finite number >= 0")
+        if delay > MAX_DELAY_SECONDS:
+            raise InvalidField("delay_seconds", f"must be at most ten years ({MAX_DELAY_SECONDS} seconds)")
         return now + timedelta(seconds=delay)
     return now

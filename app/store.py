@@ -31,6 +31,7 @@ from app.models import attempts, jobs, workers
 from app.notify import NOTIFY_SQL
 from app.records import AttemptRecord, JobFilter, JobRecord, NewJob, Outcome
 from app.states import State, Transition, sources
+from app.validation import fits_id
 
 __all__ = [
     "AttemptRecord", "JobFilter", "JobRecord", "NewJob", "Outcome", "Store", "exponential_backoff",
@@ -898,7 +899,8 @@ def _search(text: str) -> Any:
         jobs.c.type.like(like, escape="\\"),
     ]
     stripped = text.strip().lstrip("#")
-    if stripped.isdigit():
+    # ASCII digits only ("²".isdigit() is true) and within BIGINT, or it is no id.
+    if stripped.isascii() and stripped.isdigit() and len(stripped) <= 19 and fits_id(int(stripped)):
         clauses.insert(0, jobs.c.id == int(stripped))
     return or_(*clauses)
 

@@ -18,9 +18,10 @@ from flask import Blueprint, abort, current_app, render_template, request
 from app.dashboard.auth import current_user, require_operator
 from app.dashboard.tabs import BY_SLUG, ListArgs, Tab, tab_or_404
 from app.dashboard.views import _list, deck, flash_response, is_htmx, job_context, snapshots
-from app.errors import EffectNotFound, EffectResolveRefused, JobNotFound, TransitionRefused
+from app.errors import EffectNotFound, EffectResolveRefused, InvalidField, JobNotFound, TransitionRefused
 from app.queries import BATCH, RunNowRefused, add_to_action, iter_batches, next_batch, record_action, run_now
 from app.states import EFFECT_RESOLUTIONS, SOURCES, EffectState, Transition
+from app.validation import loads, parse_int
 
 bp = Blueprint("actions", __name__, url_prefix="/actions")
 
@@ -82,9 +83,11 @@ def edit(job_id: int) -> Any:
     error = None
     payload: Any = None
     try:
-        payload = json.loads(text)
+        payload = loads(text, "payload")
     except json.JSONDecodeError as exc:
         error = f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
+    except InvalidField as exc:
+        error = f"Not an acceptable payload: {exc}."
     if error is None and not isinstance(payload, dict):
         error = "The payload must be a JSON object ({...})."
     if error is None:
@@ -108,6 +111,13 @@ def edit(job_id: int) -> Any:
     return flash_response(f"Job {job_id} edited and retried with the new payload.", "success", 200, body)
 
 
+def _form_int(name: str) -> int | None:
+    """A number the bulk progress fragment carries: ids and tallies, each
+    within BIGINT (``InvalidField`` otherwise, shown as a message)."""
+    raw = request.form.get(name, "")
+    return parse_int(raw, name, 0) if raw.strip() else None
+
+
 def _transition(action: str, tab: Tab) -> Transition:
     transition = TRANSITIONS.get(action)
     if transition is None:
@@ -121,7 +131,7 @@ def selected(action: str) -> Any:
     """Retry or discard the rows the operator ticked."""
     tab = tab_or_404(request.form.get("tab", ""))
     transition = _transition(action, tab)
-    ids = sorted({int(v) for v in request.form.getlist("ids") if v.isdigit()})
+    ids = sorted({parse_int(v, "ids", 1) for v in request.form.getlist("ids")})
     if not ids:
         return flash_response("Select some jobs first.", "error", 422)
     if len(ids) > MAX_SELECTED:
@@ -158,11 +168,11 @@ def matching(action: str) -> Any:
         return flash_response(f"{tab.label} jobs cannot be {PAST[action]}.", "error", 409)
     form = request.form
     args = ListArgs.parse(form)
-    up_to = form.get("up_to", type=int) or 0
-    total = form.get("total", type=int) or 0
-    done = form.get("done", type=int) or 0
-    entry = form.get("entry", type=int)
-    below = form.get("below", type=int) or up_to + 1
+    up_to = _form_int("up_to") or 0
+    total = _form_int("total") or 0
+    done = _form_int("done") or 0
+    entry = _form_int("entry")
+    below = _form_int("below") or up_to + 1
     d = deck()
     now = d.clock()
     if entry is None:

@@ -10,8 +10,10 @@ from typing import Any
 from flask import abort
 from werkzeug.datastructures import MultiDict
 
+from app.service import MAX_QUEUE_CHARS, MAX_TYPE_CHARS
 from app.states import ALL_STATES, SOURCES, State, Transition
 from app.store import JobFilter, JobRecord
+from app.validation import MAX_SEARCH_CHARS, check_text, parse_int
 
 LABELS: dict[State, str] = {
     State.PENDING: "Pending",
@@ -81,12 +83,15 @@ class ListArgs:
 
     @classmethod
     def parse(cls, args: MultiDict[str, str]) -> ListArgs:
+        """The filter, checked like the API's (``app.validation``): a NUL, an
+        over-long term or a cursor that is no id raises ``InvalidField``, which
+        the dashboard shows as a message."""
         return cls(
-            type=args.get("type", "").strip()[:200],
-            queue=args.get("queue", "").strip()[:100],
-            q=args.get("q", "").strip()[:200],
-            before=_int(args.get("before")),
-            after=_int(args.get("after")),
+            type=check_text(args.get("type", "").strip(), "type", MAX_TYPE_CHARS),
+            queue=check_text(args.get("queue", "").strip(), "queue", MAX_QUEUE_CHARS),
+            q=check_text(args.get("q", "").strip(), "search", MAX_SEARCH_CHARS),
+            before=_cursor(args, "before"),
+            after=_cursor(args, "after"),
         )
 
     def job_filter(self, tab: Tab, limit: int = 50, paged: bool = True) -> JobFilter:
@@ -117,7 +122,6 @@ class ListArgs:
         return ", ".join(parts)
 
 
-def _int(raw: str | None) -> int | None:
-    if raw is None or not raw.strip().isdigit():
-        return None
-    return int(raw.strip())
+def _cursor(args: MultiDict[str, str], name: str) -> int | None:
+    raw = args.get(name, "")
+    return parse_int(raw, name, 1) if raw.strip() else None

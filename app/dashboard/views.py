@@ -29,6 +29,7 @@ from app.queries import (
 )
 from app.service import Jobdeck
 from app.states import SOURCES, State, Transition, allowed
+from app.validation import parse_int
 
 bp = Blueprint("dashboard", __name__)
 
@@ -69,6 +70,19 @@ def flash_response(message: str, kind: str = "info", status: int = 200, body: st
     if not body:
         response.headers["HX-Reswap"] = "none"
     return response
+
+
+def error_response(message: str, status: int) -> Any:
+    """Refused input on a dashboard page or fragment, shown to the person:
+    for htmx the message in the flash area (nothing else swapped), otherwise
+    the error page. Never a redirect: the page that was asked for is the one
+    that is wrong."""
+    if is_htmx():
+        html = render_template("_flash.html", messages=[("error", message)], oob=True)
+        response = current_app.response_class(html, status=status, mimetype="text/html")
+        response.headers["HX-Reswap"] = "none"
+        return response
+    return render_template("error.html", code=status, message=message), status
 
 
 def _back() -> str:
@@ -290,6 +304,7 @@ def workers_live() -> Any:
 
 @bp.get("/audit")
 def audit() -> Any:
-    before = request.args.get("before", type=int)
+    raw = request.args.get("before", "")
+    before = parse_int(raw, "before", 1) if raw.strip() else None
     entries, older = list_audit(deck().store, before_id=before)
     return render_template("audit.html", entries=entries, older=older, before=before, now=deck().clock())

@@ -1,0 +1,157 @@
+"""What untrusted input must satisfy before it reaches the store.
+
+Each rule is written once here and used by the API, the dashboard and
+``Jobdeck.new_job``, because every one of them was once a 500:
+
+- JSON values are at most ``MAX_JSON_DEPTH`` deep (the parser and the encoder
+  recurse: 10,000 levels was a ``RecursionError``), hold only finite numbers
+  (``NaN`` and ``Infinity`` were stored and sent back as invalid JSON), and
+  only valid Unicode (a lone surrogate such as ``"\\ud800"`` decodes in Python
+  but cannot be written to either database).
+- Text bound for a text column holds no NUL (PostgreSQL refuses it with a
+  ``DataError``) and is of bounded length.
+- Integers are ASCII digits (``"²".isdigit()`` is true, ``int("²")`` fails)
+  that fit the databases' BIGINT (SQLite raises ``OverflowError`` past it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from werkzeug.routing import IntegerConverter, Map
+
+from app.errors import InvalidField
+
+INT64_MAX = 2**63 - 1
+"""The largest id, cursor or priority the databases' BIGINT can hold."""
+
+MAX_JSON_DEPTH = 64
+"""Nesting allowed in a request body (the body itself is level 1). A payload
+holds IDs, not snapshots; 64 levels is far past any real one."""
+
+MAX_SEARCH_CHARS = 200
+"""A search term's length: SQLite refuses LIKE patterns over 50,000 bytes,
+and no one searches jobs with a paragraph."""
+
+_INTEGER = re.compile(r"-?[0-9]{1,19}")
+
+
+def loads(text: str | bytes, field: str = "") -> Any:
+    """Parse JSON text and apply ``check_json``. Raises ``json.JSONDecodeError``
+    (a ``ValueError``) when the text is not JSON, for the caller to word, and
+    ``InvalidField`` when it is JSON this service does not accept."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise InvalidField(field or "body", f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    check_json(value, field)
+    return value
+
+
+def check_json(value: Any, field: str = "") -> None:
+    """Refuse a JSON value nested deeper than ``MAX_JSON_DEPTH``, holding a
+    non-finite number, or a string (or key) that is not valid Unicode. The
+    error names where: ``payload.items[3].price``; with ``field`` empty (a
+    whole request body) the top-level key alone.
+
+    Iterative, so a deep value from a Python caller cannot exhaust the stack
+    here either; a path is built only for containers, and scalars are checked
+    in their parent's loop."""
+    if not isinstance(value, dict | list):
+        _check_scalar(value, field or "body")
+        return
+    stack: list[tuple[Any, int, str]] = [(value, 1, field)]
+    while stack:
+        item, depth, where = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidField(_shown(where), f"nested deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise InvalidField(where or "body", f"object keys must be strings, got {key!r}")
+                _check_unicode(key, where or "body")
+                path = f"{where}.{key}" if where else key
+                if isinstance(child, dict | list):
+                    stack.append((child, depth + 1, path))
+                else:
+                    _check_scalar(child, path)
+        else:
+            for index, child in enumerate(item):
+                path = f"{where or 'body'}[{index}]"
+                if isinstance(child, dict | list):
+                    stack.append((child, depth + 1, path))
+                else:
+                    _check_scalar(child, path)
+
+
+def _check_scalar(value: Any, where: str) -> None:
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidField(_shown(where), "numbers must be finite (no NaN or Infinity)")
+    elif isinstance(value, str):
+        _check_unicode(value, where)
+
+
+def _shown(where: str) -> str:
+    """A field path as an error names it: long ones cut short."""
+    return where if len(where) <= 80 else where[:80] + "…"
+
+
+def _check_unicode(text: str, field: str) -> None:
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidField(_shown(field), "not valid Unicode (a lone surrogate escape)") from None
+
+
+def check_text(value: str, field: str, max_length: int) -> str:
+    """A string for a text column: at most ``max_length`` characters, no NUL,
+    valid Unicode. Returns it, so a caller can validate and assign at once."""
+    if len(value) > max_length:
+        raise InvalidField(field, f"at most {max_length} characters")
+    if "\x00" in value:
+        raise InvalidField(field, "must not contain NUL characters")
+    _check_unicode(value, field)
+    return value
+
+
+def parse_int(raw: str, field: str, low: int, high: int = INT64_MAX) -> int:
+    """An integer written in ASCII digits, from ``low`` to ``high``."""
+    text = raw.strip()
+    if not _INTEGER.fullmatch(text):
+        raise InvalidField(field, f"must be an integer written in digits 0-9, got {raw[:40]!r}")
+    value = int(text)
+    if not low <= value <= high:
+        raise InvalidField(field, f"must be from {low} to {high}")
+    return value
+
+
+def fits_id(value: int) -> bool:
+    """Whether ``value`` can be a row id (a positive BIGINT)."""
+    return 1 <= value <= INT64_MAX
+
+
+class IdConverter(IntegerConverter):
+    """Every route's ``<int:...>``: ASCII digits up to ``INT64_MAX``. A longer
+    number matches no route, so ``/api/jobs/99999999999999999999`` is a 404
+    (no such job) instead of an ``OverflowError`` in the database driver."""
+
+    regex = r"[0-9]{1,19}"
+
+    def __init__(self, map: Map, fixed_digits: int = 0, min: int | None = None, max: int | None = INT64_MAX) -> None:
+        super().__init__(map, fixed_digits=fixed_digits, min=min, max=max)
+
+
+def max_body_bytes(max_payload_bytes: int) -> int:
+    """The cap on a raw request body, larger than the payload limit it
+    serves: ``max_payload_bytes`` counts the payload's compact UTF-8 JSON,
+    and a client may send the same payload ASCII-escaped (``"€"`` is 3 bytes,
+    ``"\\u20ac"`` 6; a 4-byte character is 12 escaped) or pretty-printed. Three
+    times the limit plus 64 KiB admits every payload under it, and still
+    bounds what a request makes the server read."""
+    return 3 * max_payload_bytes + 64 * 1024
