@@ -188,6 +188,7 @@ def test_secure_cookies_is_read_from_the_environment(make_config):
 # -- logout ends the session everywhere -----------------------------------------------
 
 
+@pytest.mark.backends
 def test_a_copied_cookie_stops_working_after_logout_in_every_process(make_deck):
     """Two apps on one database file stand for two processes: the copy is
     used on the other one, and logout on the first ends it there too."""
@@ -207,6 +208,26 @@ def test_a_copied_cookie_stops_working_after_logout_in_every_process(make_deck):
     assert r.status_code == 302 and "/login" in r.headers["Location"]
     assert thief.post("/api/jobs", json={"type": "demo.noop"}).status_code == 401
     assert owner.get("/").status_code == 302
+
+
+def test_a_session_expires_after_its_lifetime_and_is_pruned(deck, clock):
+    from app.sessions import SESSION_LIFETIME, open_session, session_user
+
+    client = make_app(deck, users=USERS).test_client()
+    assert login(client, "alice", "alice-secret").status_code == 302
+    clock.advance(SESSION_LIFETIME.total_seconds() - 1)
+    assert client.get("/").status_code == 200
+    clock.advance(2)
+    assert client.get("/").status_code == 302
+    old = open_session(deck.store, "alice", clock() - SESSION_LIFETIME * 2)
+    open_session(deck.store, "victor", clock())  # a login prunes the expired rows
+    from sqlalchemy import func, select
+
+    from app.models import dashboard_sessions
+
+    with deck.store.read() as conn:
+        assert conn.execute(select(func.count()).select_from(dashboard_sessions)).scalar_one() == 1
+    assert session_user(deck.store, old, clock()) is None
 
 
 def test_a_cookie_from_before_server_side_sessions_is_refused(deck):
