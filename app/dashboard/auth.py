@@ -141,9 +141,14 @@ def login() -> Any:
     with t.hashing() as slot:
         if not slot:
             return _too_many(name, "Too many sign-ins at once; try again in a moment.", 1)
+        wait = t.retry_after(keys)  # again: a failure may have been counted while this one waited
+        if wait is not None:
+            return _too_many(name, f"Too many failed sign-ins; try again in {wait} seconds.", wait)
         user = s.users.get(name)
-        ok = check_password_hash(user.password_hash if user else _DUMMY_HASH, password)
-    if user is not None and ok:
+        ok = check_password_hash(user.password_hash if user else _DUMMY_HASH, password) and user is not None
+        if not ok:
+            t.failed(keys)  # counted before the slot is released: no concurrent attempt slips past the limit
+    if ok and user is not None:
         t.succeeded(keys[0])
         deck = _deck()
         token = sessions.open_session(deck.store, user.name, deck.clock())
@@ -152,7 +157,6 @@ def login() -> Any:
         session["sid"] = token
         session.permanent = False
         return redirect(_safe_next(request.args.get("next")))
-    t.failed(keys)
     return render_template("login.html", error="Unknown user or wrong password.", username=name), 401
 
 
