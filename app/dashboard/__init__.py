@@ -49,7 +49,7 @@ def init_app(app: Flask) -> None:
     app.config["SESSION_COOKIE_SAMESITE"] = "Lax"
     app.config["SESSION_COOKIE_HTTPONLY"] = True
     app.config["SESSION_COOKIE_SECURE"] = deck.config.secure_cookies
-    app.extensions["jobdeck_login_throttle"] = LoginThrottle()
+    app.extensions["jobdeck_login_throttle"] = LoginThrottle(settings.login_failures, settings.login_window_seconds)
     csrf.init_app(app)
     # The API takes no form posts: its bodies are JSON, its state-changing
     # calls without a bearer token are refused cross-site (app.api_guard).

@@ -320,6 +320,20 @@ def test_a_login_that_finds_the_hashing_slot_busy_is_refused_at_once(throttled):
     assert login(client, "alice", "alice-secret").status_code == 302
 
 
+def test_the_throttle_limits_are_configurable_and_validated(deck, make_config, registry):
+    from app.config import ConfigError
+
+    app = make_app(deck, users=USERS, dashboard={"login_failures": 3, "login_window_seconds": 5})
+    throttle = app.extensions["jobdeck_login_throttle"]
+    assert (throttle.limit, throttle.window) == (3, 5.0)
+    client = app.test_client()
+    assert [login(client, "alice", "nope").status_code for _ in range(4)] == [401, 401, 401, 429]
+    for bad, message in [({"login_failures": 0}, "login_failures"), ({"login_failures": 2.5}, "whole number"),
+                         ({"login_window_seconds": "60"}, "login_window_seconds")]:  # fmt: skip
+        with pytest.raises(ConfigError, match=message):
+            create_app(deck=Jobdeck(make_config(users=USERS, dashboard=bad), registry))
+
+
 def test_the_throttle_tables_stay_bounded():
     t = LoginThrottle(limit=3, window=60, max_keys=50, clock=FakeMonotonic())
     for i in range(1000):
