@@ -21,7 +21,10 @@ The rules, in order, for every API route but ``/api/health`` and
    without a session the answer is 401. So a viewer cannot do through the
    API what the dashboard refuses; scripts use the token.
 4. With an ``api_token`` configured and no users, the token is required (401).
-5. With neither (an open loopback deployment), the call proceeds.
+5. With neither (an open deployment), the call proceeds if it comes from
+   this machine (a loopback client address), and is refused with 403
+   otherwise: the start-up check (``app.exposure``) trusts ``bind``, which
+   another WSGI server may not honour, so the open API also checks the peer.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from flask import current_app, jsonify, request
+
+from app.config import is_loopback_host
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SAME_ORIGIN_FETCH_SITES = frozenset({"same-origin", "none"})
@@ -63,7 +68,14 @@ def authenticate(public_endpoints: set[str]) -> Any:
         return None
     if token:
         return _unauthorized("missing or invalid bearer token")
+    if not is_loopback_host(request.remote_addr):
+        return _refuse(OPEN_REMOTE_MESSAGE, 403)
     return None
+
+
+OPEN_REMOTE_MESSAGE = (
+    "this Jobdeck has no api_token and no users configured: it answers only clients on this machine"
+)
 
 
 def cross_site_problem() -> str | None:

@@ -73,18 +73,28 @@ class Config:
         """The bind reaches this machine only: ``localhost`` or an address in
         127.0.0.0/8 or ::1, parsed as an address (``127.evil.example`` is a
         host name that resolves anywhere, not loopback)."""
-        if self.host.lower() == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
+        return is_loopback_host(self.host)
 
     def resolved_database_url(self) -> str:
         if self.database_url:
             return self.database_url
         path = Path(self.instance_path).resolve() / "jobdeck.db"
         return f"sqlite:///{path}"
+
+
+def is_loopback_host(host: str | None) -> bool:
+    """``localhost``, or an IP address in 127.0.0.0/8 or ::1 (also written as
+    an IPv4-mapped IPv6 address); any other name or address is not."""
+    if not host:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
 # Keys read from the environment as JOBDECK_<KEY upper-cased>.

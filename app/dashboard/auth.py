@@ -32,7 +32,7 @@ from flask import (
 from werkzeug.security import check_password_hash, generate_password_hash
 
 from app import sessions
-from app.config import Config
+from app.config import Config, is_loopback_host
 from app.dashboard.settings import OPERATOR, DashboardSettings, User, load_users
 from app.dashboard.throttle import LoginThrottle
 
@@ -85,9 +85,17 @@ def current_user() -> User | None:
 
 def guard() -> Any:
     """before_request: everything but the API, static files and the login
-    form needs a signed-in user when users are configured."""
+    form needs a signed-in user when users are configured; without users,
+    only clients on this machine are answered."""
     endpoint = request.endpoint or ""
-    if request.path.startswith("/api/") or endpoint in PUBLIC_ENDPOINTS or not endpoint:
+    if request.path.startswith("/api/"):
+        return None
+    if settings().open_access and not is_loopback_host(request.remote_addr):
+        # The start-up check trusts ``bind``, which another WSGI server may
+        # not honour: an open dashboard also checks who is asking.
+        message = "This dashboard has no users configured: it answers only this machine."
+        return render_template("error.html", code=403, message=message), 403
+    if endpoint in PUBLIC_ENDPOINTS or not endpoint:
         return None
     if current_user() is not None:
         return None

@@ -418,6 +418,24 @@ def test_loopback_is_an_address_not_a_prefix(make_config, bind, loopback):
             refuse_exposed(config)
 
 
+def test_an_open_deployment_answers_only_this_machine(deck, make_deck):
+    """However the server was bound (gunicorn ignores ``bind``), an open
+    dashboard and an open API refuse a client from another machine."""
+    app = make_app(deck)
+    remote = client_at(app, "10.1.2.3")
+    page = remote.get("/")
+    assert page.status_code == 403 and "answers only this machine" in page.get_data(as_text=True)
+    assert remote.get("/api/jobs").status_code == 403
+    r = remote.post("/api/jobs", json={"type": "demo.noop"})
+    assert r.status_code == 403 and "no api_token and no users" in r.get_json()["error"]
+    assert deck.store.counts(deck.clock())["pending"] == 0
+    for address in ("127.0.0.1", "127.3.2.1", "::1", "::ffff:127.0.0.1"):
+        assert client_at(app, address).get("/").status_code == 200, address
+    tokened = client_at(make_app(make_deck(api_token="s3cret"), users=USERS), "10.1.2.3")
+    assert tokened.post("/api/jobs", json={"type": "demo.noop"}, headers={"Authorization": "Bearer s3cret"}).status_code == 201
+    assert tokened.get("/").status_code == 302  # to the login form
+
+
 def _run_wsgi(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     environment = {"PYTHONPATH": str(ROOT), "JOBDECK_INSTANCE_PATH": str(tmp_path), "PATH": os.environ["PATH"],
                    "JOBDECK_WORKERS": "0", **env}  # fmt: skip
