@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from flask import (
@@ -35,6 +35,9 @@ from app import sessions
 from app.config import Config, is_loopback_host
 from app.dashboard.settings import OPERATOR, DashboardSettings, User, load_users
 from app.dashboard.throttle import LoginThrottle
+
+if TYPE_CHECKING:
+    from app.service import Jobdeck
 
 bp = Blueprint("auth", __name__)
 
@@ -60,8 +63,9 @@ def throttle() -> LoginThrottle:
     return t
 
 
-def _deck() -> Any:
-    return current_app.extensions["jobdeck"]
+def _deck() -> Jobdeck:
+    deck: Jobdeck = current_app.extensions["jobdeck"]
+    return deck
 
 
 def current_user() -> User | None:

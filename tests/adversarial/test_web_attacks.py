@@ -366,15 +366,15 @@ def test_a_login_flood_does_not_starve_the_api(deck, limit):
         idle.extend(health() for _ in range(5))
 
         def flood(n: int) -> None:
-            s = requests.Session()
-            token = form_token(s.get(f"{base}/login", timeout=10).text)
-            for i in itertools.count():
-                if stop.is_set():
-                    return
-                r = s.post(f"{base}/login", data={"username": "alice", "password": f"no-{n}-{i}", "csrf_token": token},
-                           timeout=30)  # fmt: skip
-                with lock:
-                    answered[r.status_code] += 1
+            with requests.Session() as s:
+                token = form_token(s.get(f"{base}/login", timeout=10).text)
+                for i in itertools.count():
+                    if stop.is_set():
+                        return
+                    data = {"username": "alice", "password": f"no-{n}-{i}", "csrf_token": token}
+                    r = s.post(f"{base}/login", data=data, timeout=30)
+                    with lock:
+                        answered[r.status_code] += 1
 
         threads = [threading.Thread(target=flood, args=(n,), daemon=True) for n in range(16)]
         for t in threads:
