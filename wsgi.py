@@ -1,15 +1,23 @@
 """WSGI entry point for another server (e.g. ``gunicorn wsgi:app``).
 
-Builds the app and starts this process's runtime (workers and scheduler)
-once; ``jobdeck serve`` does the same with waitress.
+Refuses to start exposed without credentials, exactly as ``jobdeck serve``
+does (``app.exposure``; set ``JOBDECK_BIND`` to the address the server
+listens on), then builds the app and starts this process's runtime (workers
+and scheduler) once; ``jobdeck serve`` does the same with waitress.
 """
 
 import atexit
 
 from app import create_app
+from app.config import load
+from app.exposure import exposure_problem
 from app.runtime import Runtime
 
-app = create_app()
+config = load()
+problem = exposure_problem(config)
+if problem:
+    raise SystemExit(f"jobdeck: {problem}")
+app = create_app(config)
 runtime = Runtime.for_app(app)
 runtime.start()
 atexit.register(runtime.stop)

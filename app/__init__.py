@@ -78,6 +78,8 @@ def create_app(
     dashboard.init_app(app)
     _register_errors(app)
     app.after_request(_security_headers)
+    if config.secure_cookies:
+        app.after_request(_strict_transport)
     return app
 
 
@@ -128,6 +130,14 @@ def _wants_json() -> bool:
     """The API, or a client that asked for JSON, is answered in JSON; the
     dashboard's pages and fragments in HTML."""
     return request.path.startswith("/api/") or request.accept_mimetypes.best == "application/json"
+
+
+def _strict_transport(response: Any) -> Any:
+    """With ``secure_cookies`` the deployment is served over HTTPS: tell the
+    browser to refuse plain HTTP here for a year (a downgrade would expose
+    the session cookie's requests)."""
+    response.headers.setdefault("Strict-Transport-Security", "max-age=31536000")
+    return response
 
 
 def _security_headers(response: Any) -> Any:

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import hmac
 import json
 from typing import Any
 
 from flask import Blueprint, current_app, jsonify, request
 
+from app.api_guard import authenticate
 from app.errors import InvalidField, JobdeckError
 from app.queries import record_action
 from app.serialize import job_json
@@ -35,17 +35,9 @@ class Unauthorized(JobdeckError):
 
 @bp.before_request
 def _authenticate() -> Any:
-    token = _deck().config.api_token
-    if not token or request.endpoint in PUBLIC_ENDPOINTS:
-        return None
-    header = request.headers.get("Authorization", "")
-    scheme, _, given = header.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
-        response = jsonify({"error": "missing or invalid bearer token"})
-        response.status_code = 401
-        response.headers["WWW-Authenticate"] = 'Bearer realm="jobdeck"'
-        return response
-    return None
+    """Token, session role, and the cross-site refusal: ``app.api_guard``.
+    The queues and schedules blueprints install this same function."""
+    return authenticate(PUBLIC_ENDPOINTS)
 
 
 def require_json_body() -> None:

@@ -87,29 +87,12 @@ def serve(demo: bool, bind: str | None, workers: int | None, log_level: str) -> 
 
 
 def refuse_exposed(config: Config) -> None:
-    """Refuse to listen beyond loopback without credentials."""
-    if not config.is_loopback and not config.api_token:
-        raise click.ClickException(
-            f"bind: refusing to listen on {config.bind} (not loopback) with no api_token configured; "
-            "set JOBDECK_API_TOKEN or bind to 127.0.0.1"
-        )
-    for check in EXPOSURE_CHECKS:
-        problem = check(config)
-        if problem:
-            raise click.ClickException(problem)
+    """Refuse to listen beyond loopback without credentials (the same check as wsgi.py)."""
+    from app.exposure import exposure_problem
 
-
-# Further checks other parts add (the dashboard's credentials, ...).
-EXPOSURE_CHECKS: list = []  # type: ignore[type-arg]
-
-
-def _dashboard_exposure(config: Config) -> str | None:
-    from app.dashboard.auth import exposure_problem
-
-    return exposure_problem(config)
-
-
-EXPOSURE_CHECKS.append(_dashboard_exposure)
+    problem = exposure_problem(config)
+    if problem:
+        raise click.ClickException(problem)
 
 
 def _raise_on_signals() -> None:

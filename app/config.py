@@ -8,6 +8,7 @@ refuses to start with a message naming the key and what is wrong with it.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
@@ -37,6 +38,12 @@ class Config:
     demo: bool = False
     api_token: str = ""
     secret_key: str = ""
+    secure_cookies: bool = False
+    """On when the dashboard is served over HTTPS (directly or behind a TLS
+    proxy): the session cookie is marked ``Secure`` (never sent over plain
+    HTTP) and every response carries ``Strict-Transport-Security``, so the
+    browser refuses plain HTTP to this host for a year. Leave off for plain
+    HTTP, or the browser drops the cookie and nobody can sign in."""
     max_payload_bytes: int = 65536
     default_max_retries: int = 3
     backoff_base: float = 1.0
@@ -76,7 +83,10 @@ class Config:
 
     @property
     def is_loopback(self) -> bool:
-        return self.host in {"127.0.0.1", "localhost", "::1"} or self.host.startswith("127.")
+        """The bind reaches this machine only: ``localhost`` or an address in
+        127.0.0.0/8 or ::1, parsed as an address (``127.evil.example`` is a
+        host name that resolves anywhere, not loopback)."""
+        return is_loopback_host(self.host)
 
     def resolved_database_url(self) -> str:
         if self.database_url:
@@ -85,11 +95,26 @@ class Config:
         return f"sqlite:///{path}"
 
 
+def is_loopback_host(host: str | None) -> bool:
+    """``localhost``, or an IP address in 127.0.0.0/8 or ::1 (also written as
+    an IPv4-mapped IPv6 address); any other name or address is not."""
+    if not host:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
 # Keys read from the environment as JOBDECK_<KEY upper-cased>.
 ENV_KEYS = (
     "database_url", "instance_path", "bind", "workers", "http_threads",
     "sqlite_synchronous", "handler_modules", "external_types", "demo",
-    "api_token", "secret_key", "max_payload_bytes", "default_max_retries",
+    "api_token", "secret_key", "secure_cookies", "max_payload_bytes", "default_max_retries",
     "poll_interval", "heartbeat_interval", "stall_timeout", "sweep_interval",
     "shutdown_grace", "claim_batch",
     "auto_migrate", "max_abandoned_threads", "exit_when_unhealthy", "sqlite_busy_timeout",

@@ -336,3 +336,22 @@ audit_log = cast(Table, AuditEntry.__table__)
 
 # The stats roll-up and the overview's throughput chart read attempts by finish time.
 Index("ix_attempts_finished", attempts.c.finished_at)
+
+
+class DashboardSession(Base):
+    """A signed-in dashboard session. The cookie carries a random token and
+    this row holds its SHA-256, so logging out (deleting the row) ends the
+    session in every process sharing the database, and a copied cookie stops
+    working; a leaked table gives no usable cookie."""
+
+    __tablename__ = "dashboard_sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    """SHA-256 (hex) of the token in the session cookie."""
+    user_name: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index("ix_dashboard_sessions_created", "created_at"),)
+
+
+dashboard_sessions = cast(Table, DashboardSession.__table__)

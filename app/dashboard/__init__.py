@@ -18,6 +18,7 @@ from flask_wtf.csrf import CSRFError, CSRFProtect
 
 from app.dashboard import actions, auth, present, views
 from app.dashboard.settings import load_settings
+from app.dashboard.throttle import LoginThrottle
 from app.queries import Snapshots
 
 csrf = CSRFProtect()
@@ -43,10 +44,15 @@ def init_app(app: Flask) -> None:
     # A dashboard tab stays open for hours: the token lives as long as the session.
     app.config.setdefault("WTF_CSRF_TIME_LIMIT", None)
     app.config.setdefault("WTF_CSRF_HEADERS", ["X-CSRFToken"])
-    app.config.setdefault("SESSION_COOKIE_SAMESITE", "Lax")
-    app.config.setdefault("SESSION_COOKIE_HTTPONLY", True)
+    # Assigned, not setdefault: Flask's defaults already hold these keys
+    # (SAMESITE as None), so setdefault left the cookie without SameSite.
+    app.config["SESSION_COOKIE_SAMESITE"] = "Lax"
+    app.config["SESSION_COOKIE_HTTPONLY"] = True
+    app.config["SESSION_COOKIE_SECURE"] = deck.config.secure_cookies
+    app.extensions["jobdeck_login_throttle"] = LoginThrottle(settings.login_failures, settings.login_window_seconds)
     csrf.init_app(app)
-    # The API is bearer-token authenticated, not by cookie: nothing to forge.
+    # The API takes no form posts: its bodies are JSON, its state-changing
+    # calls without a bearer token are refused cross-site (app.api_guard).
     for blueprint in app.blueprints.values():
         if (blueprint.url_prefix or "").startswith("/api"):
             csrf.exempt(blueprint)

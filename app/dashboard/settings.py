@@ -3,6 +3,8 @@
     [dashboard]
     poll_seconds = 3            # live refresh interval, 1..300
     counts_cache_seconds = 3    # overview snapshot lifetime, 0..300 (0: no cache)
+    login_failures = 10         # failed sign-ins per account, and per address, ...
+    login_window_seconds = 60   # ... within this window before 429 (app.dashboard.throttle)
 
     [users.alice]
     password_hash = "scrypt:32768:8:1$..."   # from `jobdeck hash-password`
@@ -39,6 +41,8 @@ class DashboardSettings:
     poll_seconds: float = 3.0
     counts_cache_seconds: float = 3.0
     users: dict[str, User] = field(default_factory=dict)
+    login_failures: int = 10
+    login_window_seconds: float = 60.0
 
     @property
     def open_access(self) -> bool:
@@ -59,12 +63,16 @@ def load_settings(config: Config) -> DashboardSettings:
     table = config.extra.get("dashboard", {}) or {}
     if not isinstance(table, dict):
         raise ConfigError("dashboard: expected a table")
-    unknown = sorted(set(table) - {"poll_seconds", "counts_cache_seconds"})
+    unknown = sorted(set(table) - {"poll_seconds", "counts_cache_seconds", "login_failures", "login_window_seconds"})
     if unknown:
         raise ConfigError(f"dashboard.{unknown[0]}: unknown configuration key")
     poll = _number(table, "poll_seconds", 3.0, 1.0, 300.0)
     cache = _number(table, "counts_cache_seconds", min(poll, 3.0), 0.0, 300.0)
-    return DashboardSettings(poll, cache, load_users(config))
+    failures = _number(table, "login_failures", 10, 1, 1000)
+    if failures != int(failures):
+        raise ConfigError(f"dashboard.login_failures: expected a whole number, got {failures:g}")
+    window = _number(table, "login_window_seconds", 60.0, 1.0, 86400.0)
+    return DashboardSettings(poll, cache, load_users(config), int(failures), window)
 
 
 def load_users(config: Config) -> dict[str, User]:
