@@ -40,8 +40,14 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-_UNAUTHORIZED = {"401": _json(_ref("Error"), "Missing or invalid bearer token")}
+_UNAUTHORIZED = {
+    "401": _json(_ref("Error"), "Missing or invalid bearer token (or, with dashboard users, no signed-in session)")
+}
 _UNSUPPORTED = {"415": _json(_ref("Error"), "A request body that is not `application/json`")}
+_FORBIDDEN = _json(
+    _ref("Error"),
+    "Refused: a browser's cross-site call without the bearer token, or a dashboard viewer's session",
+)
 _UNAVAILABLE = _json(_ref("Error"), "The database is unreachable or locked; retry after `Retry-After` seconds")
 """Any operation that reaches the database answers this during an outage, never a 500."""
 _ERRORS = {
@@ -382,6 +388,10 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
     for path, operations in doc["paths"].items():
         if path == "/api/openapi.json":
             continue
-        for operation in operations.values():
+        for method, operation in operations.items():
             operation["responses"].setdefault("503", _UNAVAILABLE)
+            if method == "post":
+                operation["responses"].setdefault("403", _FORBIDDEN)
+            if operation.get("security") != []:
+                operation["responses"].setdefault("401", _UNAUTHORIZED["401"])
     return doc

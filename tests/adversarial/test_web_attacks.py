@@ -64,7 +64,7 @@ def state_changing_api_urls(app: Any, job_id: int, name: str) -> dict[str, str]:
     urls = {}
     for rule in app.url_map.iter_rules():
         if rule.rule.startswith("/api/") and "POST" in (rule.methods or ()):
-            values = {"job_id": job_id, "name": name}
+            values = {"job_id": job_id, "name": name, "key": f"effect-{name}"}
             urls[rule.endpoint] = adapter.build(rule.endpoint, {k: values[k] for k in rule.arguments})
     return urls
 
