@@ -390,7 +390,9 @@ class WorkerPool:
         return [s.job.id for s in expired]
 
     def heartbeat_once(self, now: datetime | None = None) -> int:
-        return self.store.heartbeat_worker(self.worker_id, now or self.deck.clock())
+        """Beat for every held job and for the worker; without ``now`` the
+        time is read once the store's write lock is held."""
+        return self.store.heartbeat_worker(self.worker_id, now or self.deck.clock)
 
     SHED_AFTER = 0.25
     """Seconds every thread must have been busy before prefetched jobs are shed."""
