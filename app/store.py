@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import random
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,7 +24,7 @@ from app import sqlite_hot
 from app.db import PROMPT, READONLY
 from app.errors import IdempotencyConflict, JobNotFound, NotHeld, TransitionRefused
 from app.group_commit import GroupCommitter
-from app.models import attempts, effects, jobs, workers
+from app.models import INTERRUPTED, attempts, effects, jobs, workers
 from app.notify import NOTIFY_SQL
 from app.records import AttemptRecord, JobFilter, JobRecord, NewJob, Outcome
 from app.states import State, Transition, sources
@@ -659,11 +659,25 @@ class Store:
         with self.write() as conn:
             return bool(conn.execute(stmt).rowcount)
 
-    def release(self, worker_id: str, held: Sequence[tuple[int, int]], now: datetime) -> list[int]:
-        """Give claimed jobs back to ``pending`` without counting an attempt
-        (graceful shutdown). ``held`` is (job id, attempt) pairs."""
+    def release(
+        self,
+        worker_id: str,
+        held: Sequence[tuple[int, int]],
+        now: datetime,
+        *,
+        interrupted: Mapping[int, datetime | None] | None = None,
+    ) -> list[int]:
+        """Give claimed jobs back to ``pending`` without counting a retry
+        (graceful shutdown). ``held`` is (job id, attempt) pairs.
+
+        ``interrupted`` names the jobs whose handler had started (id ->
+        when): shutdown cut them short. Each keeps its attempt, with a row
+        saying "interrupted by shutdown", so the job's history shows the run
+        that did not finish (and an effect it started is seen as that
+        attempt's). Jobs that never started give their attempt back."""
         if not held:
             return []
+        started = dict(interrupted or {})
         stmt = (
             update(jobs)
             .where(
@@ -673,7 +687,9 @@ class Store:
             )
             .values(
                 status=State.PENDING.value,
-                attempt=jobs.c.attempt - 1,
+                attempt=case((jobs.c.id.in_(list(started)), jobs.c.attempt), else_=jobs.c.attempt - 1)
+                if started
+                else jobs.c.attempt - 1,
                 worker_id=None,
                 claimed_at=None,
                 heartbeat_at=None,
@@ -683,8 +699,26 @@ class Store:
             )
             .returning(jobs.c.id)
         )
+        attempt_of = dict(held)
         with self.write() as conn:
             released = list(conn.execute(stmt).scalars())
+            rows = [
+                {
+                    "job_id": job_id,
+                    "attempt": attempt_of[job_id],
+                    "worker_id": worker_id,
+                    "started_at": started[job_id],
+                    "finished_at": now,
+                    "outcome": INTERRUPTED,
+                    "error": "interrupted by shutdown",
+                    "traceback": None,
+                    "payload": None,
+                }
+                for job_id in released
+                if job_id in started
+            ]
+            if rows:
+                conn.execute(insert(attempts), rows)
             if released:
                 self._notify_other_processes(conn)
         if released:
