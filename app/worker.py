@@ -79,6 +79,8 @@ class WorkerPool:
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._acker_stop = threading.Event()
+        self._hurry = threading.Event()
+        """Set by ``hurry``: ``stop`` ends its grace now."""
         self._refill_lock = threading.Lock()
         """Held by the acker from a refill's claim until its jobs are queued;
         ``stop`` takes it before releasing unstarted jobs (see ``flush_acks_once``)."""
@@ -108,9 +110,17 @@ class WorkerPool:
         """Something was enqueued in this process: claim now, not at the next poll."""
         self._wake.set()
 
+    def hurry(self) -> None:
+        """End a ``stop``'s grace now (a second shutdown signal): what is
+        still running is released at once. Only sets an event, so any
+        thread may call it."""
+        self._hurry.set()
+
     def stop(self, grace: float | None = None) -> None:
-        """Stop claiming, let running jobs finish for up to ``grace`` seconds,
-        then release what is left back to ``pending`` (no attempt counted)."""
+        """Stop claiming, let running jobs finish for up to ``grace`` seconds
+        (or until ``hurry``), then release what is left back to ``pending``
+        with no retry counted: each started one keeps an attempt row saying
+        shutdown interrupted it."""
         if not self._started or self._stopped.is_set():
             return
         grace = self.deck.config.shutdown_grace if grace is None else grace
@@ -122,7 +132,7 @@ class WorkerPool:
         with self._refill_lock:  # an acker refill in flight has queued its jobs; none starts now
             self._release_unstarted()
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self._hurry.is_set():
             with self._lock:
                 if not self._running:
                     break
@@ -141,7 +151,10 @@ class WorkerPool:
         self.flush_acks_once()
         if leftover:
             held = [(s.job.id, s.job.attempt) for s in leftover]
-            released = self._retrying(lambda: self.store.release(self.worker_id, held, self.deck.clock()))
+            started = {s.job.id: s.started for s in leftover}
+            released = self._retrying(
+                lambda: self.store.release(self.worker_id, held, self.deck.clock(), interrupted=started)
+            )
             log.warning("released %d running jobs at shutdown: %s", len(released), released)
         self._retrying(lambda: self.store.stop_worker(self.worker_id, self.deck.clock()))
         self._stopped.set()
