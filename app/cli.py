@@ -64,14 +64,14 @@ def serve(demo: bool, bind: str | None, workers: int | None, log_level: str) -> 
     from app.runtime import Runtime
     from app.shutdown import ShutdownSignals
 
-    signals = ShutdownSignals()
-    signals.install()
     _logging(log_level)
     config = _config(demo, bind=bind, workers=workers)
     refuse_exposed(config)
     app = _app(config)
     runtime = Runtime.for_app(app)
     server = HttpServer(app, config)
+    signals = ShutdownSignals()
+    signals.install()  # before anything runs that a signal must stop gracefully
     runtime.start()
     server.start()
     click.echo(f"Jobdeck serving on http://{config.bind} with {config.workers} workers", err=True)
@@ -127,14 +127,14 @@ def worker(demo: bool, workers: int | None, log_level: str) -> None:
     from app.runtime import Runtime
     from app.shutdown import ShutdownSignals
 
-    signals = ShutdownSignals()
-    signals.install()
     _logging(log_level)
     config = _config(demo, workers=workers)
     if config.workers <= 0:
         raise click.ClickException("workers: must be > 0 for `jobdeck worker`")
     app = _app(config)
     runtime = Runtime.for_app(app)
+    signals = ShutdownSignals()
+    signals.install()
     runtime.start()
     click.echo(f"Jobdeck worker running with {config.workers} threads", err=True)
     _stop_on_signals(runtime, signals, config)
