@@ -7,7 +7,6 @@ import json
 import logging
 import signal
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -15,10 +14,6 @@ from typing import Any
 import click
 
 from app.config import Config, ConfigError, load
-
-
-class Shutdown(BaseException):
-    """Raised in the main thread by SIGTERM/SIGINT to leave the server loop."""
 
 
 def _config(demo: bool, **overrides: Any) -> Config:
@@ -61,27 +56,26 @@ def main() -> None:
 @click.option("--workers", type=int, help="Embedded worker threads (0: none).")
 @click.option("--log-level", default="info", show_default=True)
 def serve(demo: bool, bind: str | None, workers: int | None, log_level: str) -> None:
-    """Serve the dashboard and API with embedded workers and the scheduler."""
-    from waitress import create_server
+    """Serve the dashboard and API with embedded workers and the scheduler.
 
+    SIGTERM or Ctrl-C stops it within ``shutdown_grace``; a second one
+    releases the running jobs at once (``app.shutdown``)."""
+    from app.http_server import HttpServer
     from app.runtime import Runtime
+    from app.shutdown import ShutdownSignals
 
     _logging(log_level)
     config = _config(demo, bind=bind, workers=workers)
     refuse_exposed(config)
     app = _app(config)
     runtime = Runtime.for_app(app)
-    server = create_server(app, host=config.host, port=config.port, threads=config.http_threads, ident="jobdeck")
-    _raise_on_signals()
+    server = HttpServer(app, config)
+    signals = ShutdownSignals()
+    signals.install()  # before anything runs that a signal must stop gracefully
     runtime.start()
+    server.start()
     click.echo(f"Jobdeck serving on http://{config.bind} with {config.workers} workers", err=True)
-    try:
-        server.run()
-    except (Shutdown, KeyboardInterrupt):
-        click.echo("shutting down: finishing running jobs", err=True)
-    finally:
-        server.close()
-        runtime.stop()
+    _stop_on_signals(runtime, signals, config, server.stop)
     if runtime.exit_status:  # exit_when_unhealthy: a supervisor restarts us
         sys.exit(runtime.exit_status)
 
@@ -95,12 +89,16 @@ def refuse_exposed(config: Config) -> None:
         raise click.ClickException(problem)
 
 
-def _raise_on_signals() -> None:
-    def handler(signum: int, _frame: Any) -> None:
-        raise Shutdown(signum)
+def _stop_on_signals(runtime: Any, signals: Any, config: Config, stop_taking_work: Any = None) -> None:
+    from app.shutdown import run_until_signalled
 
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
+    try:
+        run_until_signalled(
+            runtime, signals, config.shutdown_grace, stop_taking_work=stop_taking_work,
+            say=lambda text: click.echo(text, err=True),
+        )  # fmt: skip
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @main.command()
@@ -108,8 +106,11 @@ def _raise_on_signals() -> None:
 @click.option("--workers", type=int, help="Worker threads.")
 @click.option("--log-level", default="info", show_default=True)
 def worker(demo: bool, workers: int | None, log_level: str) -> None:
-    """Run the worker pool (and the scheduler) without the web server."""
+    """Run the worker pool (and the scheduler) without the web server.
+
+    Stops on signals like ``serve``."""
     from app.runtime import Runtime
+    from app.shutdown import ShutdownSignals
 
     _logging(log_level)
     config = _config(demo, workers=workers)
@@ -117,19 +118,11 @@ def worker(demo: bool, workers: int | None, log_level: str) -> None:
         raise click.ClickException("workers: must be > 0 for `jobdeck worker`")
     app = _app(config)
     runtime = Runtime.for_app(app)
-    stop = threading.Event()
-
-    def handler(signum: int, _frame: Any) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
+    signals = ShutdownSignals()
+    signals.install()
     runtime.start()
     click.echo(f"Jobdeck worker running with {config.workers} threads", err=True)
-    while not stop.wait(1.0):
-        pass
-    click.echo("shutting down: finishing running jobs", err=True)
-    runtime.stop()
+    _stop_on_signals(runtime, signals, config)
     if runtime.exit_status:  # exit_when_unhealthy: a supervisor restarts us
         sys.exit(runtime.exit_status)
 

@@ -30,6 +30,19 @@ class Config:
     workers: int = 4
     """Embedded worker threads; 0 runs the web process and API only."""
     http_threads: int = 8
+    """Threads answering HTTP requests (waitress). An idle connection holds
+    no thread; only requests being answered do."""
+    http_connection_limit: int = 2000
+    """Open HTTP connections the server holds before it stops accepting
+    more. waitress's own default (100) let about 100 idle connections make
+    the server unreachable; idle connections cost a file descriptor and a
+    few kilobytes each. ``jobdeck serve`` raises the process's soft
+    file-descriptor limit to fit, up to the hard limit (``ulimit -Hn``), and
+    lowers this value, with a warning, when even the hard limit is short."""
+    http_channel_timeout: float = 30.0
+    """Seconds an HTTP connection may sit idle (no request in progress)
+    before the server closes it (waitress's default: 120). Checked every
+    ``http_channel_timeout / 2`` seconds, at most every 30."""
     sqlite_synchronous: str = "FULL"
     """FULL: an acknowledged job survives a power cut. NORMAL: faster; a
     power cut may lose the last transactions (never corrupts)."""
@@ -113,6 +126,7 @@ def is_loopback_host(host: str | None) -> bool:
 # Keys read from the environment as JOBDECK_<KEY upper-cased>.
 ENV_KEYS = (
     "database_url", "instance_path", "bind", "workers", "http_threads",
+    "http_connection_limit", "http_channel_timeout",
     "sqlite_synchronous", "handler_modules", "external_types", "demo",
     "api_token", "secret_key", "secure_cookies", "max_payload_bytes", "default_max_retries",
     "poll_interval", "heartbeat_interval", "stall_timeout", "sweep_interval",
@@ -218,9 +232,10 @@ def validate(config: Config) -> None:
 
     positive("workers", allow_zero=True)
     positive("default_max_retries", allow_zero=True)
-    for key in ("http_threads", "max_payload_bytes", "backoff_base", "backoff_cap",
-                "poll_interval", "heartbeat_interval", "stall_timeout", "sweep_interval",
-                "claim_batch", "max_abandoned_threads", "sqlite_busy_timeout"):  # fmt: skip
+    for key in ("http_threads", "http_connection_limit", "http_channel_timeout",
+                "max_payload_bytes", "backoff_base", "backoff_cap", "poll_interval",
+                "heartbeat_interval", "stall_timeout", "sweep_interval", "claim_batch",
+                "max_abandoned_threads", "sqlite_busy_timeout"):  # fmt: skip
         positive(key)
     positive("shutdown_grace", allow_zero=True)
     if config.claim_batch > 1000:

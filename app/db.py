@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.dialects.sqlite.base import SQLiteCompiler
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 
 from app.models import Base
 
@@ -22,6 +23,15 @@ SQLiteCompiler.get_from_hint_text = lambda self, table, text: text  # type: igno
 READONLY = "jobdeck_readonly"
 """Execution option: this connection only reads, so on SQLite it begins a
 deferred transaction instead of taking the write lock."""
+
+PROMPT = "jobdeck_prompt"
+"""Execution option: on SQLite this connection's ``BEGIN IMMEDIATE`` asks
+for the write lock every millisecond (``_begin_promptly``) instead of
+sleeping in SQLite's busy handler. For the few small writes that must not
+fall behind other processes' (heartbeats)."""
+
+PROMPT_POLL = 0.001
+"""Seconds between a prompt writer's tries."""
 
 
 def make_engine(url: str, *, synchronous: str = "FULL", pool_size: int = 10, busy_timeout: float = 30.0) -> Engine:
@@ -66,12 +76,39 @@ def _sqlite_engine(url: str, synchronous: str, pool_size: int, busy_timeout: flo
     def _on_begin(conn: Any) -> None:
         # A deferred read-to-write upgrade fails at once with "database is
         # locked" whatever the busy timeout; writers take the lock up front.
-        if conn.get_execution_options().get(READONLY):
+        options = conn.get_execution_options()
+        if options.get(READONLY):
             conn.exec_driver_sql("BEGIN")
+        elif options.get(PROMPT):
+            _begin_promptly(conn, busy_timeout)
         else:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def _begin_promptly(conn: Any, busy_timeout: float) -> None:
+    """``BEGIN IMMEDIATE``, asking again every millisecond for up to the
+    busy timeout. SQLite's busy handler sleeps 1, 2, 5 ... then 100 ms
+    between tries, and a writer that just committed begins again at once,
+    so a waiter can lose to the other processes' writers for seconds:
+    during a three-process drain of one file a heartbeat waited up to 4.5 s
+    there, past the stall timeout. Asking every millisecond, the first free
+    moment goes to this writer."""
+    conn.exec_driver_sql("PRAGMA busy_timeout=0")
+    try:
+        deadline = time.monotonic() + busy_timeout
+        while True:
+            try:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+                return
+            except OperationalError as exc:
+                if "locked" not in str(exc.orig) or time.monotonic() > deadline:
+                    raise
+            time.sleep(PROMPT_POLL)  # the poll that replaces the busy handler's longer sleeps
+    finally:
+        # The lock is held (or the caller gives up): the wait is over either way.
+        conn.exec_driver_sql(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
 
 
 def _journal_mode_wal(cur: Any) -> None:

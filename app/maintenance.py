@@ -29,7 +29,7 @@ from typing import Any
 from sqlalchemy import and_, delete, func, select, update
 
 from app.config import Config, ConfigError
-from app.models import attempts, jobs, maintenance_marks, stats_minutely, workers
+from app.models import INTERRUPTED, attempts, jobs, maintenance_marks, stats_minutely, workers
 from app.service import Jobdeck
 from app.states import FINISHED, State
 
@@ -184,6 +184,8 @@ class Maintenance:
                 .where(attempts.c.finished_at >= mark, attempts.c.finished_at < until)
                 .group_by(minute, jobs.c.type, attempts.c.outcome)
             ):
+                if outcome == INTERRUPTED:
+                    continue  # cut short by shutdown, neither done nor a failure
                 row = counts.setdefault((_parse_minute(m), job_type), [0, 0, 0])
                 row[0 if outcome == State.COMPLETED.value else 1] += n
             dead_minute = self._minute_expr(jobs.c.finished_at)

@@ -120,6 +120,14 @@ class Job(Base):
     )
 
 
+INTERRUPTED = "interrupted"
+"""The outcome of an attempt that shutdown cut short: the job went back to
+``pending`` (``Store.release``) with no retry counted."""
+
+OUTCOMES = ("completed", "failed", "timed_out", "stalled", INTERRUPTED)
+"""How an attempt can end (``attempts.outcome``)."""
+
+
 class Attempt(Base):
     """One row per finished attempt: the job's whole failure history."""
 
@@ -139,7 +147,7 @@ class Attempt(Base):
     (edit and retry); NULL means the job's current payload."""
 
     __table_args__ = (
-        CheckConstraint("outcome IN ('completed', 'failed', 'timed_out', 'stalled')", name="ck_attempts_outcome"),
+        CheckConstraint(f"outcome IN ({', '.join(repr(o) for o in OUTCOMES)})", name="ck_attempts_outcome"),
         Index("ix_attempts_job", "job_id", "attempt"),
     )
 

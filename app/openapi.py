@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.api import MAX_ERROR_CHARS
+from app.models import OUTCOMES
 from app.service import (
     MAX_DELAY_SECONDS,
     MAX_KEY_CHARS,
@@ -122,7 +123,7 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
                         "started_at": _TIME,
                         "finished_at": _TIME,
                         "duration_seconds": {"type": ["number", "null"]},
-                        "outcome": {"type": "string", "enum": ["completed", "failed", "timed_out", "stalled"]},
+                        "outcome": {"type": "string", "enum": list(OUTCOMES)},
                         "error": {"type": ["string", "null"]},
                         "traceback": {"type": ["string", "null"]},
                         "payload": {"type": ["object", "null"]},

@@ -28,7 +28,7 @@ from sqlalchemy import Select, and_, exists, func, insert, literal_column, selec
 
 from app.errors import JobNotFound
 from app.maintenance import STATS_MARK
-from app.models import attempts, audit_log, jobs, maintenance_marks, stats_minutely
+from app.models import INTERRUPTED, attempts, audit_log, jobs, maintenance_marks, stats_minutely
 from app.states import SOURCES, State, Transition
 from app.store import JobFilter, JobRecord, Store, filtered
 
@@ -252,7 +252,7 @@ def _live_throughput(conn: Any, dialect: str, since: datetime, now: datetime) ->
     ok: Any = func.sum(literal_column("CASE WHEN outcome = 'completed' THEN 1 ELSE 0 END"))
     stmt = (
         select(bucket.label("minute"), ok.label("ok"), func.count().label("n"))
-        .where(attempts.c.finished_at >= since)
+        .where(attempts.c.finished_at >= since, attempts.c.outcome != INTERRUPTED)
         .group_by(bucket)
     )
     per: dict[datetime, tuple[int, int]] = {}

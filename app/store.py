@@ -12,22 +12,22 @@ from __future__ import annotations
 import json
 import random
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, case, delete, func, insert, or_, select, tuple_, update
+from sqlalchemy import Connection, Engine, bindparam, case, delete, func, insert, or_, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from app import sqlite_hot
 from app.crashpoints import crash_point
-from app.db import READONLY
+from app.db import PROMPT, READONLY
 from app.errors import IdempotencyConflict, JobNotFound, NotHeld, TransitionRefused
 from app.faults import is_transient, is_unavailable, storable_text
 from app.group_commit import GroupCommitter
 from app.ledger import Ledger
-from app.models import attempts, jobs, workers
+from app.models import INTERRUPTED, attempts, jobs, workers
 from app.notify import NOTIFY_SQL
 from app.records import AttemptRecord, JobFilter, JobRecord, NewJob, Outcome
 from app.states import State, Transition, sources
@@ -65,6 +65,13 @@ def exponential_backoff(base: float = 1.0, cap: float = 3600.0) -> Backoff:
 _JOB_COLS = list(jobs.c)
 _RUNNING = State.RUNNING.value
 
+_BEAT_JOBS = (
+    update(jobs)
+    .where(jobs.c.worker_id == bindparam("beat_worker"), jobs.c.status == _RUNNING)
+    .values(heartbeat_at=bindparam("beat_at"))
+)
+_BEAT_WORKER = update(workers).where(workers.c.id == bindparam("beat_worker")).values(heartbeat_at=bindparam("beat_at"))
+
 
 class Store:
     def __init__(self, engine: Engine, backoff: Backoff | None = None) -> None:
@@ -80,19 +87,28 @@ class Store:
         if self._write_lock is not None:
             self._enqueuer = GroupCommitter(self._write_lock, self._insert_batch_sqlite)
         self._joined = threading.local()
-        """``conn`` set while ``complete_and_claim`` runs: this thread's ``write()`` joins it."""
+        """``conn`` set while ``complete_and_claim`` runs: this thread's ``write()`` joins it.
+        ``locked`` while this thread holds the write lock: an urgent write then
+        queues like the others (its own connection would wait for this one)."""
         self.ledger = Ledger(self)
         """The effects ledger's steps (``app.ledger``), on this store's transactions."""
 
     # -- plumbing -----------------------------------------------------------
 
     @contextmanager
-    def write(self) -> Iterator[Connection]:
+    def write(self, *, urgent: bool = False) -> Iterator[Connection]:
         """A write transaction. On SQLite the writers of this process queue
         on a lock first: SQLite has one writer anyway, and a thread that finds
         the file locked sleeps in SQLite's busy handler (1, 2, 5, 10 ms ...)
         long after the lock was freed, which capped throughput at a few
-        thousand jobs/s. Other processes still wait through busy_timeout."""
+        thousand jobs/s. Other processes still wait through busy_timeout.
+
+        ``urgent`` is for a small write that must not wait behind the others
+        (a heartbeat: a drain's back-to-back acks must not delay the beat
+        that tells the other processes' sweepers this one is alive). On
+        SQLite it skips this process's queue, whose holder may itself be
+        waiting for another process, and asks for the file's write lock
+        every millisecond (``app.db.PROMPT``)."""
         outer = getattr(self._joined, "conn", None)
         if outer is not None:  # inside complete_and_claim: one transaction for both
             yield outer
@@ -101,8 +117,19 @@ class Store:
             with self.engine.begin() as conn:
                 yield conn
             return
-        with self._write_lock, self.engine.begin() as conn:
-            yield conn
+        if urgent and not getattr(self._joined, "locked", False):
+            with self.engine.connect() as conn:
+                conn.execution_options(**{PROMPT: True})
+                with conn.begin():
+                    yield conn
+            return
+        with self._write_lock:
+            self._joined.locked = True
+            try:
+                with self.engine.begin() as conn:
+                    yield conn
+            finally:
+                self._joined.locked = False
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
@@ -590,36 +617,41 @@ class Store:
     # -- while running ------------------------------------------------------------
 
     def heartbeat(self, job_id: int, worker_id: str, now: datetime) -> JobRecord:
+        """One job's heartbeat (the HTTP worker's); urgent, like ``heartbeat_worker``."""
         stmt = (
             update(jobs)
             .where(jobs.c.id == job_id, jobs.c.worker_id == worker_id, jobs.c.status == _RUNNING)
             .values(heartbeat_at=now, updated_at=now)
             .returning(*_JOB_COLS)
         )
-        with self.write() as conn:
+        with self.write(urgent=True) as conn:
             row = conn.execute(stmt).first()
             if row is None:
                 self._held(conn, job_id, worker_id, Transition.HEARTBEAT)
         return JobRecord.from_row(row)
 
-    def heartbeat_worker(self, worker_id: str, now: datetime) -> int:
+    def heartbeat_worker(self, worker_id: str, now: datetime | Callable[[], datetime]) -> int:
         """Heartbeat every job a worker holds, and the worker itself.
+
+        An urgent write (``Store.write``): it must not wait behind the acks
+        and claims it vouches for, nor behind other processes' writers.
+        Given a clock, the time written is read once the write lock is held,
+        so a beat that had to wait still says "alive now", not "alive when
+        it started waiting".
 
         On PostgreSQL, rows another transaction holds (the acker finishing
         them) are skipped, not waited for: waiting deadlocked with an ack
         batch locking the same rows in another order, and a job being
         finished needs no heartbeat (the next beat comes well within the
         stall timeout)."""
-        held = select(jobs.c.id).where(jobs.c.worker_id == worker_id, jobs.c.status == _RUNNING)
+        beat_jobs = _BEAT_JOBS
         if self.dialect == "postgresql":
-            held = held.with_for_update(skip_locked=True)
-        with self.write() as conn:
-            n = conn.execute(
-                update(jobs)
-                .where(jobs.c.id.in_(held.scalar_subquery()), jobs.c.status == _RUNNING)
-                .values(heartbeat_at=now)
-            ).rowcount
-            conn.execute(update(workers).where(workers.c.id == worker_id).values(heartbeat_at=now))
+            held = select(jobs.c.id).where(jobs.c.worker_id == worker_id, jobs.c.status == _RUNNING)
+            beat_jobs = beat_jobs.where(jobs.c.id.in_(held.with_for_update(skip_locked=True).scalar_subquery()))
+        with self.write(urgent=True) as conn:
+            params = {"beat_worker": worker_id, "beat_at": now() if callable(now) else now}
+            n = conn.execute(beat_jobs, params).rowcount
+            conn.execute(_BEAT_WORKER, params)
         return int(n)
 
     def set_progress(
@@ -638,11 +670,25 @@ class Store:
         with self.write() as conn:
             return bool(conn.execute(stmt).rowcount)
 
-    def release(self, worker_id: str, held: Sequence[tuple[int, int]], now: datetime) -> list[int]:
-        """Give claimed jobs back to ``pending`` without counting an attempt
-        (graceful shutdown). ``held`` is (job id, attempt) pairs."""
+    def release(
+        self,
+        worker_id: str,
+        held: Sequence[tuple[int, int]],
+        now: datetime,
+        *,
+        interrupted: Mapping[int, datetime | None] | None = None,
+    ) -> list[int]:
+        """Give claimed jobs back to ``pending`` without counting a retry
+        (graceful shutdown). ``held`` is (job id, attempt) pairs.
+
+        ``interrupted`` names the jobs whose handler had started (id ->
+        when): shutdown cut them short. Each keeps its attempt, with a row
+        saying "interrupted by shutdown", so the job's history shows the run
+        that did not finish (and an effect it started is seen as that
+        attempt's). Jobs that never started give their attempt back."""
         if not held:
             return []
+        started = dict(interrupted or {})
         stmt = (
             update(jobs)
             .where(
@@ -652,7 +698,9 @@ class Store:
             )
             .values(
                 status=State.PENDING.value,
-                attempt=jobs.c.attempt - 1,
+                attempt=case((jobs.c.id.in_(list(started)), jobs.c.attempt), else_=jobs.c.attempt - 1)
+                if started
+                else jobs.c.attempt - 1,
                 worker_id=None,
                 claimed_at=None,
                 heartbeat_at=None,
@@ -662,8 +710,26 @@ class Store:
             )
             .returning(jobs.c.id)
         )
+        attempt_of = dict(held)
         with self.write() as conn:
             released = list(conn.execute(stmt).scalars())
+            rows = [
+                {
+                    "job_id": job_id,
+                    "attempt": attempt_of[job_id],
+                    "worker_id": worker_id,
+                    "started_at": started[job_id],
+                    "finished_at": now,
+                    "outcome": INTERRUPTED,
+                    "error": "interrupted by shutdown",
+                    "traceback": None,
+                    "payload": None,
+                }
+                for job_id in released
+                if job_id in started
+            ]
+            if rows:
+                conn.execute(insert(attempts), rows)
             if released:
                 self._notify_other_processes(conn)
         if released:
@@ -671,27 +737,47 @@ class Store:
         return released
 
     def rescue_stalled(self, now: datetime, stall_timeout: float, limit: int = 500) -> list[JobRecord]:
-        """Running jobs whose heartbeat is older than the stall timeout: record
-        the attempt as stalled and apply the fail rule. Each job's update is
-        conditional on its attempt, so concurrent sweepers rescue it once."""
+        """Running jobs whose heartbeat is older than the stall timeout, held
+        by no worker that is still heart-beating: record the attempt as
+        stalled and apply the fail rule. Each job's update is conditional on
+        its attempt, so concurrent sweepers rescue it once.
+
+        A job's own ``heartbeat_at`` is not enough: a claim stamps it with
+        the time the claimer read before it waited for the write lock, which
+        under a saturated drain was seconds earlier than its commit, and a
+        sweeper elsewhere rescued live jobs (250 at once) moments after they
+        were claimed. The worker's own row is stamped only by its heartbeat,
+        with the time the beat was written. Jobs of a worker with no row (an
+        HTTP worker beats each job) go by the job's heartbeat alone.
+
+        The candidates are read inside the rescue's own write transaction:
+        a beat that lands while the sweeper waits for the lock is seen."""
         cutoff = now - timedelta(seconds=stall_timeout)
-        with self.read() as conn:
-            rows = conn.execute(
-                select(jobs.c.id, jobs.c.worker_id, jobs.c.attempt, jobs.c.heartbeat_at)
-                .where(jobs.c.status == _RUNNING, jobs.c.heartbeat_at < cutoff)
-                .limit(limit)
-            ).all()
-        outcomes = [
-            Outcome(
-                r.id,
-                r.worker_id,
-                attempt=r.attempt,
-                error=f"stalled: worker {r.worker_id} stopped heart-beating at {r.heartbeat_at.isoformat()}",
-                kind="stalled",
-            )
-            for r in rows
-        ]
-        return self.fail_many(outcomes, now)
+        live_worker = (
+            select(workers.c.id).where(workers.c.id == jobs.c.worker_id, workers.c.heartbeat_at >= cutoff).exists()
+        )
+        stale = (
+            select(jobs.c.id, jobs.c.worker_id, jobs.c.attempt, jobs.c.heartbeat_at)
+            .where(jobs.c.status == _RUNNING, jobs.c.heartbeat_at < cutoff, ~live_worker)
+            .limit(limit)
+        )
+        with self.write() as conn:
+            self._joined.conn = conn
+            try:
+                rows = conn.execute(stale).all()
+                outcomes = [
+                    Outcome(
+                        r.id,
+                        r.worker_id,
+                        attempt=r.attempt,
+                        error=f"stalled: worker {r.worker_id} stopped heart-beating at {r.heartbeat_at.isoformat()}",
+                        kind="stalled",
+                    )
+                    for r in rows
+                ]
+                return self.fail_many(outcomes, now)
+            finally:
+                self._joined.conn = None
 
     # -- operator actions -----------------------------------------------------
 

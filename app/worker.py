@@ -97,6 +97,8 @@ class WorkerPool:
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._acker_stop = threading.Event()
+        self._hurry = threading.Event()
+        """Set by ``hurry``: ``stop`` ends its grace now."""
         self._refill_lock = threading.Lock()
         """Held by the acker from a refill's claim until its jobs are queued;
         ``stop`` takes it before releasing unstarted jobs (see ``flush_acks_once``)."""
@@ -133,9 +135,17 @@ class WorkerPool:
         """Something was enqueued in this process: claim now, not at the next poll."""
         self._wake.set()
 
+    def hurry(self) -> None:
+        """End a ``stop``'s grace now (a second shutdown signal): what is
+        still running is released at once. Only sets an event, so any
+        thread may call it."""
+        self._hurry.set()
+
     def stop(self, grace: float | None = None) -> None:
-        """Stop claiming, let running jobs finish for up to ``grace`` seconds,
-        then release what is left back to ``pending`` (no attempt counted)."""
+        """Stop claiming, let running jobs finish for up to ``grace`` seconds
+        (or until ``hurry``), then release what is left back to ``pending``
+        with no retry counted: each started one keeps an attempt row saying
+        shutdown interrupted it."""
         if not self._started or self._stopped.is_set():
             return
         grace = self.deck.config.shutdown_grace if grace is None else grace
@@ -152,7 +162,7 @@ class WorkerPool:
             except Exception as exc:  # the database is down past the deadline: the sweep rescues them
                 log.error("releasing unstarted jobs at shutdown failed (%s)", _first_line(exc))
         deadline = min(time.monotonic() + grace, self._give_up_at)
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self._hurry.is_set():
             with self._lock:
                 if not self._running:
                     break
@@ -172,7 +182,10 @@ class WorkerPool:
             self.flush_acks_once()
             if leftover:
                 held = [(s.job.id, s.job.attempt) for s in leftover]
-                released = self._retrying(lambda: self.store.release(self.worker_id, held, self.deck.clock()))
+                started = {s.job.id: s.started for s in leftover}
+                released = self._retrying(
+                    lambda: self.store.release(self.worker_id, held, self.deck.clock(), interrupted=started)
+                )
                 log.warning("released %d running jobs at shutdown: %s", len(released), released)
             self._retrying(lambda: self.store.stop_worker(self.worker_id, self.deck.clock()))
         except Exception as exc:
@@ -499,7 +512,9 @@ class WorkerPool:
         return [s.job.id for s in expired]
 
     def heartbeat_once(self, now: datetime | None = None) -> int:
-        return self.store.heartbeat_worker(self.worker_id, now or self.deck.clock())
+        """Beat for every held job and for the worker; without ``now`` the
+        time is read once the store's write lock is held."""
+        return self.store.heartbeat_worker(self.worker_id, now or self.deck.clock)
 
     SHED_AFTER = 0.25
     """Seconds every thread must have been busy before prefetched jobs are shed."""

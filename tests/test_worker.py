@@ -124,8 +124,12 @@ def test_graceful_shutdown_waits_then_releases(make_deck, registry: Registry) ->
     for job in stuck + waiting:
         after = deck.store.get(job.id)
         assert after.status is State.PENDING, (job.id, after.status)
-        assert after.attempt == 0 and after.worker_id is None
-    assert all(deck.store.attempts_of(j.id) == [] for j in stuck)
+        assert after.retry_count == 0 and after.worker_id is None
+    # The started ones keep their attempt, recorded as cut short; the others never ran.
+    for job in stuck:
+        assert deck.store.get(job.id).attempt == 1
+        assert [a.outcome for a in deck.store.attempts_of(job.id)] == ["interrupted"]
+    assert all(deck.store.get(j.id).attempt == 0 and deck.store.attempts_of(j.id) == [] for j in waiting)
     # Nothing was lost: another pool picks everything up.
     gate.set()
     again = _pool(deck, threads=2)

@@ -1,0 +1,118 @@
+"""How ``jobdeck serve`` and ``jobdeck worker`` stop on SIGTERM or Ctrl-C.
+
+The signal handler only counts: it never raises. An exception raised from a
+handler surfaces wherever the main thread happens to be, and waitress runs
+its loop under bare ``except:`` clauses that caught it: SIGTERM during
+traffic was sometimes swallowed (the server kept running, once with its
+trigger channel closed), and a second Ctrl-C printed a traceback from
+inside the shutdown and stranded the running job until the stall rescue.
+
+Instead the main thread waits on a socket that Python's signal wake-up fd
+writes to, and then stops things itself, in order:
+
+1. the first signal: stop taking work (the HTTP server), then
+   ``Runtime.stop(grace)``: running jobs get up to ``shutdown_grace`` to
+   finish, what is left is released;
+2. a second signal during that: ``Runtime.hurry()``: what still runs is
+   released at once (each such job keeps an attempt row "interrupted by
+   shutdown"; no retry is counted), and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import select
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+
+from app.runtime import Runtime
+
+log = logging.getLogger("jobdeck.shutdown")
+
+
+class ShutdownSignals:
+    """SIGTERM and SIGINT, counted in ``received`` and never raised.
+
+    ``install`` must run in the main thread (Python delivers signals there).
+    ``wait_until`` blocks on the wake-up socket, so a signal, or ``wake``
+    from another thread, ends the wait at once."""
+
+    def __init__(self) -> None:
+        self.received = 0
+        self._r, self._w = socket.socketpair()
+        self._r.setblocking(False)
+        self._w.setblocking(False)
+
+    def install(self) -> None:
+        signal.set_wakeup_fd(self._w.fileno(), warn_on_full_buffer=False)
+        signal.signal(signal.SIGTERM, self._count)
+        signal.signal(signal.SIGINT, self._count)
+
+    def _count(self, signum: int, _frame: FrameType | None) -> None:
+        self.received += 1
+
+    def wake(self) -> None:
+        """End a ``wait_until`` now so it looks at its condition again."""
+        with contextlib.suppress(OSError):  # full (a wake-up is pending anyway) or closed
+            self._w.send(b"\0")
+
+    def wait_until(self, done: Callable[[], bool], timeout: float | None = None) -> bool:
+        """Block until ``done()`` is true (re-checked on every signal and
+        ``wake``); False if ``timeout`` passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not done():
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            select.select([self._r], [], [], remaining)
+            try:
+                while self._r.recv(4096):
+                    pass
+            except BlockingIOError:
+                pass
+        return True
+
+
+def run_until_signalled(
+    runtime: Runtime,
+    signals: ShutdownSignals,
+    grace: float,
+    *,
+    stop_taking_work: Callable[[float], None] | None = None,
+    say: Callable[[str], None] = print,
+) -> None:
+    """Wait for the first signal, then stop: ``stop_taking_work(seconds)``
+    (the HTTP server, given its share of the grace), then the runtime. A
+    second signal hurries the runtime. Returns once everything stopped;
+    raises RuntimeError if stopping failed (the caller exits non-zero)."""
+    signals.wait_until(lambda: signals.received >= 1)
+    say("shutting down: finishing running jobs (signal again to release them now)")
+    deadline = time.monotonic() + grace
+    failure: list[BaseException] = []
+    stopped = threading.Event()
+
+    def stop() -> None:
+        try:
+            if stop_taking_work is not None:
+                stop_taking_work(min(2.0, grace / 4))
+            runtime.stop(max(0.0, deadline - time.monotonic()))
+        except BaseException as exc:  # reported by the main thread
+            failure.append(exc)
+        finally:
+            stopped.set()
+            signals.wake()
+
+    threading.Thread(target=stop, name="jobdeck-shutdown", daemon=True).start()
+    signals.wait_until(lambda: stopped.is_set() or signals.received >= 2)
+    if not stopped.is_set():
+        say("second signal: releasing running jobs now")
+        runtime.hurry()
+        signals.wait_until(stopped.is_set)
+    if failure:
+        log.error("shutdown failed", exc_info=failure[0])
+        raise RuntimeError(f"shutdown failed: {failure[0]}")

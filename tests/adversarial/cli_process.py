@@ -1,0 +1,119 @@
+"""A real ``jobdeck serve`` or ``jobdeck worker`` in a subprocess, for the
+tests that signal, flood or starve it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import wait_for
+
+ROOT = Path(__file__).parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_config(tmp_path: Path, **values: Any) -> Path:
+    """A jobdeck.toml on a SQLite file in ``tmp_path``; ``values`` add keys."""
+    settings: dict[str, Any] = {
+        "database_url": f"sqlite:///{tmp_path / 'jobdeck.db'}",
+        "instance_path": str(tmp_path / "instance"),
+        "secret_key": "test-secret",
+        "demo": True,
+        "workers": 2,
+        "poll_interval": 0.2,
+        "heartbeat_interval": 0.5,
+        "stall_timeout": 5.0,
+        **values,
+    }
+    path = tmp_path / "jobdeck.toml"
+    path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()))
+    return path
+
+
+class JobdeckProcess:
+    """``python -m app.cli <command>`` with its own config, stdout and stderr
+    in files (read them with ``out`` and ``err``)."""
+
+    def __init__(
+        self,
+        tmp_path: Path,
+        config: Path,
+        command: str = "serve",
+        *,
+        name: str = "jobdeck",
+        preexec_fn: Callable[[], None] | None = None,
+    ) -> None:
+        self.port = free_port()
+        args = [command, "--log-level", "warning"]
+        if command == "serve":
+            args += ["--bind", f"127.0.0.1:{self.port}"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDECK_")}
+        env.update(PYTHONPATH=str(ROOT), JOBDECK_CONFIG=str(config))
+        self.stdout = tmp_path / f"{name}.out"
+        self.stderr = tmp_path / f"{name}.err"
+        with self.stdout.open("wb") as out, self.stderr.open("wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=env, stdout=out, stderr=err,
+                preexec_fn=preexec_fn,
+            )  # fmt: skip
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def out(self) -> str:
+        return self.stdout.read_text() + self.stderr.read_text()
+
+    def err(self) -> str:
+        return self.stderr.read_text()
+
+    def alive(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"jobdeck exited with {self.proc.returncode}:\n{self.out()}")
+        return True
+
+    def health(self, timeout: float = 5.0) -> Any:
+        with urllib.request.urlopen(f"{self.url}/api/health", timeout=timeout) as response:
+            return json.load(response)
+
+    def wait_serving(self, timeout: float = 60.0) -> None:
+        def answers() -> bool:
+            self.alive()
+            try:
+                self.health(timeout=2.0)
+            except OSError:
+                return False
+            return True
+
+        wait_for(answers, timeout, interval=0.05, message="jobdeck serve to answer /api/health")
+
+    def wait_logged(self, text: str, timeout: float = 30.0) -> None:
+        wait_for(lambda: text in self.out(), timeout, interval=0.02, message=f"{text!r} in the process's output")
+
+    def signal(self, signum: int = signal.SIGTERM) -> None:
+        self.proc.send_signal(signum)
+
+    def wait_exit(self, timeout: float) -> tuple[int, float]:
+        """(exit code, seconds it took)."""
+        began = time.monotonic()
+        code = self.proc.wait(timeout=timeout)
+        return code, time.monotonic() - began
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()

@@ -1,0 +1,124 @@
+"""Heartbeats keep up while three processes drain one SQLite file flat out
+on a busy machine.
+
+Three real ``jobdeck worker`` processes (each with its sweeper) drain no-op
+jobs from one file while two CPU hogs keep both cores
+busy. An observer reads each worker's ``heartbeat_at`` every few
+milliseconds: the oldest beat it ever sees must stay well under the stall
+timeout, and no live job may be rescued as stalled nor any worker marked
+gone. Before the fix, beats waited behind the process's acks (an unfair
+lock) and other processes' writers (SQLite's busy handler) for up to 11 s,
+and the sweepers rescued hundreds of live jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
+
+from app.db import make_engine
+from app.models import attempts, jobs, workers
+from app.states import State
+from app.store import NewJob, Store
+from tests.conftest import wait_for
+
+ROOT = Path(__file__).parents[2]
+HEARTBEAT_INTERVAL = 0.5
+STALL_TIMEOUT = 4.0
+BACKLOG = 20_000
+"""Due jobs kept waiting (refilled at half), so the drain never pauses."""
+OBSERVE = 10.0
+"""Seconds of saturated drain observed."""
+
+
+def _spawn(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    with log.open("wb") as fh:
+        return subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
+
+
+def test_heartbeats_keep_up_with_a_saturated_three_process_drain(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'jobdeck.db'}"
+    config = tmp_path / "jobdeck.toml"
+    config.write_text(
+        f"database_url = {json.dumps(url)}\ninstance_path = {json.dumps(str(tmp_path))}\n"
+        f'secret_key = "s"\ndemo = true\nworkers = 4\npoll_interval = 0.2\nheartbeat_interval = {HEARTBEAT_INTERVAL}\n'
+        f"stall_timeout = {STALL_TIMEOUT}\nsweep_interval = 0.5\nshutdown_grace = 5.0\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDECK_")}
+    env.update(PYTHONPATH=str(ROOT), JOBDECK_CONFIG=str(config))
+    logs = [tmp_path / f"worker{i}.log" for i in range(3)]
+    procs = [_spawn(["-m", "app.cli", "worker", "--log-level", "warning"], log, env) for log in logs]
+    hogs: list[subprocess.Popen[bytes]] = []
+    engine = make_engine(url, pool_size=2)
+    store = Store(engine)
+    try:
+
+        def registered() -> bool:
+            for p in procs:
+                assert p.poll() is None, f"a worker exited with {p.returncode}: {logs[procs.index(p)].read_text()}"
+            try:
+                with store.read() as conn:
+                    return conn.execute(select(func.count()).select_from(workers)).scalar_one() == 3
+            except SQLAlchemyError:  # the schema is still being created
+                return False
+
+        wait_for(registered, 60, interval=0.1, message="three workers to register")
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+
+        def feed(n: int) -> None:
+            store.enqueue_many([NewJob("demo.noop", {"i": i}) for i in range(n)], datetime.now(UTC))
+
+        # Keep the drain saturated for the whole window, however fast this machine drains.
+        for _ in range(BACKLOG // 5000):
+            feed(5000)
+        oldest: dict[str, float] = {}
+        began = time.monotonic()
+        while time.monotonic() - began < OBSERVE:
+            with store.read() as conn:
+                now = datetime.now(UTC)
+                for worker_id, beat in conn.execute(select(workers.c.id, workers.c.heartbeat_at)):
+                    oldest[worker_id] = max(oldest.get(worker_id, 0.0), (now - beat).total_seconds())
+                waiting = conn.execute(
+                    select(func.count()).where(jobs.c.status.in_([State.PENDING.value, State.RUNNING.value]))
+                ).scalar_one()
+            if waiting < BACKLOG // 2:
+                feed(BACKLOG // 2)
+            time.sleep(0.005)  # the observer's poll interval
+        for hog in hogs:
+            hog.kill()
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(timeout=60)
+
+        with store.read() as conn:
+            stalled = conn.execute(
+                select(func.count()).select_from(attempts).where(attempts.c.outcome == "stalled")
+            ).scalar_one()
+            gone = conn.execute(select(func.count()).where(workers.c.gone_at.is_not(None))).scalar_one()
+            done = conn.execute(select(func.count()).where(jobs.c.status == State.COMPLETED.value)).scalar_one()
+        worst = max(oldest.values())
+        print(
+            f"\nheartbeat staleness under a saturated drain ({done} jobs in {OBSERVE:.0f} s, 3 processes, "
+            f"2 CPU hogs): worst {worst:.2f} s, per worker "
+            f"{sorted(round(v, 2) for v in oldest.values())}; interval {HEARTBEAT_INTERVAL} s, stall {STALL_TIMEOUT} s"
+        )
+        assert done > BACKLOG, "the drain barely ran: nothing was measured"
+        assert worst < STALL_TIMEOUT * 0.6, f"a worker's heartbeat fell {worst:.2f} s behind"
+        assert stalled == 0, f"{stalled} live jobs were rescued as stalled"
+        assert gone == 0, f"{gone} live workers were marked gone"
+    finally:
+        for p in hogs + procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        engine.dispose()

@@ -1,0 +1,126 @@
+"""SIGTERM and Ctrl-C stop ``jobdeck serve`` and ``jobdeck worker`` every
+time, cleanly.
+
+Before: the handler raised ``Shutdown(BaseException)`` into whatever the
+main thread ran, waitress's bare ``except:`` clauses swallowed it during
+traffic (the server kept running), and a second Ctrl-C printed a traceback
+and stranded the running job until the stall rescue.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from app.db import make_engine
+from app.models import attempts, jobs
+from app.states import State
+from app.store import NewJob, Store
+from tests.adversarial.cli_process import JobdeckProcess, write_config
+from tests.conftest import wait_for
+
+GRACE = 5.0
+ROUNDS = 10
+
+
+def _traffic(port: int, stop: threading.Event, answered: list[int]) -> None:
+    """Keep-alive requests (health, an enqueue) until the server goes away."""
+    body = json.dumps({"type": "demo.noop", "payload": {}})
+    while not stop.is_set():
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            while not stop.is_set():
+                conn.request("GET", "/api/health")
+                conn.getresponse().read()
+                conn.request("POST", "/api/jobs", body, {"content-type": "application/json"})
+                conn.getresponse().read()
+                answered.append(1)
+        except (OSError, http.client.HTTPException):
+            if stop.wait(0.01):  # the server is going away; try a new connection
+                return
+
+
+def test_sigterm_under_traffic_stops_the_server_every_time(tmp_path: Path) -> None:
+    config = write_config(tmp_path, shutdown_grace=GRACE, http_threads=4)
+    took: list[float] = []
+    for n in range(ROUNDS):
+        server = JobdeckProcess(tmp_path, config, name=f"serve{n}")
+        stop = threading.Event()
+        answered: list[int] = []
+        clients = [threading.Thread(target=_traffic, args=(server.port, stop, answered)) for _ in range(4)]
+        try:
+            server.wait_serving()
+            for c in clients:
+                c.start()
+            wait_for(lambda: len(answered) >= 20, 30, message="traffic to flow")  # noqa: B023
+            server.signal(signal.SIGTERM)
+            try:
+                code, seconds = server.wait_exit(timeout=GRACE + 1)
+            except Exception as exc:
+                raise AssertionError(f"round {n}: still running {GRACE + 1} s after SIGTERM:\n{server.out()}") from exc
+            took.append(seconds)
+            assert code == 0, f"round {n}: exit code {code}:\n{server.out()}"
+            assert "Traceback" not in server.out(), f"round {n}:\n{server.out()}"
+            assert seconds <= GRACE, f"round {n}: took {seconds:.2f} s (shutdown_grace {GRACE} s)"
+        finally:
+            stop.set()
+            server.kill()
+            for c in clients:
+                if c.is_alive():
+                    c.join(timeout=10)
+    print(f"\nSIGTERM under traffic, {ROUNDS} rounds: all exit 0, slowest stop {max(took):.2f} s (grace {GRACE} s)")
+
+
+@pytest.mark.parametrize(
+    ("command", "second"), [("serve", signal.SIGINT), ("worker", signal.SIGTERM)], ids=["serve-sigint", "worker-sigterm"]
+)
+def test_a_second_signal_releases_the_running_job_at_once(tmp_path: Path, command: str, second: int) -> None:
+    grace = 60.0  # without the second signal the stop would wait this long for the job
+    config = write_config(tmp_path, shutdown_grace=grace, workers=1)
+    url = f"sqlite:///{tmp_path / 'jobdeck.db'}"
+    proc = JobdeckProcess(tmp_path, config, command)
+    engine = make_engine(url, pool_size=2)
+    store = Store(engine)
+    try:
+        proc.wait_logged("Jobdeck")  # the banner: the schema exists and the pool is started
+        job_id = store.enqueue(NewJob("demo.sleep", {"seconds": 120}, max_retries=3), _now())[0].id
+
+        def running() -> bool:
+            proc.alive()
+            return store.get(job_id).status is State.RUNNING
+
+        wait_for(running, 30, interval=0.05, message="the sleep job to run")
+        proc.signal(signal.SIGTERM)
+        proc.wait_logged("shutting down")
+        proc.signal(second)
+        code, seconds = proc.wait_exit(timeout=15)
+        output = proc.out()
+        assert code == 0, f"exit code {code}:\n{output}"
+        assert "Traceback" not in output and 'File "' not in output, output
+        assert seconds < 10, f"took {seconds:.1f} s after the second signal"
+
+        job = store.get(job_id)
+        assert job.status is State.PENDING and job.retry_count == 0 and job.worker_id is None
+        with store.read() as conn:
+            rows = conn.execute(
+                select(attempts.c.attempt, attempts.c.outcome, attempts.c.error).where(attempts.c.job_id == job_id)
+            ).all()
+            attempt = conn.execute(select(jobs.c.attempt).where(jobs.c.id == job_id)).scalar_one()
+        assert [tuple(r) for r in rows] == [(1, "interrupted", "interrupted by shutdown")]
+        assert attempt == 1, "the interrupted attempt stays counted; the next run is attempt 2"
+        print(f"\n{command}: second signal -> exit 0 in {seconds:.2f} s, job {job_id} pending with an interrupted attempt")
+    finally:
+        proc.kill()
+        engine.dispose()
+
+
+def _now():  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
