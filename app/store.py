@@ -121,6 +121,10 @@ class Store:
             conn.exec_driver_sql(NOTIFY_SQL)
 
     def _notify_dead(self, dead: list[JobRecord]) -> None:
+        deferred = getattr(self._joined, "dead", None)
+        if deferred is not None:  # inside _one_transaction: after its commit
+            deferred.extend(dead)
+            return
         if dead:
             for fn in self._dead_listeners:
                 fn(dead)
@@ -395,6 +399,9 @@ class Store:
         if not outcomes:
             return []
         accepted: list[int] = []
+        # (job, attempt, worker) of each completion applied: only those get an
+        # attempt row, not a refused late outcome of the same job in the batch.
+        won: set[tuple[int, int, str]] = set()
         with self.write() as conn:
             pending = list(outcomes)
             if any(o.attempt is None for o in pending):
@@ -410,20 +417,23 @@ class Store:
                 if self.dialect == "sqlite" and not has_result:
                     t = sqlite_hot.db_time(now)
                     params = (t, t, *(o.job_id for o in group), *(x for o in group for x in (o.job_id, o.attempt)))
-                    accepted.extend(r[0] for r in conn.exec_driver_sql(sqlite_hot.complete_sql(len(group)), (*params, worker_id)))
+                    applied = conn.exec_driver_sql(sqlite_hot.complete_sql(len(group)), (*params, worker_id)).all()
                 elif has_result:
+                    applied = []
                     for o in group:
                         stmt = self._complete_stmt(worker_id, [o], now).values(result=_dumps(o.result))
-                        accepted.extend(conn.execute(stmt).scalars())
+                        applied.extend(conn.execute(stmt).all())
                 else:
-                    accepted.extend(conn.execute(self._complete_stmt(worker_id, group, now)).scalars())
-            ok = set(accepted)
+                    applied = list(conn.execute(self._complete_stmt(worker_id, group, now)).all())
+                accepted.extend(r[0] for r in applied)
+                won.update((r[0], r[1], worker_id) for r in applied)
+            pending = [o for o in pending if (o.job_id, o.attempt, o.worker_id) in won]
+            pending = list({(o.job_id, o.attempt): o for o in pending}.values())  # one row per attempt
             if self.dialect == "sqlite":
                 t = sqlite_hot.db_time(now)
                 done = [
                     (o.job_id, o.attempt, o.worker_id, o.started_at and sqlite_hot.db_time(o.started_at), t, "completed")
                     for o in pending
-                    if o.job_id in ok
                 ]
                 if done:
                     conn.exec_driver_sql(sqlite_hot.INSERT_ATTEMPT, done)
@@ -441,7 +451,6 @@ class Store:
                     "payload": None,
                 }
                 for o in pending
-                if o.job_id in ok
             ]
             if rows:
                 conn.execute(insert(attempts), rows)
@@ -461,7 +470,7 @@ class Store:
                 updated_at=now,
                 progress=case((jobs.c.progress.is_(None), None), else_=1.0),
             )
-            .returning(jobs.c.id)
+            .returning(jobs.c.id, jobs.c.attempt)
         )
 
     def _current(self, conn: Connection, ids: list[int], lock: bool = False) -> dict[int, Any]:
@@ -474,12 +483,29 @@ class Store:
         return {row.id: row for row in conn.execute(stmt)}
 
     def complete(self, job_id: int, worker_id: str, now: datetime, result: Any = None) -> JobRecord:
-        """The HTTP worker's complete: refused unless running and held by it."""
-        with self.write() as conn:
+        """The HTTP worker's complete: refused unless running and held by it.
+        Checked and applied in one transaction: checked in one and applied in
+        another, a job rescued in between answered 200 unchanged."""
+        with self._one_transaction() as conn:
             row = self._held(conn, job_id, worker_id, Transition.COMPLETE)
             outcome = Outcome(job_id, worker_id, attempt=row.attempt, started_at=row.claimed_at, result=result)
-        self.complete_many([outcome], now)
-        return self.get(job_id)
+            self.complete_many([outcome], now)
+            return JobRecord.from_row(conn.execute(select(jobs).where(jobs.c.id == job_id)).one())
+
+    @contextmanager
+    def _one_transaction(self) -> Iterator[Connection]:
+        """A write transaction that the store calls made inside it join (their
+        ``write()`` yields it), for a check and its transition in one. Dead
+        listeners hear of what it killed once it has committed."""
+        dead: list[JobRecord] = []
+        outer = getattr(self._joined, "conn", None), getattr(self._joined, "dead", None)
+        with self.write() as conn:
+            self._joined.conn, self._joined.dead = conn, dead
+            try:
+                yield conn
+            finally:
+                self._joined.conn, self._joined.dead = outer
+        self._notify_dead(dead)
 
     def _held(self, conn: Connection, job_id: int, worker_id: str, transition: Transition) -> Any:
         row = self._current(conn, [job_id], lock=True).get(job_id)
@@ -561,20 +587,15 @@ class Store:
         retryable: bool = True,
         traceback: str | None = None,
     ) -> JobRecord:
-        """The HTTP worker's fail: refused unless running and held by it."""
-        with self.write() as conn:
-            self._held(conn, job_id, worker_id, Transition.FAIL)
-        done = self.fail_many(
-            [Outcome(job_id, worker_id, error=error, traceback=traceback, retryable=retryable)], now
-        )
-        if not done:  # moved on between the check and the update
-            return self._refused(job_id, worker_id, Transition.FAIL)
-        return done[0]
-
-    def _refused(self, job_id: int, worker_id: str, transition: Transition) -> JobRecord:
-        with self.write() as conn:
-            self._held(conn, job_id, worker_id, transition)
-        raise TransitionRefused(job_id, State.RUNNING, transition)
+        """The HTTP worker's fail: refused unless running and held by it.
+        Checked and applied in one transaction (see ``complete``): checked
+        apart, the fail landed on the job's next attempt if it was rescued
+        and claimed again in between."""
+        with self._one_transaction() as conn:
+            row = self._held(conn, job_id, worker_id, Transition.FAIL)
+            outcome = Outcome(job_id, worker_id, attempt=row.attempt, error=error, traceback=traceback, retryable=retryable)
+            (done,) = self.fail_many([outcome], now)
+        return done
 
     # -- while running ------------------------------------------------------------
 
@@ -628,8 +649,13 @@ class Store:
             return bool(conn.execute(stmt).rowcount)
 
     def release(self, worker_id: str, held: Sequence[tuple[int, int]], now: datetime) -> list[int]:
-        """Give claimed jobs back to ``pending`` without counting an attempt
-        (graceful shutdown). ``held`` is (job id, attempt) pairs."""
+        """Give claimed jobs back to ``pending`` without counting a retry
+        (graceful shutdown). ``held`` is (job id, attempt) pairs.
+
+        The attempt number is kept, not given back: results are fenced by
+        (job, attempt, worker), and a number handed out again would let the
+        released attempt's late result complete the next claim of the same
+        job by the same worker (a pool claims what it shed)."""
         if not held:
             return []
         stmt = (
@@ -641,7 +667,6 @@ class Store:
             )
             .values(
                 status=State.PENDING.value,
-                attempt=jobs.c.attempt - 1,
                 worker_id=None,
                 claimed_at=None,
                 heartbeat_at=None,

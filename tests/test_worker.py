@@ -124,7 +124,7 @@ def test_graceful_shutdown_waits_then_releases(make_deck, registry: Registry) ->
     for job in stuck + waiting:
         after = deck.store.get(job.id)
         assert after.status is State.PENDING, (job.id, after.status)
-        assert after.attempt == 0 and after.worker_id is None
+        assert after.retry_count == 0 and after.worker_id is None
     assert all(deck.store.attempts_of(j.id) == [] for j in stuck)
     # Nothing was lost: another pool picks everything up.
     gate.set()
@@ -231,7 +231,7 @@ def test_prefetched_jobs_are_shed_when_slow_jobs_hold_every_thread(make_deck, re
         wait_for(lambda: pool.inflight == 1, message="prefetched slow jobs shed")
         held = [deck.store.get(i) for i in slow_ids]
         assert sum(j.status is State.RUNNING for j in held) == 1
-        assert all(j.attempt == 0 for j in held if j.status is State.PENDING)
+        assert all(j.retry_count == 0 and j.worker_id is None for j in held if j.status is State.PENDING)
         other.start()
         wait_for(lambda: len(other.running_jobs()) == 1, message="another pool takes a shed job")
         gate.set()
