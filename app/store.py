@@ -593,7 +593,9 @@ class Store:
         and claimed again in between."""
         with self._one_transaction() as conn:
             row = self._held(conn, job_id, worker_id, Transition.FAIL)
-            outcome = Outcome(job_id, worker_id, attempt=row.attempt, error=error, traceback=traceback, retryable=retryable)
+            outcome = Outcome(
+                job_id, worker_id, attempt=row.attempt, error=error, traceback=traceback, retryable=retryable
+            )
             (done,) = self.fail_many([outcome], now)
         return done
 
