@@ -689,15 +689,24 @@ class Store:
     def rescue_stalled(self, now: datetime, stall_timeout: float, limit: int = 500) -> list[JobRecord]:
         """Running jobs whose heartbeat is older than the stall timeout: record
         the attempt as stalled and apply the fail rule. Each job's update is
-        conditional on its attempt, so concurrent sweepers rescue it once."""
+        conditional on its attempt, so concurrent sweepers rescue it once.
+        Picked and rescued in one transaction (the rows locked on PostgreSQL,
+        those another transaction holds skipped): picked apart, a heartbeat
+        landing in between was accepted and the job rescued anyway."""
         cutoff = now - timedelta(seconds=stall_timeout)
-        with self.read() as conn:
-            rows = conn.execute(
-                select(jobs.c.id, jobs.c.worker_id, jobs.c.attempt, jobs.c.heartbeat_at)
-                .where(jobs.c.status == _RUNNING, jobs.c.heartbeat_at < cutoff)
-                .limit(limit)
-            ).all()
-        outcomes = [
+        stalled = (
+            select(jobs.c.id, jobs.c.worker_id, jobs.c.attempt, jobs.c.heartbeat_at)
+            .where(jobs.c.status == _RUNNING, jobs.c.heartbeat_at < cutoff)
+            .limit(limit)
+        )
+        if self.dialect == "postgresql":
+            stalled = stalled.with_for_update(skip_locked=True)
+        with self._one_transaction() as conn:
+            return self.fail_many(self._stalled_outcomes(conn.execute(stalled).all()), now)
+
+    @staticmethod
+    def _stalled_outcomes(rows: Sequence[Any]) -> list[Outcome]:
+        return [
             Outcome(
                 r.id,
                 r.worker_id,
@@ -707,7 +716,6 @@ class Store:
             )
             for r in rows
         ]
-        return self.fail_many(outcomes, now)
 
     # -- operator actions -----------------------------------------------------
 

@@ -35,10 +35,11 @@ def test_a_released_attempt_number_is_not_handed_out_again(deck: Jobdeck, clock)
     assert deck.store.complete_many([Outcome(job.id, "w", attempt=second.attempt)], clock()) == [job.id]
 
 
-@pytest.mark.parametrize("with_result", [False, True], ids=["fast-path", "core"])
+@pytest.mark.parametrize("with_result", [False, True], ids=["no-result", "with-result"])
 def test_a_late_outcome_in_the_same_batch_gets_no_attempt_row(deck: Jobdeck, clock, with_result: bool) -> None:
     """A batch holding the current attempt's completion and a stale one of
-    the same job completes the job once and records one attempt row, not a
+    the same job completes the job once and records one attempt row (SQLite:
+    the fast path without a result, Core with one), not a
     "completed" row for the attempt that had already failed."""
     job, _ = deck.enqueue("demo.noop", max_retries=1)
     (first,) = deck.store.claim("w", clock())
@@ -110,3 +111,28 @@ def test_a_single_call_that_loses_the_race_answers_409(deck: Jobdeck, clock, cal
         assert answered.status is (State.COMPLETED if call == "complete" else State.FAILED)
         assert [a.attempt for a in mine] == [first.attempt]
         assert now.attempt == first.attempt or now.status is State.RUNNING
+
+
+def test_a_heartbeat_that_beats_the_sweep_keeps_the_job(deck: Jobdeck, clock) -> None:
+    """The sweep must pick and rescue a stalled job in one transaction: picked
+    in one and rescued in another, a heartbeat landing in between was
+    accepted and the job rescued anyway (run twice, its worker alive)."""
+    job, _ = deck.enqueue("demo.noop", max_retries=3)
+    deck.store.claim("w", clock())
+    later = clock() + timedelta(seconds=120)
+
+    def heartbeat() -> Any:
+        try:
+            return deck.store.heartbeat(job.id, "w", later)
+        except TransitionRefused as exc:
+            return exc
+
+    with after_next_transaction(deck, heartbeat) as beat:
+        rescued = deck.store.rescue_stalled(later, stall_timeout=60)
+    assert beat, "the heartbeat did not run"
+    now = deck.store.get(job.id)
+    if rescued:  # the sweep won: the heartbeat came too late
+        assert isinstance(beat[0], TransitionRefused), f"heartbeat accepted, then the job was rescued: {now.status}"
+        assert now.status is State.FAILED
+    else:  # the heartbeat won: the job runs on
+        assert beat[0].status is State.RUNNING and now.status is State.RUNNING
