@@ -22,6 +22,7 @@ a different payload), never an IntegrityError.
 from __future__ import annotations
 
 import collections
+import json
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -33,11 +34,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    Bundle,
     RuleBasedStateMachine,
     initialize,
     invariant,
-    multiple,
     rule,
     run_state_machine_as_test,
 )
@@ -68,8 +67,9 @@ PHASES = tuple(Phase) if os.environ.get("JOBDECK_SHRINK") == "1" else tuple(p fo
 """Shrinking a failure costs minutes here (every step is real SQL); CI
 reports the failing sequence as found. JOBDECK_SHRINK=1 shrinks it."""
 
-STEPS = {"sqlite": (60, 100), "postgres": (40, 100)}
-"""(max_examples, stateful_step_count) per backend: 12 s on SQLite, 17 s on PostgreSQL here."""
+STEPS = {"sqlite": (150, 40), "postgres": (100, 40)}
+"""(max_examples, stateful_step_count) per backend: about 10 s on SQLite and 13 s on
+PostgreSQL on the 2-core development machine under load."""
 
 
 SEEN: collections.Counter[str] = collections.Counter()
@@ -108,6 +108,10 @@ class Token:
     job_id: int
     attempt: int
     worker: str
+
+
+GHOST = Token(MISSING, 1, WORKERS[0])
+"""A claim of a job that does not exist."""
 
 
 class Model:
@@ -197,8 +201,19 @@ class StoreMachine(RuleBasedStateMachine):
         self.failed_at: dict[int, tuple[datetime, int]] = {}
         """Jobs failed with a retry in this step: (now, retry_count before) to bound the backoff."""
 
-    jobs = Bundle("jobs")
-    claims = Bundle("claims")
+    def _token(self, data: st.DataObject) -> Token:
+        """Any claim made so far (most are late by now), or one of a job that does not exist.
+        Drawn from the machine's own list, not a Bundle: a rule that can
+        always run keeps hypothesis from discarding examples that start
+        without claims."""
+        return data.draw(st.sampled_from([*self.tokens, GHOST]))
+
+    def _tokens(self, data: st.DataObject, min_size: int = 1) -> list[Token]:
+        """Up to three claims, repeats allowed: a batch may hold an outcome twice."""
+        return data.draw(st.lists(st.sampled_from([*self.tokens, GHOST]), min_size=min_size, max_size=3))
+
+    def _job_id(self, data: st.DataObject) -> int:
+        return data.draw(st.sampled_from([*self.model.jobs, MISSING]))
 
     @initialize()
     def empty_database(self) -> None:
@@ -215,6 +230,12 @@ class StoreMachine(RuleBasedStateMachine):
         self.clock.advance(seconds)
         if sweep:
             self.rescue_stalled()
+
+    @rule(past=st.sampled_from([1, 20]))
+    def a_worker_stalls(self, past: float) -> None:
+        """Heartbeats stop past the stall timeout and the sweep runs: the
+        start of most late results."""
+        self.advance_clock(STALL + past, sweep=True)
 
     # -- enqueue ------------------------------------------------------------------
 
@@ -233,7 +254,6 @@ class StoreMachine(RuleBasedStateMachine):
             self.model.keys[key] = job_id
 
     @rule(
-        target=jobs,
         key=keys,
         payload=payloads,
         priority=priorities,
@@ -242,7 +262,7 @@ class StoreMachine(RuleBasedStateMachine):
         queue=st.sampled_from(QUEUES),
     )
     def enqueue(self, key: str | None, payload: dict[str, Any], priority: int, delay: float | None,
-                max_retries: int, queue: str) -> int:  # fmt: skip
+                max_retries: int, queue: str) -> None:  # fmt: skip
         existing = self._expect_enqueue(key, payload)
         try:
             job, created = self.deck.enqueue(
@@ -253,20 +273,18 @@ class StoreMachine(RuleBasedStateMachine):
             assert existing is not None and existing.payload != payload, f"unexpected 409: {exc}"
             saw("enqueue: 409 for a known key with another payload")
             assert exc.existing_id == existing.id
-            return existing.id
+            return
         if existing is not None:
             assert existing.payload == payload, f"key {key!r} reused with another payload was accepted"
             assert (job.id, created) == (existing.id, False)
-            return existing.id
+            return
         assert created and job.status is State.PENDING and job.idempotency_key == key
         self._add(job.id, queue, priority, delay, max_retries, key, payload)
-        return job.id
 
     @rule(
-        target=jobs,
         items=st.lists(st.tuples(keys, payloads, priorities, delays), min_size=1, max_size=4),
     )
-    def enqueue_many(self, items: list[tuple[str | None, dict[str, Any], int, float | None]]) -> Any:
+    def enqueue_many(self, items: list[tuple[str | None, dict[str, Any], int, float | None]]) -> None:
         """Several jobs in one transaction: a known key's slot holds the existing job's id."""
         body = [
             {"type": TYPE, "payload": p, "priority": pr, "max_retries": 1}
@@ -283,16 +301,10 @@ class StoreMachine(RuleBasedStateMachine):
                 continue
             assert job_id not in self.model.jobs
             self._add(job_id, "default", priority, delay, 1, key, payload)
-        return multiple(*ids)
 
     # -- claim ----------------------------------------------------------------------
 
-    def _claimed(self, got: list[Any], worker: str, expected: list[Job]) -> Any:
-        tokens = self.__claimed(got, worker, expected)
-        self.tokens.extend(tokens)
-        return multiple(*tokens)
-
-    def __claimed(self, got: list[Any], worker: str, expected: list[Job]) -> list[Token]:
+    def _claimed(self, got: list[Any], worker: str, expected: list[Job]) -> None:
         assert [j.id for j in got] == [j.id for j in expected], "claim order or selection differs from the model"
         if len(got) > 1:
             saw("claimed several jobs at once")
@@ -302,31 +314,33 @@ class StoreMachine(RuleBasedStateMachine):
             token = self.model.claim(job, worker, now)
             assert (record.status, record.attempt, record.worker_id) == (State.RUNNING, token.attempt, worker)
             tokens.append(token)
-        return tokens
+        self.tokens.extend(tokens)
 
     @rule(
-        target=claims,
         worker=st.sampled_from(WORKERS),
         limit=st.sampled_from([1, 1, 2, 5]),
         queues=st.sampled_from([None, None, ["default"], ["limited"]]),
     )
-    def claim(self, worker: str, limit: int, queues: list[str] | None) -> Any:
+    def claim(self, worker: str, limit: int, queues: list[str] | None) -> None:
         """The plain claim (SQLite: the fast path's text statement; PostgreSQL: Core with SKIP LOCKED)."""
         expected = self.model.claim_order(self.clock(), limit, queues, limited=False)
         got = self.store.claim(worker, self.clock(), limit=limit, queues=queues, controlled=False)
-        return self._claimed(got, worker, expected)
+        self._claimed(got, worker, expected)
 
-    @rule(target=claims, worker=st.sampled_from(WORKERS), limit=st.sampled_from([1, 3]))
-    def claim_limited(self, worker: str, limit: int) -> Any:
+    @rule(worker=st.sampled_from(WORKERS), limit=st.sampled_from([1, 3]))
+    def claim_limited(self, worker: str, limit: int) -> None:
         """The queue-limited claim (``app.queues``: counts running jobs, then ``Store.claim_ids``)."""
         expected = self.model.claim_order(self.clock(), limit, None, limited=True)
         got = self.store.claim(worker, self.clock(), limit=limit)
-        return self._claimed(got, worker, expected)
+        self._claimed(got, worker, expected)
 
     # -- finishing an attempt --------------------------------------------------------
 
-    @rule(token=claims, with_result=st.booleans())
-    def complete_single(self, token: Token, with_result: bool) -> None:
+    @rule(data=st.data(), with_result=st.booleans())
+    def complete_single(self, data: st.DataObject, with_result: bool) -> None:
+        self._complete_single(self._token(data), with_result)
+
+    def _complete_single(self, token: Token, with_result: bool) -> None:
         """The HTTP worker's complete: fenced by job and worker."""
         why = self.model.single_refusal(token.job_id, token.worker, Transition.COMPLETE)
         try:
@@ -341,8 +355,11 @@ class StoreMachine(RuleBasedStateMachine):
         assert record.status is State.COMPLETED, f"complete answered a job that is {record.status}"
         self.model.complete(self.model.jobs[token.job_id], token.worker)
 
-    @rule(tokens=st.lists(claims, min_size=1, max_size=3), with_result=st.booleans())
-    def complete_batch(self, tokens: list[Token], with_result: bool) -> None:
+    @rule(data=st.data(), with_result=st.booleans())
+    def complete_batch(self, data: st.DataObject, with_result: bool) -> None:
+        self._complete_batch(self._tokens(data), with_result)
+
+    def _complete_batch(self, tokens: list[Token], with_result: bool) -> None:
         """The pool's batched completion (SQLite without a result: the fast path)."""
         outcomes = [Outcome(t.job_id, t.worker, attempt=t.attempt, result={"ok": 1} if with_result else None)
                     for t in tokens]  # fmt: skip
@@ -357,22 +374,21 @@ class StoreMachine(RuleBasedStateMachine):
         for t in expected:
             self.model.complete(self.model.jobs[t.job_id], t.worker)
 
-    @rule(
-        target=claims,
-        tokens=st.lists(claims, max_size=3),
-        worker=st.sampled_from(WORKERS),
-        limit=st.sampled_from([0, 1, 2]),
-    )
-    def complete_and_claim(self, tokens: list[Token], worker: str, limit: int) -> Any:
+    @rule(data=st.data(), worker=st.sampled_from(WORKERS), limit=st.sampled_from([0, 1, 2]))
+    def complete_and_claim(self, data: st.DataObject, worker: str, limit: int) -> None:
         """The acker's refill: completions and the (queue-limited) claim in one transaction."""
+        tokens = self._tokens(data, min_size=0)
         outcomes = [Outcome(t.job_id, t.worker, attempt=t.attempt) for t in tokens]
         accepted, got = self.store.complete_and_claim(outcomes, worker, self.clock(), limit=limit)
         self._check_completed(tokens, accepted)
         expected = self.model.claim_order(self.clock(), limit, None, limited=True) if limit else []
-        return self._claimed(got, worker, expected)
+        self._claimed(got, worker, expected)
 
-    @rule(token=claims, retryable=st.booleans())
-    def fail_single(self, token: Token, retryable: bool) -> None:
+    @rule(data=st.data(), retryable=st.booleans())
+    def fail_single(self, data: st.DataObject, retryable: bool) -> None:
+        self._fail_single(self._token(data), retryable)
+
+    def _fail_single(self, token: Token, retryable: bool) -> None:
         """The HTTP worker's fail: fenced by job and worker."""
         why = self.model.single_refusal(token.job_id, token.worker, Transition.FAIL)
         try:
@@ -397,54 +413,91 @@ class StoreMachine(RuleBasedStateMachine):
         self.failed_at[job.id] = (self.clock(), job.retry_count)
         self.model.fail(job, worker, self.clock(), outcome, retryable)
 
-    @rule(tokens=st.lists(claims, min_size=1, max_size=3),
-          kind=st.sampled_from(["failed", "timed_out"]))  # fmt: skip
-    def fail_batch(self, tokens: list[Token], kind: str) -> None:
+    @rule(data=st.data(), kind=st.sampled_from(["failed", "timed_out"]), retryable=st.booleans())
+    def fail_batch(self, data: st.DataObject, kind: str, retryable: bool) -> None:
+        self._fail_batch(self._tokens(data), kind, retryable)
+
+    def _fail_batch(self, tokens: list[Token], kind: str, retryable: bool = True) -> None:
         """The pool's failures (and timeouts), fenced by job, attempt and worker."""
-        outcomes = [Outcome(t.job_id, t.worker, attempt=t.attempt, error="boom", kind=kind) for t in tokens]
+        outcomes = [Outcome(t.job_id, t.worker, attempt=t.attempt, error="boom", kind=kind, retryable=retryable)
+                    for t in tokens]  # fmt: skip
         expected = []
         for t in tokens:  # one by one: a duplicate job in the batch is refused the second time
             if self.model.holds(t):
                 expected.append(t.job_id)
-                self._fail(self.model.jobs[t.job_id], t.worker, kind)
+                self._fail(self.model.jobs[t.job_id], t.worker, kind, retryable)
         self._late(tokens, [t for t in tokens if t.job_id in expected])
         done = self.store.fail_many(outcomes, self.clock())
         assert sorted(j.id for j in done) == sorted(expected)
 
-    @rule(data=st.data(), how=st.sampled_from(["complete", "fail", "heartbeat", "complete_batch", "fail_batch"]))
-    def previous_holder_reports(self, data: st.DataObject, how: str) -> None:
-        """The case late results exist for: the job was rescued or released
-        and another worker holds it now, when the previous holder reports."""
-        taken = [
-            t for t in self.tokens if (j := self.model.jobs[t.job_id]).status is State.RUNNING and j.worker != t.worker
-        ]
-        if not taken:
-            return
-        token = data.draw(st.sampled_from(taken))
-        if how == "complete":
-            self.complete_single(token, with_result=False)
-        elif how == "fail":
-            self.fail_single(token, retryable=True)
-        elif how == "heartbeat":
-            self.heartbeat(token)
-        elif how == "complete_batch":
-            self.complete_batch([token], with_result=False)
-        else:
-            self.fail_batch([token], kind="failed")
+    REPORTS = ("complete", "fail", "heartbeat", "complete_batch", "fail_batch", "release")
 
-    @rule(how=st.sampled_from(["complete", "fail", "heartbeat"]))
-    def report_on_a_missing_job(self, how: str) -> None:
-        ghost = Token(MISSING, 1, WORKERS[0])
-        {"complete": lambda: self.complete_single(ghost, with_result=True),
-         "fail": lambda: self.fail_single(ghost, retryable=False),
-         "heartbeat": lambda: self.heartbeat(ghost)}[how]()  # fmt: skip
-        self.complete_batch([ghost], with_result=False)
-        self.fail_batch([ghost], kind="timed_out")
+    def _report(self, token: Token, how: str) -> None:
+        """``token``'s holder reports, through one of the paths."""
+        if how == "complete":
+            self._complete_single(token, with_result=False)
+        elif how == "fail":
+            self._fail_single(token, retryable=True)
+        elif how == "heartbeat":
+            self._heartbeat(token)
+        elif how == "complete_batch":
+            self._complete_batch([token], with_result=False)
+        elif how == "fail_batch":
+            self._fail_batch([token], kind="timed_out")
+        else:
+            self._release([token], token.worker)
+
+    def _claim_all_due(self, worker: str) -> None:
+        self._sync_backoff()  # inside a rule that failed jobs: the model learns their retry times first
+        now = self.clock()
+        expected = self.model.claim_order(now, 100, None, limited=False)
+        self._claimed(self.store.claim(worker, now, limit=100, controlled=False), worker, expected)
+
+    def _running_token(self, data: st.DataObject) -> Token:
+        """A current claim; with none, a job is enqueued and claimed first."""
+        running = [t for t in self.tokens if self.model.holds(t)]
+        if not running:
+            self.enqueue(None, {}, 0, None, 2, "default")
+            self._claim_all_due(data.draw(st.sampled_from(WORKERS)))
+            running = [t for t in self.tokens if self.model.holds(t)]
+        return data.draw(st.sampled_from(running))
+
+    @rule(data=st.data(), before=st.sampled_from(REPORTS), after=st.sampled_from(REPORTS))
+    def handover_after_rescue(self, data: st.DataObject, before: str, after: str) -> None:
+        """The case late results exist for: a worker stalls and the sweep
+        rescues its job; the worker reports (the job is failed or dead),
+        another worker claims it, and the first one reports again."""
+        token = self._running_token(data)
+        self.advance_clock(STALL + 1, sweep=True)
+        self._report(token, before)
+        self.advance_clock(BACKOFF_CAP + 1, sweep=False)
+        self._claim_all_due(WORKERS[1 - WORKERS.index(token.worker)])
+        self._report(token, after)
+
+    @rule(data=st.data(), before=st.sampled_from(REPORTS), after=st.sampled_from(REPORTS))
+    def reclaim_after_release(self, data: st.DataObject, before: str, after: str) -> None:
+        """A pool releases a job (shutdown, shedding its prefetch) and claims
+        it again; the released attempt's result counts neither for the
+        pending job nor for its new attempt."""
+        token = self._running_token(data)
+        self._release([token], token.worker)
+        self._report(token, before)
+        self._claim_all_due(token.worker)
+        self._report(token, after)
+
+    @rule(data=st.data(), how=st.sampled_from(REPORTS))
+    def a_late_result(self, data: st.DataObject, how: str) -> None:
+        """A claim that is not the job's current one reports (its job moved on)."""
+        stale = [t for t in self.tokens if not self.model.holds(t)]
+        self._report(data.draw(st.sampled_from([*stale, GHOST])), how)
 
     # -- while running -------------------------------------------------------------------
 
-    @rule(token=claims)
-    def heartbeat(self, token: Token) -> None:
+    @rule(data=st.data())
+    def heartbeat(self, data: st.DataObject) -> None:
+        self._heartbeat(self._token(data))
+
+    def _heartbeat(self, token: Token) -> None:
         why = self.model.single_refusal(token.job_id, token.worker, Transition.HEARTBEAT)
         try:
             self.store.heartbeat(token.job_id, token.worker, self.clock())
@@ -474,8 +527,11 @@ class StoreMachine(RuleBasedStateMachine):
         for j in stalled:
             self._fail(j, j.worker or "", "stalled")
 
-    @rule(tokens=st.lists(claims, min_size=1, max_size=3), worker=st.sampled_from(WORKERS))
-    def release(self, tokens: list[Token], worker: str) -> None:
+    @rule(data=st.data(), worker=st.sampled_from(WORKERS))
+    def release(self, data: st.DataObject, worker: str) -> None:
+        self._release(self._tokens(data), worker)
+
+    def _release(self, tokens: list[Token], worker: str) -> None:
         """Graceful shutdown gives back what ``worker`` holds (only its own current attempts)."""
         expected = list(dict.fromkeys(t for t in tokens if t.worker == worker and self.model.holds(t)))
         released = self.store.release(worker, [(t.job_id, t.attempt) for t in tokens], self.clock())
@@ -503,22 +559,27 @@ class StoreMachine(RuleBasedStateMachine):
         assert job is not None and job.status in SOURCES[transition], f"{transition.value} accepted from {job}"
         return job
 
-    @rule(job_id=st.one_of(jobs, st.just(MISSING)))
-    def retry(self, job_id: int) -> None:
-        job = self._operator(job_id, Transition.RETRY, lambda: self.store.retry(job_id, self.clock()))
+    @rule(data=st.data(), payload=st.one_of(st.none(), payloads))
+    def retry(self, data: st.DataObject, payload: dict[str, Any] | None) -> None:
+        """Retry, or edit the payload and retry (a keyed job's key then names the new payload)."""
+        job_id = self._job_id(data)
+        job = self._operator(job_id, Transition.RETRY, lambda: self.store.retry(job_id, self.clock(), payload))
         if job is not None:
             job.status, job.available_at, job.retry_count = State.PENDING, self.clock(), 0
+            job.payload = job.payload if payload is None else payload
 
-    @rule(job_id=st.one_of(jobs, st.just(MISSING)))
-    def discard(self, job_id: int) -> None:
+    @rule(data=st.data())
+    def discard(self, data: st.DataObject) -> None:
+        job_id = self._job_id(data)
         job = self._operator(job_id, Transition.DISCARD, lambda: self.store.discard(job_id, self.clock()))
         if job is not None:
             job.status = State.DISCARDED
 
-    @rule(ids=st.lists(jobs, min_size=1, max_size=3, unique=True), retry=st.booleans())
-    def bulk_action(self, ids: list[int], retry: bool) -> None:
+    @rule(data=st.data(), retry=st.booleans())
+    def bulk_action(self, data: st.DataObject, retry: bool) -> None:
+        ids = data.draw(st.lists(st.sampled_from([*self.model.jobs, MISSING]), min_size=1, max_size=3, unique=True))
         transition = Transition.RETRY if retry else Transition.DISCARD
-        expected = [i for i in ids if self.model.jobs[i].status in SOURCES[transition]]
+        expected = [i for i in ids if i in self.model.jobs and self.model.jobs[i].status in SOURCES[transition]]
         do = self.store.retry_ids if retry else self.store.discard_ids
         assert sorted(do(ids, self.clock())) == sorted(expected)
         for i in expected:
@@ -528,10 +589,15 @@ class StoreMachine(RuleBasedStateMachine):
             else:
                 job.status = State.DISCARDED
 
-    @rule(job_id=st.one_of(jobs, st.just(MISSING)))
-    def run_now(self, job_id: int) -> None:
-        """Make a scheduled or retrying job due now."""
-        job, now = self.model.jobs.get(job_id), self.clock()
+    @rule(data=st.data(), waiting=st.booleans())
+    def run_now(self, data: st.DataObject, waiting: bool) -> None:
+        """Make a scheduled or retrying job due now (half the time one that is)."""
+        now = self.clock()
+        scheduled = [
+            i for i, j in self.model.jobs.items() if j.status in SOURCES[Transition.CLAIM] and j.available_at > now
+        ]
+        job_id = data.draw(st.sampled_from(scheduled if waiting and scheduled else [*self.model.jobs, MISSING]))
+        job = self.model.jobs.get(job_id)
         try:
             run_now(self.store, job_id, now)
         except JobNotFound:
@@ -545,6 +611,21 @@ class StoreMachine(RuleBasedStateMachine):
         saw("run now accepted")
         job.available_at = now
 
+    def _sync_backoff(self, due: dict[int, datetime] | None = None) -> None:
+        """Adopt the retry times the store chose (jittered) once checked
+        against the backoff rule; ``due`` is each job's available_at, read
+        here when not given."""
+        if due is None:
+            with self.store.read() as conn:
+                due = {r.id: r.available_at for r in conn.execute(select(jobs.c.id, jobs.c.available_at))}
+        for job_id, (now, retry_count) in self.failed_at.items():
+            job = self.model.jobs[job_id]
+            if job.status is State.FAILED:
+                low, high = _backoff_bounds(now, retry_count)
+                assert low <= due[job_id] <= high, f"job {job_id}: retry at {due[job_id]}, not in backoff"
+                job.available_at = due[job_id]
+        self.failed_at.clear()
+
     # -- what must hold after every step ---------------------------------------------------
 
     @invariant()
@@ -555,17 +636,12 @@ class StoreMachine(RuleBasedStateMachine):
             for a in conn.execute(select(attempts).order_by(attempts.c.id)):
                 rows_of.setdefault(a.job_id, []).append((a.attempt, a.worker_id, a.outcome))
         assert set(rows) == set(self.model.jobs), "jobs exist that the model does not know, or are missing"
-        for job_id, (now, retry_count) in self.failed_at.items():
-            job, row = self.model.jobs[job_id], rows[job_id]
-            if job.status is State.FAILED:
-                low, high = _backoff_bounds(now, retry_count)
-                assert low <= row.available_at <= high, f"job {job_id}: retry at {row.available_at}, not in backoff"
-                job.available_at = row.available_at
-        self.failed_at.clear()
+        self._sync_backoff({i: r.available_at for i, r in rows.items()})
         for job in self.model.jobs.values():
             row = rows[job.id]
-            seen = (row.status, row.attempt, row.retry_count, row.idempotency_key)
-            assert seen == (job.status.value, job.attempt, job.retry_count, job.key), f"job {job.id}: {seen} != {job}"
+            seen = (row.status, row.attempt, row.retry_count, row.idempotency_key, json.loads(row.payload))
+            want = (job.status.value, job.attempt, job.retry_count, job.key, job.payload)
+            assert seen == want, f"job {job.id}: {seen} != {job}"
             if job.status is State.RUNNING:
                 assert (row.worker_id, row.heartbeat_at) == (job.worker, job.heartbeat_at), f"job {job.id}"
             if job.status in SOURCES[Transition.CLAIM]:
