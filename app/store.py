@@ -155,6 +155,9 @@ class Store:
 
         Returns (job, created). The UNIQUE constraint decides under concurrency:
         the insert does nothing on conflict and the existing row is read back.
+        On PostgreSQL the read sees a newer snapshot than the insert did: if
+        retention deleted the job in between, the key is free and the insert
+        runs again (it read nothing and answered 500).
         """
         if self._enqueuer is not None and new.idempotency_key is None:
             row = self._enqueuer.submit(sqlite_hot.job_params(new, self._payload_json(new), now, sqlite_hot.db_time(now)))
@@ -171,11 +174,18 @@ class Store:
                     .on_conflict_do_nothing(index_elements=["idempotency_key"])
                     .returning(*_JOB_COLS)
                 )
-                inserted = conn.execute(stmt).first()
+                existing_row = None
+                for _ in range(3):  # the key's job deleted (retention) between the two: the key is free again
+                    inserted = conn.execute(stmt).first()
+                    if inserted is not None:
+                        break
+                    existing_row = conn.execute(select(jobs).where(jobs.c.idempotency_key == new.idempotency_key)).first()
+                    if existing_row is not None:
+                        break
                 if inserted is None:
-                    existing = JobRecord.from_row(
-                        conn.execute(select(jobs).where(jobs.c.idempotency_key == new.idempotency_key)).one()
-                    )
+                    if existing_row is None:
+                        raise RuntimeError(f"idempotency_key {new.idempotency_key!r} is taken and freed again and again")
+                    existing = JobRecord.from_row(existing_row)
                     _check_same(existing, new)
                     return existing, False
                 row = inserted
