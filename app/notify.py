@@ -1,6 +1,6 @@
 """Cross-process wake-up on PostgreSQL: LISTEN/NOTIFY.
 
-Every transaction that makes a job claimable (enqueue, retry, release) also
+Every transaction that makes a job claimable (enqueue, retry, release, run now) also
 issues ``NOTIFY jobdeck_jobs`` (see ``Store._notify_other_processes``);
 PostgreSQL delivers it at commit, to every listening session, once per
 transaction however many jobs it inserted. Each process runs one

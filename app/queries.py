@@ -74,6 +74,7 @@ def run_now(store: Store, job_id: int, now: datetime) -> JobRecord:
             if current is None:
                 raise JobNotFound(job_id)
             raise RunNowRefused(job_id, State(current), due=State(current) in RUN_NOW_SOURCES)
+        store._notify_other_processes(conn)  # as retry and release do: other hosts' pools hear of it at once
     store._notify_enqueued()  # wake this process's pool: the job is due now
     return JobRecord.from_row(row)
 

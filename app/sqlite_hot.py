@@ -131,7 +131,7 @@ def complete_sql(n: int) -> str:
         f"UPDATE jobs SET status = '{State.COMPLETED.value}', finished_at = ?, updated_at = ?, "
         "progress = CASE WHEN progress IS NULL THEN NULL ELSE 1.0 END "
         f"WHERE id IN ({_marks(n)}) AND (id, attempt) IN (VALUES {pairs}) AND worker_id = ? "
-        f"AND status IN ({_quoted(sources(Transition.COMPLETE))}) RETURNING id"
+        f"AND status IN ({_quoted(sources(Transition.COMPLETE))}) RETURNING id, attempt"
     )
 
 

@@ -157,6 +157,10 @@ class Store:
             conn.exec_driver_sql(NOTIFY_SQL)
 
     def _notify_dead(self, dead: list[JobRecord]) -> None:
+        deferred = getattr(self._joined, "dead", None)
+        if deferred is not None:  # inside _one_transaction: after its commit
+            deferred.extend(dead)
+            return
         if dead:
             for fn in self._dead_listeners:
                 fn(dead)
@@ -187,6 +191,9 @@ class Store:
 
         Returns (job, created). The UNIQUE constraint decides under concurrency:
         the insert does nothing on conflict and the existing row is read back.
+        On PostgreSQL the read sees a newer snapshot than the insert did: if
+        retention deleted the job in between, the key is free and the insert
+        runs again (it read nothing and answered 500).
         """
         if self._enqueuer is not None and new.idempotency_key is None:
             row = self._enqueuer.submit(sqlite_hot.job_params(new, self._payload_json(new), now, sqlite_hot.db_time(now)))
@@ -203,11 +210,18 @@ class Store:
                     .on_conflict_do_nothing(index_elements=["idempotency_key"])
                     .returning(*_JOB_COLS)
                 )
-                inserted = conn.execute(stmt).first()
+                existing_row = None
+                for _ in range(3):  # the key's job deleted (retention) between the two: the key is free again
+                    inserted = conn.execute(stmt).first()
+                    if inserted is not None:
+                        break
+                    existing_row = conn.execute(select(jobs).where(jobs.c.idempotency_key == new.idempotency_key)).first()
+                    if existing_row is not None:
+                        break
                 if inserted is None:
-                    existing = JobRecord.from_row(
-                        conn.execute(select(jobs).where(jobs.c.idempotency_key == new.idempotency_key)).one()
-                    )
+                    if existing_row is None:
+                        raise RuntimeError(f"idempotency_key {new.idempotency_key!r} is taken and freed again and again")
+                    existing = JobRecord.from_row(existing_row)
                     _check_same(existing, new)
                     return existing, False
                 row = inserted
@@ -431,6 +445,9 @@ class Store:
         if not outcomes:
             return []
         accepted: list[int] = []
+        # (job, attempt, worker) of each completion applied: only those get an
+        # attempt row, not a refused late outcome of the same job in the batch.
+        won: set[tuple[int, int, str]] = set()
         with self.write() as conn:
             pending = list(outcomes)
             if any(o.attempt is None for o in pending):
@@ -446,21 +463,24 @@ class Store:
                 if self.dialect == "sqlite" and not has_result:
                     t = sqlite_hot.db_time(now)
                     params = (t, t, *(o.job_id for o in group), *(x for o in group for x in (o.job_id, o.attempt)))
-                    accepted.extend(r[0] for r in conn.exec_driver_sql(sqlite_hot.complete_sql(len(group)), (*params, worker_id)))
+                    applied = conn.exec_driver_sql(sqlite_hot.complete_sql(len(group)), (*params, worker_id)).all()
                 elif has_result:
+                    applied = []
                     for o in group:
                         stmt = self._complete_stmt(worker_id, [o], now).values(result=_dumps(o.result))
-                        accepted.extend(conn.execute(stmt).scalars())
+                        applied.extend(conn.execute(stmt).all())
                 else:
-                    accepted.extend(conn.execute(self._complete_stmt(worker_id, group, now)).scalars())
+                    applied = list(conn.execute(self._complete_stmt(worker_id, group, now)).all())
+                accepted.extend(r[0] for r in applied)
+                won.update((r[0], r[1], worker_id) for r in applied)
+            pending = [o for o in pending if (o.job_id, o.attempt, o.worker_id) in won]
+            pending = list({(o.job_id, o.attempt): o for o in pending}.values())  # one row per attempt
             crash_point("ack")
-            ok = set(accepted)
             if self.dialect == "sqlite":
                 t = sqlite_hot.db_time(now)
                 done = [
                     (o.job_id, o.attempt, o.worker_id, o.started_at and sqlite_hot.db_time(o.started_at), t, "completed")
                     for o in pending
-                    if o.job_id in ok
                 ]
                 if done:
                     conn.exec_driver_sql(sqlite_hot.INSERT_ATTEMPT, done)
@@ -478,7 +498,6 @@ class Store:
                     "payload": None,
                 }
                 for o in pending
-                if o.job_id in ok
             ]
             if rows:
                 conn.execute(insert(attempts), rows)
@@ -498,7 +517,7 @@ class Store:
                 updated_at=now,
                 progress=case((jobs.c.progress.is_(None), None), else_=1.0),
             )
-            .returning(jobs.c.id)
+            .returning(jobs.c.id, jobs.c.attempt)
         )
 
     def _current(self, conn: Connection, ids: list[int], lock: bool = False) -> dict[int, Any]:
@@ -511,12 +530,29 @@ class Store:
         return {row.id: row for row in conn.execute(stmt)}
 
     def complete(self, job_id: int, worker_id: str, now: datetime, result: Any = None) -> JobRecord:
-        """The HTTP worker's complete: refused unless running and held by it."""
-        with self.write() as conn:
+        """The HTTP worker's complete: refused unless running and held by it.
+        Checked and applied in one transaction: checked in one and applied in
+        another, a job rescued in between answered 200 unchanged."""
+        with self._one_transaction() as conn:
             row = self._held(conn, job_id, worker_id, Transition.COMPLETE)
             outcome = Outcome(job_id, worker_id, attempt=row.attempt, started_at=row.claimed_at, result=result)
-        self.complete_many([outcome], now)
-        return self.get(job_id)
+            self.complete_many([outcome], now)
+            return JobRecord.from_row(conn.execute(select(jobs).where(jobs.c.id == job_id)).one())
+
+    @contextmanager
+    def _one_transaction(self) -> Iterator[Connection]:
+        """A write transaction that the store calls made inside it join (their
+        ``write()`` yields it), for a check and its transition in one. Dead
+        listeners hear of what it killed once it has committed."""
+        dead: list[JobRecord] = []
+        outer = getattr(self._joined, "conn", None), getattr(self._joined, "dead", None)
+        with self.write() as conn:
+            self._joined.conn, self._joined.dead = conn, dead
+            try:
+                yield conn
+            finally:
+                self._joined.conn, self._joined.dead = outer
+        self._notify_dead(dead)
 
     def _held(self, conn: Connection, job_id: int, worker_id: str, transition: Transition) -> Any:
         row = self._current(conn, [job_id], lock=True).get(job_id)
@@ -599,20 +635,17 @@ class Store:
         retryable: bool = True,
         traceback: str | None = None,
     ) -> JobRecord:
-        """The HTTP worker's fail: refused unless running and held by it."""
-        with self.write() as conn:
-            self._held(conn, job_id, worker_id, Transition.FAIL)
-        done = self.fail_many(
-            [Outcome(job_id, worker_id, error=error, traceback=traceback, retryable=retryable)], now
-        )
-        if not done:  # moved on between the check and the update
-            return self._refused(job_id, worker_id, Transition.FAIL)
-        return done[0]
-
-    def _refused(self, job_id: int, worker_id: str, transition: Transition) -> JobRecord:
-        with self.write() as conn:
-            self._held(conn, job_id, worker_id, transition)
-        raise TransitionRefused(job_id, State.RUNNING, transition)
+        """The HTTP worker's fail: refused unless running and held by it.
+        Checked and applied in one transaction (see ``complete``): checked
+        apart, the fail landed on the job's next attempt if it was rescued
+        and claimed again in between."""
+        with self._one_transaction() as conn:
+            row = self._held(conn, job_id, worker_id, Transition.FAIL)
+            outcome = Outcome(
+                job_id, worker_id, attempt=row.attempt, error=error, traceback=traceback, retryable=retryable
+            )
+            (done,) = self.fail_many([outcome], now)
+        return done
 
     # -- while running ------------------------------------------------------------
 
@@ -681,11 +714,15 @@ class Store:
         """Give claimed jobs back to ``pending`` without counting a retry
         (graceful shutdown). ``held`` is (job id, attempt) pairs.
 
+        The attempt number is kept, not given back: results are fenced by
+        (job, attempt, worker), and a number handed out again would let the
+        released attempt's late result complete the next claim of the same
+        job by the same worker (a pool claims what it shed).
+
         ``interrupted`` names the jobs whose handler had started (id ->
-        when): shutdown cut them short. Each keeps its attempt, with a row
-        saying "interrupted by shutdown", so the job's history shows the run
-        that did not finish (and an effect it started is seen as that
-        attempt's). Jobs that never started give their attempt back."""
+        when): shutdown cut them short. Each gets an attempt row saying
+        "interrupted by shutdown", so the job's history shows the run that
+        did not finish (and an effect it started is seen as that attempt's)."""
         if not held:
             return []
         started = dict(interrupted or {})
@@ -698,9 +735,6 @@ class Store:
             )
             .values(
                 status=State.PENDING.value,
-                attempt=case((jobs.c.id.in_(list(started)), jobs.c.attempt), else_=jobs.c.attempt - 1)
-                if started
-                else jobs.c.attempt - 1,
                 worker_id=None,
                 claimed_at=None,
                 heartbeat_at=None,
@@ -750,34 +784,35 @@ class Store:
         with the time the beat was written. Jobs of a worker with no row (an
         HTTP worker beats each job) go by the job's heartbeat alone.
 
-        The candidates are read inside the rescue's own write transaction:
-        a beat that lands while the sweeper waits for the lock is seen."""
+        Picked and rescued in one transaction (the rows locked on PostgreSQL,
+        those another transaction holds skipped): picked apart, a heartbeat
+        landing in between was accepted and the job rescued anyway."""
         cutoff = now - timedelta(seconds=stall_timeout)
         live_worker = (
             select(workers.c.id).where(workers.c.id == jobs.c.worker_id, workers.c.heartbeat_at >= cutoff).exists()
         )
-        stale = (
+        stalled = (
             select(jobs.c.id, jobs.c.worker_id, jobs.c.attempt, jobs.c.heartbeat_at)
             .where(jobs.c.status == _RUNNING, jobs.c.heartbeat_at < cutoff, ~live_worker)
             .limit(limit)
         )
-        with self.write() as conn:
-            self._joined.conn = conn
-            try:
-                rows = conn.execute(stale).all()
-                outcomes = [
-                    Outcome(
-                        r.id,
-                        r.worker_id,
-                        attempt=r.attempt,
-                        error=f"stalled: worker {r.worker_id} stopped heart-beating at {r.heartbeat_at.isoformat()}",
-                        kind="stalled",
-                    )
-                    for r in rows
-                ]
-                return self.fail_many(outcomes, now)
-            finally:
-                self._joined.conn = None
+        if self.dialect == "postgresql":
+            stalled = stalled.with_for_update(of=jobs, skip_locked=True)
+        with self._one_transaction() as conn:
+            return self.fail_many(self._stalled_outcomes(conn.execute(stalled).all()), now)
+
+    @staticmethod
+    def _stalled_outcomes(rows: Sequence[Any]) -> list[Outcome]:
+        return [
+            Outcome(
+                r.id,
+                r.worker_id,
+                attempt=r.attempt,
+                error=f"stalled: worker {r.worker_id} stopped heart-beating at {r.heartbeat_at.isoformat()}",
+                kind="stalled",
+            )
+            for r in rows
+        ]
 
     # -- operator actions -----------------------------------------------------
 

@@ -126,13 +126,14 @@ def test_complete_records_result_and_attempt(deck: Jobdeck, clock) -> None:
     assert attempt.outcome == "completed" and attempt.duration == 2.0 and attempt.worker_id == "w"
 
 
-def test_release_counts_no_attempt(deck: Jobdeck, clock) -> None:
-    job, _ = deck.enqueue("demo.noop")
+def test_release_counts_no_retry(deck: Jobdeck, clock) -> None:
+    job, _ = deck.enqueue("demo.noop", max_retries=0)
     (claimed,) = deck.store.claim("w", clock())
     assert deck.store.release("w", [(job.id, claimed.attempt)], clock()) == [job.id]
     after = deck.store.get(job.id)
-    assert after.status is State.PENDING and after.attempt == 0 and after.worker_id is None
+    assert after.status is State.PENDING and after.retry_count == 0 and after.worker_id is None
     assert deck.store.attempts_of(job.id) == []
+
 
 
 def test_rescue_stalled_records_the_attempt(deck: Jobdeck, clock) -> None:

@@ -125,11 +125,11 @@ def test_graceful_shutdown_waits_then_releases(make_deck, registry: Registry) ->
         after = deck.store.get(job.id)
         assert after.status is State.PENDING, (job.id, after.status)
         assert after.retry_count == 0 and after.worker_id is None
-    # The started ones keep their attempt, recorded as cut short; the others never ran.
+    # The started ones are recorded as cut short; the others never ran. Both keep their attempt number.
     for job in stuck:
         assert deck.store.get(job.id).attempt == 1
         assert [a.outcome for a in deck.store.attempts_of(job.id)] == ["interrupted"]
-    assert all(deck.store.get(j.id).attempt == 0 and deck.store.attempts_of(j.id) == [] for j in waiting)
+    assert all(deck.store.attempts_of(j.id) == [] for j in waiting)
     # Nothing was lost: another pool picks everything up.
     gate.set()
     again = _pool(deck, threads=2)
@@ -219,7 +219,7 @@ def test_prefetched_jobs_are_shed_when_slow_jobs_hold_every_thread(make_deck, re
         wait_for(lambda: pool.inflight == 1, message="prefetched slow jobs shed")
         held = [deck.store.get(i) for i in slow_ids]
         assert sum(j.status is State.RUNNING for j in held) == 1
-        assert all(j.attempt == 0 for j in held if j.status is State.PENDING)
+        assert all(j.retry_count == 0 and j.worker_id is None for j in held if j.status is State.PENDING)
         other.start()
         wait_for(lambda: len(other.running_jobs()) == 1, message="another pool takes a shed job")
         gate.set()
