@@ -58,7 +58,8 @@ def test_release_keeps_an_interrupted_attempt_and_counts_no_retry(deck: Jobdeck,
     (attempt,) = deck.store.attempts_of(started.id)
     assert (attempt.attempt, attempt.outcome, attempt.error) == (1, "interrupted", "interrupted by shutdown")
     assert attempt.duration == 2.0 and attempt.worker_id == "w"
-    assert deck.store.get(unstarted.id).attempt == 0 and deck.store.attempts_of(unstarted.id) == []
+    # The unstarted one keeps its number too (fencing: a number is never handed out twice), with no row.
+    assert deck.store.get(unstarted.id).attempt == 1 and deck.store.attempts_of(unstarted.id) == []
     # The next run is the job's second attempt.
     (again,) = [j for j in deck.store.claim("w2", clock(), limit=2) if j.id == started.id]
     assert again.attempt == 2 and again.retry_count == 0
