@@ -16,3 +16,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if HERE in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.adversarial)
+
+
+_FIGURES: list[tuple[str, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Keep what each passed adversarial test printed (its figures: cases
+    fuzzed, kills, lost jobs, recovery times) for the run's summary."""
+    if report.when == "call" and report.passed and "adversarial" in report.keywords and report.capstdout.strip():
+        _FIGURES.append((report.nodeid, report.capstdout.strip()))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _FIGURES:
+        terminalreporter.section("adversarial figures")
+        for nodeid, text in _FIGURES:
+            terminalreporter.write_line(f"{nodeid}:")
+            for line in text.splitlines():
+                terminalreporter.write_line(f"    {line}")
