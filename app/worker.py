@@ -519,6 +519,20 @@ class WorkerPool:
     SHED_AFTER = 0.25
     """Seconds every thread must have been busy before prefetched jobs are shed."""
 
+    def _take_queued(self) -> list[JobRecord]:
+        """Take every job waiting for an executor off the work queue (a
+        shutdown sentinel stays for the executors)."""
+        taken: list[JobRecord] = []
+        while True:
+            try:
+                job = self._work.get_nowait()
+            except queue.Empty:
+                return taken
+            if job is None:
+                self._work.put(job)
+                return taken
+            taken.append(job)
+
     def shed_once(self, mono_now: float | None = None) -> list[int]:
         """Give prefetched, unstarted jobs back when every thread is stuck on
         a slow job: the prefetch was sized for fast jobs, and the held ones
@@ -534,16 +548,7 @@ class WorkerPool:
                 return []
             # What the running jobs already show about how long jobs take here.
             self._avg_duration = max(self._avg_duration or 0.0, min(ages))
-        shed: list[JobRecord] = []
-        while True:
-            try:
-                job = self._work.get_nowait()
-            except queue.Empty:
-                break
-            if job is None:  # a shutdown sentinel: leave it for the executors
-                self._work.put(job)
-                break
-            shed.append(job)
+        shed = self._take_queued()
         if not shed:
             return []
         held = [(j.id, j.attempt) for j in shed]
@@ -619,17 +624,8 @@ class WorkerPool:
         thread. Release them (``pending``, no attempt counted) for a healthy
         process. One try per monitor tick: if the database refuses, they are
         queued again and the next tick retries."""
-        unstarted: list[JobRecord] = []
         with self._refill_lock:
-            while True:
-                try:
-                    job = self._work.get_nowait()
-                except queue.Empty:
-                    break
-                if job is None:  # a shutdown sentinel: leave it for the executors
-                    self._work.put(job)
-                    break
-                unstarted.append(job)
+            unstarted = self._take_queued()
             if not unstarted:
                 return
             try:

@@ -21,6 +21,9 @@ from app.service import Jobdeck
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 
+CHROMIUM = Path("/usr/bin/chromium")
+"""Debian's Chromium: Playwright cannot download a browser on these machines."""
+
 
 class Clock:
     """A settable UTC clock for ``*_once(now)`` style tests."""
@@ -170,3 +173,19 @@ def dash(deck: Jobdeck) -> Any:
     from dashboard_support import make_dash_app
 
     return make_dash_app(deck).test_client()
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
+    """Every browser test (e2e and adversarial) launches Debian's Chromium.
+    A missing /usr/bin/chromium fails them: CI must never skip them."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (the e2e tests never skip)")
+    return {
+        **browser_type_launch_args,
+        "executable_path": str(CHROMIUM),
+        "args": [
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run", "--disable-quic",
+        ],
+    }

@@ -19,7 +19,6 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,23 +30,7 @@ from tests.conftest import wait_for
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM = Path("/usr/bin/chromium")
 TARGETS = ["/api/jobs", "/api/queues/default/pause", "/api/schedules/nightly/pause"]
-
-
-@pytest.fixture(scope="session")
-def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
-    """Debian's Chromium, launched as tests/e2e/conftest.py launches it."""
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (the e2e tests never skip)")
-    return {
-        **browser_type_launch_args,
-        "executable_path": str(CHROMIUM),
-        "args": [
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run", "--disable-quic",
-        ],
-    }  # fmt: skip
 
 
 class Recorder:

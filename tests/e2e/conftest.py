@@ -19,22 +19,7 @@ from app import create_app
 from app.runtime import Runtime
 from app.service import Jobdeck
 
-CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-results" / "screenshots"
-
-
-@pytest.fixture(scope="session")
-def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (the e2e tests never skip)")
-    return {
-        **browser_type_launch_args,
-        "executable_path": str(CHROMIUM),
-        "args": [
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run", "--disable-quic",
-        ],
-    }
 
 
 @dataclass
