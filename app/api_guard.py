@@ -22,9 +22,12 @@ The rules, in order, for every API route but ``/api/health`` and
    API what the dashboard refuses; scripts use the token.
 4. With an ``api_token`` configured and no users, the token is required (401).
 5. With neither (an open deployment), the call proceeds if it comes from
-   this machine (a loopback client address), and is refused with 403
+   this machine (a loopback client address) and is addressed to it (a
+   loopback ``Host`` or one in ``allowed_hosts``), and is refused with 403
    otherwise: the start-up check (``app.exposure``) trusts ``bind``, which
-   another WSGI server may not honour, so the open API also checks the peer.
+   another WSGI server may not honour, so the open API also checks the peer;
+   and a page that rebinds its own name to 127.0.0.1 comes from a loopback
+   peer, same-origin, but names its own host (``rebinding_problem``).
 """
 
 from __future__ import annotations
@@ -70,7 +73,25 @@ def authenticate(public_endpoints: set[str]) -> Any:
         return _unauthorized("missing or invalid bearer token")
     if not is_loopback_host(request.remote_addr):
         return _refuse(OPEN_REMOTE_MESSAGE, 403)
+    problem = rebinding_problem()
+    if problem:
+        return _refuse(problem, 403)
     return None
+
+
+def rebinding_problem() -> str | None:
+    """For an open deployment: why this request's ``Host`` is not this
+    machine's, or None. DNS rebinding points a hostile page's own name at
+    127.0.0.1, so its requests arrive from a loopback peer and look
+    same-origin to the browser; only the ``Host`` they carry gives them away."""
+    host = (urlsplit("//" + request.host).hostname or "").lower()
+    allowed = current_app.extensions["jobdeck"].config.allowed_hosts
+    if is_loopback_host(host) or host in {name.lower() for name in allowed}:
+        return None
+    return (
+        f"this Jobdeck has no users configured and answers only requests addressed to this machine, "
+        f"not to {host[:100]!r}; add the name to allowed_hosts if it is yours"
+    )
 
 
 OPEN_REMOTE_MESSAGE = (

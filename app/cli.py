@@ -39,10 +39,27 @@ def _logging(level: str) -> None:
     # `kill -USR1 <pid>` prints every thread's stack: for a process that seems stuck.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for h in logging.getLogger().handlers:
+        h.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger("alembic").setLevel(logging.WARNING)
     # waitress warns "Task queue depth is N" for every request that waits for
     # a thread: under load, a formatted log line per request for every endpoint.
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)
+
+
+class OneLineFormatter(logging.Formatter):
+    """Each record's message on one line: a job's error text is user data,
+    and a newline in it could forge a log line of its own ("... INFO
+    jobdeck.worker: ..."). Newlines and other control characters in the
+    message are escaped; a traceback attached to the record stays as is."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+        record.message = _escape_controls(record.message)
+        return super().formatMessage(record)
+
+
+def _escape_controls(text: str) -> str:
+    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)
 
 
 @click.group()
@@ -140,13 +157,16 @@ def enqueue(job_type: str, payload: str, priority: str | None, delay: float | No
             queue: str | None, max_retries: int | None, demo: bool) -> None:  # fmt: skip
     """Enqueue a job and print it as JSON."""
     from app import deck_of
-    from app.errors import JobdeckError
+    from app.errors import InvalidField, JobdeckError
     from app.serialize import job_json
+    from app.validation import loads
 
     try:
-        data = json.loads(payload)
+        data = loads(payload, "payload")
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--payload") from None
+    except InvalidField as exc:
+        raise click.BadParameter(f"not an acceptable payload: {exc}", param_hint="--payload") from None
     if not isinstance(data, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--payload")
     deck = deck_of(_app(_config(demo)))

@@ -80,6 +80,11 @@ class Config:
     sqlite_busy_timeout: float = 30.0
     """Seconds a SQLite write waits for another process's lock before it
     fails with "database is locked" (the API then answers 503)."""
+    allowed_hosts: list[str] = field(default_factory=list)
+    """Host names besides ``localhost`` and loopback addresses that an open
+    deployment (no ``[users]``) answers to. A web page that rebinds its own
+    name to 127.0.0.1 reaches the socket as if from this machine, but its
+    requests name its own host: an open deployment refuses them (403)."""
     auto_migrate: bool = True
     """Upgrade the database schema at start-up (``jobdeck db upgrade``).
     Off: start-up refuses to run on a schema older than the code."""
@@ -132,6 +137,7 @@ ENV_KEYS = (
     "poll_interval", "heartbeat_interval", "stall_timeout", "sweep_interval",
     "shutdown_grace", "claim_batch",
     "auto_migrate", "max_abandoned_threads", "exit_when_unhealthy", "sqlite_busy_timeout",
+    "allowed_hosts",
 )  # fmt: skip
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Config) if f.name != "extra"}

@@ -44,11 +44,29 @@ def loads(text: str | bytes, field: str = "") -> Any:
     (a ``ValueError``) when the text is not JSON, for the caller to word, and
     ``InvalidField`` when it is JSON this service does not accept."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_int=_parse_json_int)
     except RecursionError:
         raise InvalidField(field or "body", f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except _IntTooLong:
+        raise InvalidField(field or "body", f"holds an integer of more than {MAX_JSON_INT_DIGITS} digits") from None
     check_json(value, field)
     return value
+
+
+MAX_JSON_INT_DIGITS = 100
+"""Digits of a JSON integer: Python refuses past 4,300 with a bare
+``ValueError`` (and converting long ones is quadratic); no id or amount
+needs more than this."""
+
+
+class _IntTooLong(Exception):
+    """Not a ValueError: callers read a ValueError from ``loads`` as "not JSON"."""
+
+
+def _parse_json_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_JSON_INT_DIGITS:
+        raise _IntTooLong
+    return int(text)
 
 
 def check_json(value: Any, field: str = "") -> None:

@@ -32,6 +32,7 @@ from flask import (
 from werkzeug.security import check_password_hash, generate_password_hash
 
 from app import sessions
+from app.api_guard import rebinding_problem
 from app.config import Config, is_loopback_host
 from app.dashboard.settings import OPERATOR, DashboardSettings, User, load_users
 from app.dashboard.throttle import LoginThrottle
@@ -99,6 +100,10 @@ def guard() -> Any:
         # not honour: an open dashboard also checks who is asking.
         message = "This dashboard has no users configured: it answers only this machine."
         return render_template("error.html", code=403, message=message), 403
+    if settings().open_access:
+        problem = rebinding_problem()
+        if problem:
+            return render_template("error.html", code=403, message=problem), 403
     if endpoint in PUBLIC_ENDPOINTS or not endpoint:
         return None
     if current_user() is not None:

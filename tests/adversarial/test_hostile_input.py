@@ -337,6 +337,37 @@ def test_edit_and_retry_refuses_unacceptable_json_with_a_message(dash, deck) -> 
     assert deck.store.get(job_id).status.value == "dead" and deck.store.get(job_id).payload == {}
 
 
+def test_integers_too_long_to_convert_are_422_everywhere(client, dash, deck, runner_env) -> None:
+    """Python refuses to convert integers past 4,300 digits with a bare ValueError: the edit form
+    answered 500 and the CLI printed a traceback."""
+    huge = "9" * 5000
+    r = client.post(JOBS, data='{"type": "demo.noop", "payload": {"a": ' + huge + "}}", content_type="application/json")
+    assert r.status_code == 422 and "digits" in r.get_json()["error"]
+    assert send(client, JOBS, {"type": "demo.noop", "payload": {"a": int("9" * 100)}}).status_code == 201
+    job_id = make_dead(deck)
+    edit = dash_post(dash, f"/actions/jobs/{job_id}/edit", {"payload": '{"a": ' + huge + "}"})
+    assert edit.status_code == 422 and "Not an acceptable payload" in edit.get_data(as_text=True)
+    result = runner_env.invoke(["enqueue", "demo.noop", "--payload", '{"a": ' + huge + "}", "--demo"])
+    assert result.exit_code == 2 and "digits" in result.output and "Traceback" not in result.output
+
+
+@pytest.fixture
+def runner_env(tmp_path, monkeypatch) -> Any:
+    """The CLI on its own SQLite file."""
+    from click.testing import CliRunner
+
+    from app.cli import main
+
+    monkeypatch.setenv("JOBDECK_DATABASE_URL", f"sqlite:///{tmp_path / 'cli.db'}")
+    monkeypatch.setenv("JOBDECK_INSTANCE_PATH", str(tmp_path / "instance"))
+
+    class Runner:
+        def invoke(self, args: list[str]) -> Any:
+            return CliRunner().invoke(main, args)
+
+    return Runner()
+
+
 def test_edit_and_retry_takes_a_payload_under_the_limit(dash, deck) -> None:
     job_id = make_dead(deck)
     r = dash_post(dash, f"/actions/jobs/{job_id}/edit", {"payload": json.dumps({"text": "€" * 20000})})
@@ -355,3 +386,24 @@ def test_refusals_in_html_are_escaped(make_deck, clock) -> None:
     dash = create_app(deck=deck).test_client()
     page = dash.get("/jobs/dead", query_string={"before": "<script>1</script>"})
     assert page.status_code == 422 and "<script>1" not in page.get_data(as_text=True)
+
+
+def test_a_job_error_cannot_forge_a_log_line() -> None:
+    """A handler's error text is user data; the server log keeps each record on one line."""
+    import logging
+
+    from app.cli import OneLineFormatter
+
+    formatter = OneLineFormatter("%(levelname)s %(name)s: %(message)s")
+    forged = "boom\n2026-12-01 11:20:00,000 INFO jobdeck.worker: FORGED\r\x1b[2K\x00"
+    record = logging.LogRecord("jobdeck.worker", logging.ERROR, __file__, 1, "job %s is dead: %s", (7, forged), None)
+    line = formatter.format(record)
+    assert "\n" not in line and "\r" not in line and "\x1b" not in line and "\x00" not in line
+    assert line.startswith("ERROR jobdeck.worker: job 7 is dead: boom\\n2026-12-01") and "FORGED" in line
+    try:
+        raise ValueError("x")
+    except ValueError:
+        import sys
+
+        record = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    assert "Traceback (most recent call last):\n" in formatter.format(record)  # tracebacks keep their lines

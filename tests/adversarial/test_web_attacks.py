@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import requests
+from dashboard_support import csrf_token
 from websec_support import USERS, form_token, served
 from werkzeug.routing import AnyConverter
 
@@ -115,6 +116,51 @@ def test_the_bearer_token_is_not_subject_to_the_origin_check(make_deck):
     bearer = {**cross, "Authorization": "Bearer s3cret"}
     assert client.post("/api/jobs", json={"type": "demo.noop"}, headers=bearer).status_code == 201
     assert client.post("/api/jobs", json={"type": "demo.noop"}).status_code == 401
+
+
+# -- DNS rebinding: an open deployment answers only requests addressed to this machine ---
+
+REBOUND = {"Host": "rebind.evil.example:8765", "Origin": "http://rebind.evil.example:8765", "Sec-Fetch-Site": "same-origin"}
+"""What Chromium sends from a page whose own name was rebound to 127.0.0.1: same-origin, a loopback
+peer, and only the Host naming the stranger."""
+
+
+def test_an_open_deployment_refuses_a_rebound_host_on_the_api_and_the_dashboard(deck):
+    job, _ = deck.enqueue("demo.noop", {})
+    client = make_app(deck).test_client()
+    assert client.post("/api/jobs", json={"type": "demo.noop"}, headers=REBOUND).status_code == 403
+    assert client.post("/api/queues/default/pause", json={}, headers=REBOUND).status_code == 403
+    r = client.get(f"/api/jobs/{job.id}", headers=REBOUND)
+    assert r.status_code == 403 and "allowed_hosts" in r.get_json()["error"]
+    page = client.get(f"/jobs/{job.id}", headers=REBOUND)
+    assert page.status_code == 403 and "addressed to this machine" in page.get_data(as_text=True)
+    token = csrf_token(client)  # a real one, from a page addressed to this machine
+    discard = client.post(f"/actions/jobs/{job.id}/discard", headers={**REBOUND, "X-CSRFToken": token, "HX-Request": "true"})
+    assert discard.status_code in (400, 403)  # the CSRF check or the host check, whichever runs first
+    assert deck.store.get(job.id).status is State.PENDING
+    assert deck.store.counts(deck.clock())["pending"] == 1
+    assert not any(q["paused"] for q in client.get("/api/queues").get_json()["queues"])
+    for host in ("localhost:8000", "127.0.0.1:8000", "127.0.0.2", "[::1]:8000"):
+        assert client.get(f"/api/jobs/{job.id}", headers={"Host": host}).status_code == 200, host
+        assert client.get(f"/jobs/{job.id}", headers={"Host": host}).status_code == 200, host
+
+
+def test_allowed_hosts_names_the_deployment_s_own_names(make_deck):
+    deck = make_deck(allowed_hosts=["jobs.internal"])
+    client = make_app(deck).test_client()
+    assert client.post("/api/jobs", json={"type": "demo.noop"}, headers={"Host": "jobs.internal:8000"}).status_code == 201
+    assert client.get("/", headers={"Host": "JOBS.internal"}).status_code == 200
+    assert client.get("/", headers={"Host": "other.internal"}).status_code == 403
+
+
+def test_with_users_the_host_is_not_the_guard(deck):
+    """Signed-in access is what protects a deployment with users: a rebound page has no session there."""
+    app = make_app(deck, users=USERS)
+    operator = app.test_client()
+    public = {"Host": "jobs.example.com"}
+    assert login(operator, "alice", "alice-secret", headers=public).status_code == 302
+    assert operator.post("/api/jobs", json={"type": "demo.noop"}, headers=public).status_code == 201
+    assert app.test_client().get("/api/jobs", headers=REBOUND).status_code == 401
 
 
 # -- with users, the API honours the session's role -----------------------------------
