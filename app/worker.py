@@ -673,10 +673,13 @@ def _safe_repr(value: object) -> str:
 
 
 def _jsonable(value: object) -> bool:
+    """Whether a handler's result can be stored and served as strict JSON:
+    NaN or Infinity would be stored and sent back as JSON that strict clients
+    refuse, like the API refuses them in a payload."""
     import json
 
     try:
-        json.dumps(value)
+        json.dumps(value, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
         return False
     return True
