@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 from typing import Any
 
 from waitress import create_server, wasyncore
@@ -28,9 +27,6 @@ from waitress import create_server, wasyncore
 from app.config import Config
 
 log = logging.getLogger("jobdeck.http")
-
-DRAIN_POLL = 0.01
-"""Seconds between looks at waitress's queue while answering accepted requests at stop."""
 
 FD_RESERVE = 128
 """Descriptors kept for everything but HTTP connections: database
@@ -103,24 +99,11 @@ class HttpServer:
         exiting, and its thread is a daemon."""
         server = self.server
         self._in_loop(lambda: wasyncore.dispatcher.close(server))  # the listening socket
-        deadline = time.monotonic() + drain
-        self._answer_accepted(deadline)
-        server.task_dispatcher.shutdown(cancel_pending=True, timeout=max(0.0, deadline - time.monotonic()))
+        server.task_dispatcher.shutdown(cancel_pending=True, timeout=drain)
         self._in_loop(lambda: wasyncore.close_all(server._map))
         self._thread.join(timeout=max(1.0, drain))
         if self._thread.is_alive():
             log.warning("the HTTP server loop did not stop; exiting without it")
-
-    def _answer_accepted(self, deadline: float) -> None:
-        """Wait (until ``deadline``) for the requests already received to be
-        answered: waitress's own shutdown cancels the queued ones, and their
-        clients saw a reset without knowing whether a POST took effect."""
-        tasks = self.server.task_dispatcher
-        while time.monotonic() < deadline:
-            with tasks.lock:
-                if not tasks.queue and tasks.active_count == 0:
-                    return
-            time.sleep(DRAIN_POLL)  # polled against the deadline; waitress signals no "queue empty"
 
     def _in_loop(self, thunk: Any) -> None:
         """Run ``thunk`` on the loop's thread, between two polls."""
