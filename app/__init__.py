@@ -114,7 +114,7 @@ def _register_errors(app: Flask) -> None:
             raise exc
         log.warning("%s %s: database unavailable (%s)", request.method, request.path, exc.__class__.__name__)
         message = "the database is unavailable right now; retry shortly"
-        if request.path.startswith("/api/") or request.accept_mimetypes.best == "application/json":
+        if _wants_json():
             response = jsonify({"error": message})
         else:
             response = app.make_response(render_template("error.html", code=503, message=message))

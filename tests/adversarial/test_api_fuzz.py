@@ -24,16 +24,16 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from waitress import create_server
+from live_server import running
 
 from app import create_app
 from app.openapi import document
-from app.runtime import Runtime
 from app.service import Jobdeck
 
 BUDGET_SECONDS = 30
@@ -82,33 +82,18 @@ class LiveApi:
 
 @pytest.fixture
 def live_api(make_config: Any, registry: Any) -> Iterator[Callable[..., LiveApi]]:
-    stops: list[Callable[[], None]] = []
+    with ExitStack() as stack:
 
-    def start(**overrides: Any) -> LiveApi:
-        config = make_config(workers=2, schedules=SCHEDULES, external_types=["ext.render"], **overrides)
-        deck = Jobdeck(config, registry)
-        deck.init_db()
-        app = create_app(deck=deck)
-        statuses = StatusCount(app.wsgi_app)
-        app.wsgi_app = statuses  # type: ignore[method-assign]
-        server = create_server(app, host="127.0.0.1", port=0, threads=4, ident="jobdeck-fuzz")
-        thread = threading.Thread(target=server.run, name="fuzz-waitress", daemon=True)
-        thread.start()
-        runtime = Runtime(deck, workers=2, services=False)
-        runtime.start()
+        def start(**overrides: Any) -> LiveApi:
+            config = make_config(workers=2, schedules=SCHEDULES, external_types=["ext.render"], **overrides)
+            deck = Jobdeck(config, registry)
+            deck.init_db()
+            app = create_app(deck=deck)
+            statuses = StatusCount(app.wsgi_app)
+            app.wsgi_app = statuses  # type: ignore[method-assign]
+            return LiveApi(stack.enter_context(running(deck, app, workers=2)), deck, statuses)
 
-        def stop() -> None:
-            runtime.stop(grace=2)
-            server.close()
-            thread.join(timeout=10)
-            deck.store.engine.dispose()
-
-        stops.append(stop)
-        return LiveApi(f"http://127.0.0.1:{server.effective_port}", deck, statuses)  # type: ignore[union-attr]
-
-    yield start
-    for stop in reversed(stops):
-        stop()
+        yield start
 
 
 def _scenarios(ndjson: Path) -> tuple[set[tuple[str, str]], int]:

@@ -22,7 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from websec_support import USERS, served
+from live_server import served
+from websec_support import USERS
 
 from app import create_app
 from app.service import Jobdeck

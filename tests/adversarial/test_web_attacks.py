@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 import requests
 from dashboard_support import csrf_token
-from websec_support import USERS, form_token, served
+from live_server import served
+from websec_support import USERS, form_token
 from werkzeug.routing import AnyConverter
 
 from app import create_app

@@ -6,17 +6,16 @@ A missing /usr/bin/chromium fails these tests: CI must never skip them."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from waitress import create_server
+from live_server import running
 
 from app import create_app
-from app.runtime import Runtime
 from app.service import Jobdeck
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-results" / "screenshots"
@@ -36,34 +35,18 @@ class Live:
 def make_live(make_config: Any, registry: Any) -> Iterator[Callable[..., Live]]:
     """Start a live Jobdeck (config overrides as keyword arguments); every
     one started is stopped at teardown."""
-    stops: list[Callable[[], None]] = []
+    with ExitStack() as stack:
 
-    def start(workers: int = 2, **overrides: Any) -> Live:
-        config = make_config(
-            workers=workers, backoff_base=0.2, backoff_cap=0.5,
-            dashboard={"poll_seconds": 1, "counts_cache_seconds": 0.5}, **overrides,
-        )  # fmt: skip
-        deck = Jobdeck(config, registry)
-        deck.init_db()
-        app = create_app(deck=deck)
-        server = create_server(app, host="127.0.0.1", port=0, threads=4, ident="jobdeck-e2e")
-        thread = threading.Thread(target=server.run, name="e2e-waitress", daemon=True)
-        thread.start()
-        runtime = Runtime(deck, workers=workers, services=False)
-        runtime.start()
+        def start(workers: int = 2, **overrides: Any) -> Live:
+            config = make_config(
+                workers=workers, backoff_base=0.2, backoff_cap=0.5,
+                dashboard={"poll_seconds": 1, "counts_cache_seconds": 0.5}, **overrides,
+            )  # fmt: skip
+            deck = Jobdeck(config, registry)
+            deck.init_db()
+            return Live(stack.enter_context(running(deck, create_app(deck=deck), workers)), deck)
 
-        def stop() -> None:
-            runtime.stop(grace=2)
-            server.close()
-            thread.join(timeout=10)
-            deck.store.engine.dispose()
-
-        stops.append(stop)
-        return Live(f"http://127.0.0.1:{server.effective_port}", deck)
-
-    yield start
-    for stop in reversed(stops):
-        stop()
+        yield start
 
 
 @pytest.fixture
