@@ -94,9 +94,7 @@ def rebinding_problem() -> str | None:
     )
 
 
-OPEN_REMOTE_MESSAGE = (
-    "this Jobdeck has no api_token and no users configured: it answers only clients on this machine"
-)
+OPEN_REMOTE_MESSAGE = "this Jobdeck has no api_token and no users configured: it answers only clients on this machine"
 
 
 def cross_site_problem() -> str | None:

@@ -218,7 +218,9 @@ def hash_password(password_stdin: bool) -> None:
     if len(password) < 8:
         raise click.ClickException("password: use at least 8 characters")
     click.echo(generate_password_hash(password))
-    click.echo('add it to jobdeck.toml as:  [users.NAME]  password_hash = "..."  role = "operator" (or "viewer")', err=True)
+    click.echo(
+        'add it to jobdeck.toml as:  [users.NAME]  password_hash = "..."  role = "operator" (or "viewer")', err=True
+    )
 
 
 @main.command("init-db")

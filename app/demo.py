@@ -70,9 +70,7 @@ def send_email(payload: dict[str, Any], ctx: JobContext) -> None:
         raise InvalidField("payload.user_id", "required")
     with ctx.store.write() as conn:
         conn.execute(
-            insert(demo_outbox).values(
-                user_id=user_id, job_id=ctx.job_id, body=f"Hello user {user_id}", sent_at=_now()
-            )
+            insert(demo_outbox).values(user_id=user_id, job_id=ctx.job_id, body=f"Hello user {user_id}", sent_at=_now())
         )
 
 
@@ -134,7 +132,9 @@ def charge_card(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     gateway = FakeGateway(ctx)
     key = f"charge:{order_id}"
     if payload.get("replay_safe"):
-        charge = ctx.effect(key, lambda k: gateway.charge(order_id, amount, idempotency_key=k, delay=delay), replay_safe=True)
+        charge = ctx.effect(
+            key, lambda k: gateway.charge(order_id, amount, idempotency_key=k, delay=delay), replay_safe=True
+        )
     else:
         charge = ctx.effect(key, lambda: gateway.charge(order_id, amount, delay=delay))
     if payload.get("fail_after_charge") and ctx.attempt == 1:

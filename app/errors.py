@@ -73,8 +73,7 @@ class UnknownType(InvalidField):
     def __init__(self, type_name: str) -> None:
         super().__init__(
             "type",
-            f"unknown job type {type_name!r}: no handler is registered and it is not "
-            "listed in external_types",
+            f"unknown job type {type_name!r}: no handler is registered and it is not listed in external_types",
         )
 
 

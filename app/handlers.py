@@ -70,9 +70,7 @@ class Registry:
             raise ValueError(f"{name}: timeout must be > 0")
 
         def register(fn: F) -> F:
-            self._specs[name] = HandlerSpec(
-                name, fn, max_retries, timeout, queue, backoff_base, backoff_cap, priority
-            )
+            self._specs[name] = HandlerSpec(name, fn, max_retries, timeout, queue, backoff_base, backoff_cap, priority)
             return fn
 
         return register
@@ -102,7 +100,6 @@ def import_modules(names: list[str]) -> None:
             importlib.import_module(name)
         except ImportError as exc:
             raise ConfigError(f"handler_modules: cannot import {name!r}: {exc}") from None
-
 
 
 class JobContext:

@@ -196,9 +196,7 @@ class Ledger:
         with self.store.write() as conn:
             return bool(conn.execute(stmt).rowcount)
 
-    def resolve(
-        self, key: str, outcome: EffectState, actor: str, now: datetime, result: Any = None
-    ) -> EffectRecord:
+    def resolve(self, key: str, outcome: EffectState, actor: str, now: datetime, result: Any = None) -> EffectRecord:
         """A person marks an unknown (``started``) effect done (with an
         optional result) or not performed, after checking the far side (the
         gateway's dashboard). Refused for any other state."""

@@ -165,7 +165,9 @@ class Effect(Base):
     """The attempt that started the effect (and, when done, performed it)."""
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     """When the key was first recorded."""
-    state: Mapped[str] = mapped_column(String(16), default=EffectState.DONE.value, server_default=EffectState.DONE.value)
+    state: Mapped[str] = mapped_column(
+        String(16), default=EffectState.DONE.value, server_default=EffectState.DONE.value
+    )
     """Rows from before the two-phase ledger were recorded and then performed
     in one step: they read as done (revision 0005)."""
     worker_id: Mapped[str | None] = mapped_column(String(200))

@@ -54,7 +54,9 @@ _UNAVAILABLE = _json(_ref("Error"), "The database is unreachable or locked; retr
 _ERRORS = {
     "400": _json(_ref("Error"), "Malformed JSON (or not UTF-8)"),
     **_UNAUTHORIZED,
-    "413": _json(_ref("Error"), "The request body is over the server's cap (three times `max_payload_bytes` plus 64 KiB)"),
+    "413": _json(
+        _ref("Error"), "The request body is over the server's cap (three times `max_payload_bytes` plus 64 KiB)"
+    ),
     **_UNSUPPORTED,
     "422": _json(
         _ref("Error"),
@@ -132,8 +134,18 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
                 "Job": {
                     "type": "object",
                     "required": [
-                        "id", "type", "queue", "payload", "priority", "priority_label", "status",
-                        "retry_count", "max_retries", "available_at", "created_at", "updated_at",
+                        "id",
+                        "type",
+                        "queue",
+                        "payload",
+                        "priority",
+                        "priority_label",
+                        "status",
+                        "retry_count",
+                        "max_retries",
+                        "available_at",
+                        "created_at",
+                        "updated_at",
                     ],  # fmt: skip
                     "properties": {
                         "id": {"type": "integer"},
@@ -233,9 +245,13 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
                     "responses": {
                         "201": _json(_ref("Job"), "Created"),
                         "200": _json(_ref("Job"), "The existing job with this idempotency_key"),
-                        "409": _json(_ref("Error"), "The idempotency_key belongs to a job with another type or payload"),
+                        "409": _json(
+                            _ref("Error"), "The idempotency_key belongs to a job with another type or payload"
+                        ),
                         **_ERRORS,
-                        "413": _json(_ref("Error"), "The payload is over `max_payload_bytes`, or the body over its cap"),
+                        "413": _json(
+                            _ref("Error"), "The payload is over `max_payload_bytes`, or the body over its cap"
+                        ),
                     },
                 },
                 "get": {

@@ -41,8 +41,11 @@ def paths() -> dict[str, Any]:
                 "parameters": [_JOB_ID],
                 "responses": {
                     "200": _json(
-                        {"type": "object", "required": ["effects"],
-                         "properties": {"effects": {"type": "array", "items": EFFECT}}},
+                        {
+                            "type": "object",
+                            "required": ["effects"],
+                            "properties": {"effects": {"type": "array", "items": EFFECT}},
+                        },
                         "Effects, oldest first",
                     ),  # fmt: skip
                     "401": _ERRORS["401"],

@@ -187,12 +187,7 @@ def running_by_type(store: Store, types: Sequence[str]) -> dict[str, int]:
 
 def dead_since(store: Store, since: datetime, cap: int = 1000) -> int:
     """Jobs that landed in dead letter after ``since`` (capped: a banner)."""
-    inner = (
-        select(jobs.c.id)
-        .where(jobs.c.status == State.DEAD.value, jobs.c.finished_at > since)
-        .limit(cap)
-        .subquery()
-    )
+    inner = select(jobs.c.id).where(jobs.c.status == State.DEAD.value, jobs.c.finished_at > since).limit(cap).subquery()
     with store.read() as conn:
         return int(conn.execute(select(func.count()).select_from(inner)).scalar_one())
 
@@ -396,12 +391,7 @@ def list_audit(store: Store, before_id: int | None = None, limit: int = 50) -> t
 
 def audit_of_job(store: Store, job_id: int, limit: int = 20) -> list[AuditRecord]:
     """Single-job actions taken on one job, for its detail page."""
-    stmt = (
-        select(audit_log)
-        .where(and_(audit_log.c.job_id == job_id))
-        .order_by(audit_log.c.id.desc())
-        .limit(limit)
-    )
+    stmt = select(audit_log).where(and_(audit_log.c.job_id == job_id)).order_by(audit_log.c.id.desc()).limit(limit)
     with store.read() as conn:
         return [AuditRecord(**r._mapping) for r in conn.execute(stmt)]
 

@@ -196,7 +196,9 @@ class Store:
         runs again (it read nothing and answered 500).
         """
         if self._enqueuer is not None and new.idempotency_key is None:
-            row = self._enqueuer.submit(sqlite_hot.job_params(new, self._payload_json(new), now, sqlite_hot.db_time(now)))
+            row = self._enqueuer.submit(
+                sqlite_hot.job_params(new, self._payload_json(new), now, sqlite_hot.db_time(now))
+            )
             self._notify_enqueued()
             return JobRecord.from_sqlite(row), True
         values = self._values(new, now)
@@ -215,12 +217,16 @@ class Store:
                     inserted = conn.execute(stmt).first()
                     if inserted is not None:
                         break
-                    existing_row = conn.execute(select(jobs).where(jobs.c.idempotency_key == new.idempotency_key)).first()
+                    existing_row = conn.execute(
+                        select(jobs).where(jobs.c.idempotency_key == new.idempotency_key)
+                    ).first()
                     if existing_row is not None:
                         break
                 if inserted is None:
                     if existing_row is None:
-                        raise RuntimeError(f"idempotency_key {new.idempotency_key!r} is taken and freed again and again")
+                        raise RuntimeError(
+                            f"idempotency_key {new.idempotency_key!r} is taken and freed again and again"
+                        )
                     existing = JobRecord.from_row(existing_row)
                     _check_same(existing, new)
                     return existing, False
@@ -244,9 +250,7 @@ class Store:
         rows = [self._values(n, now) for n in news]
         with self.write() as conn:
             if not keyed:
-                result = conn.execute(
-                    insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True), rows
-                )
+                result = conn.execute(insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True), rows)
                 ids = list(result.scalars())
             else:
                 stmt = (
@@ -479,7 +483,14 @@ class Store:
             if self.dialect == "sqlite":
                 t = sqlite_hot.db_time(now)
                 done = [
-                    (o.job_id, o.attempt, o.worker_id, o.started_at and sqlite_hot.db_time(o.started_at), t, "completed")
+                    (
+                        o.job_id,
+                        o.attempt,
+                        o.worker_id,
+                        o.started_at and sqlite_hot.db_time(o.started_at),
+                        t,
+                        "completed",
+                    )
                     for o in pending
                 ]
                 if done:
@@ -869,7 +880,9 @@ class Store:
                 conn.execute(
                     update(jobs)
                     .where(jobs.c.id.in_(list(ids)), jobs.c.status.in_(sources(Transition.RETRY)))
-                    .values(status=State.PENDING.value, available_at=now, retry_count=0, finished_at=None, updated_at=now)
+                    .values(
+                        status=State.PENDING.value, available_at=now, retry_count=0, finished_at=None, updated_at=now
+                    )
                     .returning(jobs.c.id)
                 ).scalars()
             )
@@ -1032,5 +1045,3 @@ def _check_same(existing: JobRecord, new: NewJob) -> None:
         raise IdempotencyConflict(new.idempotency_key, existing.id, f"type {existing.type!r}, not {new.type!r}")
     if existing.payload != new.payload:
         raise IdempotencyConflict(new.idempotency_key, existing.id, "a different payload")
-
-

@@ -71,8 +71,9 @@ class Counter:
                 self.done.set()
 
 
-def make_deck(path: Path, synchronous: str = "FULL", workers: int = 4, handler: Callable[..., Any] | None = None,
-              **overrides: Any) -> Any:
+def make_deck(
+    path: Path, synchronous: str = "FULL", workers: int = 4, handler: Callable[..., Any] | None = None, **overrides: Any
+) -> Any:
     """A Jobdeck on a fresh SQLite file at ``path`` with ``bench.noop``."""
     from app.config import load
     from app.handlers import Registry

@@ -57,12 +57,24 @@ def table(result: dict[str, Any]) -> str:
             row(f"2. enqueue, 1 job/call, 1 thread, {sync} (jobs/s)", jd, _m(j, f"raw_enqueue_{sync}"),
                 ["huey_enqueue", "rq_enqueue", "procrastinate_enqueue"] if sync == "FULL" else ["", "", ""],
                 f">= {goal:,}", jd >= goal)  # fmt: skip
-            row(f"2. enqueue, 1 job/call, 16 threads (group commit), {sync}", _m(j, f"enqueue16_{sync}"),
-                _m(j, f"raw_enqueue_{sync}"), ["", "", ""], "–", None)
+            row(
+                f"2. enqueue, 1 job/call, 16 threads (group commit), {sync}",
+                _m(j, f"enqueue16_{sync}"),
+                _m(j, f"raw_enqueue_{sync}"),
+                ["", "", ""],
+                "–",
+                None,
+            )
     if "enqueue_many" in j:
         jd = _m(j, "enqueue_many")
-        row("2. enqueue_many, 1,000/call, FULL (jobs/s)", jd, _m(j, "raw_enqueue_many"),
-            ["", "rq_enqueue_many", "procrastinate_enqueue_many"], ">= 150,000", (jd or 0) >= 150_000)
+        row(
+            "2. enqueue_many, 1,000/call, FULL (jobs/s)",
+            jd,
+            _m(j, "raw_enqueue_many"),
+            ["", "rq_enqueue_many", "procrastinate_enqueue_many"],
+            ">= 150,000",
+            (jd or 0) >= 150_000,
+        )
     http = s.get("http")
     if http and "skipped" not in http:
         e, h = http["enqueue"], http["health"]
@@ -94,7 +106,9 @@ def table(result: dict[str, Any]) -> str:
                          f"{st['locked_errors']} locked | – | – | – | – | no growth, p99 < 50 ms, 0 locked{more} | {_ok(ok)} |")  # fmt: skip
     for path, d in (s.get("dashboard") or {}).items():
         if "skipped" in d:
-            lines.append(f"| 6. GET {path} ({result['counts']['dashboard']:,} jobs) | skipped: {d['skipped']} | | | | | | |")
+            lines.append(
+                f"| 6. GET {path} ({result['counts']['dashboard']:,} jobs) | skipped: {d['skipped']} | | | | | | |"
+            )
         else:
             lines.append(f"| 6. GET {path} ({result['counts']['dashboard']:,} jobs) | p50 {d['p50_ms']:.1f} ms, "
                          f"p99 {d['p99_ms']:.1f} ms | – | – | – | – | p50 < 50, p99 < 150 ms | "

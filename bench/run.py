@@ -46,7 +46,10 @@ def ensure_venv() -> Path:
 
 
 def ensure_redis() -> None:
-    if subprocess.run(["redis-cli", "-h", "127.0.0.1", "ping"], capture_output=True, text=True).stdout.strip() != "PONG":
+    if (
+        subprocess.run(["redis-cli", "-h", "127.0.0.1", "ping"], capture_output=True, text=True).stdout.strip()
+        != "PONG"
+    ):
         subprocess.run(REDIS_START, shell=True, check=True)
 
 
@@ -71,7 +74,9 @@ def jobdeck_scenarios(c: dict[str, Any], only: set[str], work: Path, log: Any = 
         for sync in ("FULL", "NORMAL"):
             r[f"drain_{sync}"] = repeat(lambda: jb.drain(work, c["drain"], sync), runs)
             r[f"raw_drain_{sync}"] = repeat(lambda: raw.drain(work / "raw.db", c["drain"], sync), runs)
-            log(f"  drain {sync}: {r[f'drain_{sync}']['median']:,.0f} jobs/s (raw {r[f'raw_drain_{sync}']['median']:,.0f})")
+            log(
+                f"  drain {sync}: {r[f'drain_{sync}']['median']:,.0f} jobs/s (raw {r[f'raw_drain_{sync}']['median']:,.0f})"
+            )
     if "2" in only:
         for sync in ("FULL", "NORMAL"):
             r[f"enqueue_{sync}"] = repeat(lambda: jb.enqueue_single(work, c["enqueue"], sync), runs)

@@ -41,7 +41,9 @@ def _env(db: Path, config: Path | None = None, **settings: Any) -> dict[str, str
 
 
 @contextmanager
-def process(db: Path, command: str, config: Path | None = None, **settings: Any) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+def process(
+    db: Path, command: str, config: Path | None = None, **settings: Any
+) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     """``python -m app.cli serve|worker --demo`` on ``db``; yields (proc, port)."""
     port = _free_port()
     args = [sys.executable, "-m", "app.cli", command, "--demo", "--log-level", "warning"]
@@ -115,7 +117,9 @@ def fill(db: Path, n: int, *, dead: int = 0, types: int = 1, status: str = "pend
                 rows.append((kind, f'{{"user_id":"u{i}"}}', "dead", 1, f"RuntimeError: boom {i}", now, now, now, now))
             else:
                 done = status == "completed"
-                rows.append((kind, f'{{"user_id":"u{i}"}}', status, int(done), None, now, now, now, now if done else None))
+                rows.append(
+                    (kind, f'{{"user_id":"u{i}"}}', status, int(done), None, now, now, now, now if done else None)
+                )
         conn.execute("BEGIN")
         conn.executemany(sql, rows)
         conn.execute("COMMIT")
@@ -147,7 +151,9 @@ def _wrk(port: int, path: str, seconds: int, connections: int, post: bool) -> di
     }  # fmt: skip
 
 
-def http_enqueue(workdir: Path, seconds: int, runs: int, connections: int = 16, synchronous: str = "FULL") -> dict[str, Any]:
+def http_enqueue(
+    workdir: Path, seconds: int, runs: int, connections: int = 16, synchronous: str = "FULL"
+) -> dict[str, Any]:
     """wrk against GET /api/health and POST /api/jobs in the same server
     (workers 0: the HTTP path alone). Median of ``runs`` after a warm-up."""
     if not shutil.which("wrk"):

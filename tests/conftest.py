@@ -185,7 +185,12 @@ def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[s
         **browser_type_launch_args,
         "executable_path": str(CHROMIUM),
         "args": [
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run", "--disable-quic",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-quic",
         ],
     }

@@ -70,7 +70,9 @@ def test_run_now_makes_a_scheduled_job_due_and_refuses_others(dash, deck):
     assert again.status_code == 409 and "already due" in again.get_data(as_text=True)
     dead = make_dead(deck)
     refused = post(dash, f"/actions/jobs/{dead}/run-now", {"from": "detail"})
-    assert refused.status_code == 409 and "only scheduled or failed jobs can be run now" in refused.get_data(as_text=True)
+    assert refused.status_code == 409 and "only scheduled or failed jobs can be run now" in refused.get_data(
+        as_text=True
+    )
 
 
 def test_edit_and_retry_keeps_the_old_payload_on_the_attempts(dash, deck):

@@ -104,7 +104,7 @@ def test_job_page_shows_fields_payload_and_timeline(dash, deck):
     html = dash.get(f"/jobs/{job_id}").get_data(as_text=True)
     assert "<script>alert(1)</script>" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
-    assert "Attempt 1" in html and "<details class=\"traceback\">" in html and "Traceback: boom" in html
+    assert "Attempt 1" in html and '<details class="traceback">' in html and "Traceback: boom" in html
     assert "Edit payload and retry" in html
 
 

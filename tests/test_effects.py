@@ -43,9 +43,7 @@ def _fail(deck: Jobdeck, ctx: JobContext) -> None:
 
 def _charges(deck: Jobdeck) -> dict[str, int]:
     with deck.store.read() as conn:
-        return dict(
-            conn.execute(select(demo_charges.c.order_id, func.count()).group_by(demo_charges.c.order_id)).all()
-        )
+        return dict(conn.execute(select(demo_charges.c.order_id, func.count()).group_by(demo_charges.c.order_id)).all())
 
 
 def test_done_is_returned_to_the_redelivery_without_running_again(deck: Jobdeck) -> None:
@@ -133,7 +131,9 @@ def test_replay_safe_runs_again_with_the_key(deck: Jobdeck) -> None:
         ctx.effect("charge:o-1", timed_out, replay_safe=True)
     _fail(deck, ctx)
     again = _attempt(deck, job.id)
-    assert again.effect("charge:o-1", lambda key: keys.append(key) or {"ok": key}, replay_safe=True) == {"ok": "charge:o-1"}
+    assert again.effect("charge:o-1", lambda key: keys.append(key) or {"ok": key}, replay_safe=True) == {
+        "ok": "charge:o-1"
+    }
     assert keys == ["charge:o-1", "charge:o-1"]
     record = deck.store.ledger.get("charge:o-1")
     assert (record.state, record.attempt) == (EffectState.DONE, 2)
@@ -192,7 +192,10 @@ def test_another_jobs_running_attempt_is_waited_for(deck: Jobdeck) -> None:
     charge and returns its result, neither charging again nor going dead."""
     first, _ = deck.enqueue("demo.noop")
     second, _ = deck.enqueue("demo.noop")
-    a, b = (JobContext(deck.store, j.id, j.attempt, "w", j.type, deck.clock) for j in deck.store.claim("w", deck.clock(), limit=2))
+    a, b = (
+        JobContext(deck.store, j.id, j.attempt, "w", j.type, deck.clock)
+        for j in deck.store.claim("w", deck.clock(), limit=2)
+    )
     gate, inside = threading.Event(), threading.Event()
     got: dict[str, Any] = {}
 

@@ -83,7 +83,10 @@ def test_enqueue_many_returns_the_ids_of_its_own_rows_under_concurrent_writers(d
     t = threading.Thread(target=interfere)
     t.start()
     try:
-        batches = [deck.enqueue_many([{"type": "demo.noop", "payload": {"b": b, "i": i}} for i in range(200)]) for b in range(5)]
+        batches = [
+            deck.enqueue_many([{"type": "demo.noop", "payload": {"b": b, "i": i}} for i in range(200)])
+            for b in range(5)
+        ]
     finally:
         stop.set()
         t.join()

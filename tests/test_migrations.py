@@ -36,8 +36,10 @@ def _fill(store: Store, clock) -> dict[int, State]:
     store.fail_many([Outcome(j.id, "w1", attempt=j.attempt, error="bad", retryable=False) for j in claimed[4:5]], now)
     store.discard(ids[-1], now)
     with store.write() as conn:  # as every revision's code records one (0005 added the rest)
-        conn.execute(text("INSERT INTO effects (key, job_id, attempt, created_at) VALUES ('charge:1', :j, 1, :t)"),
-                     {"j": claimed[0].id, "t": now.replace(tzinfo=None) if store.dialect == "sqlite" else now})
+        conn.execute(
+            text("INSERT INTO effects (key, job_id, attempt, created_at) VALUES ('charge:1', :j, 1, :t)"),
+            {"j": claimed[0].id, "t": now.replace(tzinfo=None) if store.dialect == "sqlite" else now},
+        )
     with store.read() as conn:
         return {row.id: State(row.status) for row in conn.execute(text("SELECT id, status FROM jobs"))}
 

@@ -135,7 +135,6 @@ def test_release_counts_no_retry(deck: Jobdeck, clock) -> None:
     assert deck.store.attempts_of(job.id) == []
 
 
-
 def test_rescue_stalled_records_the_attempt(deck: Jobdeck, clock) -> None:
     fresh, _ = deck.enqueue("demo.noop", max_retries=1)
     last, _ = deck.enqueue("demo.noop", max_retries=0)

@@ -60,8 +60,9 @@ def huey_drain(n: int, threads: int) -> float:
         task()
     _count[0], _target[0] = 0, n
     _done.clear()
-    consumer = huey.create_consumer(workers=threads, worker_type="thread", periodic=False, initial_delay=0.001,
-                                    backoff=1.0, max_delay=0.01)
+    consumer = huey.create_consumer(
+        workers=threads, worker_type="thread", periodic=False, initial_delay=0.001, backoff=1.0, max_delay=0.01
+    )
     t0 = time.perf_counter()
     consumer.start()
     _done.wait(timeout=600)

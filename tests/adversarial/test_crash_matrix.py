@@ -298,8 +298,10 @@ def _judge(store: Store, plan: Plan, tally: Tally) -> None:
             if n == 0 or ledger.get(key) != EffectState.DONE.value:
                 tally.skipped.append((job_id, order, n, ledger.get(key)))
             continue
-        unknown = bool(row.error) and f"effect {key} was started by attempt " in row.error and row.error.endswith(
-            "and its outcome is unknown"
+        unknown = (
+            bool(row.error)
+            and f"effect {key} was started by attempt " in row.error
+            and row.error.endswith("and its outcome is unknown")
         )
         # Still started; or done, when a busy machine delayed the heartbeat, the
         # sweep rescued a live attempt, and that attempt finished its charge later.

@@ -83,7 +83,9 @@ def hostile_page(target: str) -> str:
     script = (
         "window.addEventListener('load', () => {"
         + "".join(f"document.getElementById('form{i}').submit();" for i in range(len(TARGETS)))
-        + "Promise.allSettled([" + ",".join(fetches) + "]).then(() => { document.title = 'fired'; });"
+        + "Promise.allSettled(["
+        + ",".join(fetches)
+        + "]).then(() => { document.title = 'fired'; });"
         + "});"
     )
     return f"<!doctype html><html><head><title>win a prize</title></head><body>{''.join(forms)}<script>{script}</script></body></html>"
@@ -141,6 +143,7 @@ def _attack(page: Any, recorder: Recorder, url: str) -> list[dict[str, Any]]:
 
     page.goto(url)
     expect(page).to_have_title("fired", timeout=15_000)
+
     # 3 forms and 3 fetches; the forms may land after the fetches settle.
     def all_delivered() -> list[dict[str, Any]] | None:
         posts = recorder.posts()

@@ -78,7 +78,9 @@ def test_sigterm_under_traffic_stops_the_server_every_time(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize(
-    ("command", "second"), [("serve", signal.SIGINT), ("worker", signal.SIGTERM)], ids=["serve-sigint", "worker-sigterm"]
+    ("command", "second"),
+    [("serve", signal.SIGINT), ("worker", signal.SIGTERM)],
+    ids=["serve-sigint", "worker-sigterm"],
 )
 def test_a_second_signal_releases_the_running_job_at_once(tmp_path: Path, command: str, second: int) -> None:
     grace = 60.0  # without the second signal the stop would wait this long for the job
@@ -114,7 +116,9 @@ def test_a_second_signal_releases_the_running_job_at_once(tmp_path: Path, comman
             attempt = conn.execute(select(jobs.c.attempt).where(jobs.c.id == job_id)).scalar_one()
         assert [tuple(r) for r in rows] == [(1, "interrupted", "interrupted by shutdown")]
         assert attempt == 1, "the interrupted attempt stays counted; the next run is attempt 2"
-        print(f"\n{command}: second signal -> exit 0 in {seconds:.2f} s, job {job_id} pending with an interrupted attempt")
+        print(
+            f"\n{command}: second signal -> exit 0 in {seconds:.2f} s, job {job_id} pending with an interrupted attempt"
+        )
     finally:
         proc.kill()
         engine.dispose()

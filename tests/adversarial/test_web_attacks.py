@@ -104,7 +104,9 @@ def test_same_origin_browsers_and_non_browser_clients_still_work(deck):
     client = make_app(deck).test_client()
     same_origin = {"Sec-Fetch-Site": "same-origin", "Origin": "http://localhost"}
     assert client.post("/api/jobs", json={"type": "demo.noop"}, headers=same_origin).status_code == 201
-    assert client.post("/api/jobs", json={"type": "demo.noop"}, headers={"Origin": "http://localhost"}).status_code == 201
+    assert (
+        client.post("/api/jobs", json={"type": "demo.noop"}, headers={"Origin": "http://localhost"}).status_code == 201
+    )
     assert client.post("/api/jobs", json={"type": "demo.noop"}).status_code == 201  # curl, scripts, workers
     assert client.post("/api/queues/default/pause", json={}).get_json()["paused"] is True
 
@@ -121,7 +123,11 @@ def test_the_bearer_token_is_not_subject_to_the_origin_check(make_deck):
 
 # -- DNS rebinding: an open deployment answers only requests addressed to this machine ---
 
-REBOUND = {"Host": "rebind.evil.example:8765", "Origin": "http://rebind.evil.example:8765", "Sec-Fetch-Site": "same-origin"}
+REBOUND = {
+    "Host": "rebind.evil.example:8765",
+    "Origin": "http://rebind.evil.example:8765",
+    "Sec-Fetch-Site": "same-origin",
+}
 """What Chromium sends from a page whose own name was rebound to 127.0.0.1: same-origin, a loopback
 peer, and only the Host naming the stranger."""
 
@@ -136,7 +142,9 @@ def test_an_open_deployment_refuses_a_rebound_host_on_the_api_and_the_dashboard(
     page = client.get(f"/jobs/{job.id}", headers=REBOUND)
     assert page.status_code == 403 and "addressed to this machine" in page.get_data(as_text=True)
     token = csrf_token(client)  # a real one, from a page addressed to this machine
-    discard = client.post(f"/actions/jobs/{job.id}/discard", headers={**REBOUND, "X-CSRFToken": token, "HX-Request": "true"})
+    discard = client.post(
+        f"/actions/jobs/{job.id}/discard", headers={**REBOUND, "X-CSRFToken": token, "HX-Request": "true"}
+    )
     assert discard.status_code in (400, 403)  # the CSRF check or the host check, whichever runs first
     assert deck.store.get(job.id).status is State.PENDING
     assert deck.store.counts(deck.clock())["pending"] == 1
@@ -149,7 +157,9 @@ def test_an_open_deployment_refuses_a_rebound_host_on_the_api_and_the_dashboard(
 def test_allowed_hosts_names_the_deployment_s_own_names(make_deck):
     deck = make_deck(allowed_hosts=["jobs.internal"])
     client = make_app(deck).test_client()
-    assert client.post("/api/jobs", json={"type": "demo.noop"}, headers={"Host": "jobs.internal:8000"}).status_code == 201
+    assert (
+        client.post("/api/jobs", json={"type": "demo.noop"}, headers={"Host": "jobs.internal:8000"}).status_code == 201
+    )
     assert client.get("/", headers={"Host": "JOBS.internal"}).status_code == 200
     assert client.get("/", headers={"Host": "other.internal"}).status_code == 403
 
@@ -220,7 +230,9 @@ def test_secure_cookies_marks_the_cookie_secure_and_sends_hsts(make_deck):
     deck = make_deck(secure_cookies=True)
     client = make_app(deck, users=USERS).test_client()
     # Flask-WTF checks the Referer of an HTTPS form post (WTF_CSRF_SSL_STRICT).
-    r = login(client, "alice", "alice-secret", base_url="https://localhost", headers={"Referer": "https://localhost/login"})
+    r = login(
+        client, "alice", "alice-secret", base_url="https://localhost", headers={"Referer": "https://localhost/login"}
+    )
     header = _set_cookie(r)
     assert "Secure" in header and "SameSite=Lax" in header and "HttpOnly" in header
     assert r.headers["Strict-Transport-Security"] == "max-age=31536000"
@@ -479,7 +491,10 @@ def test_an_open_deployment_answers_only_this_machine(deck, make_deck):
     for address in ("127.0.0.1", "127.3.2.1", "::1", "::ffff:127.0.0.1"):
         assert client_at(app, address).get("/").status_code == 200, address
     tokened = client_at(make_app(make_deck(api_token="s3cret"), users=USERS), "10.1.2.3")
-    assert tokened.post("/api/jobs", json={"type": "demo.noop"}, headers={"Authorization": "Bearer s3cret"}).status_code == 201
+    assert (
+        tokened.post("/api/jobs", json={"type": "demo.noop"}, headers={"Authorization": "Bearer s3cret"}).status_code
+        == 201
+    )
     assert tokened.get("/").status_code == 302  # to the login form
 
 

@@ -13,23 +13,24 @@ sharing the database.
 Safe for a rolling deploy: both columns are new and nullable or defaulted,
 so the previous release's inserts and reads keep working.
 """
+
 from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = '0007'
-down_revision: str | Sequence[str] | None = '0006'
+revision: str = "0007"
+down_revision: str | Sequence[str] | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.add_column('workers', sa.Column('abandoned_threads', sa.Integer(), server_default='0', nullable=False))
-    op.add_column('workers', sa.Column('unhealthy', sa.Text(), nullable=True))
+    op.add_column("workers", sa.Column("abandoned_threads", sa.Integer(), server_default="0", nullable=False))
+    op.add_column("workers", sa.Column("unhealthy", sa.Text(), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table('workers') as batch:
-        batch.drop_column('unhealthy')
-        batch.drop_column('abandoned_threads')
+    with op.batch_alter_table("workers") as batch:
+        batch.drop_column("unhealthy")
+        batch.drop_column("abandoned_threads")

@@ -13,13 +13,14 @@ Rolling deploy: the previous release writes none of this outcome and reads
 attempts without caring about the value, so it runs on this schema.
 Downgrading deletes interrupted rows first (their jobs are pending again).
 """
+
 from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = '0008'
-down_revision: str | Sequence[str] | None = '0007'
+revision: str = "0008"
+down_revision: str | Sequence[str] | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -28,9 +29,9 @@ NEW = "outcome IN ('completed', 'failed', 'timed_out', 'stalled', 'interrupted')
 
 
 def _swap(check: str) -> None:
-    with op.batch_alter_table('attempts') as batch:
-        batch.drop_constraint('ck_attempts_outcome', type_='check')
-        batch.create_check_constraint('ck_attempts_outcome', check)
+    with op.batch_alter_table("attempts") as batch:
+        batch.drop_constraint("ck_attempts_outcome", type_="check")
+        batch.create_check_constraint("ck_attempts_outcome", check)
 
 
 def upgrade() -> None:
