@@ -1,7 +1,7 @@
 """WSGI entry point for another server (e.g. ``gunicorn wsgi:app``).
 
 Refuses to start exposed without credentials, exactly as ``jobdeck serve``
-does (``app.exposure``; set ``JOBDECK_BIND`` to the address the server
+does (``app.web.exposure``; set ``JOBDECK_BIND`` to the address the server
 listens on), then builds the app and starts this process's runtime (workers
 and scheduler) once; ``jobdeck serve`` does the same with waitress.
 """
@@ -10,8 +10,8 @@ import atexit
 
 from app import create_app
 from app.config import load
-from app.exposure import exposure_problem
 from app.runtime import Runtime
+from app.web.exposure import exposure_problem
 
 config = load()
 problem = exposure_problem(config)

@@ -17,11 +17,11 @@ from sqlalchemy import exc as sa_exc
 from werkzeug.exceptions import HTTPException
 
 from app.config import Config, load
+from app.deck import Jobdeck
 from app.errors import JobdeckError
-from app.faults import is_unavailable
 from app.handlers import Registry, import_modules
 from app.handlers import registry as default_registry
-from app.service import Jobdeck
+from app.store.faults import is_unavailable
 from app.validation import IdConverter, max_body_bytes
 
 __all__ = ["create_app", "deck_of"]
@@ -63,17 +63,19 @@ def create_app(
     app.extensions["jobdeck"] = deck
     Htmx(app)
 
-    from app import api
+    from app.web.api import jobs as api
 
     app.register_blueprint(api.bp)
-    from app import api_effects, api_queues, schedules_views
+    from app.web.api import effects as api_effects
+    from app.web.api import queues as api_queues
+    from app.web.dashboard import schedules as schedules_views
 
     app.register_blueprint(api_effects.bp)
     app.register_blueprint(api_queues.bp)
     app.register_blueprint(schedules_views.bp)
     app.register_blueprint(schedules_views.api_bp)
 
-    from app import dashboard
+    from app.web import dashboard
 
     dashboard.init_app(app)
     _register_errors(app)
@@ -93,7 +95,7 @@ def _register_errors(app: Flask) -> None:
     def _jobdeck_error(exc: JobdeckError) -> Any:
         if _wants_json():
             return jsonify(exc.to_dict()), exc.status_code
-        from app.dashboard.views import error_response
+        from app.web.dashboard.views import error_response
 
         return error_response(str(exc), exc.status_code)
 

@@ -43,7 +43,7 @@ def record(actor: str, verb: str, target: str, at: datetime, *, store: Store | N
     action = Action(actor, verb, target, at, detail)
     log.info("%s by %s: %s %s", verb, actor, target, detail or "")
     if store is not None:
-        from app.queries import record_action
+        from app.store.reads import record_action
 
         job_id = detail.get("job_id")
         record_action(store, actor, verb, at, count=1 if job_id else 0, job_id=job_id, detail=target)

@@ -18,10 +18,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from app.errors import PayloadTooLarge
-from app.sqlite_hot import db_time
+from app.store.sqlite import db_time
 
 if TYPE_CHECKING:
-    from app.service import Jobdeck
+    from app.deck import Jobdeck
 
 _PLAIN = frozenset({"type", "payload"})
 
@@ -30,7 +30,7 @@ def plain_rows(deck: Jobdeck, items: Sequence[Mapping[str, Any]], now: datetime)
     """``sqlite_hot.INSERT_JOB`` parameters for ``items``, or None when an
     item has more than a type and a payload (the caller then validates each
     with ``new_job``). Raises what ``new_job`` raises for a bad item."""
-    from app.service import _ENCODER
+    from app.deck import _ENCODER
 
     t = db_time(now)
     limit = deck.config.max_payload_bytes

@@ -13,7 +13,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from app.errors import InvalidField
 from app.handlers import JobContext, Registry
-from app.models import demo_charges, demo_outbox
+from app.store.models import demo_charges, demo_outbox
 
 TYPES = (
     "demo.noop",

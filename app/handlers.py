@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy.exc import OperationalError
 
 from app.errors import EffectInProgress, EffectNotPerformed, EffectOutcomeUnknown
-from app.ledger import storable
 from app.states import EffectState
+from app.store.ledger import storable
 
 if TYPE_CHECKING:
     from app.store import Store

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
 if TYPE_CHECKING:
-    from app.service import Jobdeck
+    from app.deck import Jobdeck
 
 Check = Callable[[], "str | None"]
 """Returns why the service is unhealthy, or None."""

@@ -36,9 +36,9 @@ from sqlalchemy import func, select, text
 
 from app import actions
 from app.config import Config, ConfigError
-from app.models import jobs, queue_state
 from app.states import State, Transition, sources
 from app.store import JobRecord, Store
+from app.store.models import jobs, queue_state
 
 CLAIMABLE_SQL = "jobs.status IN ({})".format(", ".join(f"'{s}'" for s in sources(Transition.CLAIM)))
 

@@ -12,8 +12,8 @@ from typing import Protocol
 
 from flask import Flask
 
-from app.service import Jobdeck
-from app.worker import WorkerPool
+from app.deck import Jobdeck
+from app.worker.pool import WorkerPool
 
 log = logging.getLogger("jobdeck.runtime")
 
@@ -46,8 +46,8 @@ class Runtime:
         self.pool: WorkerPool | None = WorkerPool(deck, threads, on_unhealthy=on_unhealthy) if threads > 0 else None
         self.services: list[Service] = []
         if self.pool is not None:
-            from app.commit_watch import watcher_for
-            from app.notify import listener_for
+            from app.worker.commit_watch import watcher_for
+            from app.worker.listener import listener_for
 
             # Wake on other processes' jobs: LISTEN on PostgreSQL, PRAGMA data_version on SQLite.
             listener = listener_for(deck, self.pool.wake) or watcher_for(deck, self.pool)
@@ -107,7 +107,7 @@ class Runtime:
 
 
 def _register_scheduler() -> None:
-    from app.scheduler import scheduler_service
+    from app.maintenance.scheduler import scheduler_service
 
     if scheduler_service not in SERVICE_FACTORIES:
         SERVICE_FACTORIES.append(scheduler_service)

@@ -12,11 +12,11 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.alerts import Alerts, parse_alerts
-from app.maintenance import Maintenance, parse_retention
-from app.periodic import Periodic, parse_schedules
+from app.deck import Jobdeck
+from app.maintenance.alerts import Alerts, parse_alerts
+from app.maintenance.cron import Periodic, parse_schedules
+from app.maintenance.upkeep import Maintenance, parse_retention
 from app.queues import QueueControls, parse_limits
-from app.service import Jobdeck
 
 DEMO_CONFIG = Path(__file__).with_name("demo.toml")
 

@@ -76,8 +76,8 @@ def make_deck(
 ) -> Any:
     """A Jobdeck on a fresh SQLite file at ``path`` with ``bench.noop``."""
     from app.config import load
+    from app.deck import Jobdeck
     from app.handlers import Registry
-    from app.service import Jobdeck
 
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)

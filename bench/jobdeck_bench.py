@@ -28,7 +28,7 @@ def drain(workdir: Path, n: int, synchronous: str = "FULL", threads: int = 4) ->
     deck = make_deck(workdir / "drain.db", synchronous, threads, handler=lambda p, c: counter.hit())
     try:
         _fill(deck, n)
-        from app.worker import WorkerPool
+        from app.worker.pool import WorkerPool
 
         pool = WorkerPool(deck, threads)
         t0 = time.perf_counter()
@@ -97,7 +97,7 @@ def latency_inproc(workdir: Path, n: int, synchronous: str = "FULL", threads: in
         ready.set()
 
     deck = make_deck(workdir / "lat.db", synchronous, threads, handler=handler)
-    from app.worker import WorkerPool
+    from app.worker.pool import WorkerPool
 
     pool = WorkerPool(deck, threads)
     pool.start()

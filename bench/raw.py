@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.common import NOOP
@@ -16,7 +16,7 @@ from bench.common import NOOP
 def _db(path: Path, synchronous: str) -> sqlite3.Connection:
     from sqlalchemy import create_engine
 
-    from app.db import create_schema
+    from app.store.engine import create_schema
 
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
@@ -30,7 +30,7 @@ def _db(path: Path, synchronous: str) -> sqlite3.Connection:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).replace(tzinfo=None).isoformat(" ", "microseconds")
+    return datetime.now(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
 _INSERT = (

@@ -13,12 +13,12 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from bench.common import REPO, percentile
 
@@ -84,8 +84,8 @@ def get(port: int, path: str, conn: http.client.HTTPConnection | None = None) ->
 
 
 def fresh_db(workdir: Path, name: str) -> Path:
-    from app.db import make_engine
-    from app.migrate import upgrade
+    from app.store.engine import make_engine
+    from app.store.migrate import upgrade
 
     db = workdir / name
     for suffix in ("", "-wal", "-shm"):
@@ -97,12 +97,12 @@ def fresh_db(workdir: Path, name: str) -> Path:
 
 
 def _t(dt: datetime) -> str:
-    return dt.astimezone(timezone.utc).replace(tzinfo=None).isoformat(" ", "microseconds")
+    return dt.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
 def fill(db: Path, n: int, *, dead: int = 0, types: int = 1, status: str = "pending") -> None:
     """Insert ``n`` jobs straight into the file (the set-up, not measured)."""
-    now = _t(datetime.now(timezone.utc))
+    now = _t(datetime.now(UTC))
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
@@ -189,11 +189,11 @@ def latency_cross_process(workdir: Path, n: int) -> dict[str, Any]:
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         watch = sqlite3.connect(db)
         for i in range(n + 5):
-            t0 = datetime.now(timezone.utc)
+            t0 = datetime.now(UTC)
             c.request("POST", "/api/jobs", body='{"type":"demo.noop"}', headers={"Content-Type": "application/json"})
             r = c.getresponse()
             job = json.loads(r.read())
-            started = datetime.fromisoformat(_wait_started(watch, job["id"])).replace(tzinfo=timezone.utc)
+            started = datetime.fromisoformat(_wait_started(watch, job["id"])).replace(tzinfo=UTC)
             if i >= 5:  # the first few warm the worker up
                 samples.append((started - t0).total_seconds() * 1000)
         watch.close()

@@ -16,8 +16,8 @@ import pytest
 
 from app import create_app
 from app.config import load
+from app.deck import Jobdeck
 from app.handlers import Registry
-from app.service import Jobdeck
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 

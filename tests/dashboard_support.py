@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from app import create_app
-from app.service import Jobdeck
+from app.deck import Jobdeck
 
 HTMX = {"HX-Request": "true"}
 

@@ -6,9 +6,9 @@ from typing import Any
 
 from sqlalchemy import update
 
-from app.models import jobs
-from app.service import Jobdeck
+from app.deck import Jobdeck
 from app.states import State
+from app.store.models import jobs
 
 
 def force_state(deck: Jobdeck, job_id: int, state: State, worker_id: str | None = "w1", **values: Any) -> None:

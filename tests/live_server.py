@@ -10,8 +10,8 @@ from typing import Any
 
 from waitress import create_server, wasyncore
 
+from app.deck import Jobdeck
 from app.runtime import Runtime
-from app.service import Jobdeck
 
 
 @contextmanager

@@ -6,7 +6,7 @@ from typing import Any
 
 import jsonschema
 
-from app.openapi import document
+from app.web.api.openapi import document
 
 DOC = document()
 

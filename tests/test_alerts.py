@@ -11,12 +11,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from app.alerts import ALERT_TYPE
-from app.service import Jobdeck
+from app.deck import Jobdeck
+from app.maintenance.alerts import ALERT_TYPE
 from app.states import State
 from app.store import Outcome
 from app.wiring import install
-from app.worker import WorkerPool
+from app.worker.pool import WorkerPool
 
 
 class Hook:

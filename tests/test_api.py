@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 
 from app import create_app
-from app.service import Jobdeck
+from app.deck import Jobdeck
 from tests.openapi_check import check
 
 JOBS = "/api/jobs"

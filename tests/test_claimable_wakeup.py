@@ -1,5 +1,5 @@
 """On PostgreSQL every transaction that makes a job claimable now sends the
-NOTIFY that wakes the other processes' pools (``app.notify``): without it a
+NOTIFY that wakes the other processes' pools (``app.worker.listener``): without it a
 job made due waits for their next poll."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from app.notify import Listener, conninfo
-from app.queries import run_now
-from app.service import Jobdeck
+from app.deck import Jobdeck
+from app.store.reads import run_now
+from app.worker.listener import Listener, conninfo
 from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.backends, pytest.mark.parametrize("backend", ["postgres"], indirect=True)]

@@ -8,8 +8,8 @@ import json
 
 from dashboard_support import csrf_token, make_dead, post
 
-from app.queries import BATCH, list_audit
 from app.states import State
+from app.store.reads import BATCH, list_audit
 
 
 def _audit(deck):

@@ -114,7 +114,7 @@ def dash_open(deck):
 def test_users_config_is_validated(make_config, registry):
     from app import create_app
     from app.config import ConfigError
-    from app.service import Jobdeck
+    from app.deck import Jobdeck
 
     for users, message in [({"bob": {"role": "operator"}}, "users.bob.password_hash"),
                            ({"bob": {"password_hash": "x$y", "role": "admin"}}, "users.bob.role"),

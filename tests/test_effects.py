@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
+from app.deck import Jobdeck
 from app.demo import FakeGateway
 from app.errors import EffectNotFound, EffectNotPerformed, EffectOutcomeUnknown, EffectResolveRefused
 from app.handlers import JobContext, Registry
-from app.ledger import storable
-from app.models import demo_charges
-from app.service import Jobdeck
 from app.states import EffectState, State
-from app.worker import WorkerPool
+from app.store.ledger import storable
+from app.store.models import demo_charges
+from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.backends

@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 from dashboard_support import make_dash_app, post
 
+from app.deck import Jobdeck
 from app.demo import charge_card
 from app.errors import EffectOutcomeUnknown
 from app.handlers import JobContext
-from app.queries import list_audit
-from app.service import Jobdeck
 from app.states import EffectState, State
 from app.store import Outcome
+from app.store.reads import list_audit
 
 KEY = "charge:o-1"
 

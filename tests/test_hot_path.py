@@ -10,9 +10,9 @@ from datetime import timezone
 
 from sqlalchemy.exc import IntegrityError
 
-from app.db import make_engine
 from app.states import State
 from app.store import NewJob, Outcome, Store
+from app.store.engine import make_engine
 
 
 def _db_path(deck) -> str:  # type: ignore[no-untyped-def]

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from sqlalchemy import delete, event
 
-from app.models import jobs
-from app.service import Jobdeck
+from app.deck import Jobdeck
 from app.states import State
+from app.store.models import jobs
 
 pytestmark = [pytest.mark.backends, pytest.mark.parametrize("backend", ["postgres"], indirect=True)]
 

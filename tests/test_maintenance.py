@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from app.maintenance import Maintenance, Retention
-from app.models import workers
-from app.service import Jobdeck
+from app.deck import Jobdeck
+from app.maintenance.upkeep import Maintenance, Retention
 from app.states import State
 from app.store import Outcome
+from app.store.models import workers
 from tests.conftest import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,12 +8,11 @@ import threading
 import pytest
 from sqlalchemy import inspect, text
 
-from app import migrate
 from app.config import ConfigError
-from app.db import make_engine
-from app.service import Jobdeck
+from app.deck import Jobdeck
 from app.states import EffectState, State
-from app.store import NewJob, Outcome, Store
+from app.store import NewJob, Outcome, Store, migrate
+from app.store.engine import make_engine
 
 pytestmark = pytest.mark.backends
 

@@ -26,20 +26,19 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.db import make_engine
-from app.models import attempts, demo_charges, jobs, workers
 from app.states import State
 from app.store import NewJob, Store
+from app.store.engine import make_engine
+from app.store.models import attempts, demo_charges, jobs, workers
 from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.backends]
 ROOT = Path(__file__).parents[1]
 STALL_TIMEOUT = 4.0
-# The stalled-job sweeper runs inside every process once app.maintenance is
+# The stalled-job sweeper runs inside every process once app.maintenance.upkeep is
 # merged; until then this test sweeps from its own loop (Store.rescue_stalled).
 # (Looked up as files: the editable install can resolve app.* to another checkout.)
 HAS_SWEEPER = (ROOT / "app" / "maintenance.py").exists()
-HAS_SCHEDULER = (ROOT / "app" / "scheduler.py").exists()
 
 
 def _free_port() -> int:
@@ -243,9 +242,7 @@ def store_now() -> datetime:
     return datetime.now(UTC)
 
 
-# Cron once per fire time across the three: needs the scheduler branch
-# (app.scheduler). After the merge, set SCHEDULE_TOML to the scheduler's config
-# syntax for "demo.noop every second" and this test runs on both databases.
+# Cron once per fire time across the three processes, on both databases.
 SCHEDULE_TOML = """
 [[schedules]]
 name = "tick"
@@ -254,7 +251,6 @@ type = "demo.noop"
 """
 
 
-@pytest.mark.skipif(not HAS_SCHEDULER, reason="needs the scheduler (app/scheduler.py) merged")
 def test_cron_fires_once_per_fire_time_across_three_processes(db_url, tmp_path):
     cluster = Cluster(db_url, tmp_path, SCHEDULE_TOML)
     engine = make_engine(db_url, pool_size=2)

@@ -6,7 +6,7 @@ import re
 
 import jsonschema
 
-from app.openapi import document
+from app.web.api.openapi import document
 
 
 def _served(app) -> set[tuple[str, str]]:

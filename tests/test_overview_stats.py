@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from app.maintenance import Maintenance, Retention
-from app.queries import throughput
+from app.maintenance.upkeep import Maintenance, Retention
 from app.store import Outcome
+from app.store.reads import throughput
 
 pytestmark = pytest.mark.backends
 

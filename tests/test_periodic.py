@@ -12,9 +12,9 @@ from sqlalchemy import func, select
 
 from app import create_app
 from app.config import ConfigError
-from app.models import jobs, schedule_runs
-from app.periodic import Periodic, fire_key, parse_schedules
-from app.service import Jobdeck
+from app.deck import Jobdeck
+from app.maintenance.cron import Periodic, fire_key, parse_schedules
+from app.store.models import jobs, schedule_runs
 from app.wiring import install
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import threading
 
 from app import actions, create_app
+from app.deck import Jobdeck
 from app.handlers import Registry
-from app.service import Jobdeck
 from app.states import State
 from app.wiring import install
-from app.worker import WorkerPool
+from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
 from tests.openapi_check import check
 

@@ -10,11 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from app.deck import Jobdeck
 from app.queues import Limits, QueueControls
-from app.service import Jobdeck
 from app.states import State
 from app.store import Outcome
-from app.worker import WorkerPool
+from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.backends

@@ -9,8 +9,8 @@ import pytest
 
 from app import create_app
 from app.config import load
+from app.deck import Jobdeck
 from app.runtime import Runtime
-from app.service import Jobdeck
 from app.states import State
 from app.wiring import install
 from tests.conftest import wait_for

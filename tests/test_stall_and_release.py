@@ -7,9 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from app.models import jobs
-from app.service import Jobdeck
+from app.deck import Jobdeck
 from app.states import State
+from app.store.models import jobs
 
 pytestmark = pytest.mark.backends
 

@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
+from app.deck import Jobdeck
 from app.errors import IdempotencyConflict, NotHeld, TransitionRefused
-from app.service import Jobdeck
 from app.states import State
 from app.store import JobFilter, Outcome
 

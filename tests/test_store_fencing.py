@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
+from app.deck import Jobdeck
 from app.errors import TransitionRefused
-from app.service import Jobdeck
 from app.states import State
 from app.store import Outcome
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
+from app.deck import Jobdeck
 from app.errors import TransitionRefused
-from app.service import Jobdeck
 from app.states import ALL_STATES, SOURCES, TARGETS, State, Transition, refusal
 from tests.helpers import force_state
 

@@ -7,11 +7,11 @@ import threading
 import pytest
 from sqlalchemy import func, select
 
+from app.deck import Jobdeck
 from app.handlers import JobContext, Registry
-from app.models import demo_charges, demo_outbox
-from app.service import Jobdeck
 from app.states import State
-from app.worker import WorkerPool
+from app.store.models import demo_charges, demo_outbox
+from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.backends

@@ -29,8 +29,6 @@ _done = threading.Event()
 _target = [0]
 
 
-from peer_jobs import noop  # noqa: E402  (RQ imports it by this name)
-
 
 # -- Huey -------------------------------------------------------------------
 

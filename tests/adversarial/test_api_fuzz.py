@@ -33,8 +33,8 @@ import pytest
 from live_server import running
 
 from app import create_app
-from app.openapi import document
-from app.service import Jobdeck
+from app.deck import Jobdeck
+from app.web.api.openapi import document
 
 BUDGET_SECONDS = 30
 """Per configuration: the two together fuzz for a minute."""

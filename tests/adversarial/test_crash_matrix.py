@@ -49,10 +49,10 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.db import make_engine
-from app.models import demo_charges, effects, jobs
 from app.states import EffectState, State
 from app.store import NewJob, Store
+from app.store.engine import make_engine
+from app.store.models import demo_charges, effects, jobs
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.backends

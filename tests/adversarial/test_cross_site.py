@@ -26,7 +26,7 @@ from live_server import served
 from websec_support import USERS
 
 from app import create_app
-from app.service import Jobdeck
+from app.deck import Jobdeck
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.e2e

@@ -23,8 +23,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from app import create_app
-from app.notify import Listener, conninfo
-from app.service import Jobdeck
+from app.deck import Jobdeck
+from app.worker.listener import Listener, conninfo
 from tests.adversarial.outages import Outage
 from tests.conftest import wait_for
 from tests.pgtest import terminate_backends

@@ -25,10 +25,10 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.db import make_engine
-from app.models import attempts, jobs, workers
 from app.states import State
 from app.store import NewJob, Store
+from app.store.engine import make_engine
+from app.store.models import attempts, jobs, workers
 from tests.conftest import wait_for
 
 ROOT = Path(__file__).parents[2]

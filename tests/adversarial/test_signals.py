@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from app.db import make_engine
-from app.models import attempts, jobs
 from app.states import State
 from app.store import NewJob, Store
+from app.store.engine import make_engine
+from app.store.models import attempts, jobs
 from tests.adversarial.cli_process import JobdeckProcess, write_config
 from tests.conftest import wait_for
 

@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from app.deck import Jobdeck
 from app.errors import NotHeld, TransitionRefused
-from app.models import attempts, jobs
 from app.queues import Limits, QueueControls
-from app.records import Outcome
-from app.service import Jobdeck
 from app.states import State
+from app.store.models import attempts, jobs
+from app.store.records import Outcome
 from tests.conftest import T0, Clock
 
 pytestmark = pytest.mark.backends

@@ -42,13 +42,13 @@ from hypothesis.stateful import (
 )
 from sqlalchemy import delete, select
 
+from app.deck import Jobdeck
 from app.errors import IdempotencyConflict, JobNotFound, NotHeld, TransitionRefused
-from app.models import attempts, jobs
-from app.queries import RunNowRefused, run_now
 from app.queues import Limits, QueueControls
-from app.records import Outcome
-from app.service import Jobdeck
 from app.states import SOURCES, State, Transition
+from app.store.models import attempts, jobs
+from app.store.reads import RunNowRefused, run_now
+from app.store.records import Outcome
 from tests.conftest import T0, Clock
 
 pytestmark = pytest.mark.backends

@@ -26,10 +26,10 @@ from werkzeug.routing import AnyConverter
 from app import create_app
 from app.cli import refuse_exposed
 from app.config import load
-from app.dashboard.throttle import LoginThrottle
-from app.exposure import exposure_problem
-from app.service import Jobdeck
+from app.deck import Jobdeck
 from app.states import State
+from app.web.dashboard.throttle import LoginThrottle
+from app.web.exposure import exposure_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 JSON = {"Content-Type": "application/json"}
@@ -270,7 +270,7 @@ def test_a_copied_cookie_stops_working_after_logout_in_every_process(make_deck):
 
 
 def test_a_session_expires_after_its_lifetime_and_is_pruned(deck, clock):
-    from app.sessions import SESSION_LIFETIME, open_session, session_user
+    from app.store.sessions import SESSION_LIFETIME, open_session, session_user
 
     client = make_app(deck, users=USERS).test_client()
     assert login(client, "alice", "alice-secret").status_code == 302
@@ -282,7 +282,7 @@ def test_a_session_expires_after_its_lifetime_and_is_pruned(deck, clock):
     open_session(deck.store, "victor", clock())  # a login prunes the expired rows
     from sqlalchemy import func, select
 
-    from app.models import dashboard_sessions
+    from app.store.models import dashboard_sessions
 
     with deck.store.read() as conn:
         assert conn.execute(select(func.count()).select_from(dashboard_sessions)).scalar_one() == 1
@@ -317,7 +317,7 @@ def throttled(deck, monkeypatch):
     app = make_app(deck, users=USERS)
     clock = FakeMonotonic()
     app.extensions["jobdeck_login_throttle"] = LoginThrottle(clock=clock)
-    import app.dashboard.auth as auth
+    import app.web.dashboard.auth as auth
 
     checks = Counter[str]()
     real = auth.check_password_hash

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from app import create_app
+from app.deck import Jobdeck
 from app.handlers import JobContext, Registry
-from app.service import Jobdeck
 from app.states import State
 from app.store import NewJob
-from app.worker import STOP_MARGIN, WorkerPool
+from app.worker.pool import STOP_MARGIN, WorkerPool
 from tests.adversarial.outages import Outage
 from tests.conftest import wait_for
 

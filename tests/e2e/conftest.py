@@ -16,7 +16,7 @@ import pytest
 from live_server import running
 
 from app import create_app
-from app.service import Jobdeck
+from app.deck import Jobdeck
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-results" / "screenshots"
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from app.maintenance import STATS_MARK, Maintenance
-from app.models import maintenance_marks, stats_minutely
+from app.maintenance.upkeep import STATS_MARK, Maintenance
+from app.store.models import maintenance_marks, stats_minutely
 from app.wiring import operations_of
 from tests.conftest import wait_for
 

@@ -1,0 +1,247 @@
+"""The Jobdeck facade: config + store + handler registry, and the validated
+way in for new jobs (shared by the API, the CLI and Python callers)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from app.config import Config
+from app.errors import InvalidField, PayloadTooLarge, UnknownType
+from app.handlers import Registry
+from app.handlers import registry as default_registry
+from app.states import PRIORITY_LABELS
+from app.store import JobRecord, NewJob, Store, backoff_delay
+from app.store.engine import make_engine
+from app.validation import check_json, check_text
+
+Clock = Callable[[], datetime]
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+"""Built once: ``json.dumps`` with options builds an encoder per call. It
+refuses NaN and Infinity, which are not JSON and break strict clients."""
+
+MAX_TYPE_CHARS = 200
+MAX_QUEUE_CHARS = 100
+MAX_KEY_CHARS = 255
+MAX_RETRIES = 1000
+"""The most retries a job can ask for."""
+MAX_DELAY_SECONDS = 10 * 365 * 86400
+"""The latest a job can be delayed to: ten years."""
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Jobdeck:
+    def __init__(
+        self,
+        config: Config,
+        registry: Registry | None = None,
+        clock: Clock = utcnow,
+        store: Store | None = None,
+    ) -> None:
+        self.config = config
+        self.registry = registry if registry is not None else default_registry
+        self.clock = clock
+        if store is None:
+            engine = make_engine(
+                config.resolved_database_url(),
+                synchronous=config.sqlite_synchronous,
+                pool_size=max(5, config.workers + config.http_threads + 4),
+                busy_timeout=config.sqlite_busy_timeout,
+            )
+            store = Store(engine)
+        self.store = store
+        self.store.backoff = self.backoff
+
+    def init_db(self) -> None:
+        """Bring the schema to the code's revision (Alembic, see app.store.migrate);
+        with ``auto_migrate`` off, refuse a schema that is behind."""
+        from app.store.migrate import ensure_current
+
+        ensure_current(self.store.engine, self.config.auto_migrate)
+
+    # -- policy -------------------------------------------------------------
+
+    def backoff(self, job_type: str, retry_count: int) -> float:
+        """The exponential backoff (``app.store.lifecycle.backoff_delay``) with the base
+        and cap from the handler's options or the config."""
+        spec = self.registry.get(job_type)
+        base = spec.backoff_base if spec and spec.backoff_base is not None else self.config.backoff_base
+        cap = spec.backoff_cap if spec and spec.backoff_cap is not None else self.config.backoff_cap
+        return backoff_delay(base, cap, retry_count)
+
+    def type_names(self) -> list[str]:
+        """Every job type this deployment accepts: registered handlers and
+        ``external_types`` (served by HTTP workers)."""
+        return sorted(set(self.registry.names()) | set(self.config.external_types))
+
+    def known_type(self, name: str) -> bool:
+        return name in self.registry or name in self.config.external_types
+
+    # -- enqueue ------------------------------------------------------------
+
+    def enqueue(
+        self,
+        type: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        priority: int | str | None = None,
+        queue: str | None = None,
+        max_retries: int | None = None,
+        idempotency_key: str | None = None,
+        run_at: datetime | str | None = None,
+        delay_seconds: float | None = None,
+    ) -> tuple[JobRecord, bool]:
+        """Enqueue one job (durable when this returns). Returns (job, created);
+        created is False when ``idempotency_key`` named an existing job."""
+        data: dict[str, Any] = {"type": type, "payload": dict(payload or {})}
+        for key, value in (
+            ("priority", priority), ("queue", queue), ("max_retries", max_retries),
+            ("idempotency_key", idempotency_key), ("run_at", run_at), ("delay_seconds", delay_seconds),
+        ):  # fmt: skip
+            if value is not None:
+                data[key] = value
+        now = self.clock()
+        return self.store.enqueue(self.new_job(data, now), now)
+
+    def enqueue_many(self, items: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Enqueue many jobs in one transaction (each item as for the API)."""
+        now = self.clock()
+        if self.store.dialect == "sqlite":
+            from app.bulk import plain_rows
+
+            rows = plain_rows(self, items, now)  # plain jobs: validated and serialized in one pass
+            if rows is not None:
+                return self.store.insert_rows_sqlite(rows)
+        return self.store.enqueue_many([self.new_job(item, now) for item in items], now)
+
+    def new_job(self, data: Mapping[str, Any], now: datetime) -> NewJob:
+        """Validate an enqueue request; raise InvalidField naming the field."""
+        if not isinstance(data, Mapping):
+            raise InvalidField("body", "expected a JSON object")
+        allowed = {"type", "payload", "priority", "max_retries", "idempotency_key", "run_at", "delay_seconds", "queue"}
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            raise InvalidField(unknown[0], "unknown field")
+        job_type = data.get("type")
+        if not isinstance(job_type, str) or not job_type.strip():
+            raise InvalidField("type", "required, a non-empty string")
+        check_text(job_type, "type", MAX_TYPE_CHARS)
+        if not self.known_type(job_type):
+            raise UnknownType(job_type)
+        spec = self.registry.get(job_type)
+
+        payload = data.get("payload", {})
+        if payload is None:
+            payload = {}
+        if not isinstance(payload, dict):
+            raise InvalidField("payload", "must be a JSON object")
+        check_json(payload, "payload")
+        try:
+            payload_json = "{}" if not payload else _ENCODER.encode(payload)
+            size = len(payload_json.encode())
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InvalidField("payload", f"not serializable as JSON: {exc}") from None
+        if size > self.config.max_payload_bytes:
+            raise PayloadTooLarge(size, self.config.max_payload_bytes)
+
+        priority = parse_priority(data.get("priority"), default=spec.priority if spec and spec.priority else 0)
+
+        max_retries = data.get("max_retries")
+        if max_retries is None:
+            max_retries = spec.max_retries if spec and spec.max_retries is not None else self.config.default_max_retries
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise InvalidField("max_retries", "must be an integer >= 0")
+        if max_retries > MAX_RETRIES:
+            raise InvalidField("max_retries", f"must be at most {MAX_RETRIES}")
+
+        key = data.get("idempotency_key")
+        if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS):
+            raise InvalidField("idempotency_key", f"must be a non-empty string of at most {MAX_KEY_CHARS} characters")
+        if key is not None:
+            check_text(key, "idempotency_key", MAX_KEY_CHARS)
+
+        queue = data.get("queue")
+        if queue is None:
+            queue = spec.queue if spec and spec.queue else "default"
+        if not isinstance(queue, str) or not queue or len(queue) > MAX_QUEUE_CHARS:
+            raise InvalidField("queue", f"must be a non-empty string of at most {MAX_QUEUE_CHARS} characters")
+        check_text(queue, "queue", MAX_QUEUE_CHARS)
+
+        available_at = _available_at(data.get("run_at"), data.get("delay_seconds"), now)
+        return NewJob(
+            type=job_type,
+            payload=payload,
+            queue=queue,
+            priority=priority,
+            max_retries=max_retries,
+            idempotency_key=key,
+            available_at=available_at,
+            payload_json=payload_json,
+        )
+
+
+MAX_PRIORITY = 1_000_000
+"""Priorities run from ``-MAX_PRIORITY`` to ``MAX_PRIORITY``."""
+PRIORITY_NUMBER = re.compile(r"-?(1000000|[0-9]{1,6})")
+"""A priority written as a string: ASCII digits only (``"²".isdigit()`` is
+true and ``int("²")`` fails); the pattern the OpenAPI document publishes."""
+
+
+def parse_priority(value: Any, default: int = 0) -> int:
+    """An integer, a numeric string in ASCII digits, or a label (any case)."""
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        raise InvalidField("priority", "must be an integer or one of low, medium, high, critical")
+    if isinstance(value, int):
+        if not -MAX_PRIORITY <= value <= MAX_PRIORITY:
+            raise InvalidField("priority", f"must be between {-MAX_PRIORITY} and {MAX_PRIORITY}")
+        return value
+    if isinstance(value, str):
+        if value.lower() in PRIORITY_LABELS:
+            return PRIORITY_LABELS[value.lower()]
+        if PRIORITY_NUMBER.fullmatch(value):
+            return parse_priority(int(value))
+    shown = value[:40] if isinstance(value, str) else value
+    raise InvalidField("priority", f"unknown priority {shown!r}; use an integer or low, medium, high, critical")
+
+
+def parse_time(value: Any, field: str) -> datetime:
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidField(field, f"not an ISO 8601 time: {value!r}") from None
+    else:
+        raise InvalidField(field, "must be an ISO 8601 time string")
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise InvalidField(field, f"{parsed.isoformat()} is outside the years 1 to 9999 in UTC") from None
+
+
+def _available_at(run_at: Any, delay: Any, now: datetime) -> datetime:
+    if run_at is not None and delay is not None:
+        raise InvalidField("run_at", "give run_at or delay_seconds, not both")
+    if run_at is not None:
+        return parse_time(run_at, "run_at")
+    if delay is not None:
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not math.isfinite(delay) or delay < 0:
+            raise InvalidField("delay_seconds", "must be a finite number >= 0")
+        if delay > MAX_DELAY_SECONDS:
+            raise InvalidField("delay_seconds", f"must be at most ten years ({MAX_DELAY_SECONDS} seconds)")
+        return now + timedelta(seconds=delay)
+    return now

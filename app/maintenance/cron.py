@@ -1,0 +1,361 @@
+"""Recurring jobs declared in config, enqueued through the normal queue.
+
+Config::
+
+    [[schedules]]
+    name = "sales-report"
+    cron = "0 2 * * *"          # five fields; a sixth, leading, seconds field is allowed
+    timezone = "UTC"            # any IANA zone; cron fields are read in it
+    type = "reports.sales"
+    payload = {region = "emea"}
+    misfire = "run_once"        # or "skip"
+    misfire_grace = 3600        # seconds (run_once only)
+
+Each fire time becomes a one-off job with the idempotency key
+``schedule:<name>:<fire time in UTC, ISO 8601>``: the database's UNIQUE key
+is what makes any number of processes running this loop produce one job per
+fire time (no leader election). The loop body is ``enqueue_due_once(now)``;
+the operator's pause flag and the watermark ``checked_until`` live in the
+``schedule_state`` table, and each firing is kept in ``schedule_runs``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from apscheduler.triggers.cron import CronTrigger
+from cron_descriptor import ExpressionDescriptor, Options
+from sqlalchemy import select, update
+
+from app import actions
+from app.config import ConfigError
+from app.deck import Jobdeck, parse_priority
+from app.errors import JobdeckError, JobNotFound
+from app.store import JobRecord, NewJob
+from app.store.models import jobs, schedule_runs, schedule_state
+
+log = logging.getLogger("jobdeck.schedules")
+
+ON_TIME = timedelta(seconds=15)
+"""A fire time found later than this is a misfire (the process was down)."""
+MISFIRE_POLICIES = ("run_once", "skip")
+_KEYS = {"name", "cron", "timezone", "type", "payload", "priority", "queue", "max_retries", "enabled",
+         "misfire", "misfire_grace"}  # fmt: skip
+_CRON_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+
+
+class UnknownSchedule(JobdeckError):
+    status_code = 404
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no schedule named {name!r} in the configuration")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    name: str
+    cron: str
+    timezone: str
+    type: str
+    payload: dict[str, Any]
+    priority: int | str | None = None
+    queue: str | None = None
+    max_retries: int | None = None
+    enabled: bool = True
+    misfire: str = "run_once"
+    misfire_grace: float = 3600.0
+    trigger: CronTrigger = field(default=None, compare=False, repr=False)
+
+    def next_fire(self, after: datetime) -> datetime | None:
+        """The first fire time strictly after ``after``, in UTC."""
+        nxt = self.trigger.get_next_fire_time(None, after + timedelta(microseconds=1))
+        return None if nxt is None else nxt.astimezone(UTC)
+
+    def fire_times(self, after: datetime, until: datetime) -> list[datetime]:
+        """Fire times in (after, until]."""
+        found: list[datetime] = []
+        cursor = after
+        while (nxt := self.next_fire(cursor)) is not None and nxt <= until:
+            found.append(nxt)
+            cursor = nxt
+        return found
+
+    def due(self, after: datetime, now: datetime) -> list[datetime]:
+        """The fire times in (after, now] to enqueue under the misfire policy:
+        on-time ones always; of the late ones (missed while down) none with
+        ``skip``, the latest one within ``misfire_grace`` with ``run_once``."""
+        window = max(ON_TIME, timedelta(seconds=self.misfire_grace))
+        fires = self.fire_times(max(after, now - window), now)
+        on_time = [f for f in fires if now - f <= ON_TIME]
+        late = [f for f in fires if now - f > ON_TIME]
+        catch_up = late and self.misfire == "run_once" and not on_time
+        if catch_up and now - late[-1] <= timedelta(seconds=self.misfire_grace):
+            return [late[-1]]
+        if late:
+            log.warning("schedule %s: skipped %d missed fire time(s), last %s", self.name, len(late), late[-1])
+        return on_time
+
+    def job_data(self, key: str) -> dict[str, Any]:
+        data: dict[str, Any] = {"type": self.type, "payload": self.payload, "idempotency_key": key}
+        for name in ("priority", "queue", "max_retries"):
+            if getattr(self, name) is not None:
+                data[name] = getattr(self, name)
+        return data
+
+    def describe(self) -> str:
+        """The cron in words, with its time zone: "every day at 02:00 UTC"."""
+        fields = self.cron.split()
+        if len(fields) == 5 and fields[0].isdigit() and fields[1].isdigit() and fields[2:] == ["*", "*", "*"]:
+            return f"every day at {int(fields[1]):02d}:{int(fields[0]):02d} {self.timezone}"
+        options = Options()
+        options.use_24hour_time_format = True
+        words = ExpressionDescriptor(self.cron, options).get_description()
+        return f"{words[:1].lower()}{words[1:]} ({self.timezone})"
+
+
+def fire_key(name: str, fire_time: datetime) -> str:
+    return f"schedule:{name}:{fire_time.astimezone(UTC).isoformat()}"
+
+
+def make_trigger(cron: str, tz: ZoneInfo) -> CronTrigger:
+    """Five crontab fields, or six with seconds first. Day-of-week numbers are
+    crontab's (0 or 7 = Sunday), not APScheduler 3's (0 = Monday)."""
+    fields = cron.split()
+    if len(fields) not in (5, 6):
+        raise ValueError(f"expected 5 fields (or 6 with seconds first), got {len(fields)}")
+    second = fields.pop(0) if len(fields) == 6 else "0"
+    minute, hour, day, month, dow = fields
+    return CronTrigger(
+        second=second, minute=minute, hour=hour, day=day, month=month, day_of_week=_crontab_dow(dow), timezone=tz
+    )
+
+
+def _crontab_dow(text: str) -> str:
+    if not all(c.isdigit() or c in "*,-/" for c in text):
+        return text  # names (mon-fri) mean the same to both
+    days: set[int] = set()
+    for part in text.split(","):
+        rng, _, step_text = part.partition("/")
+        step = int(step_text) if step_text else 1
+        if rng == "*":
+            lo, hi = 0, 6
+        elif "-" in rng:
+            lo, hi = (int(x) for x in rng.split("-", 1))
+        else:
+            lo = int(rng)
+            hi = 6 if step_text else lo
+        if not (0 <= lo <= 7 and 0 <= hi <= 7 and lo <= hi and step >= 1):
+            raise ValueError(f"day of week {part!r} out of range 0-7")
+        days.update(d % 7 for d in range(lo, hi + 1, step))
+    return "*" if len(days) == 7 else ",".join(_CRON_DAYS[d] for d in sorted(days))
+
+
+def parse_schedules(raw: Any, deck: Jobdeck) -> list[Schedule]:
+    """Validate the ``[[schedules]]`` array; a bad entry stops start-up with a
+    ConfigError naming the schedule and the problem."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ConfigError("schedules: expected an array of tables ([[schedules]])")
+    found: list[Schedule] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, dict):
+            raise ConfigError(f"schedules[{i}]: expected a table")
+        name = entry.get("name")
+        if not isinstance(name, str) or not name.strip() or len(name) > 200:
+            raise ConfigError(f"schedules[{i}]: name: required, a string of 1 to 200 characters")
+        where = f"schedule {name!r}"
+        if name in seen:
+            raise ConfigError(f"{where}: the name is used twice")
+        seen.add(name)
+        unknown = sorted(set(entry) - _KEYS)
+        if unknown:
+            raise ConfigError(f"{where}: unknown key {unknown[0]!r}")
+        tz_name = entry.get("timezone", "UTC")
+        try:
+            tz = ZoneInfo(str(tz_name))
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ConfigError(f"{where}: unknown timezone {tz_name!r}") from None
+        cron = entry.get("cron")
+        if not isinstance(cron, str):
+            raise ConfigError(f'{where}: cron: required, e.g. "0 2 * * *"')
+        try:
+            trigger = make_trigger(cron, tz)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: invalid cron expression {cron!r}: {exc}") from None
+        job_type = entry.get("type")
+        if not isinstance(job_type, str) or not deck.known_type(job_type):
+            raise ConfigError(f"{where}: unknown job type {job_type!r} (no handler registered)")
+        misfire = entry.get("misfire", "run_once")
+        if misfire not in MISFIRE_POLICIES:
+            raise ConfigError(f"{where}: misfire: must be one of {', '.join(MISFIRE_POLICIES)}, got {misfire!r}")
+        grace = entry.get("misfire_grace", 3600)
+        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
+            raise ConfigError(f"{where}: misfire_grace: must be a number of seconds >= 0")
+        enabled = entry.get("enabled", True)
+        if not isinstance(enabled, bool):
+            raise ConfigError(f"{where}: enabled: must be true or false")
+        schedule = Schedule(
+            name=name, cron=cron, timezone=str(tz_name), type=job_type, payload=entry.get("payload", {}),
+            priority=entry.get("priority"), queue=entry.get("queue"), max_retries=entry.get("max_retries"),
+            enabled=enabled, misfire=misfire, misfire_grace=float(grace), trigger=trigger,
+        )  # fmt: skip
+        try:
+            parse_priority(schedule.priority)
+            deck.new_job(schedule.job_data(fire_key(name, datetime.now(UTC))), datetime.now(UTC))
+        except JobdeckError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        found.append(schedule)
+    return found
+
+
+class Periodic:
+    """The configured schedules of one deck, and their state in the database."""
+
+    def __init__(self, deck: Jobdeck, schedules: list[Schedule]) -> None:
+        self.deck = deck
+        self.store = deck.store
+        self.schedules = {s.name: s for s in schedules}
+
+    def get(self, name: str) -> Schedule:
+        try:
+            return self.schedules[name]
+        except KeyError:
+            raise UnknownSchedule(name) from None
+
+    # -- the loop body ----------------------------------------------------------
+
+    def enqueue_due_once(self, now: datetime) -> list[int]:
+        """Enqueue every due fire time of every enabled, unpaused schedule;
+        returns the ids of the jobs for them (new or already enqueued by
+        another process). A schedule seen for the first time starts at ``now``."""
+        if not self.schedules:
+            return []
+        states = self._states(now)
+        fires: list[tuple[Schedule, datetime]] = []
+        passed: list[str] = []
+        for s in self.schedules.values():
+            paused, checked_until = states[s.name]
+            if not s.enabled or paused or checked_until >= now:
+                continue
+            nxt = s.next_fire(checked_until)
+            if nxt is not None and nxt <= now:  # a fire time passed: enqueue or skip it, then move on
+                passed.append(s.name)
+                fires.extend((s, f) for f in s.due(checked_until, now))
+        if not passed:
+            return []  # nothing to write: most ticks end here
+        ids: list[int] = []
+        if fires:
+            news = [self.deck.new_job(s.job_data(fire_key(s.name, f)), now) for s, f in fires]
+            ids = self.store.enqueue_many(news, now)
+        insert = self.store._insert()
+        with self.store.write() as conn:
+            if fires:
+                conn.execute(
+                    insert(schedule_runs).on_conflict_do_nothing(index_elements=["schedule", "fire_time"]),
+                    [{"schedule": s.name, "fire_time": f, "job_id": i, "manual": False, "created_at": now}
+                     for (s, f), i in zip(fires, ids)],
+                )  # fmt: skip
+            conn.execute(
+                update(schedule_state)
+                .where(schedule_state.c.name.in_(passed), schedule_state.c.checked_until < now)
+                .values(checked_until=now, updated_at=now)
+            )
+        for (s, f), i in zip(fires, ids):
+            log.info("schedule %s fired for %s: job %s", s.name, f.isoformat(), i)
+        return ids
+
+    def _states(self, now: datetime) -> dict[str, tuple[bool, datetime]]:
+        with self.store.read() as conn:
+            rows = conn.execute(
+                select(schedule_state.c.name, schedule_state.c.paused, schedule_state.c.checked_until).where(
+                    schedule_state.c.name.in_(list(self.schedules))
+                )
+            ).all()
+        states = {r.name: (bool(r.paused), r.checked_until) for r in rows}
+        missing = [n for n in self.schedules if n not in states]
+        if missing:
+            insert = self.store._insert()
+            with self.store.write() as conn:
+                conn.execute(
+                    insert(schedule_state).on_conflict_do_nothing(index_elements=["name"]),
+                    [{"name": n, "paused": False, "checked_until": now, "updated_at": now} for n in missing],
+                )
+            return self._states(now)
+        return states
+
+    # -- operator actions -------------------------------------------------------
+
+    def run_now(self, name: str, now: datetime, actor: str) -> JobRecord:
+        """Enqueue one run at once, outside the cron (paused or not)."""
+        s = self.get(name)
+        new: NewJob = self.deck.new_job(s.job_data(f"schedule:{name}:manual:{now.isoformat()}"), now)
+        job, _ = self.store.enqueue(new, now)
+        with self.store.write() as conn:
+            conn.execute(
+                self.store._insert()(schedule_runs)
+                .values(schedule=name, fire_time=now, job_id=job.id, manual=True, created_at=now)
+                .on_conflict_do_nothing(index_elements=["schedule", "fire_time"])
+            )
+        actions.record(actor, "schedule.run", name, now, store=self.store, job_id=job.id)
+        return job
+
+    def set_paused(self, name: str, paused: bool, now: datetime, actor: str) -> None:
+        """Pause or resume. Resuming does not replay the fire times missed while
+        paused: the watermark moves to ``now``."""
+        self.get(name)
+        self._states(now)
+        values: dict[str, Any] = {"paused": paused, "updated_at": now}
+        if not paused:
+            values["checked_until"] = now
+        with self.store.write() as conn:
+            conn.execute(update(schedule_state).where(schedule_state.c.name == name).values(values))
+        actions.record(actor, "schedule.pause" if paused else "schedule.resume", name, now, store=self.store)
+
+    # -- reads ------------------------------------------------------------------
+
+    def overview(self, now: datetime, recent: int = 10) -> list[dict[str, Any]]:
+        """Every configured schedule with its next run, last runs and their
+        outcomes, then schedules removed from config that left history."""
+        with self.store.read() as conn:
+            paused = dict(conn.execute(select(schedule_state.c.name, schedule_state.c.paused)).all())
+            history_names = set(conn.execute(select(schedule_runs.c.schedule).distinct()).scalars())
+            out: list[dict[str, Any]] = []
+            for name in list(self.schedules) + sorted(history_names - set(self.schedules)):
+                runs = conn.execute(
+                    select(schedule_runs.c.fire_time, schedule_runs.c.job_id, schedule_runs.c.manual, jobs.c.status)
+                    .select_from(schedule_runs.outerjoin(jobs, jobs.c.id == schedule_runs.c.job_id))
+                    .where(schedule_runs.c.schedule == name)
+                    .order_by(schedule_runs.c.id.desc())
+                    .limit(recent)
+                ).all()
+                s = self.schedules.get(name)
+                is_paused = bool(paused.get(name))
+                out.append({
+                    "name": name,
+                    "configured": s is not None,
+                    "cron": s.cron if s else None,
+                    "description": s.describe() if s else "removed from the configuration",
+                    "timezone": s.timezone if s else None,
+                    "type": s.type if s else None,
+                    "enabled": bool(s and s.enabled),
+                    "paused": is_paused,
+                    "next_run": s.next_fire(now) if s and s.enabled and not is_paused else None,
+                    "runs": [
+                        {"fire_time": r.fire_time, "job_id": r.job_id, "manual": bool(r.manual),
+                         "status": r.status if r.status is not None else "pruned"}
+                        for r in runs
+                    ],
+                })  # fmt: skip
+        return out
+
+    def job_of_run(self, job_id: int) -> JobRecord | None:
+        try:
+            return self.store.get(job_id)
+        except JobNotFound:
+            return None

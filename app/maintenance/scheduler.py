@@ -1,0 +1,96 @@
+"""The process's APScheduler: a ``BackgroundScheduler`` owned by a service
+that ``app.runtime.Runtime`` starts and stops (never at import time, never in
+``create_app``, at most once per process). Its jobs are thin shells around the
+``*_once(now)`` bodies:
+
+- schedules: ``Periodic.enqueue_due_once`` every second;
+- sweeper: ``Maintenance.sweep_once`` every ``sweep_interval`` seconds;
+- counters: ``Maintenance.rollup_once`` every 15 seconds;
+- retention: ``Maintenance.prune_once`` every minute.
+
+Any number of processes may run this against one database: every body is
+deduplicated by the database (unique keys, conditional updates).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy.exc import DBAPIError
+
+from app.deck import Jobdeck
+from app.wiring import Operations, install
+
+log = logging.getLogger("jobdeck.scheduler")
+
+SCHEDULE_TICK = 1.0
+STATS_TICK = 15.0
+PRUNE_TICK = 60.0
+
+_running: SchedulerService | None = None
+_running_lock = threading.Lock()
+
+
+class SchedulerService:
+    def __init__(self, deck: Jobdeck, ops: Operations) -> None:
+        self.deck = deck
+        self.ops = ops
+        self.scheduler: BackgroundScheduler | None = None
+
+    def start(self) -> None:
+        global _running
+        with _running_lock:
+            if _running is not None:
+                raise RuntimeError("the Jobdeck scheduler is already running in this process")
+            _running = self
+        aps_log = logging.getLogger("apscheduler")
+        if aps_log.level == logging.NOTSET:
+            aps_log.setLevel(logging.WARNING)  # it logs every tick at INFO
+        sched = BackgroundScheduler(
+            timezone=UTC,
+            executors={"default": ThreadPoolExecutor(4)},
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
+        )
+        m = self.ops.maintenance
+        for name, seconds, body in (
+            ("schedules", SCHEDULE_TICK, self.ops.periodic.enqueue_due_once),
+            ("sweeper", self.deck.config.sweep_interval, m.sweep_once),
+            ("stats", STATS_TICK, m.rollup_once),
+            ("retention", PRUNE_TICK, m.prune_once),
+        ):
+            sched.add_job(self._shell(name, body), "interval", seconds=seconds, id=name, name=f"jobdeck {name}",
+                          next_run_time=datetime.now(UTC))  # fmt: skip
+        sched.start()
+        self.scheduler = sched
+        log.info("scheduler started with %d schedule(s)", len(self.ops.periodic.schedules))
+
+    def _shell(self, name: str, body: Callable[[datetime], Any]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                body(self.deck.clock())
+            except DBAPIError as exc:
+                log.warning("%s: database error (%s); next tick retries", name, exc.__class__.__name__)
+            except Exception:
+                log.exception("%s failed; next tick retries", name)
+
+        return run
+
+    def stop(self, grace: float | None = None) -> None:
+        global _running
+        if self.scheduler is not None:
+            self.scheduler.shutdown(wait=True)
+            self.scheduler = None
+        with _running_lock:
+            if _running is self:
+                _running = None
+
+
+def scheduler_service(deck: Jobdeck) -> SchedulerService:
+    """The runtime's factory (see ``app.runtime.SERVICE_FACTORIES``)."""
+    return SchedulerService(deck, install(deck))

@@ -1,0 +1,14 @@
+"""The store: the only place that speaks SQL.
+
+``Store`` (``lifecycle``) holds every transition of a job; the modules beside
+it hold the engine, the tables, the effects ledger, the dashboard's reads,
+the sessions and the migrations.
+"""
+
+from app.store.lifecycle import Backoff, Store, backoff_delay, exponential_backoff, filtered
+from app.store.records import AttemptRecord, JobFilter, JobRecord, NewJob, Outcome
+
+__all__ = [
+    "AttemptRecord", "Backoff", "JobFilter", "JobRecord", "NewJob", "Outcome", "Store", "backoff_delay",
+    "exponential_backoff", "filtered",
+]  # fmt: skip

@@ -1,0 +1,131 @@
+"""Engines: SQLite with WAL, busy_timeout and BEGIN IMMEDIATE; or PostgreSQL."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.dialects.sqlite.base import SQLiteCompiler
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+
+from app.store.models import Base
+
+# SQLAlchemy drops table hints on SQLite; render them so a query can say
+# ``.with_hint(jobs, "INDEXED BY ix_jobs_claim", "sqlite")``. Without
+# statistics SQLite's planner prefers the status index and sorts every due
+# job on every claim.
+SQLiteCompiler.get_from_hint_text = lambda self, table, text: text  # type: ignore[method-assign]
+
+READONLY = "jobdeck_readonly"
+"""Execution option: this connection only reads, so on SQLite it begins a
+deferred transaction instead of taking the write lock."""
+
+PROMPT = "jobdeck_prompt"
+"""Execution option: on SQLite this connection's ``BEGIN IMMEDIATE`` asks
+for the write lock every millisecond (``_begin_promptly``) instead of
+sleeping in SQLite's busy handler. For the few small writes that must not
+fall behind other processes' (heartbeats)."""
+
+PROMPT_POLL = 0.001
+"""Seconds between a prompt writer's tries."""
+
+
+def make_engine(url: str, *, synchronous: str = "FULL", pool_size: int = 10, busy_timeout: float = 30.0) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(url, synchronous, pool_size, busy_timeout)
+    return create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        pool_recycle=1800,
+        # A host that does not answer (not one that refuses) would block a
+        # connect forever: the pool's retries and its shutdown need an end.
+        connect_args={"connect_timeout": 5},
+    )
+
+
+def _sqlite_engine(url: str, synchronous: str, pool_size: int, busy_timeout: float = 30.0) -> Engine:
+    parsed = make_url(url)
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size * 2,
+        connect_args={"check_same_thread": False, "timeout": busy_timeout},
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy own BEGIN so it can be IMMEDIATE (see _on_begin).
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        _journal_mode_wal(cur)
+        cur.execute(f"PRAGMA synchronous={synchronous}")
+        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        # A deferred read-to-write upgrade fails at once with "database is
+        # locked" whatever the busy timeout; writers take the lock up front.
+        options = conn.get_execution_options()
+        if options.get(READONLY):
+            conn.exec_driver_sql("BEGIN")
+        elif options.get(PROMPT):
+            _begin_promptly(conn, busy_timeout)
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _begin_promptly(conn: Any, busy_timeout: float) -> None:
+    """``BEGIN IMMEDIATE``, asking again every millisecond for up to the
+    busy timeout. SQLite's busy handler sleeps 1, 2, 5 ... then 100 ms
+    between tries, and a writer that just committed begins again at once,
+    so a waiter can lose to the other processes' writers for seconds:
+    during a three-process drain of one file a heartbeat waited up to 4.5 s
+    there, past the stall timeout. Asking every millisecond, the first free
+    moment goes to this writer."""
+    conn.exec_driver_sql("PRAGMA busy_timeout=0")
+    try:
+        deadline = time.monotonic() + busy_timeout
+        while True:
+            try:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+                return
+            except OperationalError as exc:
+                if "locked" not in str(exc.orig) or time.monotonic() > deadline:
+                    raise
+            time.sleep(PROMPT_POLL)  # the poll that replaces the busy handler's longer sleeps
+    finally:
+        # The lock is held (or the caller gives up): the wait is over either way.
+        conn.exec_driver_sql(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+
+
+def _journal_mode_wal(cur: Any) -> None:
+    """Switching a new file to WAL needs an exclusive lock, and SQLite does
+    not call the busy handler for it: processes opening a fresh database at
+    once (three hosts' worth on one machine) got "database is locked" at
+    once. Retry for as long as the busy timeout would have waited."""
+    deadline = time.monotonic() + 30  # not busy_timeout: a fresh file, opened by several processes at once
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)  # backoff between retries of one pragma; nothing to wake for
+
+
+def create_schema(engine: Engine) -> None:
+    Base.metadata.create_all(engine)

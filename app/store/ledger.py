@@ -1,0 +1,242 @@
+"""The effects ledger's SQL: each step of an effect is one conditional
+statement on its row, like a job's transitions.
+
+An effect is ``started`` by an attempt before its side effect and ``done``
+(with the result) after it; ``not_performed`` when it certainly did not
+happen. The row is keyed by the handler's key, so every attempt of every job
+that reaches the same key meets the same row (``app.states.EffectState``).
+``JobContext.effect`` (app.handlers) drives these steps.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from app.errors import EffectNotFound, EffectResolveRefused
+from app.states import EFFECT_RESOLUTIONS, EffectState, State
+from app.store.models import effects, jobs
+
+if TYPE_CHECKING:
+    from app.store.lifecycle import Store
+
+_STARTED = EffectState.STARTED.value
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def storable(value: Any) -> str:
+    """``value`` as the JSON text the ledger keeps. A value JSON cannot hold
+    exactly (an object, NaN, a cycle, nesting too deep) is kept as its
+    ``repr``: the effect happened, so its record must be written whatever
+    the function returned. JSON escapes NUL, so PostgreSQL accepts it."""
+    try:
+        return _ENCODER.encode(value)
+    except (TypeError, ValueError, RecursionError):
+        pass
+    try:
+        return _ENCODER.encode(repr(value))
+    except Exception:  # a __repr__ that raises, or recursion again: still record the effect
+        return _ENCODER.encode(f"<{type(value).__name__} that could not be stored>")
+
+
+@dataclass(frozen=True)
+class EffectRecord:
+    key: str
+    state: EffectState
+    job_id: int | None
+    attempt: int | None
+    worker_id: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    result_json: str | None
+    resolved_by: str | None
+
+    @property
+    def result(self) -> Any:
+        return None if self.result_json is None else json.loads(self.result_json)
+
+    @property
+    def unknown(self) -> bool:
+        return self.state is EffectState.STARTED
+
+    @classmethod
+    def from_row(cls, row: Any) -> EffectRecord:
+        m = row._mapping
+        return cls(
+            key=m["key"],
+            state=EffectState(m["state"]),
+            job_id=m["job_id"],
+            attempt=m["attempt"],
+            worker_id=m["worker_id"],
+            created_at=m["created_at"],
+            started_at=m["started_at"],
+            finished_at=m["finished_at"],
+            result_json=m["result"],
+            resolved_by=m["resolved_by"],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "state": self.state.value,
+            "job_id": self.job_id,
+            "attempt": self.attempt,
+            "worker_id": self.worker_id,
+            "created_at": self.created_at.isoformat(),
+            "started_at": self.started_at.isoformat() if self.started_at else None,
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "result": self.result,
+            "resolved_by": self.resolved_by,
+        }
+
+
+@dataclass(frozen=True)
+class Start:
+    """What ``Ledger.start`` found: the row as it now stands, whether this
+    attempt started it, and whether the attempt holding it is still running
+    (then the effect is in flight, not lost)."""
+
+    record: EffectRecord
+    mine: bool
+    holder_running: bool = False
+
+
+class Ledger:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def _insert(self) -> Any:
+        return postgresql.insert if self.store.dialect == "postgresql" else sqlite.insert
+
+    def start(self, key: str, job_id: int, attempt: int, worker_id: str, now: datetime) -> Start:
+        """Record ``key`` started by this attempt, unless a row exists that is
+        not ``not_performed``; then report that row instead. One statement
+        decides, so two attempts racing for a key cannot both start it."""
+        owner = {
+            "job_id": job_id,
+            "attempt": attempt,
+            "worker_id": worker_id,
+            "state": _STARTED,
+            "started_at": now,
+            "finished_at": None,
+            "result": None,
+            "resolved_by": None,
+        }
+        insert = self._insert()(effects).values(key=key, created_at=now, **owner)
+        stmt = insert.on_conflict_do_update(
+            index_elements=["key"],
+            set_=owner,
+            where=effects.c.state == EffectState.NOT_PERFORMED.value,
+        ).returning(*effects.c)
+        with self.store.write() as conn:
+            row = conn.execute(stmt).first()
+            if row is not None:
+                return Start(EffectRecord.from_row(row), mine=True)
+            record = self._get(conn, key)
+            return Start(record, mine=False, holder_running=self._holder_running(conn, record))
+
+    def _holder_running(self, conn: Connection, record: EffectRecord) -> bool:
+        if record.state is not EffectState.STARTED or record.job_id is None:
+            return False
+        row = conn.execute(select(jobs.c.status, jobs.c.attempt).where(jobs.c.id == record.job_id)).first()
+        return row is not None and row.status == State.RUNNING.value and row.attempt == record.attempt
+
+    def take_over(self, seen: EffectRecord, job_id: int, attempt: int, worker_id: str, now: datetime) -> bool:
+        """A replay-safe effect left ``started`` by ``seen``'s attempt is
+        started again by this one; refused if anything moved meanwhile."""
+        stmt = (
+            update(effects)
+            .where(
+                effects.c.key == seen.key,
+                effects.c.state == _STARTED,
+                _same(effects.c.job_id, seen.job_id),
+                _same(effects.c.attempt, seen.attempt),
+            )
+            .values(job_id=job_id, attempt=attempt, worker_id=worker_id, started_at=now)
+        )
+        with self.store.write() as conn:
+            return bool(conn.execute(stmt).rowcount)
+
+    def finish(self, key: str, job_id: int, attempt: int, result_json: str, now: datetime) -> bool:
+        """started -> done with the result, by the attempt that started it.
+        Also from ``not_performed``: a late finish (a timed-out thread, a
+        person's guess) is the truth about the effect and wins."""
+        stmt = (
+            update(effects)
+            .where(
+                effects.c.key == key,
+                effects.c.job_id == job_id,
+                effects.c.attempt == attempt,
+                effects.c.state.in_([_STARTED, EffectState.NOT_PERFORMED.value]),
+            )
+            .values(state=EffectState.DONE.value, result=result_json, finished_at=now)
+        )
+        with self.store.write() as conn:
+            return bool(conn.execute(stmt).rowcount)
+
+    def withdraw(self, key: str, job_id: int, attempt: int, now: datetime) -> bool:
+        """started -> not_performed: the effect's function said it did not
+        happen (``EffectNotPerformed``), so the next attempt performs it."""
+        stmt = (
+            update(effects)
+            .where(
+                effects.c.key == key,
+                effects.c.job_id == job_id,
+                effects.c.attempt == attempt,
+                effects.c.state == _STARTED,
+            )
+            .values(state=EffectState.NOT_PERFORMED.value, finished_at=now)
+        )
+        with self.store.write() as conn:
+            return bool(conn.execute(stmt).rowcount)
+
+    def resolve(self, key: str, outcome: EffectState, actor: str, now: datetime, result: Any = None) -> EffectRecord:
+        """A person marks an unknown (``started``) effect done (with an
+        optional result) or not performed, after checking the far side (the
+        gateway's dashboard). Refused for any other state."""
+        if outcome not in EFFECT_RESOLUTIONS:
+            raise ValueError(f"an effect can be resolved only as done or not_performed, not {outcome}")
+        stmt = (
+            update(effects)
+            .where(effects.c.key == key, effects.c.state == _STARTED)
+            .values(
+                state=outcome.value,
+                resolved_by=actor,
+                finished_at=now,
+                result=storable(result) if outcome is EffectState.DONE and result is not None else None,
+            )
+            .returning(*effects.c)
+        )
+        with self.store.write() as conn:
+            row = conn.execute(stmt).first()
+            if row is None:
+                raise EffectResolveRefused(key, self._get(conn, key).state.value)
+        return EffectRecord.from_row(row)
+
+    def _get(self, conn: Connection, key: str) -> EffectRecord:
+        row = conn.execute(select(*effects.c).where(effects.c.key == key)).first()
+        if row is None:
+            raise EffectNotFound(key)
+        return EffectRecord.from_row(row)
+
+    def get(self, key: str) -> EffectRecord:
+        with self.store.read() as conn:
+            return self._get(conn, key)
+
+    def of_job(self, job_id: int) -> list[EffectRecord]:
+        """The effects a job's attempts started, oldest first (the job page)."""
+        with self.store.read() as conn:
+            rows = conn.execute(
+                select(*effects.c).where(effects.c.job_id == job_id).order_by(effects.c.created_at, effects.c.key)
+            ).all()
+        return [EffectRecord.from_row(r) for r in rows]
+
+
+def _same(column: Any, value: Any) -> Any:
+    return column.is_(None) if value is None else column == value

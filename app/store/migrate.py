@@ -1,0 +1,168 @@
+"""Schema migrations with Alembic, configured from code.
+
+The revisions live in ``app/store/migrations/versions``; there is no alembic.ini
+(the top-level layout is fixed). ``upgrade`` is what ``jobdeck db upgrade``
+and start-up (``auto_migrate``) run. It is safe to run from several processes
+at once: on PostgreSQL the whole upgrade holds a transaction-scoped advisory
+lock (and DDL is transactional, so a failed migration leaves nothing half
+done); on SQLite it holds the write lock (BEGIN IMMEDIATE). The second
+process then finds the schema at head and does nothing.
+
+A database created before Alembic (by ``create_all`` at revision 0001) has
+tables but no ``alembic_version``; it is adopted by stamping the baseline
+before upgrading, so its jobs are kept.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config as AlembicConfig
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, Index, inspect
+
+from app.config import ConfigError
+from app.store.models import Base
+
+SCRIPT_LOCATION = str(Path(__file__).parent / "migrations")
+BASELINE = "0001"
+"""The revision equal to the schema ``create_all`` made before Alembic."""
+LOCK_KEY = 0x6A6F62646563  # "jobdec": pg_advisory_xact_lock key for migrations
+
+_script: ScriptDirectory | None = None
+
+
+class SchemaNotCurrent(ConfigError):
+    """The database is behind this code and ``auto_migrate`` is off."""
+
+
+def alembic_config(connection: Connection | None = None) -> AlembicConfig:
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", SCRIPT_LOCATION)
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def script() -> ScriptDirectory:
+    """The revision scripts, read once per process (start-up stays fast)."""
+    global _script
+    if _script is None:
+        _script = ScriptDirectory.from_config(alembic_config())
+    return _script
+
+
+def heads() -> set[str]:
+    return set(script().get_heads())
+
+
+@contextmanager
+def _locked(engine: Engine) -> Iterator[Connection]:
+    """A connection in a transaction that excludes other migrators.
+
+    On SQLite, foreign keys are switched off for the migration (a batch ALTER
+    copies and drops the table, and dropping ``jobs`` with foreign keys on
+    would cascade-delete every attempt); the pragma cannot change inside a
+    transaction, so it is set first and the connection is discarded after.
+    """
+    with engine.connect() as conn:
+        sqlite = conn.dialect.name == "sqlite"
+        if sqlite:
+            conn.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")  # type: ignore[union-attr]
+        try:
+            with conn.begin():
+                if conn.dialect.name == "postgresql":
+                    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({LOCK_KEY})")
+                yield conn
+                if sqlite:
+                    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+                    if broken:
+                        raise RuntimeError(f"migration left rows violating foreign keys: {broken[:5]}")
+        finally:
+            if sqlite:
+                conn.invalidate()
+
+
+def current(engine: Engine) -> set[str]:
+    """The revisions the database is at (empty: not managed by Alembic yet)."""
+    with engine.connect() as conn:
+        return set(MigrationContext.configure(conn).get_current_heads())
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Bring the schema to ``revision``; adopt a pre-Alembic database first."""
+    with _locked(engine) as conn:
+        cfg = alembic_config(conn)
+        tables = set(inspect(conn).get_table_names())
+        if "alembic_version" not in tables and "jobs" in tables:
+            command.stamp(cfg, BASELINE)
+        command.upgrade(cfg, revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    with _locked(engine) as conn:
+        command.downgrade(alembic_config(conn), revision)
+
+
+def ensure_current(engine: Engine, auto_migrate: bool) -> None:
+    """Start-up: upgrade to head, or with ``auto_migrate`` off refuse to run
+    on a schema this code does not know (say which command fixes it)."""
+    if current(engine) == heads():
+        return
+    if auto_migrate:
+        upgrade(engine)
+        return
+    have = ", ".join(sorted(current(engine))) or "none (empty or pre-migration database)"
+    raise SchemaNotCurrent(
+        f"auto_migrate: the database schema is at revision {have} but this version needs "
+        f"{', '.join(sorted(heads()))}; run `jobdeck db upgrade` (or set auto_migrate = true)"
+    )
+
+
+def revision(engine: Engine, message: str, autogenerate: bool = True) -> str:
+    """Write a new revision file, by default autogenerated from the
+    difference between the models and the database (upgraded to head first).
+    Returns the new file's path."""
+    upgrade(engine)
+    with engine.connect() as conn:
+        cfg = alembic_config(conn)
+        number = len(list(script().walk_revisions())) + 1
+        rev = command.revision(cfg, message=message, autogenerate=autogenerate, rev_id=f"{number:04d}")
+        conn.rollback()
+    global _script
+    _script = None
+    assert rev is not None and not isinstance(rev, list)
+    return str(rev.path)
+
+
+def differences(engine: Engine) -> list[Any]:
+    """What the models have that the migrated database lacks (or the other
+    way round); empty when every model change has its revision.
+
+    SQLite cannot reflect a ``DESC`` index column, so Alembic reports each
+    such index as removed and re-added; a pair whose reflected columns are
+    the model's columns is the same index and is left out.
+    """
+    with engine.connect() as conn, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*expression-based index.*", category=UserWarning)
+        diffs = list(compare_metadata(MigrationContext.configure(conn), Base.metadata))
+    removed = {d[1].name: d[1] for d in diffs if isinstance(d, tuple) and d[0] == "remove_index"}
+    added = {d[1].name: d[1] for d in diffs if isinstance(d, tuple) and d[0] == "add_index"}
+    same = {name for name in removed.keys() & added.keys() if _columns(removed[name]) == _columns(added[name])}
+    return [
+        d for d in diffs if not (isinstance(d, tuple) and d[0] in ("remove_index", "add_index") and d[1].name in same)
+    ]
+
+
+def _columns(index: Index) -> list[str]:
+    names = []
+    for expr in index.expressions:
+        text = str(getattr(expr, "name", None) or getattr(expr, "text", expr))
+        names.append(text.split()[0].strip('"'))
+    return names

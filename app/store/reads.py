@@ -1,0 +1,401 @@
+"""Read-side SQL for the dashboard, plus its two small writes (run now, the
+audit log). Store-like functions taking a ``Store``; views never build queries.
+
+The overview's numbers (counts per state, throughput, queue latency) come
+from ``Snapshots``: one process-wide snapshot, recomputed at most once per
+TTL however many tabs poll, in a background thread while the previous one
+keeps being served (stale-while-revalidate). We chose this over a per-state
+counter table maintained by every transition because (1) the counters would
+add a write to the claim and ack statements, the hottest path, and on
+PostgreSQL turn one counter row into a lock every worker process queues on;
+(2) ``scheduled`` depends on the clock, so no counter can maintain it; and
+(3) the counts are for display: a few seconds late is fine, and the one place
+that needs an exact number (the "all N matching" confirmation) counts then.
+At 1,000,000 jobs a snapshot costs about 100 ms on SQLite, once per TTL.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Select, and_, exists, func, insert, literal_column, select, update
+
+from app.errors import JobNotFound
+from app.maintenance.upkeep import STATS_MARK
+from app.states import SOURCES, State, Transition
+from app.store.lifecycle import JobFilter, JobRecord, Store, filtered
+from app.store.models import INTERRUPTED, attempts, audit_log, jobs, maintenance_marks, stats_minutely
+
+log = logging.getLogger("jobdeck.dashboard")
+
+RUN_NOW_SOURCES = SOURCES[Transition.CLAIM]
+"""Run now only moves a claimable job's ``available_at`` to now: a scheduled
+(pending, future) job or a failed job waiting for its retry."""
+
+BATCH = 500
+"""Jobs per transaction in a bulk action over a filter."""
+
+
+class RunNowRefused(Exception):
+    """The job is not scheduled or retrying (it ran or moved on meanwhile)."""
+
+    def __init__(self, job_id: int, state: State, due: bool = False) -> None:
+        if due:
+            message = f"job {job_id} is already due; a worker will pick it up"
+        else:
+            message = f"job {job_id} is {state.value}; only scheduled or failed jobs can be run now"
+        super().__init__(message)
+        self.job_id = job_id
+        self.state = state
+
+
+def run_now(store: Store, job_id: int, now: datetime) -> JobRecord:
+    """Make a scheduled or retrying job due now (one conditional UPDATE)."""
+    stmt = (
+        update(jobs)
+        .where(
+            jobs.c.id == job_id,
+            jobs.c.status.in_([s.value for s in RUN_NOW_SOURCES]),
+            jobs.c.available_at > now,
+        )
+        .values(available_at=now, updated_at=now)
+        .returning(*jobs.c)
+    )
+    with store.write() as conn:
+        row = conn.execute(stmt).first()
+        if row is None:
+            current = conn.execute(select(jobs.c.status).where(jobs.c.id == job_id)).scalar()
+            if current is None:
+                raise JobNotFound(job_id)
+            raise RunNowRefused(job_id, State(current), due=State(current) in RUN_NOW_SOURCES)
+        store._notify_other_processes(conn)  # as retry and release do: other hosts' pools hear of it at once
+    store._notify_enqueued()  # wake this process's pool: the job is due now
+    return JobRecord.from_row(row)
+
+
+# -- lists ---------------------------------------------------------------------
+
+
+def _filtered(f: JobFilter, now: datetime, stmt: Select[Any]) -> Select[Any]:
+    result: Select[Any] = filtered(stmt, f, now)
+    return result
+
+
+@dataclass(frozen=True)
+class Page:
+    jobs: list[JobRecord]
+    older: int | None
+    """``before_id`` for the next (older) page, None on the last."""
+    newer: int | None
+    """``after_id`` for the previous (newer) page, None on the first."""
+
+
+def list_page(store: Store, f: JobFilter, now: datetime) -> Page:
+    """One page, newest first, by keyset on id: never OFFSET."""
+    rows = store.list_jobs(replace(f, limit=f.limit + 1), now)
+    if f.after_id is not None:
+        # Paging newer: the extra row is beyond the newest end.
+        more_newer = len(rows) > f.limit
+        rows = rows[-f.limit :] if more_newer else rows
+        newer = rows[0].id if rows and more_newer else None
+        older = rows[-1].id if rows and _exists(store, f, now, below=rows[-1].id) else None
+        return Page(rows, older, newer)
+    more_older = len(rows) > f.limit
+    rows = rows[: f.limit]
+    older = rows[-1].id if more_older and rows else None
+    newer = None
+    if f.before_id is not None and rows and _exists(store, f, now, above=rows[0].id):
+        newer = rows[0].id
+    return Page(rows, older, newer)
+
+
+def _exists(store: Store, f: JobFilter, now: datetime, *, above: int | None = None, below: int | None = None) -> bool:
+    stmt = _filtered(f, now, select(jobs.c.id))
+    if above is not None:
+        stmt = stmt.where(jobs.c.id > above)
+    if below is not None:
+        stmt = stmt.where(jobs.c.id < below)
+    with store.read() as conn:
+        return bool(conn.execute(select(exists(stmt))).scalar())
+
+
+def count_matching(store: Store, f: JobFilter, now: datetime, states: frozenset[State], up_to: int) -> int:
+    """Exactly how many jobs a bulk action would act on: those the filter
+    matches, in an allowed source state, with id <= ``up_to`` (the newest id
+    when the operator asked, so jobs enqueued later are left alone)."""
+    stmt = _filtered(f, now, select(func.count()).select_from(jobs)).where(
+        jobs.c.status.in_([s.value for s in states]), jobs.c.id <= up_to
+    )
+    with store.read() as conn:
+        return int(conn.execute(stmt).scalar_one())
+
+
+def next_batch(
+    store: Store, f: JobFilter, now: datetime, states: frozenset[State], below: int, limit: int = BATCH
+) -> list[int]:
+    """The next ids (descending, < ``below``) a bulk action should move."""
+    stmt = (
+        _filtered(f, now, select(jobs.c.id))
+        .where(jobs.c.status.in_([s.value for s in states]), jobs.c.id < below)
+        .order_by(jobs.c.id.desc())
+        .limit(limit)
+    )
+    with store.read() as conn:
+        return list(conn.execute(stmt).scalars())
+
+
+def newest_id(store: Store) -> int:
+    with store.read() as conn:
+        return int(conn.execute(select(func.max(jobs.c.id))).scalar() or 0)
+
+
+def running_by_worker(store: Store, worker_ids: Sequence[str], limit: int = 50) -> dict[str, list[JobRecord]]:
+    """The jobs each worker holds (served by the partial running index)."""
+    held: dict[str, list[JobRecord]] = {w: [] for w in worker_ids}
+    if not worker_ids:
+        return held
+    with store.read() as conn:
+        for wid in worker_ids:
+            rows = conn.execute(
+                select(jobs)
+                .where(jobs.c.worker_id == wid, jobs.c.status == State.RUNNING.value)
+                .order_by(jobs.c.id)
+                .limit(limit)
+            ).all()
+            held[wid] = [JobRecord.from_row(r) for r in rows]
+    return held
+
+
+def running_by_type(store: Store, types: Sequence[str]) -> dict[str, int]:
+    """Running jobs of each given type (the per-type concurrency limits)."""
+    if not types:
+        return {}
+    stmt = (
+        select(jobs.c.type, func.count())
+        .where(jobs.c.status == State.RUNNING.value, jobs.c.type.in_(list(types)))
+        .group_by(jobs.c.type)
+    )
+    with store.read() as conn:
+        return {t: int(n) for t, n in conn.execute(stmt)}
+
+
+def dead_since(store: Store, since: datetime, cap: int = 1000) -> int:
+    """Jobs that landed in dead letter after ``since`` (capped: a banner)."""
+    inner = select(jobs.c.id).where(jobs.c.status == State.DEAD.value, jobs.c.finished_at > since).limit(cap).subquery()
+    with store.read() as conn:
+        return int(conn.execute(select(func.count()).select_from(inner)).scalar_one())
+
+
+# -- overview snapshot -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    at: datetime
+    counts: dict[str, int]
+    """Per state, with ``scheduled`` split out of ``pending``."""
+    throughput: list[tuple[datetime, int, int]]
+    """(minute, completed, failed) for each of the last 60 minutes."""
+    latency: float | None
+    """Seconds the job at the head of the claim order has been due."""
+    latency_history: list[tuple[datetime, float]]
+
+
+def _minute(value: datetime) -> datetime:
+    return value.replace(second=0, microsecond=0)
+
+
+def throughput(store: Store, now: datetime) -> list[tuple[datetime, int, int]]:
+    """Attempts finished per minute over the last hour, completed vs failed
+    (failed, timed out or stalled).
+
+    Minutes the maintenance roll-up has closed come from ``stats_minutely``
+    (at most 60 small rows per type, and they outlive retention and
+    restarts); only the minutes after its watermark, normally the last one
+    or two, are counted from ``attempts`` (a short range of
+    ``ix_attempts_finished``). Without a roll-up (no scheduler running) the
+    whole hour is counted from ``attempts``."""
+    start = _minute(now) - timedelta(minutes=59)
+    per: dict[datetime, tuple[int, int]] = {}
+    with store.read() as conn:
+        mark = conn.execute(select(maintenance_marks.c.value).where(maintenance_marks.c.key == STATS_MARK)).scalar()
+        live_from = start
+        if mark is not None and mark > start:
+            live_from = mark
+            rolled = (
+                select(stats_minutely.c.minute, func.sum(stats_minutely.c.completed), func.sum(stats_minutely.c.failed))
+                .where(stats_minutely.c.minute >= start, stats_minutely.c.minute < mark)
+                .group_by(stats_minutely.c.minute)
+            )
+            for minute, done, failed in conn.execute(rolled):
+                per[_minute(minute.astimezone(now.tzinfo))] = (int(done or 0), int(failed or 0))
+        per.update(_live_throughput(conn, store.dialect, live_from, now))
+    return [(m, *per.get(m, (0, 0))) for m in (start + timedelta(minutes=i) for i in range(60))]
+
+
+def _live_throughput(conn: Any, dialect: str, since: datetime, now: datetime) -> dict[datetime, tuple[int, int]]:
+    """Per-minute (completed, failed) from ``attempts`` finished since ``since``."""
+    if dialect == "postgresql":
+        bucket: Any = func.date_trunc("minute", attempts.c.finished_at)
+    else:
+        bucket = func.strftime("%Y-%m-%d %H:%M", attempts.c.finished_at)
+    ok: Any = func.sum(literal_column("CASE WHEN outcome = 'completed' THEN 1 ELSE 0 END"))
+    stmt = (
+        select(bucket.label("minute"), ok.label("ok"), func.count().label("n"))
+        .where(attempts.c.finished_at >= since, attempts.c.outcome != INTERRUPTED)
+        .group_by(bucket)
+    )
+    per: dict[datetime, tuple[int, int]] = {}
+    for minute, done, n in conn.execute(stmt):
+        if isinstance(minute, str):
+            minute = datetime.fromisoformat(minute).replace(tzinfo=now.tzinfo)
+        else:
+            minute = minute.astimezone(now.tzinfo)
+        per[minute] = (int(done or 0), int(n) - int(done or 0))
+    return per
+
+
+def queue_latency(store: Store, now: datetime) -> float | None:
+    """How long the next job to be claimed has been due: the claim's own
+    order, so it reads one entry of the claim index."""
+    claimable = ", ".join(f"'{s.value}'" for s in State if s in SOURCES[Transition.CLAIM])
+    stmt = (
+        select(jobs.c.available_at)
+        .where(literal_column(f"status IN ({claimable})"), jobs.c.available_at <= now)
+        .order_by(jobs.c.priority.desc(), jobs.c.available_at, jobs.c.id)
+        .limit(1)
+    )
+    if store.dialect == "sqlite":
+        # Without ANALYZE statistics SQLite prefers the status index here and
+        # sorts every claimable row; the partial claim index answers at once.
+        stmt = stmt.with_hint(jobs, "INDEXED BY ix_jobs_claim", "sqlite")
+    with store.read() as conn:
+        oldest = conn.execute(stmt).scalar()
+    return None if oldest is None else max(0.0, (now - oldest).total_seconds())
+
+
+@dataclass
+class Snapshots:
+    """One overview snapshot per process, shared by every poll."""
+
+    store: Store
+    ttl: float = 3.0
+    """Seconds a snapshot is served before a refresh starts; 0 disables
+    caching (every read recomputes, for tests)."""
+    _current: Snapshot | None = None
+    _taken: float = 0.0
+    _refreshing: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _history: dict[datetime, float] = field(default_factory=dict)
+
+    def get(self, now: datetime) -> Snapshot:
+        with self._lock:
+            current, age = self._current, time.monotonic() - self._taken
+            stale = current is None or age >= self.ttl
+            start_refresh = stale and current is not None and not self._refreshing and self.ttl > 0
+            if start_refresh:
+                self._refreshing = True
+        if current is None or self.ttl <= 0:
+            return self._take(now)
+        if start_refresh:
+            threading.Thread(target=self._refresh, args=(now,), name="jobdeck-snapshot", daemon=True).start()
+        return current
+
+    def invalidate(self) -> None:
+        """After an operator action: the next read recomputes inline, so the
+        operator sees the counts their action changed."""
+        with self._lock:
+            self._current = None
+
+    def _refresh(self, now: datetime) -> None:
+        try:
+            self._take(now)
+        except Exception:  # the next poll retries; the stale snapshot stays served
+            log.warning("overview snapshot failed", exc_info=True)
+        finally:
+            with self._lock:
+                self._refreshing = False
+
+    def _take(self, now: datetime) -> Snapshot:
+        counts = self.store.counts(now)
+        latency = queue_latency(self.store, now)
+        with self._lock:
+            if latency is not None:
+                minute = _minute(now)
+                self._history[minute] = max(latency, self._history.get(minute, 0.0))
+            cutoff = _minute(now) - timedelta(minutes=59)
+            for m in [m for m in self._history if m < cutoff]:
+                del self._history[m]
+            history = sorted(self._history.items())
+        snap = Snapshot(now, counts, throughput(self.store, now), latency, history)
+        with self._lock:
+            self._current, self._taken = snap, time.monotonic()
+        return snap
+
+
+# -- audit log ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    job_id: int | None
+    count: int
+    detail: str | None
+
+
+def record_action(
+    store: Store, actor: str, action: str, now: datetime, *, count: int, job_id: int | None = None,
+    detail: str | None = None,
+) -> int:  # fmt: skip
+    """Append one operator action to the audit log; returns its id."""
+    with store.write() as conn:
+        return int(
+            conn.execute(
+                insert(audit_log)
+                .values(at=now, actor=actor, action=action, job_id=job_id, count=count, detail=detail)
+                .returning(audit_log.c.id)
+            ).scalar_one()
+        )
+
+
+def add_to_action(store: Store, entry_id: int, moved: int, detail: str | None = None) -> None:
+    """A bulk action's next batch: add what it moved to its audit entry."""
+    values: dict[str, Any] = {"count": audit_log.c.count + moved}
+    if detail is not None:
+        values["detail"] = detail
+    with store.write() as conn:
+        conn.execute(update(audit_log).where(audit_log.c.id == entry_id).values(values))
+
+
+def list_audit(store: Store, before_id: int | None = None, limit: int = 50) -> tuple[list[AuditRecord], int | None]:
+    """Newest first by keyset; returns (entries, before_id of the next page)."""
+    stmt = select(audit_log).order_by(audit_log.c.id.desc()).limit(limit + 1)
+    if before_id is not None:
+        stmt = stmt.where(audit_log.c.id < before_id)
+    with store.read() as conn:
+        rows = [AuditRecord(**r._mapping) for r in conn.execute(stmt)]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, rows[-1].id if more and rows else None
+
+
+def audit_of_job(store: Store, job_id: int, limit: int = 20) -> list[AuditRecord]:
+    """Single-job actions taken on one job, for its detail page."""
+    stmt = select(audit_log).where(and_(audit_log.c.job_id == job_id)).order_by(audit_log.c.id.desc()).limit(limit)
+    with store.read() as conn:
+        return [AuditRecord(**r._mapping) for r in conn.execute(stmt)]
+
+
+def iter_batches(ids: Sequence[int], size: int = BATCH) -> Iterator[list[int]]:
+    for i in range(0, len(ids), size):
+        yield list(ids[i : i + size])

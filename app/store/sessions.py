@@ -1,0 +1,55 @@
+"""Server-side dashboard sessions: the SQL behind login and logout.
+
+The signed session cookie alone cannot be revoked: whoever copies it stays
+signed in after the owner logs out. So each login opens a row here, and the
+cookie carries only a random token whose SHA-256 names the row. Every
+request checks the row still exists; logout deletes it, which every process
+sharing the database sees at once. The table holds hashes, not tokens, so
+reading it gives no usable cookie.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, insert, select
+
+from app.store.lifecycle import Store
+from app.store.models import dashboard_sessions
+
+SESSION_LIFETIME = timedelta(days=7)
+"""A session older than this is refused (and pruned at the next login),
+however long the browser keeps its cookie."""
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def open_session(store: Store, user_name: str, now: datetime) -> str:
+    """Record a new session for ``user_name``; returns the token for the
+    cookie. Expired sessions of anyone are pruned in the same transaction."""
+    token = secrets.token_urlsafe(32)
+    with store.write() as conn:
+        conn.execute(delete(dashboard_sessions).where(dashboard_sessions.c.created_at < now - SESSION_LIFETIME))
+        conn.execute(insert(dashboard_sessions).values(id=_digest(token), user_name=user_name, created_at=now))
+    return token
+
+
+def session_user(store: Store, token: str, now: datetime) -> str | None:
+    """The user a live session belongs to; None when it was closed, never
+    existed or has expired."""
+    stmt = select(dashboard_sessions.c.user_name).where(
+        dashboard_sessions.c.id == _digest(token), dashboard_sessions.c.created_at >= now - SESSION_LIFETIME
+    )
+    with store.read() as conn:
+        name = conn.execute(stmt).scalar_one_or_none()
+    return str(name) if name is not None else None
+
+
+def close_session(store: Store, token: str) -> bool:
+    """End one session everywhere; False if it was already gone."""
+    with store.write() as conn:
+        return conn.execute(delete(dashboard_sessions).where(dashboard_sessions.c.id == _digest(token))).rowcount > 0

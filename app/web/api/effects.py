@@ -1,0 +1,74 @@
+"""The effects ledger over JSON: a job's effects, and a person's word on an
+unknown one.
+
+    GET  /api/jobs/<id>/effects                 -> {"effects": [Effect]}
+    POST /api/jobs/<id>/effects/<key>/resolve   {"outcome": "done" | "not_performed", "result": ...}
+                                                -> the effect; then retry the job
+
+Same bearer token and body rules as the rest of ``/api``; each resolve is
+recorded in the audit log as done by ``api``, like the API's retry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, current_app, jsonify
+
+from app.deck import Jobdeck
+from app.errors import EffectNotFound, InvalidField
+from app.states import EFFECT_RESOLUTIONS, EffectState
+from app.store.reads import record_action
+from app.web.api import jobs as api
+
+bp = Blueprint("api_effects", __name__, url_prefix="/api/jobs")
+bp.before_request(api._authenticate)
+
+OUTCOMES = {s.value: s for s in EFFECT_RESOLUTIONS}
+MAX_KEY = 255
+"""The ledger's key column: a longer key cannot name an effect."""
+
+
+def _deck() -> Jobdeck:
+    deck: Jobdeck = current_app.extensions["jobdeck"]
+    return deck
+
+
+def _job(deck: Jobdeck, job_id: int) -> None:
+    """404 for an unknown job (an id no BIGINT holds matches no route: the
+    app's id converter refuses it)."""
+    deck.store.get(job_id)
+
+
+@bp.get("/<int:job_id>/effects")
+def effects_of(job_id: int) -> Any:
+    deck = _deck()
+    _job(deck, job_id)
+    return jsonify({"effects": [e.to_dict() for e in deck.store.ledger.of_job(job_id)]})
+
+
+@bp.post("/<int:job_id>/effects/<path:key>/resolve")
+def resolve(job_id: int, key: str) -> Any:
+    """Mark an unknown (started) effect done or not performed (409 for any
+    other state): the job's next attempt then skips it, returning
+    ``result``, or performs it."""
+    deck = _deck()
+    data = api._body()
+    if "\x00" in key or len(key) > MAX_KEY:
+        raise InvalidField("key", f"at most {MAX_KEY} characters, without NUL")
+    raw = data.get("outcome")
+    outcome = OUTCOMES.get(raw) if isinstance(raw, str) else None
+    if outcome is None:
+        raise InvalidField("outcome", "must be done or not_performed")
+    if "result" in data and outcome is not EffectState.DONE:
+        raise InvalidField("result", "only a done effect has a result")
+    _job(deck, job_id)
+    if deck.store.ledger.get(key).job_id != job_id:
+        raise EffectNotFound(key)
+    now = deck.clock()
+    record = deck.store.ledger.resolve(key, outcome, "api", now, result=data.get("result"))
+    record_action(
+        deck.store, "api", f"effect-{outcome.value.replace('_', '-')}", now, count=1, job_id=job_id,
+        detail=f"effect {key}",
+    )  # fmt: skip
+    return jsonify(record.to_dict())

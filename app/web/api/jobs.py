@@ -1,0 +1,266 @@
+"""The HTTP JSON API under /api: enqueue, the external-worker protocol
+(claim, heartbeat, complete, fail), reads, and operator actions."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flask import Blueprint, current_app, jsonify, request
+
+from app.deck import MAX_QUEUE_CHARS, MAX_TYPE_CHARS, Jobdeck
+from app.errors import InvalidField, JobdeckError
+from app.states import State
+from app.store import JobFilter
+from app.store.reads import record_action
+from app.validation import INT64_MAX, MAX_SEARCH_CHARS, check_text, loads, parse_int
+from app.web.guard import authenticate
+from app.web.serialize import job_json
+
+bp = Blueprint("api", __name__, url_prefix="/api")
+
+PUBLIC_ENDPOINTS = {"api.openapi", "api.health"}
+MAX_ERROR_CHARS = 65536
+"""A failure's message or traceback as an external worker reports it."""
+
+
+def _deck() -> Jobdeck:
+    deck: Jobdeck = current_app.extensions["jobdeck"]
+    return deck
+
+
+class Unauthorized(JobdeckError):
+    status_code = 401
+
+
+@bp.before_request
+def _authenticate() -> Any:
+    """Token, session role, and the cross-site refusal: ``app.web.guard``.
+    The queues and schedules blueprints install this same function."""
+    return authenticate(PUBLIC_ENDPOINTS)
+
+
+def require_json_body() -> None:
+    """before_request of every API blueprint: a request that carries a body
+    must say it is JSON (415 otherwise). A cross-site HTML form or a no-cors
+    ``fetch`` can send only ``text/plain``, form or multipart bodies without
+    a preflight, so this keeps a stranger's page from driving the API."""
+    if request.method in ("GET", "HEAD", "OPTIONS"):
+        return
+    has_body = bool(request.content_length) or "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+    if has_body and not request.is_json:
+        raise UnsupportedMediaType(request.mimetype)
+
+
+bp.before_request(require_json_body)
+
+
+def _body() -> dict[str, Any]:
+    """The request's JSON object: 400 if malformed, 422 if not an object or
+    not acceptable JSON (``app.validation.loads``: depth, finite numbers,
+    valid Unicode)."""
+    data_bytes = request.get_data(cache=True)
+    if not data_bytes:
+        return {}
+    try:
+        data = loads(data_bytes)
+    except ValueError:
+        raise MalformedJSON() from None
+    if not isinstance(data, dict):
+        raise InvalidField("body", "expected a JSON object")
+    return data
+
+
+class MalformedJSON(JobdeckError):
+    status_code = 400
+
+    def __init__(self) -> None:
+        super().__init__("malformed JSON in request body")
+
+
+class UnsupportedMediaType(JobdeckError):
+    status_code = 415
+
+    def __init__(self, mimetype: str) -> None:
+        super().__init__(f"request body must be application/json, got {mimetype or 'no Content-Type'!r}")
+
+
+def _worker_id(data: dict[str, Any]) -> str:
+    worker_id = data.get("worker_id")
+    if not isinstance(worker_id, str) or not worker_id:
+        raise InvalidField("worker_id", "required, a string of at most 200 characters")
+    return check_text(worker_id, "worker_id", 200)
+
+
+def _str_list(data: dict[str, Any], field: str) -> list[str] | None:
+    value = data.get(field)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InvalidField(field, "must be a list of strings")
+    if not value or len(value) > 1000:
+        raise InvalidField(field, "1 to 1000 names; leave it out to claim from all")
+    return [check_text(v, field, 200) for v in value]
+
+
+@bp.get("/health")
+def health() -> Any:
+    """200 ``{"ok": true}`` while this process is healthy; 503 with the
+    reasons when it needs a restart (see ``app.health``), so a load balancer
+    or supervisor can take it out of service."""
+    from app.health import problems
+
+    reasons = problems(_deck())
+    if not reasons:
+        return jsonify({"ok": True})
+    return jsonify({"ok": False, "error": "; ".join(reasons), "reasons": reasons}), 503
+
+
+@bp.post("/jobs")
+def enqueue() -> Any:
+    deck = _deck()
+    now = deck.clock()
+    new = deck.new_job(_body(), now)
+    job, created = deck.store.enqueue(new, now)
+    return _job_response(job_json(job, now), 201 if created else 200)
+
+
+_JOB_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+"""What ``jsonify`` writes, built once: ``jsonify`` builds an encoder per
+call, a tenth of the enqueue endpoint's Python time under load."""
+
+
+def _job_response(data: dict[str, Any], status: int) -> Any:
+    return current_app.response_class(_JOB_ENCODER.encode(data) + "\n", status=status, mimetype="application/json")
+
+
+@bp.post("/jobs/claim")
+def claim() -> Any:
+    deck = _deck()
+    data = _body()
+    worker_id = _worker_id(data)
+    types = _str_list(data, "types")
+    queues = _str_list(data, "queues")
+    limit = data.get("limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100):
+        raise InvalidField("limit", "must be an integer from 1 to 100")
+    now = deck.clock()
+    jobs = deck.store.claim(worker_id, now, limit=limit or 1, types=types, queues=queues)
+    if limit is None:
+        return jsonify(job_json(jobs[0], now) if jobs else None)
+    return jsonify([job_json(j, now) for j in jobs])
+
+
+@bp.post("/jobs/<int:job_id>/heartbeat")
+def heartbeat(job_id: int) -> Any:
+    deck = _deck()
+    now = deck.clock()
+    job = deck.store.heartbeat(job_id, _worker_id(_body()), now)
+    return jsonify(job_json(job, now))
+
+
+@bp.post("/jobs/<int:job_id>/complete")
+def complete(job_id: int) -> Any:
+    deck = _deck()
+    data = _body()
+    now = deck.clock()
+    job = deck.store.complete(job_id, _worker_id(data), now, result=data.get("result"))
+    return jsonify(job_json(job, now))
+
+
+@bp.post("/jobs/<int:job_id>/fail")
+def fail(job_id: int) -> Any:
+    deck = _deck()
+    data = _body()
+    worker_id = _worker_id(data)
+    error = data.get("error")
+    if not isinstance(error, str) or not error:
+        raise InvalidField("error", "required, a non-empty string")
+    check_text(error, "error", MAX_ERROR_CHARS)
+    retryable = data.get("retryable", True)
+    if not isinstance(retryable, bool):
+        raise InvalidField("retryable", "must be true or false")
+    tb = data.get("traceback")
+    if tb is not None and not isinstance(tb, str):
+        raise InvalidField("traceback", "must be a string")
+    if tb is not None:
+        check_text(tb, "traceback", 10 * MAX_ERROR_CHARS)
+    now = deck.clock()
+    job = deck.store.fail(job_id, worker_id, error, now, retryable=retryable, traceback=tb)
+    return jsonify(job_json(job, now))
+
+
+@bp.get("/jobs/<int:job_id>")
+def show(job_id: int) -> Any:
+    deck = _deck()
+    job = deck.store.get(job_id)
+    return jsonify(job_json(job, deck.clock(), deck.store.attempts_of(job_id)))
+
+
+@bp.get("/jobs")
+def index() -> Any:
+    deck = _deck()
+    args = request.args
+    status = args.get("status") or None
+    if status is not None and status not in {s.value for s in State}:
+        raise InvalidField("status", f"unknown status {status[:40]!r}; one of {', '.join(s.value for s in State)}")
+    limit = _int_arg("limit", 50, 1, 500)
+    cursor = _int_arg("cursor", None, 1, None)
+    f = JobFilter(
+        status=State(status) if status else None,
+        type=_text_arg("type", MAX_TYPE_CHARS),
+        queue=_text_arg("queue", MAX_QUEUE_CHARS),
+        search=_text_arg("q", MAX_SEARCH_CHARS),
+        before_id=cursor,
+        limit=limit + 1,
+    )
+    now = deck.clock()
+    jobs = deck.store.list_jobs(f, now)
+    more = len(jobs) > limit
+    jobs = jobs[:limit]
+    return jsonify({"jobs": [job_json(j, now) for j in jobs], "next_cursor": jobs[-1].id if more else None})
+
+
+def _int_arg(name: str, default: int | None, low: int, high: int | None) -> Any:
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return default
+    return parse_int(raw, name, low, INT64_MAX if high is None else high)
+
+
+def _text_arg(name: str, max_length: int) -> str | None:
+    raw = request.args.get(name)
+    return check_text(raw, name, max_length) if raw else None
+
+
+@bp.get("/stats")
+def stats() -> Any:
+    deck = _deck()
+    return jsonify({"counts": deck.store.counts(deck.clock())})
+
+
+@bp.post("/jobs/<int:job_id>/retry")
+def retry(job_id: int) -> Any:
+    return _operator_action(job_id, "retry")
+
+
+@bp.post("/jobs/<int:job_id>/discard")
+def discard(job_id: int) -> Any:
+    return _operator_action(job_id, "discard")
+
+
+def _operator_action(job_id: int, action: str) -> Any:
+    """Retry or discard one job, recorded in the audit log as done by ``api``."""
+    deck = _deck()
+    _body()
+    now = deck.clock()
+    job = deck.store.retry(job_id, now) if action == "retry" else deck.store.discard(job_id, now)
+    record_action(deck.store, "api", action, now, count=1, job_id=job_id)
+    return jsonify(job_json(job, now))
+
+
+@bp.get("/openapi.json")
+def openapi() -> Any:
+    from app.web.api.openapi import document
+
+    return jsonify(document(_deck().type_names()))

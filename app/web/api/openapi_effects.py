@@ -1,0 +1,73 @@
+"""OpenAPI paths of the effects ledger (``/api/jobs/{job_id}/effects``),
+merged into ``app.web.api.openapi.document``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.states import EFFECT_RESOLUTIONS, EffectState
+from app.web.api.openapi import _ERRORS, _JOB_ID, _TIME, _body, _json
+
+EFFECT = {
+    "type": "object",
+    "required": ["key", "state", "job_id", "attempt", "created_at", "result"],
+    "properties": {
+        "key": {"type": "string"},
+        "state": {
+            "type": "string",
+            "enum": [s.value for s in EffectState],
+            "description": "started: outcome unknown until done or not_performed",
+        },
+        "job_id": {"type": ["integer", "null"]},
+        "attempt": {"type": ["integer", "null"], "description": "the attempt that started it"},
+        "worker_id": {"type": ["string", "null"]},
+        "created_at": {"type": "string", "format": "date-time"},
+        "started_at": _TIME,
+        "finished_at": _TIME,
+        "result": {"description": "what the effect returned (JSON), when done"},
+        "resolved_by": {"type": ["string", "null"], "description": "who marked it, if a person did"},
+    },
+}
+_KEY = {"name": "key", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 255}}
+_MISSING = {"404": _json({"$ref": "#/components/schemas/Error"}, "Unknown job, or no such effect of the job")}
+_REFUSED = {"409": _json({"$ref": "#/components/schemas/Error"}, "The effect is not started (its outcome is known)")}
+
+
+def paths() -> dict[str, Any]:
+    return {
+        "/api/jobs/{job_id}/effects": {
+            "get": {
+                "summary": "The effects the job's attempts started (the effects ledger)",
+                "parameters": [_JOB_ID],
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "required": ["effects"],
+                            "properties": {"effects": {"type": "array", "items": EFFECT}},
+                        },
+                        "Effects, oldest first",
+                    ),  # fmt: skip
+                    "401": _ERRORS["401"],
+                    **_MISSING,
+                },
+            }
+        },
+        "/api/jobs/{job_id}/effects/{key}/resolve": {
+            "post": {
+                "summary": "Mark an unknown (started) effect done or not performed, then retry the job",
+                "parameters": [_JOB_ID, _KEY],
+                "requestBody": _body(
+                    {
+                        "type": "object",
+                        "required": ["outcome"],
+                        "properties": {
+                            "outcome": {"type": "string", "enum": sorted(s.value for s in EFFECT_RESOLUTIONS)},
+                            "result": {"description": "with done: what the retry's ctx.effect returns"},
+                        },
+                    }
+                ),
+                "responses": {"200": _json(EFFECT, "The effect as it now stands"), **_ERRORS, **_MISSING, **_REFUSED},
+            }
+        },
+    }

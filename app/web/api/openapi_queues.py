@@ -1,0 +1,112 @@
+"""OpenAPI paths of the queue and schedule controls (``/api/queues``,
+``/api/schedules``), merged into ``app.web.api.openapi.document``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.web.api.openapi import _ERRORS, _UNAUTHORIZED, _UNSUPPORTED, _json, _ref, _text
+
+_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 200}}
+_QUEUE_NAME = {"name": "name", "in": "path", "required": True, "schema": _text(100)}
+_TIME = {"type": ["string", "null"], "format": "date-time"}
+
+QUEUE = {
+    "type": "object",
+    "required": ["name", "paused", "waiting", "running", "concurrency"],
+    "properties": {
+        "name": {"type": "string"},
+        "paused": {"type": "boolean"},
+        "waiting": {"type": "integer", "description": "pending (due or scheduled) and failed awaiting retry"},
+        "running": {"type": "integer"},
+        "concurrency": {"type": ["integer", "null"], "description": "the queue's limit, if any"},
+    },
+}
+RUN = {
+    "type": "object",
+    "required": ["fire_time", "job_id", "manual", "status"],
+    "properties": {
+        "fire_time": {"type": "string", "format": "date-time"},
+        "job_id": {"type": ["integer", "null"]},
+        "manual": {"type": "boolean", "description": "enqueued by Run now"},
+        "status": {"type": "string", "description": "the job's state, or `pruned` after retention"},
+    },
+}
+SCHEDULE = {
+    "type": "object",
+    "required": ["name", "configured", "description", "paused", "enabled", "next_run", "runs"],
+    "properties": {
+        "name": {"type": "string"},
+        "configured": {"type": "boolean", "description": "false once removed from config (history stays)"},
+        "cron": {"type": ["string", "null"]},
+        "description": {"type": "string", "description": "the cron in words, with its time zone"},
+        "timezone": {"type": ["string", "null"]},
+        "type": {"type": ["string", "null"]},
+        "enabled": {"type": "boolean"},
+        "paused": {"type": "boolean"},
+        "next_run": _TIME,
+        "runs": {"type": "array", "items": RUN, "description": "most recent first"},
+    },
+}
+_UNKNOWN = {"404": _json(_ref("Error"), "No such schedule in the configuration")}
+_ACTION_ERRORS = {**_UNAUTHORIZED, **_UNSUPPORTED}
+"""An action without a body: a body, if any, must still be JSON (415)."""
+
+
+def paths() -> dict[str, Any]:
+    def queue_action(summary: str) -> dict[str, Any]:
+        return {"post": {"summary": summary, "parameters": [_QUEUE_NAME],
+                         "responses": {"200": _json(QUEUE, "The queue"), **_ACTION_ERRORS,
+                                       "422": _ERRORS["422"]}}}  # fmt: skip
+
+    def schedule_action(summary: str) -> dict[str, Any]:
+        return {"post": {"summary": summary, "parameters": [_NAME],
+                         "responses": {"200": _json(SCHEDULE, "The schedule"), **_ACTION_ERRORS, **_UNKNOWN}}}  # fmt: skip
+
+    return {
+        "/api/queues": {
+            "get": {
+                "summary": "Queues with waiting or running jobs, paused or limited",
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "required": ["queues"],
+                            "properties": {"queues": {"type": "array", "items": QUEUE}},
+                        },
+                        "Queues",
+                    ),
+                    **_UNAUTHORIZED,
+                },
+            }
+        },
+        "/api/queues/{name}/pause": queue_action("Pause a queue: nothing more is claimed from it; running jobs finish"),
+        "/api/queues/{name}/resume": queue_action("Resume a paused queue"),
+        "/api/schedules": {
+            "get": {
+                "summary": "Configured schedules (and removed ones with history), their next and recent runs",
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "required": ["schedules"],
+                            "properties": {"schedules": {"type": "array", "items": SCHEDULE}},
+                        },
+                        "Schedules",
+                    ),
+                    **_UNAUTHORIZED,
+                },
+            }
+        },
+        "/api/schedules/{name}/run": {
+            "post": {
+                "summary": "Run now: enqueue one job of the schedule at once",
+                "parameters": [_NAME],
+                "responses": {"201": _json(_ref("Job"), "The job"), **_ACTION_ERRORS, **_UNKNOWN},
+            }
+        },
+        "/api/schedules/{name}/pause": schedule_action("Pause a schedule (recorded in the audit log)"),
+        "/api/schedules/{name}/resume": schedule_action(
+            "Resume a schedule; fire times missed while paused are not replayed"
+        ),
+    }

@@ -1,0 +1,53 @@
+"""Queue controls over JSON: list queues, pause and resume one.
+
+    GET  /api/queues                  -> {"queues": [{name, paused, waiting, running, concurrency}]}
+    POST /api/queues/<name>/pause     -> the queue; paused queues are not claimed from
+    POST /api/queues/<name>/resume    -> the queue
+
+Same bearer token as the rest of ``/api``. Each action is announced through
+``app.actions`` (logged on ``jobdeck.audit``; the audit log listens there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, current_app, jsonify
+
+from app.deck import Jobdeck
+from app.errors import InvalidField
+from app.validation import check_text
+from app.web.api import jobs as api
+from app.wiring import operations_of
+
+bp = Blueprint("api_queues", __name__, url_prefix="/api/queues")
+bp.before_request(api._authenticate)
+bp.before_request(api.require_json_body)
+
+
+def _deck() -> Jobdeck:
+    deck: Jobdeck = current_app.extensions["jobdeck"]
+    return deck
+
+
+def _name(name: str) -> str:
+    if not name:
+        raise InvalidField("name", "a queue name is 1 to 100 characters")
+    return check_text(name, "name", 100)
+
+
+@bp.get("")
+def index() -> Any:
+    return jsonify({"queues": operations_of(_deck()).queues.list_queues()})
+
+
+@bp.post("/<path:name>/pause")
+def pause(name: str) -> Any:
+    deck = _deck()
+    return jsonify(operations_of(deck).queues.set_paused(_name(name), True, deck.clock(), "api"))
+
+
+@bp.post("/<path:name>/resume")
+def resume(name: str) -> Any:
+    deck = _deck()
+    return jsonify(operations_of(deck).queues.set_paused(_name(name), False, deck.clock(), "api"))

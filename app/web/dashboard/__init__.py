@@ -1,0 +1,90 @@
+"""The operator dashboard: server-rendered Jinja pages with htmx for live
+updates and actions, CSRF on every POST, login and roles when users are
+configured.
+
+``init_app(app)`` wires it into the Flask app built by ``create_app``.
+Other pages (the schedules page, ...) plug in by registering a blueprint
+whose templates extend ``base.html``; the navigation already carries a
+``Schedules`` entry for the endpoint ``schedules.index`` that appears as soon
+as that endpoint exists, and ``add_nav_link`` adds further ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask, current_app, jsonify, render_template, request
+from flask_wtf.csrf import CSRFError, CSRFProtect
+
+from app.store.reads import Snapshots
+from app.web.dashboard import actions, auth, present, views
+from app.web.dashboard.settings import load_settings
+from app.web.dashboard.throttle import LoginThrottle
+
+csrf = CSRFProtect()
+
+NAV: list[tuple[str, str, str]] = [
+    ("dashboard.overview", "Overview", "overview"),
+    ("dashboard.jobs_index", "Jobs", "jobs"),
+    ("schedules.index", "Schedules", "schedules"),
+    ("schedules.queues", "Queues", "queues"),
+    ("dashboard.workers", "Workers", "workers"),
+    ("dashboard.audit", "Audit log", "audit"),
+]
+"""(endpoint, label, section) in display order. A template marks its link
+active with ``{% set section = "schedules" %}``."""
+
+
+def init_app(app: Flask) -> None:
+    deck = app.extensions["jobdeck"]
+    settings = load_settings(deck.config)
+    app.extensions["jobdeck_dashboard"] = settings
+    app.extensions["jobdeck_snapshots"] = Snapshots(deck.store, ttl=settings.counts_cache_seconds)
+    app.extensions["jobdeck_nav"] = list(NAV)
+    # A dashboard tab stays open for hours: the token lives as long as the session.
+    app.config.setdefault("WTF_CSRF_TIME_LIMIT", None)
+    app.config.setdefault("WTF_CSRF_HEADERS", ["X-CSRFToken"])
+    # Assigned, not setdefault: Flask's defaults already hold these keys
+    # (SAMESITE as None), so setdefault left the cookie without SameSite.
+    app.config["SESSION_COOKIE_SAMESITE"] = "Lax"
+    app.config["SESSION_COOKIE_HTTPONLY"] = True
+    app.config["SESSION_COOKIE_SECURE"] = deck.config.secure_cookies
+    app.extensions["jobdeck_login_throttle"] = LoginThrottle(settings.login_failures, settings.login_window_seconds)
+    csrf.init_app(app)
+    # The API takes no form posts: its bodies are JSON, its state-changing
+    # calls without a bearer token are refused cross-site (app.web.guard).
+    for blueprint in app.blueprints.values():
+        if (blueprint.url_prefix or "").startswith("/api"):
+            csrf.exempt(blueprint)
+    app.register_blueprint(auth.bp)
+    app.register_blueprint(views.bp)
+    app.register_blueprint(actions.bp)
+    app.before_request(auth.guard)
+    present.register(app)
+    app.register_error_handler(CSRFError, _csrf_error)
+    app.register_error_handler(404, _not_found)
+
+
+def add_nav_link(app: Flask, endpoint: str, label: str, section: str, before: str | None = None) -> None:
+    """Add a top-navigation link (shown once ``endpoint`` is registered)."""
+    nav: list[tuple[str, str, str]] = app.extensions["jobdeck_nav"]
+    if any(item[0] == endpoint for item in nav):
+        return
+    index = next((i for i, item in enumerate(nav) if item[0] == before), len(nav))
+    nav.insert(index, (endpoint, label, section))
+
+
+def _csrf_error(exc: CSRFError) -> Any:
+    message = "This form has expired or did not come from this dashboard; reload the page and try again."
+    if request.path.startswith("/api/"):
+        return current_app.response_class('{"error": "CSRF check failed"}', 400, mimetype="application/json")
+    if request.headers.get("HX-Request") == "true":
+        return views.flash_response(message, "error", 400)
+    return render_template("error.html", code=400, message=message), 400
+
+
+def _not_found(exc: Any) -> Any:
+    if request.path.startswith("/api/") or request.accept_mimetypes.best == "application/json":
+        return jsonify({"error": getattr(exc, "description", None) or "not found"}), 404
+    message = getattr(exc, "description", None) or "Not found."
+    return render_template("error.html", code=404, message=message), 404

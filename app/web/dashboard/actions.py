@@ -1,0 +1,236 @@
+"""Operator actions: each a POST (CSRF-checked by CSRFProtect), open to
+operators only, recorded in the audit log, answered in place. A refused
+action (the job moved on meanwhile) answers 409 with the job as it now
+stands and a message saying why; never a 500.
+
+Bulk actions over everything a filter matches run in batches of
+``queries.BATCH`` jobs, one short request each: the progress fragment posts
+the next batch when it loads, so no request grows with the number of jobs
+and the operator watches it advance."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flask import Blueprint, abort, current_app, render_template, request
+
+from app.errors import EffectNotFound, EffectResolveRefused, InvalidField, JobNotFound, TransitionRefused
+from app.states import EFFECT_RESOLUTIONS, SOURCES, EffectState, Transition
+from app.store.reads import BATCH, RunNowRefused, add_to_action, iter_batches, next_batch, record_action, run_now
+from app.validation import loads, parse_int
+from app.web.dashboard.auth import current_user, require_operator
+from app.web.dashboard.tabs import BY_SLUG, ListArgs, Tab, tab_or_404
+from app.web.dashboard.views import _list, deck, flash_response, is_htmx, job_context, snapshots
+
+bp = Blueprint("actions", __name__, url_prefix="/actions")
+
+TRANSITIONS: dict[str, Transition] = {"retry": Transition.RETRY, "discard": Transition.DISCARD}
+PAST = {"retry": "retried", "discard": "discarded", "run-now": "made due now", "edit": "edited and retried"}
+MAX_SELECTED = 1000
+
+
+def _actor() -> str:
+    user = current_user()
+    return user.name if user else "?"
+
+
+def _render_job(job_id: int, where: str, tab: Tab | None, **extra: Any) -> str:
+    """The job as it now stands, shaped like what the button was in."""
+    if where == "detail":
+        return render_template("_job_detail.html", **job_context(job_id, **extra))
+    context = job_context(job_id)
+    return render_template("_job_row.html", tab=tab, args=ListArgs(), moved=True, **context)
+
+
+@bp.post("/jobs/<int:job_id>/<action>")
+@require_operator
+def single(job_id: int, action: str) -> Any:
+    """Retry, Discard or Run now on one job, from its row or its page."""
+    if action not in TRANSITIONS and action != "run-now":
+        abort(404)
+    d = deck()
+    now = d.clock()
+    where = request.form.get("from", "row")
+    tab = BY_SLUG.get(request.form.get("tab", ""))
+    try:
+        if action == "retry":
+            d.store.retry(job_id, now)
+        elif action == "discard":
+            d.store.discard(job_id, now)
+        else:
+            run_now(d.store, job_id, now)
+    except JobNotFound as exc:
+        return flash_response(str(exc), "error", 404)
+    except (TransitionRefused, RunNowRefused) as exc:
+        record_action(d.store, _actor(), action, now, count=0, job_id=job_id, detail=f"refused: {exc}")
+        body = _render_job(job_id, where, tab) if is_htmx() else ""
+        return flash_response(f"Refused: {exc}.", "error", 409, body)
+    record_action(d.store, _actor(), action, now, count=1, job_id=job_id)
+    snapshots().invalidate()
+    body = _render_job(job_id, where, tab) if is_htmx() else ""
+    return flash_response(f"Job {job_id} {PAST[action]}.", "success", 200, body)
+
+
+@bp.post("/jobs/<int:job_id>/edit")
+@require_operator
+def edit(job_id: int) -> Any:
+    """Edit and retry a dead job: the new payload must be a JSON object
+    within the payload limit; the attempts keep the old one."""
+    d = deck()
+    now = d.clock()
+    text = request.form.get("payload", "")
+    error = None
+    payload: Any = None
+    try:
+        payload = loads(text, "payload")
+    except json.JSONDecodeError as exc:
+        error = f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
+    except InvalidField as exc:
+        error = f"Not an acceptable payload: {exc}."
+    if error is None and not isinstance(payload, dict):
+        error = "The payload must be a JSON object ({...})."
+    if error is None:
+        size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+        if size > d.config.max_payload_bytes:
+            error = f"The payload is {size} bytes; the limit is {d.config.max_payload_bytes}."
+    if error is not None:
+        body = _render_job(job_id, "detail", None, edit_text=text, edit_error=error) if is_htmx() else ""
+        return flash_response(error, "error", 422, body)
+    try:
+        d.store.retry(job_id, now, payload=payload)
+    except JobNotFound as exc:
+        return flash_response(str(exc), "error", 404)
+    except TransitionRefused as exc:
+        record_action(d.store, _actor(), "edit", now, count=0, job_id=job_id, detail=f"refused: {exc}")
+        body = _render_job(job_id, "detail", None) if is_htmx() else ""
+        return flash_response(f"Refused: {exc}.", "error", 409, body)
+    record_action(d.store, _actor(), "edit", now, count=1, job_id=job_id, detail="payload edited, then retried")
+    snapshots().invalidate()
+    body = _render_job(job_id, "detail", None) if is_htmx() else ""
+    return flash_response(f"Job {job_id} edited and retried with the new payload.", "success", 200, body)
+
+
+def _form_int(name: str) -> int | None:
+    """A number the bulk progress fragment carries: ids and tallies, each
+    within BIGINT (``InvalidField`` otherwise, shown as a message)."""
+    raw = request.form.get(name, "")
+    return parse_int(raw, name, 0) if raw.strip() else None
+
+
+def _transition(action: str, tab: Tab) -> Transition:
+    transition = TRANSITIONS.get(action)
+    if transition is None:
+        abort(404)
+    return transition
+
+
+@bp.post("/selected/<action>")
+@require_operator
+def selected(action: str) -> Any:
+    """Retry or discard the rows the operator ticked."""
+    tab = tab_or_404(request.form.get("tab", ""))
+    transition = _transition(action, tab)
+    ids = sorted({parse_int(v, "ids", 1) for v in request.form.getlist("ids")})
+    if not ids:
+        return flash_response("Select some jobs first.", "error", 422)
+    if len(ids) > MAX_SELECTED:
+        return flash_response(f"At most {MAX_SELECTED} jobs at once; use “all matching”.", "error", 422)
+    d = deck()
+    now = d.clock()
+    move = d.store.retry_ids if transition is Transition.RETRY else d.store.discard_ids
+    moved: list[int] = []
+    for batch in iter_batches(ids):
+        moved.extend(move(batch, now))
+    skipped = len(ids) - len(moved)
+    detail = f"selected {len(ids)} in {tab.label}" + (f"; {skipped} had moved on" if skipped else "")
+    record_action(d.store, _actor(), f"{action} selected", now, count=len(moved), detail=detail)
+    snapshots().invalidate()
+    message = f"{len(moved)} of {len(ids)} selected jobs {PAST[action]}."
+    if skipped:
+        message += f" {skipped} had moved on and were left alone."
+    body = ""
+    if is_htmx():
+        body = render_template("_job_rows.html", **_list(tab, request.form))
+    response = flash_response(message, "success" if not skipped else "info", 200, body)
+    response.headers["HX-Trigger"] = "jd-selection-clear"
+    return response
+
+
+@bp.post("/matching/<action>")
+@require_operator
+def matching(action: str) -> Any:
+    """One batch of "all N matching". The first call opens the audit entry;
+    each next call carries it, the id it stopped below, and the tally."""
+    tab = tab_or_404(request.form.get("tab", ""))
+    transition = _transition(action, tab)
+    if not tab.can(transition):
+        return flash_response(f"{tab.label} jobs cannot be {PAST[action]}.", "error", 409)
+    form = request.form
+    args = ListArgs.parse(form)
+    up_to = _form_int("up_to") or 0
+    total = _form_int("total") or 0
+    done = _form_int("done") or 0
+    entry = _form_int("entry")
+    below = _form_int("below") or up_to + 1
+    d = deck()
+    now = d.clock()
+    if entry is None:
+        what = f"all matching in {tab.label}" + (f" ({args.describe()})" if args.filtered else "")
+        entry = record_action(d.store, _actor(), f"{action} all", now, count=0, detail=what)
+    move = d.store.retry_ids if transition is Transition.RETRY else d.store.discard_ids
+    while True:
+        batch = next_batch(d.store, args.job_filter(tab, paged=False), now, SOURCES[transition], below)
+        moved = move(batch, now) if batch else []
+        add_to_action(d.store, entry, len(moved))
+        done += len(moved)
+        below = min(batch) if batch else below
+        finished = len(batch) < BATCH
+        if finished or is_htmx():  # without htmx there is no next request to carry on
+            break
+    snapshots().invalidate()
+    if not is_htmx():
+        return flash_response(f"{done} jobs {PAST[action]}.", "success")
+    vals = {"tab": tab.slug, **args.query(before=None, after=None), "up_to": up_to, "total": total,
+            "done": done, "entry": entry, "below": below}  # fmt: skip
+    body = render_template(
+        "_bulk_progress.html", tab=tab, action=action, past=PAST[action], done=done, total=max(total, done),
+        finished=finished, vals=vals,
+    )  # fmt: skip
+    if not finished:
+        return current_app.response_class(body, mimetype="text/html")
+    response = flash_response(f"{done} jobs {PAST[action]}.", "success", 200, body)
+    response.headers["HX-Trigger"] = "jd-poll"
+    return response
+
+
+EFFECT_OUTCOMES = {s.value: s for s in EFFECT_RESOLUTIONS}
+
+
+@bp.post("/jobs/<int:job_id>/effects/resolve")
+@require_operator
+def resolve_effect(job_id: int) -> Any:
+    """Mark an unknown (started) effect of this job done or not performed,
+    after a person checked the far side; the job's retry then skips or
+    performs it. The key travels in the form: keys hold ``:`` and ``/``."""
+    d = deck()
+    now = d.clock()
+    key = request.form.get("key", "")
+    outcome = EFFECT_OUTCOMES.get(request.form.get("outcome", ""))
+    if outcome is None:
+        return flash_response("outcome: must be done or not_performed.", "error", 422)
+    action = f"effect-{outcome.value.replace('_', '-')}"
+    try:
+        if d.store.ledger.get(key).job_id != job_id:
+            raise EffectNotFound(key)
+        d.store.ledger.resolve(key, outcome, _actor(), now)
+    except EffectNotFound as exc:
+        return flash_response(f"{exc} on job {job_id}.", "error", 404)
+    except EffectResolveRefused as exc:
+        record_action(d.store, _actor(), action, now, count=0, job_id=job_id, detail=f"refused: {exc}")
+        body = _render_job(job_id, "detail", None) if is_htmx() else ""
+        return flash_response(f"Refused: {exc}.", "error", 409, body)
+    record_action(d.store, _actor(), action, now, count=1, job_id=job_id, detail=f"effect {key}")
+    body = _render_job(job_id, "detail", None) if is_htmx() else ""
+    said = "done" if outcome is EffectState.DONE else "not performed"
+    return flash_response(f"Effect {key} marked {said}; retry the job to go on.", "success", 200, body)

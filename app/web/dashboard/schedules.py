@@ -1,0 +1,174 @@
+"""The Schedules and Queues pages (and the schedules' JSON twin under
+/api/schedules).
+
+Schedules: each schedule's cron in words, next run, last run with its job and
+outcome, the recent outcomes at a glance, and Run now / Pause / Resume.
+Queues: each queue's waiting and running jobs, paused state and concurrency
+limit, the per-type limits, and Pause / Resume.
+
+Both pages refresh their table on the dashboard's ``jd-poll`` event; the
+actions are htmx POSTs answered with the refreshed table and a flash message
+(post/redirect/get without JavaScript), for operators only, each recorded in
+the audit log by the operation itself.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from flask import Blueprint, abort, current_app, flash, jsonify, redirect, render_template, url_for
+
+from app.deck import MAX_QUEUE_CHARS, Jobdeck
+from app.store.reads import running_by_type
+from app.validation import check_text
+from app.web.api import jobs as api
+from app.web.dashboard.auth import current_user, require_operator
+from app.web.dashboard.tabs import BY_SLUG
+from app.wiring import operations_of
+
+bp = Blueprint("schedules", __name__)
+api_bp = Blueprint("api_schedules", __name__, url_prefix="/api/schedules")
+api_bp.before_request(api._authenticate)
+api_bp.before_request(api.require_json_body)
+
+OUTCOME_LABELS = {slug: tab.label for slug, tab in BY_SLUG.items()} | {"pruned": "pruned by retention"}
+"""A run's job status in the dashboard's words (``dead`` is "Dead letter")."""
+
+
+def _deck() -> Jobdeck:
+    deck: Jobdeck = current_app.extensions["jobdeck"]
+    return deck
+
+
+def _actor() -> str:
+    user = current_user()
+    return user.name if user is not None else "dashboard"
+
+
+def _json_run(run: dict[str, Any]) -> dict[str, Any]:
+    return {**run, "fire_time": run["fire_time"].isoformat()}
+
+
+def _json(s: dict[str, Any]) -> dict[str, Any]:
+    next_run: datetime | None = s["next_run"]
+    return {**s, "next_run": next_run.isoformat() if next_run else None, "runs": [_json_run(r) for r in s["runs"]]}
+
+
+def _answer(page: str, template: str, context: dict[str, Any], message: str, kind: str = "success") -> Any:
+    """htmx: the refreshed table in place plus the message; otherwise
+    flash it and redirect to the page (post/redirect/get)."""
+    from app.web.dashboard.views import flash_response, is_htmx
+
+    if not is_htmx():
+        flash(message, kind)
+        return redirect(url_for(page), code=303)
+    return flash_response(message, kind, body=render_template(template, **context))
+
+
+# -- schedules --------------------------------------------------------------------
+
+
+def _schedules() -> dict[str, Any]:
+    deck = _deck()
+    now = deck.clock()
+    return {"schedules": operations_of(deck).periodic.overview(now), "now": now, "outcome_labels": OUTCOME_LABELS}
+
+
+@bp.get("/schedules")
+def index() -> Any:
+    return render_template("schedules.html", **_schedules())
+
+
+@bp.get("/fragments/schedules")
+def schedules_live() -> Any:
+    return render_template("_schedules_live.html", **_schedules())
+
+
+@bp.post("/schedules/<path:name>/<any(run, pause, resume):action>")
+@require_operator
+def act(name: str, action: str) -> Any:
+    deck = _deck()
+    periodic = operations_of(deck).periodic
+    if name not in periodic.schedules:
+        abort(404, f"no schedule named {name!r} in the configuration")
+    now = deck.clock()
+    if action == "run":
+        job = periodic.run_now(name, now, _actor())
+        message = f"{name}: enqueued job #{job.id}"
+    else:
+        periodic.set_paused(name, action == "pause", now, _actor())
+        message = f"{name}: {'paused' if action == 'pause' else 'resumed'}"
+    return _answer("schedules.index", "_schedules_live.html", _schedules(), message)
+
+
+# -- queues -------------------------------------------------------------------------
+
+
+def _queues() -> dict[str, Any]:
+    deck = _deck()
+    controls = operations_of(deck).queues
+    type_limits = controls.limits.types
+    running = running_by_type(deck.store, list(type_limits))
+    return {
+        "queues": controls.list_queues(),
+        "type_limits": [(t, running.get(t, 0), n) for t, n in sorted(type_limits.items())],
+        "now": deck.clock(),
+    }
+
+
+@bp.get("/queues")
+def queues() -> Any:
+    return render_template("queues.html", **_queues())
+
+
+@bp.get("/fragments/queues")
+def queues_live() -> Any:
+    return render_template("_queues_live.html", **_queues())
+
+
+@bp.post("/queues/<path:name>/<any(pause, resume):action>")
+@require_operator
+def queue_act(name: str, action: str) -> Any:
+    deck = _deck()
+    if not name:
+        abort(400, "a queue name is 1 to 100 characters")
+    check_text(name, "queue", MAX_QUEUE_CHARS)
+    operations_of(deck).queues.set_paused(name, action == "pause", deck.clock(), _actor())
+    message = f"queue {name}: {'paused: no new jobs start, running ones finish' if action == 'pause' else 'resumed'}"
+    return _answer("schedules.queues", "_queues_live.html", _queues(), message)
+
+
+# -- JSON -------------------------------------------------------------------------
+
+
+@api_bp.get("")
+def api_index() -> Any:
+    deck = _deck()
+    return jsonify({"schedules": [_json(s) for s in operations_of(deck).periodic.overview(deck.clock())]})
+
+
+@api_bp.post("/<path:name>/run")
+def api_run(name: str) -> Any:
+    from app.web.serialize import job_json
+
+    deck = _deck()
+    job = operations_of(deck).periodic.run_now(name, deck.clock(), "api")
+    return jsonify(job_json(job, deck.clock())), 201
+
+
+@api_bp.post("/<path:name>/pause")
+def api_pause(name: str) -> Any:
+    return _api_set_paused(name, True)
+
+
+@api_bp.post("/<path:name>/resume")
+def api_resume(name: str) -> Any:
+    return _api_set_paused(name, False)
+
+
+def _api_set_paused(name: str, paused: bool) -> Any:
+    deck = _deck()
+    periodic = operations_of(deck).periodic
+    periodic.set_paused(name, paused, deck.clock(), "api")
+    return jsonify(next(_json(s) for s in periodic.overview(deck.clock()) if s["name"] == name))

@@ -1,0 +1,127 @@
+"""The job-list tabs and the filter a request asks for, both derived from
+``app.states``: one tab per state, with ``scheduled`` split out of pending."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from flask import abort
+from werkzeug.datastructures import MultiDict
+
+from app.deck import MAX_QUEUE_CHARS, MAX_TYPE_CHARS
+from app.states import ALL_STATES, SOURCES, State, Transition
+from app.store import JobFilter, JobRecord
+from app.validation import MAX_SEARCH_CHARS, check_text, parse_int
+
+LABELS: dict[State, str] = {
+    State.PENDING: "Pending",
+    State.RUNNING: "Running",
+    State.FAILED: "Failed",
+    State.DEAD: "Dead letter",
+    State.COMPLETED: "Completed",
+    State.DISCARDED: "Discarded",
+}
+SCHEDULED = "scheduled"
+
+
+@dataclass(frozen=True)
+class Tab:
+    slug: str
+    label: str
+    state: State
+    scheduled: bool | None
+    """For pending: True the future ones (Scheduled), False the due ones."""
+
+    def can(self, transition: Transition) -> bool:
+        return self.state in SOURCES[transition]
+
+    @property
+    def run_now(self) -> bool:
+        return self.scheduled is True or self.state is State.FAILED
+
+
+def _tabs() -> list[Tab]:
+    tabs: list[Tab] = []
+    for state in ALL_STATES:
+        if state is State.PENDING:
+            tabs.append(Tab(state.value, LABELS[state], state, False))
+            tabs.append(Tab(SCHEDULED, "Scheduled", state, True))
+        else:
+            tabs.append(Tab(state.value, LABELS[state], state, None))
+    return tabs
+
+
+TABS: list[Tab] = _tabs()
+BY_SLUG: dict[str, Tab] = {t.slug: t for t in TABS}
+
+
+def tab_of(job: JobRecord, now: datetime) -> Tab:
+    """The tab a job is listed in right now."""
+    if job.status is State.PENDING:
+        return BY_SLUG[SCHEDULED] if job.is_scheduled(now) else BY_SLUG[State.PENDING.value]
+    return BY_SLUG[job.status.value]
+
+
+def tab_or_404(slug: str) -> Tab:
+    tab = BY_SLUG.get(slug)
+    if tab is None:
+        abort(404, f"no job list named {slug!r}")
+    return tab
+
+
+@dataclass(frozen=True)
+class ListArgs:
+    """The filter in the URL, so a view can be bookmarked."""
+
+    type: str = ""
+    queue: str = ""
+    q: str = ""
+    before: int | None = None
+    after: int | None = None
+
+    @classmethod
+    def parse(cls, args: MultiDict[str, str]) -> ListArgs:
+        """The filter, checked like the API's (``app.validation``): a NUL, an
+        over-long term or a cursor that is no id raises ``InvalidField``, which
+        the dashboard shows as a message."""
+        return cls(
+            type=check_text(args.get("type", "").strip(), "type", MAX_TYPE_CHARS),
+            queue=check_text(args.get("queue", "").strip(), "queue", MAX_QUEUE_CHARS),
+            q=check_text(args.get("q", "").strip(), "search", MAX_SEARCH_CHARS),
+            before=_cursor(args, "before"),
+            after=_cursor(args, "after"),
+        )
+
+    def job_filter(self, tab: Tab, limit: int = 50, paged: bool = True) -> JobFilter:
+        return JobFilter(
+            status=tab.state,
+            scheduled=tab.scheduled,
+            type=self.type or None,
+            queue=self.queue or None,
+            search=self.q or None,
+            before_id=self.before if paged else None,
+            after_id=self.after if paged else None,
+            limit=limit,
+        )
+
+    def query(self, **changes: Any) -> dict[str, Any]:
+        """URL arguments (for url_for) with ``changes``; empty ones left out."""
+        values: dict[str, Any] = {"type": self.type, "queue": self.queue, "q": self.q,
+                                  "before": self.before, "after": self.after}  # fmt: skip
+        values.update(changes)
+        return {k: v for k, v in values.items() if v not in (None, "")}
+
+    @property
+    def filtered(self) -> bool:
+        return bool(self.type or self.queue or self.q)
+
+    def describe(self) -> str:
+        parts = [f"{k}={v}" for k, v in (("type", self.type), ("queue", self.queue), ("search", self.q)) if v]
+        return ", ".join(parts)
+
+
+def _cursor(args: MultiDict[str, str], name: str) -> int | None:
+    raw = args.get(name, "")
+    return parse_int(raw, name, 1) if raw.strip() else None

@@ -1,0 +1,310 @@
+"""Dashboard pages and the fragments htmx polls. Each fragment is the same
+partial the page includes, so a page and its live refresh never disagree.
+
+Polled fragments hold no user input: the list polls only its table body
+(the filter form, the selection bar and any open confirmation live outside
+it), the job page polls only its status panel."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from flask import Blueprint, abort, current_app, flash, redirect, render_template, request, session, url_for
+
+from app.deck import Jobdeck
+from app.errors import JobNotFound
+from app.states import SOURCES, State, Transition, allowed
+from app.store.reads import (
+    Snapshots,
+    audit_of_job,
+    count_matching,
+    dead_since,
+    list_audit,
+    list_page,
+    newest_id,
+    running_by_worker,
+)
+from app.validation import parse_int
+from app.web.dashboard.auth import current_user
+from app.web.dashboard.present import latency_chart, throughput_chart
+from app.web.dashboard.settings import DashboardSettings
+from app.web.dashboard.tabs import TABS, ListArgs, Tab, tab_of, tab_or_404
+
+bp = Blueprint("dashboard", __name__)
+
+PAGE_SIZE = 50
+POLLED_STATES = frozenset({State.PENDING, State.RUNNING, State.FAILED})
+"""A job page keeps polling while the job can still move without a person."""
+
+
+def deck() -> Jobdeck:
+    d: Jobdeck = current_app.extensions["jobdeck"]
+    return d
+
+
+def snapshots() -> Snapshots:
+    s: Snapshots = current_app.extensions["jobdeck_snapshots"]
+    return s
+
+
+def settings() -> DashboardSettings:
+    s: DashboardSettings = current_app.extensions["jobdeck_dashboard"]
+    return s
+
+
+def is_htmx() -> bool:
+    return bool(getattr(request, "htmx", False))
+
+
+def flash_response(message: str, kind: str = "info", status: int = 200, body: str = "") -> Any:
+    """An action's answer: for htmx, ``body`` swapped in place plus the
+    message swapped out-of-band into the flash area (nothing else swapped
+    when ``body`` is empty); without htmx, the message flashed and a
+    redirect back (post/redirect/get)."""
+    if not is_htmx():
+        flash(message, kind)
+        return redirect(_back(), code=303)
+    html = body + render_template("_flash.html", messages=[(kind, message)], oob=True)
+    response = current_app.response_class(html, status=status, mimetype="text/html")
+    if not body:
+        response.headers["HX-Reswap"] = "none"
+    return response
+
+
+def error_response(message: str, status: int) -> Any:
+    """Refused input on a dashboard page or fragment, shown to the person:
+    for htmx the message in the flash area (nothing else swapped), otherwise
+    the error page. Never a redirect: the page that was asked for is the one
+    that is wrong."""
+    if is_htmx():
+        html = render_template("_flash.html", messages=[("error", message)], oob=True)
+        response = current_app.response_class(html, status=status, mimetype="text/html")
+        response.headers["HX-Reswap"] = "none"
+        return response
+    return render_template("error.html", code=status, message=message), status
+
+
+def _back() -> str:
+    from app.web.dashboard.auth import _safe_next
+
+    target = request.form.get("next") or request.referrer or ""
+    if target.startswith(request.host_url):
+        target = "/" + target[len(request.host_url) :]
+    return _safe_next(target)
+
+
+@bp.app_context_processor
+def _layout() -> dict[str, Any]:
+    user = current_user() if request.endpoint else None
+    return {
+        "user": user,
+        "dash": settings(),
+        "poll_seconds": settings().poll_seconds,
+        "nav_items": nav_items(),
+        "tabs": TABS,
+        "Transition": Transition,
+        "State": State,
+        "SOURCES": SOURCES,
+        "tab_of": tab_of,
+        "allowed": allowed,
+    }
+
+
+def nav_items() -> list[tuple[str, str, str]]:
+    """(endpoint, label, section) of the top navigation; an entry whose
+    endpoint is not registered (e.g. ``schedules.index`` before the
+    schedules page lands) is left out."""
+    items = current_app.extensions.get("jobdeck_nav", [])
+    return [item for item in items if item[0] in current_app.view_functions]
+
+
+# -- overview ----------------------------------------------------------------------
+
+
+def _overview() -> dict[str, Any]:
+    d = deck()
+    now = d.clock()
+    snap = snapshots().get(now)
+    seen_raw = session.get("dead_seen")
+    if isinstance(seen_raw, str):
+        new_dead = dead_since(d.store, datetime.fromisoformat(seen_raw))
+    else:
+        new_dead = snap.counts.get(State.DEAD.value, 0)
+    return {
+        "now": now,
+        "snap": snap,
+        "counts": snap.counts,
+        "throughput": throughput_chart(snap.throughput),
+        "latency": latency_chart(snap.latency_history, now),
+        **_worker_summary(now),
+        "new_dead": new_dead,
+    }
+
+
+def _is_live(worker: dict[str, Any], cutoff: datetime) -> bool:
+    """Heart-beating, not stopped, and not marked gone by the sweeper."""
+    return worker["stopped_at"] is None and worker.get("gone_at") is None and worker["heartbeat_at"] >= cutoff
+
+
+def _worker_summary(now: datetime) -> dict[str, Any]:
+    """The overview's live workers, and how many are gone (not stopped)."""
+    cutoff = now - timedelta(seconds=deck().config.stall_timeout)
+    everyone = deck().store.list_workers()
+    live = [w for w in everyone if _is_live(w, cutoff)]
+    gone = sum(1 for w in everyone if w["stopped_at"] is None and not _is_live(w, cutoff))
+    return {"workers": live, "gone_workers": gone}
+
+
+@bp.get("/")
+def overview() -> Any:
+    return render_template("overview.html", **_overview())
+
+
+@bp.get("/fragments/overview")
+def overview_live() -> Any:
+    return render_template("_overview_live.html", **_overview())
+
+
+# -- job lists -----------------------------------------------------------------------
+
+
+def _list(tab: Tab, source: Any = None) -> dict[str, Any]:
+    """A list's context; the filter comes from ``source`` (the URL's
+    arguments unless given, e.g. the fields a bulk form posted along)."""
+    d = deck()
+    now = d.clock()
+    args = ListArgs.parse(request.args if source is None else source)
+    page = list_page(d.store, args.job_filter(tab, PAGE_SIZE), now)
+    return {
+        "tab": tab,
+        "args": args,
+        "page": page,
+        "now": now,
+        "counts": snapshots().get(now).counts,
+        "types": sorted(set(d.registry.names()) | set(d.config.external_types)),
+        "queues": sorted({"default"} | {s.queue for n in d.registry.names() if (s := d.registry.get(n)) and s.queue}),
+    }
+
+
+@bp.get("/jobs")
+def jobs_index() -> Any:
+    return redirect(url_for("dashboard.jobs", tab=State.PENDING.value))
+
+
+@bp.get("/jobs/<tab>")
+def jobs(tab: str) -> Any:
+    t = tab_or_404(tab)
+    context = _list(t)
+    if t.state is State.DEAD:
+        session["dead_seen"] = context["now"].isoformat()
+    return render_template("jobs.html", **context)
+
+
+@bp.get("/fragments/jobs/<tab>/rows")
+def job_rows(tab: str) -> Any:
+    return render_template("_job_rows_poll.html", **_list(tab_or_404(tab)))
+
+
+@bp.get("/jobs/<tab>/confirm/<action>")
+def confirm(tab: str, action: str) -> Any:
+    """The confirmation of "all N matching": N counted exactly, now, up to
+    the newest job id, which the action then keeps to."""
+    from app.web.dashboard.actions import TRANSITIONS
+
+    t = tab_or_404(tab)
+    transition = TRANSITIONS.get(action)
+    if transition is None:
+        abort(404)
+    if not t.can(transition):
+        return flash_response(f"{t.label} jobs cannot be {action}ed.", "error", 409)
+    d = deck()
+    now = d.clock()
+    args = ListArgs.parse(request.args)
+    up_to = newest_id(d.store)
+    n = count_matching(d.store, args.job_filter(t, paged=False), now, SOURCES[transition], up_to)
+    return render_template("_confirm.html", tab=t, args=args, action=action, n=n, up_to=up_to)
+
+
+# -- one job ---------------------------------------------------------------------------
+
+
+def _job(job_id: int) -> dict[str, Any]:
+    d = deck()
+    try:
+        job = d.store.get(job_id)
+    except JobNotFound:
+        abort(404, f"job {job_id} does not exist")
+    return {
+        "job": job,
+        "attempts": d.store.attempts_of(job_id),
+        "now": d.clock(),
+        "polling": job.status in POLLED_STATES,
+        "audit": audit_of_job(d.store, job_id),
+        "effects": d.store.ledger.of_job(job_id),
+    }
+
+
+def job_context(job_id: int, **extra: Any) -> dict[str, Any]:
+    context = _job(job_id)
+    context.update(extra)
+    return context
+
+
+@bp.get("/jobs/<int:job_id>")
+def job(job_id: int) -> Any:
+    return render_template("job.html", **_job(job_id))
+
+
+@bp.get("/fragments/jobs/<int:job_id>")
+def job_live(job_id: int) -> Any:
+    """The status panel; the timeline and the edit form come along
+    out-of-band only when the job changed state or gained an attempt, so
+    an expanded traceback or a half-edited payload is left alone."""
+    context = _job(job_id)
+    seen_status = request.args.get("status")
+    seen_attempts = request.args.get("attempts", type=int)
+    context["changed"] = seen_status != context["job"].status.value or seen_attempts != len(context["attempts"])
+    return render_template("_job_live_poll.html", **context)
+
+
+# -- workers and audit --------------------------------------------------------------------
+
+
+def _workers() -> dict[str, Any]:
+    d = deck()
+    now = d.clock()
+    cutoff = now - timedelta(seconds=d.config.stall_timeout)
+    everyone = d.store.list_workers()
+    live = [w for w in everyone if _is_live(w, cutoff)]
+    # Gone: never said goodbye (marked by the sweeper, or silent past the
+    # stall timeout and not swept yet); their running jobs await rescue.
+    gone = [w for w in everyone if w["stopped_at"] is None and not _is_live(w, cutoff)]
+    gone.sort(key=lambda w: w.get("gone_at") or w["heartbeat_at"], reverse=True)
+    stopped = [w for w in everyone if w["stopped_at"] is not None][:20]
+    return {
+        "now": now,
+        "live": live,
+        "gone": gone[:50],
+        "stopped": stopped,
+        "held": running_by_worker(d.store, [w["id"] for w in live + gone[:50] if w["running"]]),
+        "stall_timeout": d.config.stall_timeout,
+    }
+
+
+@bp.get("/workers")
+def workers() -> Any:
+    return render_template("workers.html", **_workers())
+
+
+@bp.get("/fragments/workers")
+def workers_live() -> Any:
+    return render_template("_workers_live.html", **_workers())
+
+
+@bp.get("/audit")
+def audit() -> Any:
+    raw = request.args.get("before", "")
+    before = parse_int(raw, "before", 1) if raw.strip() else None
+    entries, older = list_audit(deck().store, before_id=before)
+    return render_template("audit.html", entries=entries, older=older, before=before, now=deck().clock())

@@ -1,0 +1,1 @@
+"""The worker pool and the cross-process wake-ups that feed it."""

@@ -1,0 +1,140 @@
+"""Cross-process wake-up on SQLite: ``PRAGMA data_version``.
+
+SQLite has no LISTEN/NOTIFY, but ``PRAGMA data_version`` on a connection
+changes whenever *another* connection (in this process or any other)
+commits to the file, and reading it costs a few microseconds: it looks at
+the WAL index in shared memory, it reads no table and takes no lock. Each
+process with a worker pool runs one ``CommitWatcher``: a thread with its
+own ``sqlite3`` connection (not a checkout from SQLAlchemy's pool per poll)
+that reads the pragma every ``interval`` (5 ms) and, when it moved, asks on
+the same connection whether a job this pool could claim is now due; only
+then it wakes the fetcher. So a job enqueued by the ``serve`` process is
+claimed by a ``worker`` process within milliseconds instead of at its next
+``poll_interval``, and the commits of other processes' acks (which change
+the version too) never send this pool into an empty claim that would take
+the write lock for nothing.
+
+Like the PostgreSQL listener (``app.worker.listener``) it is only an accelerator:
+the pool still polls every ``poll_interval``, so if the watcher fails,
+jobs still start, just later.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from app.states import Transition, sources
+from app.store.sqlite import db_time
+
+if TYPE_CHECKING:
+    from app.deck import Jobdeck
+    from app.worker.pool import WorkerPool
+
+log = logging.getLogger("jobdeck.commit_watch")
+
+_CLAIMABLE = ", ".join(f"'{s}'" for s in sources(Transition.CLAIM))
+
+
+def due_sql(n_types: int, n_queues: int | None) -> str:
+    """Is at least one job of these types (and queues) due? Served by the
+    claim's partial index, so it reads one index entry at most per type."""
+    where = [f"status IN ({_CLAIMABLE})", "available_at <= ?", f"type IN ({', '.join('?' * n_types)})"]
+    if n_queues is not None:
+        where.append(f"queue IN ({', '.join('?' * n_queues)})")
+    return f"SELECT 1 FROM jobs INDEXED BY ix_jobs_claim WHERE {' AND '.join(where)} LIMIT 1"
+
+
+class CommitWatcher:
+    """Poll ``PRAGMA data_version`` on one dedicated connection; call
+    ``wake`` when another connection committed and a claimable job is due.
+
+    ``checks`` (version changes seen) and ``wakes`` are signals tests wait on."""
+
+    def __init__(
+        self,
+        path: str,
+        wake: Callable[[], None],
+        *,
+        types: Callable[[], Sequence[str]],
+        queues: Sequence[str] | None = None,
+        clock: Callable[[], datetime],
+        interval: float = 0.005,
+    ) -> None:
+        self.path = path
+        self.wake = wake
+        self.types = types
+        self.queues = list(queues) if queues is not None else None
+        self.clock = clock
+        self.interval = interval
+        self.checks = 0
+        self.wakes = 0
+        self.watching = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="jobdeck-commit-watch", daemon=True)
+        self._thread.start()
+
+    def stop(self, grace: float | None = None) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True, timeout=1)
+            except sqlite3.Error as exc:
+                log.warning("commit watcher cannot open %s (%s); polling only", self.path, exc)
+                self._stop.wait(1.0)
+                continue
+            try:
+                self._watch(conn)
+            except sqlite3.Error as exc:
+                log.warning("commit watcher failed (%s); reopening", exc, exc_info=True)
+                self._stop.wait(0.5)
+            finally:
+                self.watching.clear()
+                conn.close()
+
+    def _watch(self, conn: sqlite3.Connection) -> None:
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        self.watching.set()
+        while not self._stop.wait(self.interval):
+            now = conn.execute("PRAGMA data_version").fetchone()[0]
+            if now == version:
+                continue
+            version = now
+            self.checks += 1
+            if self.due_once(conn):
+                self.wakes += 1
+                self.wake()
+
+    def due_once(self, conn: sqlite3.Connection, now: datetime | None = None) -> bool:
+        """One read on the watcher's connection (autocommit: no lock held
+        after it returns): is a job this pool may claim due?"""
+        types = list(self.types())
+        if not types:
+            return False
+        sql = due_sql(len(types), None if self.queues is None else len(self.queues))
+        params = (db_time(now or self.clock()), *types, *(self.queues or ()))
+        return conn.execute(sql, params).fetchone() is not None
+
+
+def watcher_for(deck: Jobdeck, pool: WorkerPool) -> CommitWatcher | None:
+    """The watcher a process runs beside its pool; None off SQLite or for an
+    in-memory database (no other connection can commit to it)."""
+    if deck.store.dialect != "sqlite":
+        return None
+    path = deck.store.engine.url.database
+    if not path or path == ":memory:" or path.startswith("file:"):
+        return None
+    return CommitWatcher(path, pool.wake, types=deck.registry.names, queues=pool.queues, clock=deck.clock)
