@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 import venv
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -72,16 +73,16 @@ def jobdeck_scenarios(c: dict[str, Any], only: set[str], work: Path, log: Any = 
     runs = c["runs"]
     if "1" in only:
         for sync in ("FULL", "NORMAL"):
-            r[f"drain_{sync}"] = repeat(lambda: jb.drain(work, c["drain"], sync), runs)
-            r[f"raw_drain_{sync}"] = repeat(lambda: raw.drain(work / "raw.db", c["drain"], sync), runs)
+            r[f"drain_{sync}"] = repeat(partial(jb.drain, work, c["drain"], sync), runs)
+            r[f"raw_drain_{sync}"] = repeat(partial(raw.drain, work / "raw.db", c["drain"], sync), runs)
             log(
                 f"  drain {sync}: {r[f'drain_{sync}']['median']:,.0f} jobs/s (raw {r[f'raw_drain_{sync}']['median']:,.0f})"
             )
     if "2" in only:
         for sync in ("FULL", "NORMAL"):
-            r[f"enqueue_{sync}"] = repeat(lambda: jb.enqueue_single(work, c["enqueue"], sync), runs)
-            r[f"enqueue16_{sync}"] = repeat(lambda: jb.enqueue_single(work, c["enqueue"], sync, 16), runs)
-            r[f"raw_enqueue_{sync}"] = repeat(lambda: raw.insert_single(work / "raw.db", c["enqueue"], sync), runs)
+            r[f"enqueue_{sync}"] = repeat(partial(jb.enqueue_single, work, c["enqueue"], sync), runs)
+            r[f"enqueue16_{sync}"] = repeat(partial(jb.enqueue_single, work, c["enqueue"], sync, 16), runs)
+            r[f"raw_enqueue_{sync}"] = repeat(partial(raw.insert_single, work / "raw.db", c["enqueue"], sync), runs)
             log(f"  enqueue {sync}: {r[f'enqueue_{sync}']['median']:,.0f}/s, 16 threads "
                 f"{r[f'enqueue16_{sync}']['median']:,.0f}/s (raw {r[f'raw_enqueue_{sync}']['median']:,.0f})")  # fmt: skip
         r["enqueue_many"] = repeat(lambda: jb.enqueue_many(work, c["many"]), runs)

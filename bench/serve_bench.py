@@ -49,28 +49,29 @@ def process(
     args = [sys.executable, "-m", "app.cli", command, "--demo", "--log-level", "warning"]
     if command == "serve":
         args += ["--bind", f"127.0.0.1:{port}"]
-    log = open(db.parent / f"{command}-{port}.log", "wb")
-    proc = subprocess.Popen(args, cwd=REPO, env=_env(db, config, **settings), stdout=log, stderr=log)
-    try:
-        if command == "serve":
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    if get(port, "/api/health")[0] == 200:
-                        break
-                except OSError:
-                    pass
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"serve did not start: {(db.parent / f'serve-{port}.log').read_text()[-2000:]}")
-                time.sleep(0.05)
-        yield proc, port
-    finally:
-        proc.terminate()
+    with open(db.parent / f"{command}-{port}.log", "wb") as log:
+        proc = subprocess.Popen(args, cwd=REPO, env=_env(db, config, **settings), stdout=log, stderr=log)
         try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+            if command == "serve":
+                deadline = time.monotonic() + 30
+                while True:
+                    try:
+                        if get(port, "/api/health")[0] == 200:
+                            break
+                    except OSError:
+                        pass
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(
+                            f"serve did not start: {(db.parent / f'serve-{port}.log').read_text()[-2000:]}"
+                        )
+                    time.sleep(0.05)
+            yield proc, port
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def get(port: int, path: str, conn: http.client.HTTPConnection | None = None) -> tuple[int, bytes]:
