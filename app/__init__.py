@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import secrets
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 from flask import Flask, jsonify, render_template, request
@@ -27,6 +28,7 @@ from app.validation import IdConverter, max_body_bytes
 __all__ = ["create_app", "deck_of"]
 
 log = logging.getLogger("jobdeck.web")
+_PACKAGE = Path(__file__).resolve().parent
 
 RETRY_AFTER_SECONDS = 1
 """What a 503 for an unreachable or locked database asks clients to wait:
@@ -56,7 +58,9 @@ def create_app(
     if init_db:
         deck.init_db()
 
-    app = Flask(__name__, template_folder="../templates", static_folder="../static")
+    # A wheel carries templates/ and static/ inside the package; a checkout keeps them beside it.
+    assets = _PACKAGE if (_PACKAGE / "templates").is_dir() else _PACKAGE.parent
+    app = Flask(__name__, template_folder=assets / "templates", static_folder=assets / "static")
     app.url_map.converters["int"] = IdConverter  # before any route: ids beyond BIGINT match none
     app.config["SECRET_KEY"] = config.secret_key or secrets.token_hex(32)
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes(config.max_payload_bytes)
