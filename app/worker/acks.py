@@ -1,0 +1,149 @@
+"""The pool's acknowledgements: one acker thread writes the executors'
+outcomes in batches (completions in one statement, failures by the fail
+rule), refills the room the completions free in the same transaction, and
+falls back to one outcome at a time when the database refuses a batch, so
+one bad row cannot hold the others."""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Callable
+from datetime import datetime
+from functools import partial
+
+from app.store import JobRecord, Outcome
+from app.store.faults import is_transient, storable_text
+from app.worker.results import first_line
+from app.worker.shared import PoolShared, log
+
+
+class Acknowledging(PoolShared):
+    """Writes outcomes; part of ``WorkerPool``."""
+
+    def flush_acks_once(self, now: datetime | None = None, refill: bool = False) -> int:
+        """Write every queued outcome: completions in one statement, failures
+        by the fail rule, all in as few transactions as possible.
+
+        With ``refill`` (the ack loop) the completions' transaction also
+        claims jobs for the room they free (``Store.complete_and_claim``):
+        one commit instead of an ack's and a claim's, and the fetcher, which
+        then finds the pool full, only claims at start-up and when idle."""
+        batch: list[Outcome] = []
+        while True:
+            try:
+                batch.append(self._acks.get_nowait())
+            except queue.Empty:
+                break
+        if not batch:
+            return 0
+        now = now or self.deck.clock()
+        done = [o for o in batch if o.ok]
+        failed = [o for o in batch if not o.ok]
+        if failed:
+            self._acknowledge(failed, lambda group: self.store.fail_many(group, now), now)
+        refilled = self._complete_and_refill(done, len(batch), now) if done and refill else None
+        if done and refilled is None:
+            self._acknowledge(done, lambda group: self.store.complete_many(group, now), now)
+        if refilled is None:
+            with self._lock:
+                self._inflight -= len(batch)
+        if not refilled:  # no refill, or one that found less than the room: the fetcher looks
+            self._room.set()
+        return len(batch)
+
+    def _complete_and_refill(self, done: list[Outcome], acked: int, now: datetime) -> bool | None:
+        """Complete ``done`` and claim into the room the ``acked`` outcomes
+        free, in one transaction; queue the claimed jobs. Returns None when
+        it did nothing (stopping, no types, no room), else whether the room
+        was filled. The room is reserved in ``_inflight`` while the claim
+        runs, so the fetcher cannot claim it too."""
+        types = self.deck.registry.names()
+        with self._refill_lock:
+            if self._stopping.is_set() or not types or self.unhealthy_reason() is not None:
+                return None
+            with self._lock:
+                room = min(self.batch, self._capacity() - self._inflight + acked)
+                if room <= 0:
+                    return None
+                self._inflight += room
+            claimed: list[JobRecord] = []
+            try:
+                _, claimed = self._retrying(
+                    lambda: self.store.complete_and_claim(
+                        done, self.worker_id, now, limit=room, types=types, queues=self.queues
+                    )
+                )
+            except Exception as exc:
+                if is_transient(exc):  # still down at the end of shutdown's grace
+                    raise
+                # One outcome the database refuses must not hold the others:
+                # complete them one by one, without the refill.
+                log.warning("acknowledging %d completions failed (%s); one by one", len(done), first_line(exc))
+                self._one_by_one(done, lambda group: self.store.complete_many(group, now), now)
+            finally:
+                with self._lock:
+                    self._inflight += len(claimed) - room - acked
+            for job in claimed:
+                self._work.put(job)
+        return len(claimed) >= room
+
+    def _ack_loop(self) -> None:
+        while not self._acker_stop.is_set():
+            try:
+                first = self._acks.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            self._acks.put(first)
+            try:
+                self.flush_acks_once(refill=True)
+            except Exception:
+                # Database errors are retried inside; anything else is a bug.
+                # Keep acknowledging later outcomes: the jobs of the lost batch
+                # stay running under this worker and are rescued as stalled
+                # once this process stops heart-beating them.
+                log.exception("acknowledging a batch of outcomes failed")
+                self._acker_stop.wait(1.0)
+
+    def _acknowledge(self, outcomes: list[Outcome], write: Callable[[list[Outcome]], object], now: datetime) -> None:
+        """Write ``outcomes`` in one batch; if the database refuses the batch
+        (not an outage: a value it cannot store, a bug), write them one by
+        one, so one bad row cannot hold the others."""
+        try:
+            self._retrying(lambda: write(outcomes))
+        except Exception as exc:
+            if is_transient(exc):  # still down at the end of shutdown's grace
+                raise
+            log.warning("acknowledging %d outcomes failed (%s); one by one", len(outcomes), first_line(exc))
+            self._one_by_one(outcomes, write, now)
+
+    def _one_by_one(self, outcomes: list[Outcome], write: Callable[[list[Outcome]], object], now: datetime) -> None:
+        for o in outcomes:
+            try:
+                self._retrying(partial(write, [o]))
+            except Exception as exc:
+                if is_transient(exc):
+                    raise
+                self._record_unstorable(o, exc, now)
+
+    def _record_unstorable(self, o: Outcome, exc: Exception, now: datetime) -> None:
+        """The database refused this outcome as it is: record the attempt as
+        failed, saying why, with only values every backend stores (the fail
+        rule then retries the job or dead-letters it, as for any failure)."""
+        why = storable_text(f"the outcome of this attempt could not be stored: {first_line(exc)}") or ""
+        if o.error is not None:
+            why = f"{storable_text(o.error)} ({why})"
+        failure = Outcome(
+            o.job_id, o.worker_id, attempt=o.attempt, started_at=o.started_at, error=why[:2000],
+            traceback=storable_text(o.traceback), retryable=o.retryable,
+            kind=o.kind if o.error is not None else "failed",
+        )  # fmt: skip
+        try:
+            self._retrying(lambda: self.store.fail_many([failure], now))
+        except Exception as again:
+            if is_transient(again):
+                raise
+            log.exception(
+                "job %s attempt %s: its outcome could not be stored (%s), nor its failure; "
+                "it stays running under %s until this process stops",
+                o.job_id, o.attempt, why, self.worker_id,
+            )  # fmt: skip

@@ -1,0 +1,42 @@
+"""What a handler leaves behind, made safe to store: an exception's first
+line, its traceback and a result's repr never raise, whatever the handler
+returned or raised (a broken ``__str__`` or ``__repr__`` must not kill the
+executor thread that reports it)."""
+
+from __future__ import annotations
+
+import json
+import traceback
+
+
+def first_line(exc: BaseException) -> str:
+    try:
+        text = str(exc).strip()
+    except Exception:  # a handler's exception whose __str__ itself raises
+        text = "<unprintable>"
+    return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__
+
+
+def format_traceback() -> str | None:
+    try:
+        return traceback.format_exc()
+    except Exception:
+        return None
+
+
+def safe_repr(value: object) -> str:
+    try:
+        return repr(value)
+    except Exception:
+        return f"<unrepresentable {type(value).__name__}>"
+
+
+def jsonable(value: object) -> bool:
+    """Whether a handler's result can be stored and served as strict JSON:
+    NaN or Infinity would be stored and sent back as JSON that strict clients
+    refuse, like the API refuses them in a payload."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True

@@ -1,0 +1,143 @@
+"""What the worker pool's threads share: the slots of running jobs, the
+queues between the fetcher, the executors and the acker, and the few steps
+every loop takes (the room to claim into, a retried write, the health check).
+
+``WorkerPool`` is built from ``PoolShared`` and two parts: ``Acknowledging``
+(``app.worker.acks``: outcomes written in batches, with the refill) and
+``Monitoring`` (``app.worker.monitor``: timeouts, heartbeats, shedding and
+health). The state is declared here once and set in ``WorkerPool.__init__``.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TypeVar
+
+from app.deck import Jobdeck
+from app.store import JobRecord, Outcome, Store
+from app.store.faults import is_transient
+
+log = logging.getLogger("jobdeck.worker")
+T = TypeVar("T")
+
+STOP_MARGIN = 2.0
+"""Seconds beyond ``shutdown_grace`` that ``stop`` keeps retrying its final
+writes while the database is unreachable; then it gives up (the jobs it
+could not write stay ``running`` until the stalled sweep rescues them)."""
+
+RETRY_CAP = 1.0
+"""Longest pause between retries of a write (or a claim) during an outage:
+once the database is back, work resumes within about this long."""
+
+
+@dataclass
+class Slot:
+    """A job an executor is running: the monitor times it out by ``deadline``,
+    and ``abandoned`` refuses the late result of one it gave up on."""
+
+    job: JobRecord
+    started: datetime
+    started_mono: float
+    deadline: float | None
+    thread: threading.Thread
+    abandoned: bool = field(default=False)
+
+
+class PoolShared:
+    """The state and steps the pool's loops share (see the module docstring)."""
+
+    deck: Jobdeck
+    store: Store
+    threads: int
+    worker_id: str
+    batch: int
+    queues: list[str] | None
+    max_abandoned_threads: int
+    _work: queue.Queue[JobRecord]
+    _acks: queue.Queue[Outcome]
+    _lock: threading.Lock
+    _running: dict[int, Slot]
+    _inflight: int
+    _avg_duration: float | None
+    _room: threading.Event
+    _stopping: threading.Event
+    _acker_stop: threading.Event
+    _refill_lock: threading.Lock
+    _abandoned: list[threading.Thread]
+    _give_up_at: float | None
+
+    def _capacity(self) -> int:
+        """How many jobs to hold: the threads, plus a prefetch sized so the
+        held jobs start within about 50 ms (many for tiny jobs, none for slow)."""
+        avg = self._avg_duration
+        # Up to two batches: the next claim is a full batch while the last
+        # one's acks are still being written (halves the transactions per job).
+        prefetch = 0 if avg is None else int(min(2 * self.batch, self.threads * 0.05 / max(avg, 1e-6)))
+        return self.threads + prefetch
+
+    def _retrying(self, fn: Callable[[], T]) -> T:
+        """Run a store write until it succeeds, retrying only what can
+        succeed on a later try (``app.store.faults.is_transient``): an outcome is
+        never dropped because the database was briefly unreachable, and an
+        error that can never succeed (a value the database refuses) is
+        raised at once instead of wedging the pool. While stopping, retries
+        end at the stop's deadline (``shutdown_grace`` + ``STOP_MARGIN``)."""
+        delay = 0.05
+        while True:
+            try:
+                return fn()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                give_up = self._give_up_at
+                if give_up is not None and time.monotonic() + delay > give_up:
+                    log.error("database write failed (%s) while stopping; giving up", exc.__class__.__name__)
+                    raise
+                log.warning("database write failed (%s); retrying in %.2fs", exc.__class__.__name__, delay)
+                time.sleep(delay)  # backoff between retries of one write; nothing to wake for
+                delay = min(RETRY_CAP, delay * 2)
+
+    def _take_queued(self) -> list[JobRecord]:
+        """Take every job waiting for an executor off the work queue (a
+        shutdown sentinel stays for the executors)."""
+        taken: list[JobRecord] = []
+        while True:
+            try:
+                job = self._work.get_nowait()
+            except queue.Empty:
+                return taken
+            if job is None:
+                self._work.put(job)
+                return taken
+            taken.append(job)
+
+    def abandoned_threads(self) -> int:
+        """Threads abandoned after a timeout that are still running their
+        handler (one that returns at last lets its thread end)."""
+        with self._lock:
+            self._abandoned = [t for t in self._abandoned if t.is_alive()]
+            return len(self._abandoned)
+
+    def unhealthy_reason(self) -> str | None:
+        """Why this pool is unhealthy, or None. A Python thread cannot be
+        killed, so each hung handler past its timeout keeps a thread (and
+        whatever it holds); past ``max_abandoned_threads`` the pool claims
+        nothing more, and only a restart of the process frees them."""
+        n = self.abandoned_threads()
+        if n < self.max_abandoned_threads:
+            return None
+        return (
+            f"{n} handler threads abandoned after a timeout are still running "
+            f"(max_abandoned_threads = {self.max_abandoned_threads}); no new jobs are claimed "
+            "until they end; restart the process to free them"
+        )
+
+    def _spawn_executor(self) -> None:
+        """Start one more executor thread (``WorkerPool`` runs them)."""
+        raise NotImplementedError
