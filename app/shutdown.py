@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import select
 import signal
 import socket
 import threading
 import time
 from collections.abc import Callable
+from select import POLLIN, poll
 from types import FrameType
 
 from app.runtime import Runtime
@@ -47,6 +47,8 @@ class ShutdownSignals:
         self._r, self._w = socket.socketpair()
         self._r.setblocking(False)
         self._w.setblocking(False)
+        self._readable = poll()  # not the select call: it refuses a descriptor above 1023
+        self._readable.register(self._r, POLLIN)
 
     def install(self) -> None:
         signal.set_wakeup_fd(self._w.fileno(), warn_on_full_buffer=False)
@@ -69,7 +71,7 @@ class ShutdownSignals:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return False
-            select.select([self._r], [], [], remaining)
+            self._readable.poll(None if remaining is None else remaining * 1000)
             try:
                 while self._r.recv(4096):
                     pass

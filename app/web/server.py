@@ -1,12 +1,12 @@
 """The waitress server ``jobdeck serve`` runs, with limits that hold up.
 
 waitress's defaults (``connection_limit`` 100, ``channel_timeout`` 120 s,
-``select()``) let about 100 idle connections make the server unreachable:
+a select-based loop) let about 100 idle connections make the server unreachable:
 once the limit is reached it stops accepting, and idle connections are only
 closed two minutes later. Jobdeck's defaults hold 2,000 open connections
 (``http_connection_limit``) and close idle ones after 30 s
 (``http_channel_timeout``); an idle connection holds no thread. The loop
-uses ``poll()``, since ``select()`` cannot watch a descriptor above 1023.
+uses ``poll``, since the select call cannot watch a descriptor above 1023.
 Each connection is a file descriptor, so the process's soft limit is raised
 to fit, up to the hard limit.
 
