@@ -21,16 +21,26 @@ def _completed(deck: Any) -> int:
     return int(deck.store.counts(deck.clock())["completed"])
 
 
-def drain(workdir: Path, n: int, synchronous: str = "FULL", threads: int = 4) -> float:
+def worker_pool_class() -> Any:
+    """``WorkerPool`` from the ``app`` on the path: ``app.worker.pool`` now,
+    ``app.worker`` before the layout moved (``bench/compare.py`` runs these
+    scenarios against older checkouts too)."""
+    try:
+        from app.worker.pool import WorkerPool
+    except ImportError:
+        from app.worker import WorkerPool
+    return WorkerPool
+
+
+def drain(workdir: Path, n: int, synchronous: str = "FULL", threads: int = 4, **overrides: Any) -> float:
     """jobs/s for an embedded pool draining ``n`` pre-enqueued no-op jobs,
-    from pool start until every completion is committed."""
+    from pool start until every completion is committed. ``overrides`` go to
+    the config (``database_url`` drains on PostgreSQL instead)."""
     counter = Counter(n)
-    deck = make_deck(workdir / "drain.db", synchronous, threads, handler=lambda p, c: counter.hit())
+    deck = make_deck(workdir / "drain.db", synchronous, threads, handler=lambda p, c: counter.hit(), **overrides)
     try:
         _fill(deck, n)
-        from app.worker.pool import WorkerPool
-
-        pool = WorkerPool(deck, threads)
+        pool = worker_pool_class()(deck, threads)
         t0 = time.perf_counter()
         pool.start()
         if not counter.done.wait(timeout=max(60.0, n / 500)):
@@ -97,9 +107,7 @@ def latency_inproc(workdir: Path, n: int, synchronous: str = "FULL", threads: in
         ready.set()
 
     deck = make_deck(workdir / "lat.db", synchronous, threads, handler=handler)
-    from app.worker.pool import WorkerPool
-
-    pool = WorkerPool(deck, threads)
+    pool = worker_pool_class()(deck, threads)
     pool.start()
     try:
         samples: list[float] = []

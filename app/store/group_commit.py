@@ -5,12 +5,12 @@ one commit (one fsync with ``synchronous=FULL``). When several threads (the
 HTTP server's) enqueue at once, one of them leads: it takes every request
 queued so far and commits them in one transaction while the others wait,
 each on its own event. The leader then wakes exactly the callers it
-committed for, and hands the lead to the oldest request still queued. On
-this 2-core VM a thread wake-up costs more than the insert: waiting on the
-write lock made every committed caller take the lock in turn just to learn
-it was done (batches stayed at one or two), and one shared condition woke
-every waiter per batch. No extra thread, no timer: a lone caller commits
-alone and waits for nobody.
+committed for, and hands the lead to the oldest request still queued. A
+thread wake-up can cost more than the insert, so waiting on the write lock
+would make every committed caller take the lock in turn just to learn it was
+done (batches of one or two), and one shared condition would wake every
+waiter per batch. No extra thread, no timer: a lone caller commits alone and
+waits for nobody.
 
 A failing batch is retried one request per transaction, so one bad job
 fails only its own caller.

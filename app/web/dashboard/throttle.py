@@ -1,9 +1,9 @@
 """Login throttling: per account, per address, and a bound on hashing.
 
 A password check costs about 0.1 s of CPU (scrypt), so an unthrottled login
-form is both a password-guessing oracle and a way to starve the API: 200
-wrong passwords were all answered, and a flood of them made ``/api/health``
-100 times slower. Three defences, all decided before any hashing:
+form is both a password-guessing oracle and a way to starve the API: every
+wrong password is answered, and a flood of them holds the CPU that
+``/api/health`` and the API need. Three defences, all decided before any hashing:
 
 - after ``limit`` failures within ``window`` seconds for one account, or
   from one address, further attempts get 429 with ``Retry-After`` until the

@@ -1,0 +1,177 @@
+"""Compare this tree's speed with a baseline commit in one run.
+
+Usage: ``python3 bench/compare.py REV [--quick] [--rounds N] [--only drain,enqueue,...]
+[--postgres URL]``. REV's ``app/`` is extracted with ``git archive`` into a
+temporary folder; both checkouts then run the same scenarios (this tree's
+``bench/`` code, so the measurement is identical and only ``app`` differs),
+each measurement in a fresh process, in interleaved rounds (A B, then B A, so
+a drift of the machine's speed during the run falls on both sides). Printed:
+the median of each side over the rounds and the ratio this tree / REV.
+
+Scenarios: the SQLite drain, single enqueue (1 and 16 threads) and bulk
+enqueue, and the PostgreSQL drain when a URL is given (``--postgres``, or
+``JOBDECK_BENCH_POSTGRES_URL``): each run gets its own schema, dropped after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+FULL = {"drain": 100_000, "enqueue": 5_000, "enqueue16": 5_000, "enqueue_many": 200_000, "pg_drain": 20_000}
+QUICK = {"drain": 5_000, "enqueue": 300, "enqueue16": 300, "enqueue_many": 10_000, "pg_drain": 2_000}
+TINY = {"drain": 300, "enqueue": 30, "enqueue16": 32, "enqueue_many": 2_000, "pg_drain": 300}
+SQLITE_SCENARIOS = ("drain", "enqueue", "enqueue16", "enqueue_many")
+
+
+def _postgres_drain(work: Path, n: int, url: str) -> float:
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.pool import NullPool
+
+    from bench import jobdeck_bench as jb
+
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(url, poolclass=NullPool)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        parsed = make_url(url)
+        scoped = parsed.set(query={**parsed.query, "options": f"-csearch_path={schema}"})
+        return jb.drain(work, n, database_url=scoped.render_as_string(hide_password=False))
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+def measure(scenario: str, n: int, work: Path, postgres: str | None = None) -> float:
+    """One figure (jobs/s) of ``scenario`` with the ``app`` on ``sys.path``."""
+    from bench import jobdeck_bench as jb
+
+    runs: dict[str, Callable[[], float]] = {
+        "drain": lambda: jb.drain(work, n, "FULL"),
+        "enqueue": lambda: jb.enqueue_single(work, n, "FULL"),
+        "enqueue16": lambda: jb.enqueue_single(work, n, "FULL", 16),
+        "enqueue_many": lambda: jb.enqueue_many(work, n),
+        "pg_drain": lambda: _postgres_drain(work, n, postgres or ""),
+    }
+    return runs[scenario]()
+
+
+def _child(args: argparse.Namespace) -> int:
+    """``--child SCENARIO N``: warm up, measure once, print the rate as JSON."""
+    scenario, n = args.child[0], int(args.child[1])
+    # An editable install's import hook would fill in a module the baseline lacks from the
+    # installed tree, mixing the two checkouts: only PYTHONPATH (this child's checkout) counts.
+    sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith("__editable__")]
+    import app
+
+    root = Path.cwd().resolve()
+    if not Path(app.__file__ or "").resolve().is_relative_to(root):
+        raise RuntimeError(f"app imported from {app.__file__}, not from the checkout {root}")
+    with tempfile.TemporaryDirectory(prefix="jobdeck-compare-") as tmp:
+        measure(scenario, max(10, n // 10), Path(tmp), args.postgres)
+        rate = measure(scenario, n, Path(tmp), args.postgres)
+    print(json.dumps({"rate": rate}))
+    return 0
+
+
+def baseline_checkout(rev: str, into: Path) -> Path:
+    """REV's ``app/`` (``git archive``) beside a copy of this tree's ``bench/*.py``."""
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", rev, "app"],
+                             capture_output=True, check=True).stdout  # fmt: skip
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    (into / "bench").mkdir()
+    for path in (REPO / "bench").glob("*.py"):
+        shutil.copy(path, into / "bench" / path.name)
+    return into
+
+
+def _run_child(root: Path, scenario: str, n: int, postgres: str | None) -> float:
+    env = dict(os.environ, PYTHONPATH=str(root))
+    for name in [k for k in env if k.startswith("JOBDECK_")]:
+        env.pop(name)
+    command = [sys.executable, "-m", "bench.compare", "--child", scenario, str(n)]
+    if postgres:
+        command += ["--postgres", postgres]
+    out = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        raise RuntimeError(f"{scenario} in {root}: {out.stderr[-2000:]}")
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["rate"])
+
+
+def compare(rev: str, counts: dict[str, int], scenarios: list[str], rounds: int,
+            postgres: str | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
+    """Interleaved rounds of every scenario on both checkouts; the medians and ratios."""
+    with tempfile.TemporaryDirectory(prefix="jobdeck-baseline-") as tmp:
+        sides = {"this tree": REPO, rev: baseline_checkout(rev, Path(tmp))}
+        runs: dict[str, dict[str, list[float]]] = {s: {side: [] for side in sides} for s in scenarios}
+        for i in range(rounds):
+            order = list(sides) if i % 2 == 0 else list(reversed(sides))
+            for scenario in scenarios:
+                for side in order:
+                    rate = _run_child(sides[side], scenario, counts[scenario], postgres)
+                    runs[scenario][side].append(rate)
+                    log(f"  round {i + 1}/{rounds} {scenario:<12} {side}: {rate:,.0f} jobs/s")
+    result: dict[str, Any] = {}
+    for scenario, by_side in runs.items():
+        mine, base = (statistics.median(by_side[side]) for side in sides)
+        result[scenario] = {"this": mine, "base": base, "ratio": mine / base, "runs": by_side}
+    return result
+
+
+def table(rev: str, counts: dict[str, int], result: dict[str, Any]) -> str:
+    lines = [f"| scenario (jobs/s, median) | this tree | {rev} | this / {rev} |", "|---|---|---|---|"]
+    for scenario, r in result.items():
+        lines.append(f"| {scenario} ({counts[scenario]:,} jobs) | {r['this']:,.0f} | {r['base']:,.0f} | "
+                     f"{r['ratio']:.2f}x |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("rev", nargs="?", help="the baseline: any git revision (main, HEAD~3, a commit)")
+    ap.add_argument("--quick", action="store_true", help="small counts: a few minutes")
+    ap.add_argument("--rounds", type=int, help="rounds per scenario (default 5, --quick 3)")
+    ap.add_argument("--only", help=f"scenarios, comma-separated (default: {','.join(SQLITE_SCENARIOS)}[,pg_drain])")
+    ap.add_argument("--postgres", default=os.environ.get("JOBDECK_BENCH_POSTGRES_URL"),
+                    help="a PostgreSQL URL: adds pg_drain (a schema per run, dropped after)")  # fmt: skip
+    ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        return _child(args)
+    if not args.rev:
+        ap.error("name the baseline revision")
+    counts = TINY if args.tiny else QUICK if args.quick else FULL
+    default = [*SQLITE_SCENARIOS, *(["pg_drain"] if args.postgres else [])]
+    scenarios = args.only.split(",") if args.only else default
+    unknown = [s for s in scenarios if s not in counts]
+    if unknown or ("pg_drain" in scenarios and not args.postgres):
+        ap.error(f"unknown scenarios {unknown}" if unknown else "pg_drain needs --postgres URL")
+    rounds = args.rounds or (1 if args.tiny else 3 if args.quick else 5)
+    print(f"comparing this tree with {args.rev}: {', '.join(scenarios)}, {rounds} rounds", flush=True)
+    result = compare(args.rev, counts, scenarios, rounds, args.postgres, log=lambda m: print(m, flush=True))
+    print()
+    print(table(args.rev, counts, result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
