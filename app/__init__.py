@@ -49,10 +49,7 @@ def create_app(
 
             demo.register(registry, config.instance_path)
         deck = Jobdeck(config, registry)
-    config = deck.config
-    from app.wiring import install
-
-    install(deck)  # schedules, queue controls, alerts: a bad entry stops start-up here
+    config = deck.config  # the deck checked its schedules, queues, alerts and retention when built
     if init_db:
         deck.init_db()
 

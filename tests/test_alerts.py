@@ -15,7 +15,6 @@ from app.deck import Jobdeck
 from app.maintenance.alerts import ALERT_TYPE
 from app.states import State
 from app.store import Outcome
-from app.wiring import install
 from app.worker.pool import WorkerPool
 
 
@@ -62,7 +61,6 @@ def alert_deck(make_config, registry, clock, port):
                                  "dashboard_url": "http://127.0.0.1:8000"})  # fmt: skip
     deck = Jobdeck(config, registry, clock=clock)
     deck.init_db()
-    install(deck)
     yield deck
     deck.store.engine.dispose()
 
