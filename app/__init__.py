@@ -60,17 +60,11 @@ def create_app(
     app.extensions["jobdeck"] = deck
     Htmx(app)
 
-    from app.web.api import jobs as api
+    from app.web.api import effects, jobs, queues
+    from app.web.dashboard import schedules
 
-    app.register_blueprint(api.bp)
-    from app.web.api import effects as api_effects
-    from app.web.api import queues as api_queues
-    from app.web.dashboard import schedules as schedules_views
-
-    app.register_blueprint(api_effects.bp)
-    app.register_blueprint(api_queues.bp)
-    app.register_blueprint(schedules_views.bp)
-    app.register_blueprint(schedules_views.api_bp)
+    for blueprint in (jobs.bp, effects.bp, queues.bp, schedules.bp, schedules.api_bp):
+        app.register_blueprint(blueprint)
 
     from app.web import dashboard
 
