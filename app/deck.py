@@ -23,13 +23,13 @@ from app.config import Config
 from app.errors import InvalidField, PayloadTooLarge, UnknownType
 from app.handlers import Registry
 from app.handlers import registry as default_registry
+from app.health import Health
 from app.states import PRIORITY_LABELS
 from app.store import JobRecord, NewJob, Store, backoff_delay
 from app.store.engine import make_engine
 from app.validation import check_json, check_text
 
 if TYPE_CHECKING:
-    from app.health import Health
     from app.maintenance.alerts import Alerts
     from app.maintenance.cron import Periodic
     from app.maintenance.upkeep import Maintenance
@@ -76,17 +76,13 @@ class Jobdeck:
             store = Store(engine)
         self.store = store
         self.store.backoff = self.backoff
-        self._build_parts()
 
-    def _build_parts(self) -> None:
         # Imported here: the parts import this module for Jobdeck and its parsers.
-        from app.health import Health
         from app.maintenance.alerts import Alerts, parse_alerts
         from app.maintenance.cron import Periodic, parse_schedules
         from app.maintenance.upkeep import Maintenance, parse_retention
         from app.queues import QueueControls, parse_limits
 
-        config = self.config
         if config.demo:
             from app.demo import add_demo_config
 

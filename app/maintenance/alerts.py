@@ -15,7 +15,9 @@ more of that type within ``window`` of an alert are gathered into one message
 at the end of the window, with their count. The slot is chosen by
 compare-and-set on the type's watermark (``app.store.alerts.claim_alert_slot``),
 so of several processes planning at once one wins each slot, and the alert
-job is keyed ``alert:<type>:<slot>``.
+job is keyed ``alert:<type>:<slot>``. The slot and the job are two
+transactions: a process that dies between them loses that one message (the
+jobs are still dead on the dashboard, and the ERROR log has each of them).
 """
 
 from __future__ import annotations
