@@ -51,10 +51,7 @@ def create_app(
 
             demo.register(registry, config.instance_path)
         deck = Jobdeck(config, registry)
-    config = deck.config
-    from app.wiring import install
-
-    install(deck)  # schedules, queue controls, alerts: a bad entry stops start-up here
+    config = deck.config  # the deck checked its schedules, queues, alerts and retention when built
     if init_db:
         deck.init_db()
 
@@ -67,17 +64,11 @@ def create_app(
     app.extensions["jobdeck"] = deck
     Htmx(app)
 
-    from app.web.api import jobs as api
+    from app.web.api import effects, jobs, queues
+    from app.web.dashboard import schedules
 
-    app.register_blueprint(api.bp)
-    from app.web.api import effects as api_effects
-    from app.web.api import queues as api_queues
-    from app.web.dashboard import schedules as schedules_views
-
-    app.register_blueprint(api_effects.bp)
-    app.register_blueprint(api_queues.bp)
-    app.register_blueprint(schedules_views.bp)
-    app.register_blueprint(schedules_views.api_bp)
+    for blueprint in (jobs.bp, effects.bp, queues.bp, schedules.bp, schedules.api_bp):
+        app.register_blueprint(blueprint)
 
     from app.web import dashboard
 

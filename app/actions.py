@@ -1,16 +1,11 @@
-"""Operator actions on schedules and queues (pause, resume, run now), announced
-in one place so the audit log can record them.
-
-Each action is logged at INFO on the ``jobdeck.audit`` logger and handed to
-every function in ``LISTENERS``; the audit log registers one there. Keeping
-this seam separate means schedules and queue controls do not depend on how
-(or whether) the audit trail is stored.
+"""Operator actions on schedules and queues (pause, resume, run now),
+recorded in one place: each is logged at INFO on the ``jobdeck.audit``
+logger and written to the audit log (``app.store.reads.record_action``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -34,12 +29,8 @@ class Action:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-LISTENERS: list[Callable[[Action], None]] = []
-
-
 def record(actor: str, verb: str, target: str, at: datetime, *, store: Store | None = None, **detail: Any) -> Action:
-    """Log the action, write it to the audit log (when given the store), and
-    tell the listeners."""
+    """Log the action and write it to the audit log (when given the store)."""
     action = Action(actor, verb, target, at, detail)
     log.info("%s by %s: %s %s", verb, actor, target, detail or "")
     if store is not None:
@@ -47,6 +38,4 @@ def record(actor: str, verb: str, target: str, at: datetime, *, store: Store | N
 
         job_id = detail.get("job_id")
         record_action(store, actor, verb, at, count=1 if job_id else 0, job_id=job_id, detail=target)
-    for listener in LISTENERS:
-        listener(action)
     return action

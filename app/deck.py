@@ -1,5 +1,14 @@
 """The Jobdeck facade: config + store + handler registry, and the validated
-way in for new jobs (shared by the API, the CLI and Python callers)."""
+way in for new jobs (shared by the API, the CLI and Python callers).
+
+A deck owns its parts, built (and their config checked) when it is, so a bad
+schedule, queue limit, alert or retention entry stops start-up with a
+ConfigError naming it: ``deck.schedules`` (the configured recurring jobs),
+``deck.queues`` (pause/resume and concurrency limits, installed as the
+store's claim policy), ``deck.alerts`` (dead-letter alerts),
+``deck.maintenance`` (sweeper, retention, roll-up) and ``deck.health`` (what
+makes this process unhealthy).
+"""
 
 from __future__ import annotations
 
@@ -8,16 +17,23 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.config import Config
 from app.errors import InvalidField, PayloadTooLarge, UnknownType
 from app.handlers import Registry
 from app.handlers import registry as default_registry
+from app.health import Health
 from app.states import PRIORITY_LABELS
 from app.store import JobRecord, NewJob, Store, backoff_delay
 from app.store.engine import make_engine
 from app.validation import check_json, check_text
+
+if TYPE_CHECKING:
+    from app.maintenance.alerts import Alerts
+    from app.maintenance.cron import Periodic
+    from app.maintenance.upkeep import Maintenance
+    from app.queues import QueueControls
 
 Clock = Callable[[], datetime]
 
@@ -60,6 +76,24 @@ class Jobdeck:
             store = Store(engine)
         self.store = store
         self.store.backoff = self.backoff
+
+        # Imported here: the parts import this module for Jobdeck and its parsers.
+        from app.maintenance.alerts import Alerts, parse_alerts
+        from app.maintenance.cron import Periodic, parse_schedules
+        from app.maintenance.upkeep import Maintenance, parse_retention
+        from app.queues import QueueControls, parse_limits
+
+        if config.demo:
+            from app.demo import add_demo_config
+
+            add_demo_config(config)
+        self.health: Health = Health()
+        self.alerts: Alerts = Alerts(self, parse_alerts(config))
+        self.alerts.install()  # registers jobdeck.alert before the schedules are checked against the types
+        self.schedules: Periodic = Periodic(self, parse_schedules(config.extra.get("schedules"), self))
+        self.queues: QueueControls = QueueControls(self.store, parse_limits(config), refresh=config.poll_interval)
+        self.queues.install()
+        self.maintenance: Maintenance = Maintenance(self, parse_retention(config))
 
     def init_db(self) -> None:
         """Bring the schema to the code's revision (Alembic, see app.store.migrate);

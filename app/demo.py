@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import csv
 import threading
+import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import insert, select
-from sqlalchemy.dialects import postgresql, sqlite
-
+from app.config import Config
 from app.errors import InvalidField
 from app.handlers import JobContext, Registry
-from app.store.models import demo_charges, demo_outbox
+from app.store.demo_tables import record_demo_charge, send_demo_email
+
+DEMO_CONFIG = Path(__file__).with_name("demo.toml")
+"""The demo's schedules, queue limits and types (shipped in the wheel)."""
 
 TYPES = (
     "demo.noop",
@@ -24,6 +26,13 @@ TYPES = (
     "demo.charge-card",
     "demo.report",
 )
+
+
+def add_demo_config(config: Config) -> None:
+    """Add the demo's tables to ``config``, under any the config sets itself."""
+    with DEMO_CONFIG.open("rb") as fh:
+        for key, value in tomllib.load(fh).items():
+            config.extra.setdefault(key, value)
 
 
 def _now() -> datetime:
@@ -68,10 +77,7 @@ def send_email(payload: dict[str, Any], ctx: JobContext) -> None:
     user_id = str(payload.get("user_id", ""))
     if not user_id:
         raise InvalidField("payload.user_id", "required")
-    with ctx.store.write() as conn:
-        conn.execute(
-            insert(demo_outbox).values(user_id=user_id, job_id=ctx.job_id, body=f"Hello user {user_id}", sent_at=_now())
-        )
+    send_demo_email(ctx.store, user_id, ctx.job_id, f"Hello user {user_id}", _now())
 
 
 class FakeGateway:
@@ -88,31 +94,10 @@ class FakeGateway:
     ) -> dict[str, Any]:
         if delay:
             threading.Event().wait(delay)  # the request on its way: a crash here leaves the outcome unknown
-        values = {
-            "order_id": order_id,
-            "amount_cents": amount_cents,
-            "job_id": self.ctx.job_id,
-            "charged_at": _now(),
-            "idempotency_key": idempotency_key,
-        }
-        store = self.ctx.store
-        dialect_insert = postgresql.insert if store.dialect == "postgresql" else sqlite.insert
-        with store.write() as conn:
-            if idempotency_key is None:
-                charge_id = conn.execute(insert(demo_charges).values(values).returning(demo_charges.c.id)).scalar_one()
-                return {"charge_id": charge_id, "replayed": False}
-            charge_id = conn.execute(
-                dialect_insert(demo_charges)
-                .values(values)
-                .on_conflict_do_nothing(index_elements=["idempotency_key"])
-                .returning(demo_charges.c.id)
-            ).scalar()
-            if charge_id is not None:
-                return {"charge_id": charge_id, "replayed": False}
-            first = conn.execute(
-                select(demo_charges.c.id).where(demo_charges.c.idempotency_key == idempotency_key)
-            ).scalar_one()
-            return {"charge_id": first, "replayed": True}
+        charge_id, replayed = record_demo_charge(
+            self.ctx.store, order_id, amount_cents, self.ctx.job_id, _now(), idempotency_key
+        )
+        return {"charge_id": charge_id, "replayed": replayed}
 
 
 def charge_card(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:

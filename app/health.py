@@ -1,9 +1,9 @@
 """What makes this process unhealthy, for ``/api/health``.
 
 Services that can wedge in a way only a restart cures (the worker pool with
-too many abandoned handler threads) register a check against their deck;
-the health endpoint of an app on that deck answers 503 while any check
-gives a reason. Keyed weakly by deck, so a test's decks do not pile up.
+too many abandoned handler threads) register a check on their deck's
+``deck.health``; the health endpoint of an app on that deck answers 503
+while any check gives a reason.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
-from weakref import WeakKeyDictionary
 
 if TYPE_CHECKING:
     from app.deck import Jobdeck
@@ -19,24 +18,35 @@ if TYPE_CHECKING:
 Check = Callable[[], "str | None"]
 """Returns why the service is unhealthy, or None."""
 
-_checks: WeakKeyDictionary[Jobdeck, list[Check]] = WeakKeyDictionary()
-_lock = threading.Lock()
+
+class Health:
+    """The health checks of one deck."""
+
+    def __init__(self) -> None:
+        self._checks: list[Check] = []
+        self._lock = threading.Lock()
+
+    def register(self, check: Check) -> None:
+        with self._lock:
+            self._checks.append(check)
+
+    def unregister(self, check: Check) -> None:
+        with self._lock:
+            if check in self._checks:
+                self._checks.remove(check)
+
+    def problems(self) -> list[str]:
+        """Every reason this process is unhealthy, empty when it is healthy."""
+        with self._lock:
+            checks = list(self._checks)
+        return [reason for reason in (check() for check in checks) if reason]
 
 
 def register(deck: Jobdeck, check: Check) -> None:
-    with _lock:
-        _checks.setdefault(deck, []).append(check)
+    """``deck.health.register``, for the worker pool until it calls that itself."""
+    deck.health.register(check)
 
 
 def unregister(deck: Jobdeck, check: Check) -> None:
-    with _lock:
-        checks = _checks.get(deck, [])
-        if check in checks:
-            checks.remove(check)
-
-
-def problems(deck: Jobdeck) -> list[str]:
-    """Every reason this process is unhealthy, empty when it is healthy."""
-    with _lock:
-        checks = list(_checks.get(deck, []))
-    return [reason for reason in (check() for check in checks) if reason]
+    """``deck.health.unregister``, for the worker pool until it calls that itself."""
+    deck.health.unregister(check)

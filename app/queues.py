@@ -236,8 +236,3 @@ class QueueControls:
                 return []
             claimed = store.claim_ids(conn, worker_id, now, chosen)
         return claimed
-
-
-def controls_of(store: Store) -> QueueControls | None:
-    policy = store.claim_policy
-    return policy if isinstance(policy, QueueControls) else None

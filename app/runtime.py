@@ -31,11 +31,6 @@ class Service(Protocol):
     def stop(self, grace: float | None = None) -> None: ...
 
 
-# Factories for services other parts of Jobdeck add (the scheduler, ...),
-# each called with the deck; returning None means "not configured".
-SERVICE_FACTORIES: list = []  # type: ignore[type-arg]
-
-
 class Runtime:
     def __init__(self, deck: Jobdeck, *, workers: int | None = None, services: bool = True) -> None:
         self.deck = deck
@@ -54,10 +49,9 @@ class Runtime:
             if listener is not None:
                 self.services.append(listener)
         if services:
-            for factory in SERVICE_FACTORIES:
-                service = factory(deck)
-                if service is not None:
-                    self.services.append(service)
+            from app.maintenance.scheduler import SchedulerService
+
+            self.services.append(SchedulerService(deck))
         self._started = False
 
     def _exit_to_restart(self, reason: str) -> None:
@@ -104,13 +98,3 @@ class Runtime:
             if _active is self:
                 _active = None
             self._started = False
-
-
-def _register_scheduler() -> None:
-    from app.maintenance.scheduler import scheduler_service
-
-    if scheduler_service not in SERVICE_FACTORIES:
-        SERVICE_FACTORIES.append(scheduler_service)
-
-
-_register_scheduler()

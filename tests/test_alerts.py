@@ -7,6 +7,7 @@ import json
 import logging
 import socket
 import threading
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -15,7 +16,6 @@ from app.deck import Jobdeck
 from app.maintenance.alerts import ALERT_TYPE
 from app.states import State
 from app.store import Outcome
-from app.wiring import install
 from app.worker.pool import WorkerPool
 
 
@@ -62,7 +62,6 @@ def alert_deck(make_config, registry, clock, port):
                                  "dashboard_url": "http://127.0.0.1:8000"})  # fmt: skip
     deck = Jobdeck(config, registry, clock=clock)
     deck.init_db()
-    install(deck)
     yield deck
     deck.store.engine.dispose()
 
@@ -142,3 +141,38 @@ def test_a_dead_alert_is_logged_not_alerted_about(alert_deck, clock):
     kill(deck, clock, job_type=ALERT_TYPE)
     assert run_alerts(deck, clock)[0].status is State.DEAD
     assert len(deck.store.list_jobs(_alerts(), clock.now)) == 1
+
+
+@pytest.mark.backends
+def test_processes_planning_at_once_share_one_window(make_config, registry, clock, port):
+    """Eight decks (eight processes) each plan an alert for their own dead job
+    of one type, all at once and within one window: the slot's
+    compare-and-set lets one of them alert at once and at most one more
+    gather the rest at the window's end, never an alert per process."""
+    config = make_config(alerts={"webhook_url": f"http://127.0.0.1:{port}/hook", "window": 300})
+    decks = [Jobdeck(config, registry, clock=clock) for _ in range(8)]
+    decks[0].init_db()
+    start = clock.now
+    barrier = threading.Barrier(len(decks))
+    errors: list[BaseException] = []
+
+    def plan(i: int) -> None:
+        try:
+            barrier.wait(timeout=10)
+            decks[i].alerts.plan("demo.fail", start + timedelta(seconds=i))
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=plan, args=(i,)) for i in range(len(decks))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert errors == []
+    slots = sorted(j.available_at for j in decks[0].store.list_jobs(_alerts(), clock.now))
+    assert 1 <= len(slots) <= 2, slots
+    assert slots[0] - start <= timedelta(seconds=7)
+    if len(slots) == 2:
+        assert slots[1] == slots[0] + timedelta(seconds=300)
+    for d in decks:
+        d.store.engine.dispose()

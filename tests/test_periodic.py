@@ -10,12 +10,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import func, select
 
-from app import create_app
 from app.config import ConfigError
 from app.deck import Jobdeck
 from app.maintenance.cron import Periodic, fire_key, parse_schedules
 from app.store.models import jobs, schedule_runs
-from app.wiring import install
 
 
 def every_minute(**extra):
@@ -47,9 +45,8 @@ def job_count(deck) -> int:
     ],
 )
 def test_a_bad_schedule_stops_startup_naming_it(make_config, registry, entry, message):
-    deck = Jobdeck(make_config(schedules=[entry]), registry)
-    with pytest.raises(ConfigError) as err:
-        create_app(deck=deck, init_db=False)
+    with pytest.raises(ConfigError) as err:  # the deck checks its schedules when it is built
+        Jobdeck(make_config(schedules=[entry]), registry)
     assert message in str(err.value)
 
 
@@ -109,7 +106,7 @@ def test_three_schedulers_on_one_database_make_one_job_per_fire_time(make_config
     config = make_config(schedules=[every_minute(), every_minute(name="tock", cron="*/2 * * * *")])
     decks = [Jobdeck(config, registry) for _ in range(3)]
     decks[0].init_db()
-    schedulers = [install(d).periodic for d in decks]
+    schedulers = [d.schedules for d in decks]
     start = datetime(2026, 1, 1, 12, 0, 30, tzinfo=UTC)
     schedulers[0].enqueue_due_once(start)
     for minute in range(1, 7):

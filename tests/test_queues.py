@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import threading
 
-from app import actions, create_app
+from app import create_app
 from app.deck import Jobdeck
 from app.handlers import Registry
 from app.states import State
-from app.wiring import install
+from app.store.reads import list_audit
 from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
 from tests.openapi_check import check
@@ -18,21 +18,17 @@ from tests.openapi_check import check
 def test_a_paused_queue_is_not_claimed_from_until_resumed(deck, clock):
     app = create_app(deck=deck)
     client = app.test_client()
-    seen: list[actions.Action] = []
-    actions.LISTENERS.append(seen.append)
-    try:
-        report, _ = deck.enqueue("demo.report")  # the handler's queue: reports
-        noop, _ = deck.enqueue("demo.noop")
-        r = client.post("/api/queues/reports/pause")
-        assert r.status_code == 200 and r.get_json()["paused"] is True
-        assert [j.id for j in deck.store.claim("w", clock.now, limit=10)] == [noop.id]
-        listed = {q["name"]: q for q in check(client.get("/api/queues"), "/api/queues", "get")["queues"]}
-        assert listed["reports"] == {"name": "reports", "paused": True, "waiting": 1, "running": 0, "concurrency": None}
-        assert client.post("/api/queues/reports/resume").get_json()["paused"] is False
-        assert [j.id for j in deck.store.claim("w", clock.now, limit=10)] == [report.id]
-    finally:
-        actions.LISTENERS.remove(seen.append)
-    assert [(a.verb, a.target, a.actor) for a in seen] == [
+    report, _ = deck.enqueue("demo.report")  # the handler's queue: reports
+    noop, _ = deck.enqueue("demo.noop")
+    r = client.post("/api/queues/reports/pause")
+    assert r.status_code == 200 and r.get_json()["paused"] is True
+    assert [j.id for j in deck.store.claim("w", clock.now, limit=10)] == [noop.id]
+    listed = {q["name"]: q for q in check(client.get("/api/queues"), "/api/queues", "get")["queues"]}
+    assert listed["reports"] == {"name": "reports", "paused": True, "waiting": 1, "running": 0, "concurrency": None}
+    assert client.post("/api/queues/reports/resume").get_json()["paused"] is False
+    assert [j.id for j in deck.store.claim("w", clock.now, limit=10)] == [report.id]
+    audited, _ = list_audit(deck.store)
+    assert [(e.action, e.detail, e.actor) for e in reversed(audited)] == [
         ("queue.pause", "reports", "api"),
         ("queue.resume", "reports", "api"),
     ]
@@ -43,11 +39,10 @@ def test_the_pause_reaches_another_process_within_its_refresh(make_config, regis
     a, b = Jobdeck(config, registry, clock=clock), Jobdeck(config, registry, clock=clock)
     a.init_db()
     ticks = [0.0]
-    ops_a, ops_b = install(a), install(b)
-    ops_b.queues._monotonic = lambda: ticks[0]
+    b.queues._monotonic = lambda: ticks[0]
     b.enqueue("demo.noop", queue="mail")
-    assert ops_b.queues.paused() == frozenset()
-    ops_a.queues.set_paused("mail", True, clock.now, "cli")
+    assert b.queues.paused() == frozenset()
+    a.queues.set_paused("mail", True, clock.now, "cli")
     ticks[0] += 2.0  # past b's refresh (poll_interval)
     assert b.store.claim("w", clock.now, limit=5) == []
     for d in (a, b):
@@ -76,8 +71,6 @@ def test_type_and_queue_limits_hold_across_two_pools(make_config):
     config = make_config(types={"t.card": {"concurrency": 2}}, queues={"mail": {"concurrency": 1}})
     decks = [Jobdeck(config, registry) for _ in range(2)]
     decks[0].init_db()
-    for d in decks:
-        install(d)
     decks[0].enqueue_many([{"type": "t.card"}] * 12 + [{"type": "t.mail"}] * 4)
     pools = [WorkerPool(d, 4) for d in decks]
     for p in pools:

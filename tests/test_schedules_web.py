@@ -12,7 +12,6 @@ from app.config import load
 from app.deck import Jobdeck
 from app.runtime import Runtime
 from app.states import State
-from app.wiring import install
 from tests.conftest import wait_for
 from tests.openapi_check import check
 
@@ -90,7 +89,7 @@ def test_queues_page_shows_counts_limits_and_type_limits(make_config, registry, 
     try:
         deck.enqueue("demo.sleep", {}, queue="reports")
         deck.enqueue("demo.noop", {}, queue="reports")
-        install(deck).queues(deck.store, "w1", clock.now, limit=5)
+        deck.queues(deck.store, "w1", clock.now, limit=5)
         html = app.test_client().get("/queues").get_data(as_text=True)
         row = html[html.index('data-queue="reports"') :].split("</tr>")[0]
         assert [int(n) for n in re.findall(r'class="num">(\d+)<', row)] == [1, 1]  # waiting, running
@@ -121,7 +120,7 @@ def test_viewer_sees_no_schedule_or_queue_buttons_and_is_refused(make_config, re
         for url in ("/schedules/tick/pause", "/schedules/tick/run", "/queues/default/pause"):
             r = client.post(url, headers=headers)
             assert r.status_code == 403 and "only operators can act" in r.get_data(as_text=True)
-        assert install(deck).periodic.overview(clock.now)[1]["paused"] is False
+        assert deck.schedules.overview(clock.now)[1]["paused"] is False
         assert deck.store.list_jobs(_all(), clock.now) == []
     finally:
         deck.store.engine.dispose()
@@ -137,12 +136,12 @@ def test_demo_ships_a_nightly_report_an_every_minute_schedule_and_a_card_limit(t
     config = load(env={}, overrides={"demo": True, "database_url": f"sqlite:///{tmp_path / 'd.db'}",
                                      "instance_path": str(tmp_path)})  # fmt: skip
     app = create_app(config)
-    ops = install(app.extensions["jobdeck"])
-    report, minute = ops.periodic.schedules.values()
+    deck = app.extensions["jobdeck"]
+    report, minute = deck.schedules.schedules.values()
     assert (report.type, report.describe()) == ("demo.report", "every day at 02:00 UTC")
     assert minute.cron == "* * * * *"
-    assert ops.queues.limits.types == {"demo.charge-card": 2}
-    app.extensions["jobdeck"].store.engine.dispose()
+    assert deck.queues.limits.types == {"demo.charge-card": 2}
+    deck.store.engine.dispose()
 
 
 def test_runtime_runs_the_scheduler_once_per_process(make_config, registry):

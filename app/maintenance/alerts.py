@@ -12,10 +12,12 @@ each dead job also leads to a JSON POST, delivered by Jobdeck's own queue as a
 ``jobdeck.alert`` job, so an unreachable webhook is retried with backoff like
 any job. Bursts are aggregated: the first dead job of a type alerts at once;
 more of that type within ``window`` of an alert are gathered into one message
-at the end of the window, with their count. The alert's slot is chosen and
-its job inserted in one serialized write transaction (IMMEDIATE on SQLite, an
-advisory lock on PostgreSQL) and keyed ``alert:<type>:<slot>``, so several
-processes plan the same slots.
+at the end of the window, with their count. The slot is chosen by
+compare-and-set on the type's watermark (``app.store.alerts.claim_alert_slot``),
+so of several processes planning at once one wins each slot, and the alert
+job is keyed ``alert:<type>:<slot>``. The slot and the job are two
+transactions: a process that dies between them loses that one message (the
+jobs are still dead on the dashboard, and the ERROR log has each of them).
 """
 
 from __future__ import annotations
@@ -28,20 +30,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
-
 from app.config import Config, ConfigError
 from app.deck import Jobdeck, parse_time
 from app.handlers import JobContext
-from app.states import State
 from app.store import JobRecord, NewJob
-from app.store.models import jobs
+from app.store.alerts import claim_alert_slot, dead_between
 
 log = logging.getLogger("jobdeck.alerts")
 
 ALERT_TYPE = "jobdeck.alert"
 ALERT_QUEUE = "jobdeck"
-_PG_LOCK = 0x6A6F6261  # serializes alert planning on PostgreSQL
 
 
 @dataclass(frozen=True)
@@ -118,37 +116,26 @@ class Alerts:
         """Make sure an alert slot covers a job of ``job_type`` dead at ``t``;
         returns the new slot, or None when a pending one covers it."""
         window = timedelta(seconds=self.settings.window)
-        prefix = f"alert:{job_type}:"
-        now = self.deck.clock()
-        with self.store.write() as conn:
-            if self.store.dialect == "postgresql":
-                conn.execute(select(func.pg_advisory_xact_lock(_PG_LOCK)))
-            # The slot is read from the key (fixed-width, so it sorts), not from
-            # available_at, which a retry of the alert moves.
-            last_key = conn.execute(
-                select(func.max(jobs.c.idempotency_key)).where(
-                    jobs.c.type == ALERT_TYPE, func.substr(jobs.c.idempotency_key, 1, len(prefix)) == prefix
-                )
-            ).scalar()
-            last = None if last_key is None else parse_time(last_key[len(prefix) :], "slot")
+
+        def slot_for(last: datetime | None) -> datetime | None:
             if last is not None and last >= t:
                 return None
-            slot = t if last is None or t >= last + window else last + window
-            new = NewJob(
-                type=ALERT_TYPE,
-                payload={"type": job_type, "since": last.isoformat() if last else None, "until": slot.isoformat()},
-                queue=ALERT_QUEUE,
-                priority=20,
-                max_retries=self.settings.max_retries,
-                idempotency_key=f"{prefix}{_stamp(slot)}",
-                available_at=slot,
-            )
-            conn.execute(
-                self.store._insert()(jobs)
-                .values(self.store._values(new, now))
-                .on_conflict_do_nothing(index_elements=["idempotency_key"])
-            )
-        self.store._notify_enqueued()
+            return t if last is None or t >= last + window else last + window
+
+        claimed = claim_alert_slot(self.store, job_type, slot_for)
+        if claimed is None:
+            return None
+        last, slot = claimed
+        new = NewJob(
+            type=ALERT_TYPE,
+            payload={"type": job_type, "since": last.isoformat() if last else None, "until": slot.isoformat()},
+            queue=ALERT_QUEUE,
+            priority=20,
+            max_retries=self.settings.max_retries,
+            idempotency_key=f"alert:{job_type}:{_stamp(slot)}",
+            available_at=slot,
+        )
+        self.store.enqueue(new, self.deck.clock())
         return slot
 
     # -- delivery (the jobdeck.alert handler) -------------------------------------
@@ -163,17 +150,7 @@ class Alerts:
             if payload.get("since")
             else until - timedelta(seconds=self.settings.window)
         )
-        with self.store.read() as conn:
-            rows = conn.execute(
-                select(jobs.c.id, jobs.c.error, jobs.c.attempt, jobs.c.finished_at)
-                .where(
-                    jobs.c.type == job_type,
-                    jobs.c.status == State.DEAD.value,
-                    jobs.c.finished_at > since,
-                    jobs.c.finished_at <= until,
-                )
-                .order_by(jobs.c.id.desc())
-            ).all()
+        rows = dead_between(self.store, job_type, since, until)
         if not rows:
             return None
         base = self.settings.dashboard_url

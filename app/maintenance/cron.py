@@ -29,14 +29,20 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.cron import CronTrigger
 from cron_descriptor import ExpressionDescriptor, Options
-from sqlalchemy import select, update
 
 from app import actions
 from app.config import ConfigError
 from app.deck import Jobdeck, parse_priority
-from app.errors import JobdeckError, JobNotFound
+from app.errors import JobdeckError
 from app.store import JobRecord, NewJob
-from app.store.models import jobs, schedule_runs, schedule_state
+from app.store.schedules import (
+    Fire,
+    record_fires,
+    record_manual_run,
+    schedule_history,
+    schedule_states,
+    set_schedule_paused,
+)
 
 log = logging.getLogger("jobdeck.schedules")
 
@@ -253,41 +259,13 @@ class Periodic:
         if fires:
             news = [self.deck.new_job(s.job_data(fire_key(s.name, f)), now) for s, f in fires]
             ids = self.store.enqueue_many(news, now)
-        insert = self.store._insert()
-        with self.store.write() as conn:
-            if fires:
-                conn.execute(
-                    insert(schedule_runs).on_conflict_do_nothing(index_elements=["schedule", "fire_time"]),
-                    [{"schedule": s.name, "fire_time": f, "job_id": i, "manual": False, "created_at": now}
-                     for (s, f), i in zip(fires, ids)],
-                )  # fmt: skip
-            conn.execute(
-                update(schedule_state)
-                .where(schedule_state.c.name.in_(passed), schedule_state.c.checked_until < now)
-                .values(checked_until=now, updated_at=now)
-            )
+        record_fires(self.store, [Fire(s.name, f, i) for (s, f), i in zip(fires, ids)], passed, now)
         for (s, f), i in zip(fires, ids):
             log.info("schedule %s fired for %s: job %s", s.name, f.isoformat(), i)
         return ids
 
     def _states(self, now: datetime) -> dict[str, tuple[bool, datetime]]:
-        with self.store.read() as conn:
-            rows = conn.execute(
-                select(schedule_state.c.name, schedule_state.c.paused, schedule_state.c.checked_until).where(
-                    schedule_state.c.name.in_(list(self.schedules))
-                )
-            ).all()
-        states = {r.name: (bool(r.paused), r.checked_until) for r in rows}
-        missing = [n for n in self.schedules if n not in states]
-        if missing:
-            insert = self.store._insert()
-            with self.store.write() as conn:
-                conn.execute(
-                    insert(schedule_state).on_conflict_do_nothing(index_elements=["name"]),
-                    [{"name": n, "paused": False, "checked_until": now, "updated_at": now} for n in missing],
-                )
-            return self._states(now)
-        return states
+        return schedule_states(self.store, list(self.schedules), now)
 
     # -- operator actions -------------------------------------------------------
 
@@ -296,12 +274,7 @@ class Periodic:
         s = self.get(name)
         new: NewJob = self.deck.new_job(s.job_data(f"schedule:{name}:manual:{now.isoformat()}"), now)
         job, _ = self.store.enqueue(new, now)
-        with self.store.write() as conn:
-            conn.execute(
-                self.store._insert()(schedule_runs)
-                .values(schedule=name, fire_time=now, job_id=job.id, manual=True, created_at=now)
-                .on_conflict_do_nothing(index_elements=["schedule", "fire_time"])
-            )
+        record_manual_run(self.store, name, job.id, now)
         actions.record(actor, "schedule.run", name, now, store=self.store, job_id=job.id)
         return job
 
@@ -310,11 +283,7 @@ class Periodic:
         paused: the watermark moves to ``now``."""
         self.get(name)
         self._states(now)
-        values: dict[str, Any] = {"paused": paused, "updated_at": now}
-        if not paused:
-            values["checked_until"] = now
-        with self.store.write() as conn:
-            conn.execute(update(schedule_state).where(schedule_state.c.name == name).values(values))
+        set_schedule_paused(self.store, name, paused, now)
         actions.record(actor, "schedule.pause" if paused else "schedule.resume", name, now, store=self.store)
 
     # -- reads ------------------------------------------------------------------
@@ -322,40 +291,21 @@ class Periodic:
     def overview(self, now: datetime, recent: int = 10) -> list[dict[str, Any]]:
         """Every configured schedule with its next run, last runs and their
         outcomes, then schedules removed from config that left history."""
-        with self.store.read() as conn:
-            paused = dict(conn.execute(select(schedule_state.c.name, schedule_state.c.paused)).all())
-            history_names = set(conn.execute(select(schedule_runs.c.schedule).distinct()).scalars())
-            out: list[dict[str, Any]] = []
-            for name in list(self.schedules) + sorted(history_names - set(self.schedules)):
-                runs = conn.execute(
-                    select(schedule_runs.c.fire_time, schedule_runs.c.job_id, schedule_runs.c.manual, jobs.c.status)
-                    .select_from(schedule_runs.outerjoin(jobs, jobs.c.id == schedule_runs.c.job_id))
-                    .where(schedule_runs.c.schedule == name)
-                    .order_by(schedule_runs.c.id.desc())
-                    .limit(recent)
-                ).all()
-                s = self.schedules.get(name)
-                is_paused = bool(paused.get(name))
-                out.append({
-                    "name": name,
-                    "configured": s is not None,
-                    "cron": s.cron if s else None,
-                    "description": s.describe() if s else "removed from the configuration",
-                    "timezone": s.timezone if s else None,
-                    "type": s.type if s else None,
-                    "enabled": bool(s and s.enabled),
-                    "paused": is_paused,
-                    "next_run": s.next_fire(now) if s and s.enabled and not is_paused else None,
-                    "runs": [
-                        {"fire_time": r.fire_time, "job_id": r.job_id, "manual": bool(r.manual),
-                         "status": r.status if r.status is not None else "pruned"}
-                        for r in runs
-                    ],
-                })  # fmt: skip
+        paused, history = schedule_history(self.store, list(self.schedules), recent)
+        out: list[dict[str, Any]] = []
+        for name, runs in history.items():
+            s = self.schedules.get(name)
+            is_paused = paused.get(name, False)
+            out.append({
+                "name": name,
+                "configured": s is not None,
+                "cron": s.cron if s else None,
+                "description": s.describe() if s else "removed from the configuration",
+                "timezone": s.timezone if s else None,
+                "type": s.type if s else None,
+                "enabled": bool(s and s.enabled),
+                "paused": is_paused,
+                "next_run": s.next_fire(now) if s and s.enabled and not is_paused else None,
+                "runs": [{**r, "status": r["status"] if r["status"] is not None else "pruned"} for r in runs],
+            })  # fmt: skip
         return out
-
-    def job_of_run(self, job_id: int) -> JobRecord | None:
-        try:
-            return self.store.get(job_id)
-        except JobNotFound:
-            return None

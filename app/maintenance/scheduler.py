@@ -3,10 +3,10 @@ that ``app.runtime.Runtime`` starts and stops (never at import time, never in
 ``create_app``, at most once per process). Its jobs are thin shells around the
 ``*_once(now)`` bodies:
 
-- schedules: ``Periodic.enqueue_due_once`` every second;
-- sweeper: ``Maintenance.sweep_once`` every ``sweep_interval`` seconds;
-- counters: ``Maintenance.rollup_once`` every 15 seconds;
-- retention: ``Maintenance.prune_once`` every minute.
+- schedules: ``deck.schedules.enqueue_due_once`` every second;
+- sweeper: ``deck.maintenance.sweep_once`` every ``sweep_interval`` seconds;
+- counters: ``deck.maintenance.rollup_once`` every 15 seconds;
+- retention: ``deck.maintenance.prune_once`` every minute.
 
 Any number of processes may run this against one database: every body is
 deduplicated by the database (unique keys, conditional updates).
@@ -25,7 +25,6 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.exc import DBAPIError
 
 from app.deck import Jobdeck
-from app.wiring import Operations, install
 
 log = logging.getLogger("jobdeck.scheduler")
 
@@ -38,9 +37,8 @@ _running_lock = threading.Lock()
 
 
 class SchedulerService:
-    def __init__(self, deck: Jobdeck, ops: Operations) -> None:
+    def __init__(self, deck: Jobdeck) -> None:
         self.deck = deck
-        self.ops = ops
         self.scheduler: BackgroundScheduler | None = None
 
     def start(self) -> None:
@@ -57,9 +55,9 @@ class SchedulerService:
             executors={"default": ThreadPoolExecutor(4)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
         )
-        m = self.ops.maintenance
+        m = self.deck.maintenance
         for name, seconds, body in (
-            ("schedules", SCHEDULE_TICK, self.ops.periodic.enqueue_due_once),
+            ("schedules", SCHEDULE_TICK, self.deck.schedules.enqueue_due_once),
             ("sweeper", self.deck.config.sweep_interval, m.sweep_once),
             ("stats", STATS_TICK, m.rollup_once),
             ("retention", PRUNE_TICK, m.prune_once),
@@ -68,7 +66,7 @@ class SchedulerService:
                           next_run_time=datetime.now(UTC))  # fmt: skip
         sched.start()
         self.scheduler = sched
-        log.info("scheduler started with %d schedule(s)", len(self.ops.periodic.schedules))
+        log.info("scheduler started with %d schedule(s)", len(self.deck.schedules.schedules))
 
     def _shell(self, name: str, body: Callable[[datetime], Any]) -> Callable[[], None]:
         def run() -> None:
@@ -89,8 +87,3 @@ class SchedulerService:
         with _running_lock:
             if _running is self:
                 _running = None
-
-
-def scheduler_service(deck: Jobdeck) -> SchedulerService:
-    """The runtime's factory (see ``app.runtime.SERVICE_FACTORIES``)."""
-    return SchedulerService(deck, install(deck))

@@ -27,10 +27,10 @@ from typing import Any
 from sqlalchemy import Select, and_, exists, func, insert, literal_column, select, update
 
 from app.errors import JobNotFound
-from app.maintenance.upkeep import STATS_MARK
 from app.states import SOURCES, State, Transition
 from app.store.lifecycle import JobFilter, JobRecord, Store, filtered
 from app.store.models import INTERRUPTED, attempts, audit_log, jobs, maintenance_marks, stats_minutely
+from app.store.upkeep import STATS_MARK
 
 log = logging.getLogger("jobdeck.dashboard")
 

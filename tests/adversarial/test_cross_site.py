@@ -130,12 +130,9 @@ def _deck(make_config: Any, registry: Any, **extra: Any) -> Jobdeck:
 
 
 def _nothing_changed(deck: Jobdeck) -> None:
-    from app.wiring import operations_of
-
     assert sum(deck.store.counts(deck.clock()).values()) == 0, deck.store.counts(deck.clock())
-    ops = operations_of(deck)
-    assert not any(q["paused"] for q in ops.queues.list_queues())
-    assert not any(s["paused"] for s in ops.periodic.overview(deck.clock()))
+    assert not any(q["paused"] for q in deck.queues.list_queues())
+    assert not any(s["paused"] for s in deck.schedules.overview(deck.clock()))
 
 
 def _attack(page: Any, recorder: Recorder, url: str) -> list[dict[str, Any]]:

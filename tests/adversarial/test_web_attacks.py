@@ -5,6 +5,7 @@ server, on a real SQLite file."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import statistics
@@ -36,7 +37,12 @@ JSON = {"Content-Type": "application/json"}
 
 
 def make_app(deck: Jobdeck, **extra: Any) -> Any:
-    deck.config.extra.update(extra)
+    """An app on ``deck``'s database and handlers with ``extra`` config; a deck
+    of its own when ``extra`` has some, since a deck builds its schedules and
+    queue controls from the config it is built with."""
+    if extra:
+        config = dataclasses.replace(deck.config, extra={**deck.config.extra, **extra})
+        deck = Jobdeck(config, deck.registry, clock=deck.clock, store=deck.store)
     app = create_app(deck=deck)
     app.config["TESTING"] = True
     return app

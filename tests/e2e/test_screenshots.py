@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from app.maintenance.upkeep import STATS_MARK, Maintenance
+from app.maintenance.upkeep import Maintenance
 from app.store.models import maintenance_marks, stats_minutely
-from app.wiring import operations_of
+from app.store.upkeep import STATS_MARK
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -55,7 +55,7 @@ def _seed_counters(deck, now: datetime) -> None:
 def _fire_schedules(deck, now: datetime) -> None:
     """Run the schedules' loop body at each fire time of the last hour, as
     the scheduler would have."""
-    periodic = operations_of(deck).periodic
+    periodic = deck.schedules
     fires = sorted({f for s in periodic.schedules.values() for f in s.fire_times(now - timedelta(hours=1), now)})
     periodic.enqueue_due_once(fires[0] - timedelta(seconds=2))  # first sight: the watermark
     for fire in fires:
@@ -72,7 +72,7 @@ def test_readme_screenshots(make_live, page, dialogs):
     _fire_schedules(deck, now)
     deck.store.register_worker("billing-host:4121:7f3a2c", "billing-host", 4121, 4, now - timedelta(minutes=4))
     Maintenance(deck).sweep_once(now)  # silent for minutes: marked gone
-    operations_of(deck).queues.set_paused("mail", True, now, "alice")
+    deck.queues.set_paused("mail", True, now, "alice")
     items = [{"type": "demo.noop", "payload": {"n": i}} for i in range(80)]
     items += [{"type": "demo.send-email", "payload": {"user_id": f"u{i}"}, "queue": "mail"} for i in range(24)]
     items += [{"type": "demo.flaky", "payload": {"failures": 1}, "max_retries": 3} for _ in range(8)]

@@ -106,11 +106,9 @@ def _str_list(data: dict[str, Any], field: str) -> list[str] | None:
 @bp.get("/health")
 def health() -> Any:
     """200 ``{"ok": true}`` while this process is healthy; 503 with the
-    reasons when it needs a restart (see ``app.health``), so a load balancer
+    reasons when it needs a restart (``deck.health``), so a load balancer
     or supervisor can take it out of service."""
-    from app.health import problems
-
-    reasons = problems(_deck())
+    reasons = _deck().health.problems()
     if not reasons:
         return jsonify({"ok": True})
     return jsonify({"ok": False, "error": "; ".join(reasons), "reasons": reasons}), 503

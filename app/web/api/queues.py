@@ -5,7 +5,7 @@
     POST /api/queues/<name>/resume    -> the queue
 
 Same bearer token as the rest of ``/api``. Each action is announced through
-``app.actions`` (logged on ``jobdeck.audit``; the audit log listens there).
+``app.actions`` (logged on ``jobdeck.audit`` and written to the audit log).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from app.deck import Jobdeck
 from app.errors import InvalidField
 from app.validation import check_text
 from app.web.api import jobs as api
-from app.wiring import operations_of
 
 bp = Blueprint("api_queues", __name__, url_prefix="/api/queues")
 bp.before_request(api._authenticate)
@@ -38,16 +37,16 @@ def _name(name: str) -> str:
 
 @bp.get("")
 def index() -> Any:
-    return jsonify({"queues": operations_of(_deck()).queues.list_queues()})
+    return jsonify({"queues": _deck().queues.list_queues()})
 
 
 @bp.post("/<path:name>/pause")
 def pause(name: str) -> Any:
     deck = _deck()
-    return jsonify(operations_of(deck).queues.set_paused(_name(name), True, deck.clock(), "api"))
+    return jsonify(deck.queues.set_paused(_name(name), True, deck.clock(), "api"))
 
 
 @bp.post("/<path:name>/resume")
 def resume(name: str) -> Any:
     deck = _deck()
-    return jsonify(operations_of(deck).queues.set_paused(_name(name), False, deck.clock(), "api"))
+    return jsonify(deck.queues.set_paused(_name(name), False, deck.clock(), "api"))

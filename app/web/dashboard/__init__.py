@@ -6,7 +6,7 @@ configured.
 Other pages (the schedules page, ...) plug in by registering a blueprint
 whose templates extend ``base.html``; the navigation already carries a
 ``Schedules`` entry for the endpoint ``schedules.index`` that appears as soon
-as that endpoint exists, and ``add_nav_link`` adds further ones.
+as that endpoint exists.
 """
 
 from __future__ import annotations
@@ -63,15 +63,6 @@ def init_app(app: Flask) -> None:
     present.register(app)
     app.register_error_handler(CSRFError, _csrf_error)
     app.register_error_handler(404, _not_found)
-
-
-def add_nav_link(app: Flask, endpoint: str, label: str, section: str, before: str | None = None) -> None:
-    """Add a top-navigation link (shown once ``endpoint`` is registered)."""
-    nav: list[tuple[str, str, str]] = app.extensions["jobdeck_nav"]
-    if any(item[0] == endpoint for item in nav):
-        return
-    index = next((i for i, item in enumerate(nav) if item[0] == before), len(nav))
-    nav.insert(index, (endpoint, label, section))
 
 
 def _csrf_error(exc: CSRFError) -> Any:

@@ -4,7 +4,7 @@ action (the job moved on meanwhile) answers 409 with the job as it now
 stands and a message saying why; never a 500.
 
 Bulk actions over everything a filter matches run in batches of
-``queries.BATCH`` jobs, one short request each: the progress fragment posts
+``app.store.reads.BATCH`` jobs, one short request each: the progress fragment posts
 the next batch when it loads, so no request grows with the number of jobs
 and the operator watches it advance."""
 

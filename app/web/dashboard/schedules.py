@@ -25,7 +25,6 @@ from app.validation import check_text
 from app.web.api import jobs as api
 from app.web.dashboard.auth import current_user, require_operator
 from app.web.dashboard.tabs import BY_SLUG
-from app.wiring import operations_of
 
 bp = Blueprint("schedules", __name__)
 api_bp = Blueprint("api_schedules", __name__, url_prefix="/api/schedules")
@@ -72,7 +71,7 @@ def _answer(page: str, template: str, context: dict[str, Any], message: str, kin
 def _schedules() -> dict[str, Any]:
     deck = _deck()
     now = deck.clock()
-    return {"schedules": operations_of(deck).periodic.overview(now), "now": now, "outcome_labels": OUTCOME_LABELS}
+    return {"schedules": deck.schedules.overview(now), "now": now, "outcome_labels": OUTCOME_LABELS}
 
 
 @bp.get("/schedules")
@@ -89,15 +88,15 @@ def schedules_live() -> Any:
 @require_operator
 def act(name: str, action: str) -> Any:
     deck = _deck()
-    periodic = operations_of(deck).periodic
-    if name not in periodic.schedules:
+    schedules = deck.schedules
+    if name not in schedules.schedules:
         abort(404, f"no schedule named {name!r} in the configuration")
     now = deck.clock()
     if action == "run":
-        job = periodic.run_now(name, now, _actor())
+        job = schedules.run_now(name, now, _actor())
         message = f"{name}: enqueued job #{job.id}"
     else:
-        periodic.set_paused(name, action == "pause", now, _actor())
+        schedules.set_paused(name, action == "pause", now, _actor())
         message = f"{name}: {'paused' if action == 'pause' else 'resumed'}"
     return _answer("schedules.index", "_schedules_live.html", _schedules(), message)
 
@@ -107,7 +106,7 @@ def act(name: str, action: str) -> Any:
 
 def _queues() -> dict[str, Any]:
     deck = _deck()
-    controls = operations_of(deck).queues
+    controls = deck.queues
     type_limits = controls.limits.types
     running = running_by_type(deck.store, list(type_limits))
     return {
@@ -134,7 +133,7 @@ def queue_act(name: str, action: str) -> Any:
     if not name:
         abort(400, "a queue name is 1 to 100 characters")
     check_text(name, "queue", MAX_QUEUE_CHARS)
-    operations_of(deck).queues.set_paused(name, action == "pause", deck.clock(), _actor())
+    deck.queues.set_paused(name, action == "pause", deck.clock(), _actor())
     message = f"queue {name}: {'paused: no new jobs start, running ones finish' if action == 'pause' else 'resumed'}"
     return _answer("schedules.queues", "_queues_live.html", _queues(), message)
 
@@ -145,7 +144,7 @@ def queue_act(name: str, action: str) -> Any:
 @api_bp.get("")
 def api_index() -> Any:
     deck = _deck()
-    return jsonify({"schedules": [_json(s) for s in operations_of(deck).periodic.overview(deck.clock())]})
+    return jsonify({"schedules": [_json(s) for s in deck.schedules.overview(deck.clock())]})
 
 
 @api_bp.post("/<path:name>/run")
@@ -153,7 +152,7 @@ def api_run(name: str) -> Any:
     from app.web.serialize import job_json
 
     deck = _deck()
-    job = operations_of(deck).periodic.run_now(name, deck.clock(), "api")
+    job = deck.schedules.run_now(name, deck.clock(), "api")
     return jsonify(job_json(job, deck.clock())), 201
 
 
@@ -169,6 +168,6 @@ def api_resume(name: str) -> Any:
 
 def _api_set_paused(name: str, paused: bool) -> Any:
     deck = _deck()
-    periodic = operations_of(deck).periodic
-    periodic.set_paused(name, paused, deck.clock(), "api")
-    return jsonify(next(_json(s) for s in periodic.overview(deck.clock()) if s["name"] == name))
+    schedules = deck.schedules
+    schedules.set_paused(name, paused, deck.clock(), "api")
+    return jsonify(next(_json(s) for s in schedules.overview(deck.clock()) if s["name"] == name))

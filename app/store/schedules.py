@@ -1,0 +1,114 @@
+"""The schedules' state in the database: the operator's pause flag and the
+watermark ``checked_until`` (``schedule_state``), and every firing
+(``schedule_runs``). ``app.maintenance.cron`` decides what is due; the jobs
+themselves go in through ``Store.enqueue`` / ``Store.enqueue_many``, whose
+idempotency key makes one job per fire time however many processes fire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select, update
+
+from app.store.models import jobs, schedule_runs, schedule_state
+from app.store.upkeep import insert_for
+
+if TYPE_CHECKING:
+    from app.store import Store
+
+
+@dataclass(frozen=True)
+class Fire:
+    """One fire time of a schedule, and the job enqueued for it."""
+
+    schedule: str
+    fire_time: datetime
+    job_id: int
+
+
+def schedule_states(store: Store, names: Sequence[str], now: datetime) -> dict[str, tuple[bool, datetime]]:
+    """(paused, checked_until) of each named schedule; a schedule seen for the
+    first time is stored unpaused, checked until ``now``."""
+    with store.read() as conn:
+        rows = conn.execute(
+            select(schedule_state.c.name, schedule_state.c.paused, schedule_state.c.checked_until).where(
+                schedule_state.c.name.in_(list(names))
+            )
+        ).all()
+    states = {r.name: (bool(r.paused), r.checked_until) for r in rows}
+    missing = [n for n in names if n not in states]
+    if not missing:
+        return states
+    with store.write() as conn:
+        conn.execute(
+            insert_for(store)(schedule_state).on_conflict_do_nothing(index_elements=["name"]),
+            [{"name": n, "paused": False, "checked_until": now, "updated_at": now} for n in missing],
+        )
+    return schedule_states(store, names, now)
+
+
+def record_fires(store: Store, fires: Sequence[Fire], passed: Sequence[str], now: datetime) -> None:
+    """Keep each fire's run (once per schedule and fire time) and move the
+    watermark of the schedules in ``passed`` to ``now`` (never back)."""
+    with store.write() as conn:
+        if fires:
+            conn.execute(
+                insert_for(store)(schedule_runs).on_conflict_do_nothing(index_elements=["schedule", "fire_time"]),
+                [{"schedule": f.schedule, "fire_time": f.fire_time, "job_id": f.job_id, "manual": False,
+                  "created_at": now} for f in fires],
+            )  # fmt: skip
+        conn.execute(
+            update(schedule_state)
+            .where(schedule_state.c.name.in_(list(passed)), schedule_state.c.checked_until < now)
+            .values(checked_until=now, updated_at=now)
+        )
+
+
+def record_manual_run(store: Store, name: str, job_id: int, now: datetime) -> None:
+    """Keep an operator's "run now" of schedule ``name`` in its history."""
+    with store.write() as conn:
+        conn.execute(
+            insert_for(store)(schedule_runs)
+            .values(schedule=name, fire_time=now, job_id=job_id, manual=True, created_at=now)
+            .on_conflict_do_nothing(index_elements=["schedule", "fire_time"])
+        )
+
+
+def set_schedule_paused(store: Store, name: str, paused: bool, now: datetime) -> None:
+    """Pause or resume a stored schedule. Resuming moves the watermark to
+    ``now``, so the fire times missed while paused are not replayed."""
+    values: dict[str, Any] = {"paused": paused, "updated_at": now}
+    if not paused:
+        values["checked_until"] = now
+    with store.write() as conn:
+        conn.execute(update(schedule_state).where(schedule_state.c.name == name).values(values))
+
+
+def schedule_history(
+    store: Store, configured: Sequence[str], recent: int
+) -> tuple[dict[str, bool], dict[str, list[dict[str, Any]]]]:
+    """The paused flag of every stored schedule, and the ``recent`` last runs
+    (newest first) of the configured schedules and of every other schedule
+    that left runs, keyed by name in that order. A run's ``status`` is its
+    job's, or ``None`` once retention pruned the job."""
+    with store.read() as conn:
+        paused = {name: bool(p) for name, p in conn.execute(select(schedule_state.c.name, schedule_state.c.paused))}
+        with_runs = set(conn.execute(select(schedule_runs.c.schedule).distinct()).scalars())
+        history: dict[str, list[dict[str, Any]]] = {}
+        for name in list(configured) + sorted(with_runs - set(configured)):
+            rows = conn.execute(
+                select(schedule_runs.c.fire_time, schedule_runs.c.job_id, schedule_runs.c.manual, jobs.c.status)
+                .select_from(schedule_runs.outerjoin(jobs, jobs.c.id == schedule_runs.c.job_id))
+                .where(schedule_runs.c.schedule == name)
+                .order_by(schedule_runs.c.id.desc())
+                .limit(recent)
+            ).all()
+            history[name] = [
+                {"fire_time": r.fire_time, "job_id": r.job_id, "manual": bool(r.manual), "status": r.status}
+                for r in rows
+            ]
+    return paused, history

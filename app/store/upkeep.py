@@ -1,0 +1,196 @@
+"""The maintenance loops' statements (after Oban's Lifeline and Pruner):
+marking silent workers gone, pruning finished jobs and old rows, and rolling
+finished attempts up into per-minute counters. ``app.maintenance.upkeep``
+decides when and with which settings; this module is how.
+
+Rescuing stalled jobs is a transition, so it stays on ``Store``
+(``Store.rescue_stalled``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import and_, delete, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from app.states import State
+from app.store.models import INTERRUPTED, attempts, jobs, maintenance_marks, stats_minutely, workers
+
+if TYPE_CHECKING:
+    from app.store import Store
+
+STATS_MARK = "stats_minutely"
+"""The ``maintenance_marks`` key of the roll-up's watermark: minutes before
+it are in ``stats_minutely`` (the overview's throughput chart reads both)."""
+FIRST_ROLL_UP = timedelta(hours=1)
+"""How far back the first roll-up of a new database starts."""
+
+
+def insert_for(store: Store) -> Callable[..., Any]:
+    """The dialect's ``insert``, which has ``on_conflict_do_*``."""
+    return postgresql.insert if store.dialect == "postgresql" else sqlite.insert
+
+
+# -- workers --------------------------------------------------------------------
+
+
+def mark_silent_workers(store: Store, now: datetime, cutoff: datetime) -> list[str]:
+    """Mark running workers whose last heartbeat is before ``cutoff`` gone
+    (and un-mark one that beat again since). Returns the ids newly marked.
+    Both updates are conditional, so several sweepers may run at once."""
+    with store.write() as conn:
+        gone = (
+            conn.execute(
+                update(workers)
+                .where(workers.c.stopped_at.is_(None), workers.c.gone_at.is_(None), workers.c.heartbeat_at < cutoff)
+                .values(gone_at=now)
+                .returning(workers.c.id)
+            )
+            .scalars()
+            .all()
+        )
+        conn.execute(
+            update(workers)
+            .where(workers.c.gone_at.is_not(None), workers.c.heartbeat_at >= cutoff, workers.c.stopped_at.is_(None))
+            .values(gone_at=None)
+        )
+    return list(gone)
+
+
+# -- retention ------------------------------------------------------------------
+
+
+def prune_finished(
+    store: Store, states: Iterable[State], before: datetime, *, batch: int = 1000, max_batches: int = 20
+) -> int:
+    """Delete jobs in ``states`` that finished before ``before``, with their
+    attempts, ``batch`` jobs per transaction and at most ``max_batches``
+    transactions per call, so one prune never holds the database for long.
+    Returns how many jobs went."""
+    values = [s.value for s in states]
+    total = 0
+    for _ in range(max_batches):
+        with store.write() as conn:
+            ids = list(
+                conn.execute(
+                    select(jobs.c.id)
+                    .where(jobs.c.status.in_(values), jobs.c.finished_at < before)
+                    .order_by(jobs.c.id)
+                    .limit(batch)
+                ).scalars()
+            )
+            if not ids:
+                break
+            conn.execute(delete(attempts).where(attempts.c.job_id.in_(ids)))
+            total += conn.execute(delete(jobs).where(jobs.c.id.in_(ids), jobs.c.status.in_(values))).rowcount
+        if len(ids) < batch:
+            break
+    return total
+
+
+def prune_stats(store: Store, before: datetime) -> int:
+    """Delete the per-minute counters of minutes before ``before``."""
+    with store.write() as conn:
+        return int(conn.execute(delete(stats_minutely).where(stats_minutely.c.minute < before)).rowcount)
+
+
+def prune_workers(store: Store, before: datetime) -> int:
+    """Delete the rows of workers last heard of before ``before``."""
+    with store.write() as conn:
+        return int(conn.execute(delete(workers).where(workers.c.heartbeat_at < before)).rowcount)
+
+
+# -- per-minute counters --------------------------------------------------------
+
+
+def roll_up_minutes(store: Store, until: datetime) -> int:
+    """Add the minutes from the watermark up to ``until`` (a whole minute) to
+    ``stats_minutely`` and move the watermark there; returns how many minutes
+    were closed. The watermark moves by compare-and-set in the same
+    transaction as the counts, so two processes never count a minute twice.
+    A new database starts ``FIRST_ROLL_UP`` before ``until`` on the next call."""
+    with store.write() as conn:
+        mark = conn.execute(select(maintenance_marks.c.value).where(maintenance_marks.c.key == STATS_MARK)).scalar()
+        if mark is None:
+            conn.execute(
+                insert_for(store)(maintenance_marks)
+                .values(key=STATS_MARK, value=until - FIRST_ROLL_UP)
+                .on_conflict_do_nothing(index_elements=["key"])
+            )
+            return 0
+        if mark >= until:
+            return 0
+        moved = conn.execute(
+            update(maintenance_marks)
+            .where(maintenance_marks.c.key == STATS_MARK, maintenance_marks.c.value == mark)
+            .values(value=until)
+        ).rowcount
+        if not moved:
+            return 0
+        counts: dict[tuple[datetime, str], list[int]] = {}
+        minute = _minute_expr(store, attempts.c.finished_at)
+        for m, job_type, outcome, n in conn.execute(
+            select(minute, jobs.c.type, attempts.c.outcome, func.count())
+            .select_from(attempts.join(jobs, jobs.c.id == attempts.c.job_id))
+            .where(attempts.c.finished_at >= mark, attempts.c.finished_at < until)
+            .group_by(minute, jobs.c.type, attempts.c.outcome)
+        ):
+            if outcome == INTERRUPTED:
+                continue  # cut short by shutdown, neither done nor a failure
+            row = counts.setdefault((_parse_minute(m), job_type), [0, 0, 0])
+            row[0 if outcome == State.COMPLETED.value else 1] += n
+        dead_minute = _minute_expr(store, jobs.c.finished_at)
+        for m, job_type, n in conn.execute(
+            select(dead_minute, jobs.c.type, func.count())
+            .where(and_(jobs.c.status == State.DEAD.value, jobs.c.finished_at >= mark, jobs.c.finished_at < until))
+            .group_by(dead_minute, jobs.c.type)
+        ):
+            counts.setdefault((_parse_minute(m), job_type), [0, 0, 0])[2] += n
+        if counts:
+            insert = insert_for(store)(stats_minutely)
+            stmt = insert.on_conflict_do_update(
+                index_elements=["minute", "type"],
+                set_={
+                    "completed": stats_minutely.c.completed + insert.excluded.completed,
+                    "failed": stats_minutely.c.failed + insert.excluded.failed,
+                    "dead": stats_minutely.c.dead + insert.excluded.dead,
+                },
+            )
+            conn.execute(
+                stmt,
+                [{"minute": m, "type": t, "completed": c[0], "failed": c[1], "dead": c[2]}
+                 for (m, t), c in counts.items()],
+            )  # fmt: skip
+    return int((until - mark).total_seconds() // 60)
+
+
+def stats_since(store: Store, since: datetime, job_type: str | None = None) -> list[dict[str, Any]]:
+    """The per-minute counters from ``since`` on, oldest first."""
+    stmt = select(stats_minutely).where(stats_minutely.c.minute >= since)
+    if job_type is not None:
+        stmt = stmt.where(stats_minutely.c.type == job_type)
+    with store.read() as conn:
+        rows = conn.execute(stmt.order_by(stats_minutely.c.minute, stats_minutely.c.type)).all()
+    return [dict(r._mapping) for r in rows]
+
+
+def whole_minute(t: datetime) -> datetime:
+    """``t`` in UTC, cut to the start of its minute."""
+    return t.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+def _minute_expr(store: Store, column: Any) -> Any:
+    if store.dialect == "postgresql":
+        return func.date_trunc("minute", func.timezone("UTC", column))
+    return func.strftime("%Y-%m-%d %H:%M:00", column)
+
+
+def _parse_minute(value: Any) -> datetime:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return whole_minute(value)
