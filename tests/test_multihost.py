@@ -35,10 +35,6 @@ from tests.conftest import wait_for
 pytestmark = [pytest.mark.slow, pytest.mark.backends]
 ROOT = Path(__file__).parents[1]
 STALL_TIMEOUT = 4.0
-# The stalled-job sweeper runs inside every process once app.maintenance.upkeep is
-# merged; until then this test sweeps from its own loop (Store.rescue_stalled).
-# (Looked up as files: the editable install can resolve app.* to another checkout.)
-HAS_SWEEPER = (ROOT / "app" / "maintenance.py").exists()
 
 
 def _free_port() -> int:
@@ -217,8 +213,6 @@ def test_three_processes_share_one_database(db_url, tmp_path, backend):
 
         def rescued() -> bool:
             cluster.check_alive()
-            if not HAS_SWEEPER:
-                store.rescue_stalled(store_now(), STALL_TIMEOUT)
             with store.read() as conn:
                 done = conn.execute(
                     select(func.count()).where(jobs.c.id.in_(sleepers), jobs.c.status == State.COMPLETED.value)
