@@ -111,7 +111,7 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         LIFECYCLE,
-        "        if self.dialect == \"postgresql\":\n            due = due.with_for_update(skip_locked=True)\n",
+        '        if self.dialect == "postgresql":\n            due = due.with_for_update(skip_locked=True)\n',
         "",
         "PostgreSQL claim: drop FOR UPDATE SKIP LOCKED",
     ),
@@ -135,7 +135,7 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         SQLITE,
-        "AND status IN ({_quoted(sources(Transition.CLAIM))}) \"",
+        'AND status IN ({_quoted(sources(Transition.CLAIM))}) "',
         '"',
         "SQLite claim_ids (the limited claim): drop status IN (...)",
     ),
@@ -178,7 +178,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         LIFECYCLE,
         "                stmt = (\n                    self._insert()(jobs)\n"
-        "                    .on_conflict_do_nothing(index_elements=[\"idempotency_key\"])\n"
+        '                    .on_conflict_do_nothing(index_elements=["idempotency_key"])\n'
         "                    .returning(jobs.c.id, jobs.c.idempotency_key)\n",
         "                stmt = (\n                    self._insert()(jobs)\n"
         "                    .returning(jobs.c.id, jobs.c.idempotency_key)\n",
@@ -207,8 +207,8 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         QUEUES,
-        "skip_q = list(paused) + [q for q, n in left_q.items() if n <= 0]",
-        "skip_q = list(paused)",
+        "                    left_q[q] -= n\n",
+        "                    left_q[q] -= 0\n",
         "queue policy: ignore the queue concurrency limit",
     ),
 ]
@@ -268,11 +268,13 @@ def run_one(root: Path, files: list[str], m: Mutation, timeout: float) -> tuple[
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=2, help="mutations run at once (default 2)")
-    parser.add_argument("--only", default="", help="only mutations whose description contains this")
+    parser.add_argument(
+        "--only", action="append", default=[], help="only mutations whose description contains this (repeatable)"
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
     parser.add_argument("--list", action="store_true", help="list the mutations and check their texts, run nothing")
     args = parser.parse_args(argv)
-    chosen = [m for m in MUTATIONS if args.only.lower() in m.description.lower()]
+    chosen = [m for m in MUTATIONS if not args.only or any(o.lower() in m.description.lower() for o in args.only)]
     if not os.environ.get("JOBDECK_TEST_POSTGRES_URL"):
         print("warning: JOBDECK_TEST_POSTGRES_URL is unset: the PostgreSQL variants skip", file=sys.stderr)
 

@@ -73,7 +73,10 @@ def test_claim_order_and_no_future_job(drv: Driver, path: str) -> None:
     spec = [  # (priority, seconds before now); the negative one is in the future
         (0, 10), (5, 1), (5, 30), (0, 30), (10, 0), (5, 30), (10, -1), (0, 20),
     ]  # fmt: skip
-    news = [NewJob("demo.noop", {"n": n}, priority=p, available_at=now - timedelta(seconds=s)) for n, (p, s) in enumerate(spec)]
+    news = [
+        NewJob("demo.noop", {"n": n}, priority=p, available_at=now - timedelta(seconds=s))
+        for n, (p, s) in enumerate(spec)
+    ]
     ids = drv.store.enqueue_many(news, now)
     future = ids[6]
     expected = [

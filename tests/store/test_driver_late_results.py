@@ -62,3 +62,16 @@ def test_a_late_result_is_refused_and_writes_nothing(drv: Driver, path: str, sce
         assert job.attempt == current.attempt
         if job.status is not State.RUNNING:  # a finishing report: one row, of the live attempt
             assert [r.attempt for r in rows[len(before[1]) :]] == [current.attempt]
+
+
+@pytest.mark.parametrize("path", sorted(LATE))
+def test_a_report_from_a_worker_not_holding_the_job_is_refused(drv: Driver, path: str) -> None:
+    """The worker fence: another worker naming the very attempt that runs
+    (the number alone is guessable) changes nothing; the holder then can."""
+    job = drv.enqueue(max_retries=3)
+    held = drv.claim_one(job, W)
+    report = LATE[path]
+    before = drv.snapshot(job.id)
+    assert not report(drv, held, "w-intruder", held.attempt, drv.clock.advance(1)), f"{path} took another's report"
+    assert drv.snapshot(job.id) == before, f"{path}: a refused report changed the job or wrote an attempt row"
+    assert report(drv, held, W, held.attempt, drv.clock.advance(1)), f"{path} refused the holder"
