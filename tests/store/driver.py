@@ -320,6 +320,29 @@ LATE: dict[str, Path] = {
 """The paths by which a worker reports on an attempt it ran."""
 
 
+def race(n: int, call: Callable[[int], Any]) -> list[Any]:
+    """``call(i)`` on ``n`` threads released at once; any exception fails the test."""
+    barrier = threading.Barrier(n)
+    results: list[Any] = [None] * n
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait(10)
+            results[i] = call(i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "a racing thread never returned"
+    assert not errors, f"{len(errors)} of {n} racing callers failed: {errors[0]!r}"
+    return results
+
+
 # -- interleaving ----------------------------------------------------------------------
 
 

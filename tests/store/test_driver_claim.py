@@ -16,8 +16,7 @@ import pytest
 from app.states import State
 from app.store import JobRecord, NewJob, Outcome, Store
 from tests.conftest import wait_for
-from tests.store.driver import Driver
-from tests.store.test_driver_enqueue import race
+from tests.store.driver import Driver, race
 
 pytestmark = pytest.mark.backends
 

@@ -5,42 +5,15 @@ exist and every caller must get its id."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-from typing import Any
-
 import pytest
 
 from app.states import State
 from app.store import NewJob
-from tests.store.driver import Driver
+from tests.store.driver import Driver, race
 
 pytestmark = pytest.mark.backends
 
 THREADS = 16
-
-
-def race(n: int, call: Callable[[int], Any]) -> list[Any]:
-    """``call(i)`` on ``n`` threads released at once; any exception fails the test."""
-    barrier = threading.Barrier(n)
-    results: list[Any] = [None] * n
-    errors: list[BaseException] = []
-
-    def run(i: int) -> None:
-        try:
-            barrier.wait(10)
-            results[i] = call(i)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads), "a racing thread never returned"
-    assert not errors, f"{len(errors)} of {n} racing callers failed: {errors[0]!r}"
-    return results
 
 
 def test_single_enqueues_from_many_threads_each_get_their_own_row(drv: Driver) -> None:

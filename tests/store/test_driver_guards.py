@@ -5,9 +5,12 @@ new transition is covered (or fails by name) without editing this file."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 
 from app.states import ALL_STATES, SOURCES, Transition
+from app.store import JobRecord
 from tests.store.driver import PATHS, Driver
 
 pytestmark = pytest.mark.backends
@@ -47,5 +50,5 @@ def test_a_transition_applies_from_each_of_its_sources(drv: Driver, transition: 
         assert drv.snapshot(job.id) != before
 
 
-def apply_path(drv: Driver, transition: Transition, path: str, job, worker: str, now) -> bool:  # type: ignore[no-untyped-def]
+def apply_path(drv: Driver, transition: Transition, path: str, job: JobRecord, worker: str, now: datetime) -> bool:
     return PATHS[transition][path](drv, job, worker, job.attempt, now)
