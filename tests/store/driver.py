@@ -347,7 +347,9 @@ def race(n: int, call: Callable[[int], Any]) -> list[Any]:
 
 
 @contextmanager
-def competitor_after_first_statement(store: Store, competitor: Callable[[], Any], wait: float) -> Iterator[list[Any]]:
+def competitor_after_first_statement(
+    stores: list[Store], competitor: Callable[[], Any], wait: float
+) -> Iterator[list[Any]]:
     """Run ``competitor`` on another thread right after the first statement
     this thread sends inside its next transaction (a check, usually), and
     give it ``wait`` seconds to finish before this thread goes on. A check
@@ -374,13 +376,44 @@ def competitor_after_first_statement(store: Store, competitor: Callable[[], Any]
         t.start()
         t.join(wait)
 
-    event.listen(store.engine, "after_cursor_execute", after)
+    engines = {id(s.engine): s.engine for s in stores}.values()
+    for engine in engines:
+        event.listen(engine, "after_cursor_execute", after)
     try:
         yield ran
     finally:
-        event.remove(store.engine, "after_cursor_execute", after)
+        for engine in engines:
+            event.remove(engine, "after_cursor_execute", after)
         if not worker:
             run()
         else:
             worker[0].join(30)
             assert not worker[0].is_alive(), "the competitor never finished"
+
+
+@contextmanager
+def competitor_after_first_transaction(stores: list[Store], competitor: Callable[[], Any]) -> Iterator[list[Any]]:
+    """Run ``competitor`` on this thread as soon as this thread's next
+    transaction has ended (its connection is back in the pool): a call that
+    checks in one transaction and writes in another loses the race every
+    time; a call that is one transaction has already finished."""
+    me = threading.get_ident()
+    ran: list[Any] = []
+
+    def on_checkin(*_: Any) -> None:
+        if threading.get_ident() != me or ran:
+            return
+        ran.append(None)
+        try:
+            ran[0] = competitor()
+        except Exception as exc:  # the competitor lost: that is an outcome too
+            ran[0] = exc
+
+    pools = {id(s.engine.pool): s.engine.pool for s in stores}.values()
+    for pool in pools:
+        event.listen(pool, "checkin", on_checkin)
+    try:
+        yield ran
+    finally:
+        for pool in pools:
+            event.remove(pool, "checkin", on_checkin)

@@ -23,6 +23,7 @@ from tests.store.driver import (
     STALL,
     Driver,
     competitor_after_first_statement,
+    competitor_after_first_transaction,
     complete,
     complete_and_claim,
     complete_many,
@@ -64,14 +65,20 @@ def check_outcome(drv: Driver, path: str, job_id: int, attempt: int, answered: b
         assert mine == [], f"{path} was refused but wrote an attempt row"
 
 
+@pytest.mark.parametrize("when", ["after-first-statement", "after-first-transaction"])
 @pytest.mark.parametrize("path", sorted(FINISHING))
-def test_a_finishing_call_that_loses_the_race_does_not_answer_success(drv: Driver, path: str) -> None:
+def test_a_finishing_call_that_loses_the_race_does_not_answer_success(drv: Driver, path: str, when: str) -> None:
     job = drv.enqueue(max_retries=3)
     first = drv.claim_one(job, "w")
     at = drv.now + timedelta(seconds=STALL * 2)
     drv.clock.now = at
-    # Waiting longer than this means the competitor is blocked behind the call's lock: that is the right outcome.
-    with competitor_after_first_statement(drv.store, rescue_and_reclaim(drv, job.id, at), wait=0.5) as ran:
+    stores, compete = [drv.store, drv.policy], rescue_and_reclaim(drv, job.id, at)
+    if when == "after-first-statement":
+        # Waiting longer than this means the competitor is blocked behind the call's lock: the right outcome.
+        interleave = competitor_after_first_statement(stores, compete, wait=0.5)
+    else:
+        interleave = competitor_after_first_transaction(stores, compete)
+    with interleave as ran:
         answered = FINISHING[path](drv, first, "w", first.attempt, at)
     assert ran, "the competitor did not run"
     assert not isinstance(ran[0], Exception), ran[0]
