@@ -20,7 +20,8 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 PlainJob = tuple[str, str, str, int, int]
 """(type, queue, payload JSON, priority, max_retries): a job without a key,
-due now, as the deck's bulk enqueue hands it over already checked."""
+due now, as the deck's bulk enqueue hands it over already checked (the head
+of ``statements.JOB_FIELDS``)."""
 
 
 def dumps(value: Any) -> str:
@@ -38,9 +39,14 @@ class Enqueueing(Transactions):
         if self._write_lock is not None:
             self._enqueuer = GroupCommitter(self._write_lock, self._insert_batch_sqlite)
 
-    def _row(self, new: NewJob, now: datetime, now_value: Any) -> tuple[Any, ...]:
-        at = now_value if new.available_at is None or new.available_at is now else self._t(new.available_at)
-        return statements.job_row(new, payload_json(new), now_value, at)
+    def _row(self, new: NewJob, now: datetime, stamp: Any, as_text: bool) -> tuple[Any, ...]:
+        """``stamp`` is ``now`` as the row takes it: SQLite's text (``as_text``) or the datetime."""
+        at = new.available_at
+        if at is None or at is now:
+            at = stamp
+        elif as_text:
+            at = db_time(at)
+        return statements.job_row(new, payload_json(new), stamp, at)
 
     def _values(self, new: NewJob, now: datetime) -> dict[str, Any]:
         """A new job's column values for a Core insert (``app.maintenance.alerts``)."""
@@ -60,10 +66,10 @@ class Enqueueing(Transactions):
         runs again (it read nothing and answered 500).
         """
         if self._enqueuer is not None and new.idempotency_key is None:
-            row = self._enqueuer.submit(self._row(new, now, db_time(now)))
+            row = self._enqueuer.submit(self._row(new, now, db_time(now), True))
             self._notify_enqueued()
             return JobRecord.from_sqlite(row), True
-        values = self._row(new, now, self._t(now))
+        values = self._row(new, now, self._t(now), self.sqlite)
         with self.write() as conn:
             if new.idempotency_key is None:
                 row = self._run(conn, statements.enqueue("row"), values).one()
@@ -100,9 +106,9 @@ class Enqueueing(Transactions):
             return []
         if not any(n.idempotency_key is not None for n in news):
             stamp = self._t(now)
-            return self._insert_plain([self._row(n, now, stamp) for n in news])
+            return self._insert_plain([self._row(n, now, stamp, self.sqlite) for n in news])
         insert = statements.enqueue_keyed(self.dialect, "id")
-        rows = [insert.params(self._row(n, now, now)) for n in news]
+        rows = [insert.params(self._row(n, now, now, False)) for n in news]
         with self.write() as conn:
             by_key: dict[str | None, int] = {}
             plain: list[int] = []
@@ -127,7 +133,8 @@ class Enqueueing(Transactions):
         bulk enqueue checked (``Jobdeck.enqueue_many``); returns their ids in
         order. The rows get the times here, like ``enqueue_many``'s."""
         stamp = self._t(now)
-        return self._insert_plain([(*job, None, stamp, stamp) for job in jobs])
+        tail = (None, stamp, stamp, stamp)
+        return self._insert_plain([job + tail for job in jobs])
 
     def _insert_plain(self, rows: list[tuple[Any, ...]]) -> list[int]:
         if not rows:
@@ -135,7 +142,7 @@ class Enqueueing(Transactions):
         with self.write() as conn:
             if self.sqlite:
                 compiled = statements.enqueue("none").sqlite
-                params = [compiled.params(r) for r in rows]
+                params = rows if compiled.as_given else [compiled.params(r) for r in rows]
                 with translated_errors():
                     cur = conn.connection.cursor()
                     cur.executemany(compiled.text, params)

@@ -92,6 +92,8 @@ class Compiled:
         index.update({n: len(order) + i for i, n in enumerate(constants)})
         positions = [index[n] for n in names]
         self._identity = positions == list(range(len(order))) and not constants
+        self.as_given = self._identity
+        """The values go to the driver as the caller gives them."""
         self._get = itemgetter(*positions) if len(positions) > 1 else None
         self._single = positions[0] if len(positions) == 1 else None
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from functools import cached_property, lru_cache
 from typing import Any
 
-from sqlalchemy import BigInteger, Integer, Select, and_, bindparam, case, delete, insert, select, update
+from sqlalchemy import BigInteger, Integer, Select, and_, bindparam, case, insert, literal_column, select, update
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
@@ -73,14 +73,18 @@ def _names(prefix: str, n: int | None) -> list[str]:
 
 # -- enqueue ---------------------------------------------------------------------
 
-JOB_FIELDS = ("type", "queue", "payload", "priority", "max_retries", "idempotency_key", "available_at", "now")
-"""The order of an enqueue's values (``job_row``); the rest of a new row is fixed."""
+JOB_FIELDS = (
+    "type", "queue", "payload", "priority", "max_retries", "idempotency_key", "available_at", "created_at", "updated_at",
+)  # fmt: skip
+"""The order of an enqueue's values (``job_row``), the table's: on SQLite the
+rows of a bulk insert go to the driver as they are. The rest of a new row
+is fixed (``NEW_JOB``)."""
 
 
 def job_row(new: Any, payload_json: str, now: Any, at: Any) -> tuple[Any, ...]:
     """An enqueue's values, in ``JOB_FIELDS`` order, for a ``NewJob``: the one
     place they are built (``at``, ``now``: times as the dialect's path takes them)."""
-    return (new.type, new.queue, payload_json, new.priority, new.max_retries, new.idempotency_key, at, now)
+    return (new.type, new.queue, payload_json, new.priority, new.max_retries, new.idempotency_key, at, now, now)
 
 
 NEW_JOB: dict[str, Any] = {"status": State.PENDING.value, "attempt": 0, "retry_count": 0}
@@ -88,18 +92,8 @@ NEW_JOB: dict[str, Any] = {"status": State.PENDING.value, "attempt": 0, "retry_c
 
 
 def _job_values() -> dict[str, Any]:
-    return {
-        **NEW_JOB,
-        "type": bindparam("type"),
-        "queue": bindparam("queue"),
-        "payload": bindparam("payload"),
-        "priority": bindparam("priority"),
-        "max_retries": bindparam("max_retries"),
-        "idempotency_key": bindparam("idempotency_key"),
-        "available_at": bindparam("available_at", type_=jobs.c.available_at.type),
-        "created_at": NOW,
-        "updated_at": NOW,
-    }
+    fixed = {name: literal_column(repr(value)) for name, value in NEW_JOB.items()}  # no parameter: rows go as built
+    return {**fixed, **{f: bindparam(f, type_=jobs.c[f].type) for f in JOB_FIELDS}}
 
 
 @lru_cache(maxsize=8)
@@ -425,10 +419,3 @@ def run_now() -> Any:
 
 def status_of() -> Any:
     return select(jobs.c.status).where(jobs.c.id == bindparam("job"))
-
-
-# -- workers -------------------------------------------------------------------
-
-
-def forget_worker() -> Any:
-    return delete(workers).where(workers.c.id == bindparam("worker"))
