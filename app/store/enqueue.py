@@ -41,7 +41,7 @@ class Enqueueing(Transactions):
 
     def _row(self, new: NewJob, now: datetime, stamp: Any, as_text: bool) -> tuple[Any, ...]:
         """``stamp`` is ``now`` as the row takes it: SQLite's text (``as_text``) or the datetime."""
-        at = new.available_at
+        at: Any = new.available_at
         if at is None or at is now:
             at = stamp
         elif as_text:
