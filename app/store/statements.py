@@ -92,9 +92,9 @@ NEW_JOB: dict[str, Any] = {"status": State.PENDING.value, "attempt": 0, "retry_c
 
 
 def _job_values() -> dict[str, Any]:
-    fixed: dict[str, Any] = {
-        name: literal_column(repr(value)) for name, value in NEW_JOB.items()
-    }  # no parameter: rows go as built
+    """The fixed values written literally, not bound: SQLite's bulk insert
+    then takes the rows exactly as ``job_row`` builds them."""
+    fixed: dict[str, Any] = {name: literal_column(repr(value)) for name, value in NEW_JOB.items()}
     return {**fixed, **{f: bindparam(f, type_=jobs.c[f].type) for f in JOB_FIELDS}}
 
 
