@@ -50,11 +50,8 @@ class Enqueueing(Transactions):
 
     def _values(self, new: NewJob, now: datetime) -> dict[str, Any]:
         """A new job's column values for a Core insert (``app.maintenance.alerts``)."""
-        fields = dict(
-            zip(statements.JOB_FIELDS, statements.job_row(new, payload_json(new), now, new.available_at or now))
-        )
-        stamp = fields.pop("now")
-        return {**fields, **statements.NEW_JOB, "created_at": stamp, "updated_at": stamp}
+        row = statements.job_row(new, payload_json(new), now, new.available_at or now)
+        return {**dict(zip(statements.JOB_FIELDS, row, strict=True)), **statements.NEW_JOB}
 
     def enqueue(self, new: NewJob, now: datetime) -> tuple[JobRecord, bool]:
         """Insert a job; with a known idempotency key return the existing one.
