@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
-from app.states import State, Transition
+from app.states import State
 from app.store import postgres, statements
 from app.store.lifecycle import Store
 from app.store.models import jobs, queue_state
@@ -47,11 +47,7 @@ def queue_counts(store: Store) -> tuple[dict[str, dict[str, int]], dict[str, boo
 
 
 def _running(conn: Connection, column: Any, names: Iterable[str]) -> dict[str, int]:
-    stmt = (
-        select(column, func.count())
-        .where(statements.in_states(Transition.HEARTBEAT), column.in_(list(names)))
-        .group_by(column)
-    )
+    stmt = select(column, func.count()).where(statements.running(), column.in_(list(names))).group_by(column)
     return {name: n for name, n in conn.execute(stmt)}
 
 

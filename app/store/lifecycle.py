@@ -146,7 +146,7 @@ class Store(Enqueueing, Finishing):
             )
 
     def list_workers(self) -> list[dict[str, Any]]:
-        running = statements.in_states(Transition.HEARTBEAT)
+        running = statements.running()
         with self.read() as conn:
             rows = conn.execute(select(workers).order_by(workers.c.started_at.desc())).all()
             held: dict[str, int] = dict(

@@ -56,6 +56,11 @@ def in_states(transition: Transition) -> ColumnElement[bool]:
     return status_in(jobs.c.status, sources(transition))
 
 
+def running() -> ColumnElement[bool]:
+    """The job is running: held by a worker (what the limits and the workers' page count)."""
+    return status_in(jobs.c.status, [State.RUNNING.value])
+
+
 def claimable(now: Any = NOW) -> ColumnElement[bool]:
     """The claimable predicate, defined once: a claim source state and due.
     The claim, the queue policy's pick and the SQLite commit watcher's probe
