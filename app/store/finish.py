@@ -88,10 +88,9 @@ class Finishing(Claiming):
             crash_point("ack")
             done = AttemptOutcome.COMPLETED.value
             rows = [
-                (o.job_id, o.attempt, o.worker_id, o.started_at and self._t(o.started_at), t, done, None, None)
-                for o in pending
+                (o.job_id, o.attempt, o.worker_id, o.started_at and self._t(o.started_at), t, done) for o in pending
             ]
-            self._run_many(conn, statements.attempt(), rows)
+            self._run_many(conn, statements.attempt(with_error=False), rows)
         return accepted
 
     def _current(self, conn: Connection, ids: list[int], lock: bool = False) -> dict[int, Any]:

@@ -20,7 +20,19 @@ from collections.abc import Sequence
 from functools import cached_property, lru_cache
 from typing import Any
 
-from sqlalchemy import BigInteger, Integer, Select, and_, bindparam, case, insert, literal_column, select, update
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    Select,
+    and_,
+    bindparam,
+    case,
+    insert,
+    literal_column,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
@@ -205,13 +217,16 @@ def claim_ids(n: int) -> Prepared:
 
 def _fenced(n: int, transition: Transition) -> ColumnElement[bool]:
     """Each of ``n`` (id, attempt) pairs, only while held by the worker that
-    ran that attempt and in a source state of ``transition``. The attempt is
-    matched with a CASE on the id rather than a row-value IN, which SQLite
-    accepts only against a subquery."""
+    ran that attempt and in a source state of ``transition``. The ids are
+    named alone as well: SQLite finds the rows by them (by rowid), and
+    checks the pairs only on the rows found."""
     ids = _binds("id_", n, BigInteger())
-    attempt_of = case(*[(jobs.c.id == i, a) for i, a in zip(ids, _binds("at_", n, Integer()), strict=True)])
+    pairs = [tuple_(i, a) for i, a in zip(ids, _binds("at_", n, Integer()), strict=True)]
     return and_(
-        jobs.c.id.in_(ids), jobs.c.attempt == attempt_of, jobs.c.worker_id == bindparam("worker"), in_states(transition)
+        jobs.c.id.in_(ids),
+        tuple_(jobs.c.id, jobs.c.attempt).in_(pairs),
+        jobs.c.worker_id == bindparam("worker"),
+        in_states(transition),
     )
 
 
@@ -238,11 +253,13 @@ def complete(n: int, with_result: bool = False) -> Prepared:
 ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "started_at", "finished_at", "outcome", "error", "traceback")
 
 
-@lru_cache(maxsize=1)
-def attempt() -> Prepared:
-    """One finished attempt's row. Values: ``ATTEMPT_FIELDS``."""
-    stmt = insert(attempts).values({f: bindparam(f, type_=attempts.c[f].type) for f in ATTEMPT_FIELDS})
-    return Prepared(stmt, ATTEMPT_FIELDS)
+@lru_cache(maxsize=2)
+def attempt(with_error: bool = True) -> Prepared:
+    """One finished attempt's row. Values: ``ATTEMPT_FIELDS``, without the
+    error and traceback for a completion (fewer values to bind per row)."""
+    fields = ATTEMPT_FIELDS if with_error else ATTEMPT_FIELDS[:6]
+    stmt = insert(attempts).values({f: bindparam(f, type_=attempts.c[f].type) for f in fields})
+    return Prepared(stmt, fields)
 
 
 FAIL_FIELDS = ("job", "job_attempt", "worker", "now", "retry_at", "why")
