@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from operator import itemgetter
 from typing import Any
 
@@ -74,6 +74,23 @@ def translated_errors() -> Iterator[None]:
         yield
     except sqlite3.Error as exc:
         raise DBAPIError.instance(None, None, exc, sqlite3.Error) from exc
+
+
+class Prepared:
+    """A Core statement (``app.store.statements``) and the order its caller
+    gives the values in. ``params`` names them for Core; ``sqlite`` is the
+    statement compiled to SQLite text once, the values placed positionally."""
+
+    def __init__(self, stmt: Any, order: Sequence[str]) -> None:
+        self.stmt = stmt
+        self.order = tuple(order)
+
+    def params(self, values: Sequence[Any]) -> dict[str, Any]:
+        return dict(zip(self.order, values, strict=True))
+
+    @cached_property
+    def sqlite(self) -> Compiled:
+        return Compiled(self.stmt, self.order)
 
 
 class Compiled:

@@ -4,7 +4,7 @@ Each transition is one conditional statement whose WHERE names the allowed
 source states from ``app.states.SOURCES``; the store runs it and reads zero
 rows as a refusal. PostgreSQL executes these statements through Core;
 SQLite executes the very same statements compiled once to text
-(``Prepared.sqlite``, see ``app.store.sqlite``). The statements whose shape
+(``app.store.sqlite.Prepared``). The statements whose shape
 depends on how many ids they name are built per shape and cached.
 
 The claim is the one statement where the dialects differ, and only in the
@@ -17,7 +17,7 @@ prefers the type index and sorts every due job on every claim).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import (
@@ -38,29 +38,11 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 from app.states import State, Transition, sources
-from app.store import sqlite
 from app.store.models import CLAIMABLE_STATES, attempts, jobs, status_in, workers
+from app.store.sqlite import Prepared
 
 JOB_COLUMNS = tuple(jobs.c)
 NOW = bindparam("now", type_=jobs.c.updated_at.type)
-
-
-class Prepared:
-    """A Core statement and the order its caller gives the values in.
-
-    ``params`` names them for Core; ``sqlite`` is the statement compiled to
-    SQLite text once, with the values placed positionally."""
-
-    def __init__(self, stmt: Any, order: Sequence[str]) -> None:
-        self.stmt = stmt
-        self.order = tuple(order)
-
-    def params(self, values: Sequence[Any]) -> dict[str, Any]:
-        return dict(zip(self.order, values, strict=True))
-
-    @cached_property
-    def sqlite(self) -> sqlite.Compiled:
-        return sqlite.Compiled(self.stmt, self.order)
 
 
 def in_states(transition: Transition) -> ColumnElement[bool]:
@@ -152,15 +134,14 @@ def ids_by_key() -> Select[Any]:
 
 
 def _claimed_values() -> dict[str, Any]:
+    values = {"status": State.RUNNING.value, "worker_id": bindparam("worker"), "attempt": jobs.c.attempt + 1}
     return {
-        "status": State.RUNNING.value,
-        "worker_id": bindparam("worker"),
+        **values,
         "claimed_at": NOW,
         "heartbeat_at": NOW,
-        "attempt": jobs.c.attempt + 1,
+        "updated_at": NOW,
         "progress": None,
         "progress_message": None,
-        "updated_at": NOW,
     }
 
 
@@ -364,6 +345,10 @@ def set_progress() -> Any:
     )
 
 
+_HOLDER = ("worker_id", "claimed_at", "heartbeat_at", "progress", "progress_message")
+"""What a released job forgets of the worker that held it."""
+
+
 @lru_cache(maxsize=256)
 def release(n: int) -> Prepared:
     """running -> pending for ``n`` fenced (id, attempt) pairs, no attempt
@@ -371,15 +356,7 @@ def release(n: int) -> Prepared:
     stmt = (
         update(jobs)
         .where(_fenced(n, Transition.RELEASE))
-        .values(
-            status=State.PENDING.value,
-            worker_id=None,
-            claimed_at=None,
-            heartbeat_at=None,
-            progress=None,
-            progress_message=None,
-            updated_at=NOW,
-        )
+        .values(status=State.PENDING.value, updated_at=NOW, **dict.fromkeys(_HOLDER))
         .returning(jobs.c.id)
     )
     return Prepared(stmt, ["now", "worker", *_pairs(n)])
@@ -393,13 +370,8 @@ _IDS: BindParameter[Any] = bindparam("ids", expanding=True)
 def retry(one: bool, with_payload: bool = False) -> Any:
     """failed|dead|discarded -> pending now, with a fresh retry budget. Values:
     ``job`` (``one``) or ``ids`` (expanding), now, [new_payload]."""
-    values: dict[str, Any] = {
-        "status": State.PENDING.value,
-        "available_at": NOW,
-        "retry_count": 0,
-        "finished_at": None,
-        "updated_at": NOW,
-    }
+    values: dict[str, Any] = {"status": State.PENDING.value, "available_at": NOW, "retry_count": 0}
+    values.update(finished_at=None, updated_at=NOW)
     if with_payload:
         values["payload"] = bindparam("new_payload")
     picked = jobs.c.id == bindparam("job") if one else jobs.c.id.in_(_IDS)

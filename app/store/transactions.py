@@ -17,7 +17,7 @@ from app.store import statements
 from app.store.engine import PROMPT, READONLY
 from app.store.postgres import NOTIFY_SQL
 from app.store.records import JobRecord
-from app.store.sqlite import db_time
+from app.store.sqlite import Prepared, db_time
 
 Backoff = Callable[[str, int], float]
 """(job type, retry_count) -> seconds until the retry."""
@@ -135,7 +135,7 @@ class Transactions:
         """A time as the dialect's path takes it: SQLite's stored text, or the datetime."""
         return db_time(when) if self.sqlite else when
 
-    def _run(self, conn: Connection, prepared: statements.Prepared, values: tuple[Any, ...]) -> Any:
+    def _run(self, conn: Connection, prepared: Prepared, values: tuple[Any, ...]) -> Any:
         """Run one of the statements: compiled text with positional values on
         SQLite (rows decoded by ``JobRecord.from_sqlite``), Core elsewhere."""
         if self.sqlite:
@@ -143,7 +143,7 @@ class Transactions:
             return conn.exec_driver_sql(compiled.text, compiled.params(values))
         return conn.execute(prepared.stmt, prepared.params(values))
 
-    def _run_many(self, conn: Connection, prepared: statements.Prepared, rows: Sequence[tuple[Any, ...]]) -> None:
+    def _run_many(self, conn: Connection, prepared: Prepared, rows: Sequence[tuple[Any, ...]]) -> None:
         if not rows:
             return
         if self.sqlite:
