@@ -55,7 +55,7 @@ class Claiming(Transactions):
         values = (worker_id, self._t(now), *(type_list or ()), *(queue_list or ()), *excluded, limit)
         with self.write() as conn:
             rows = self._run(conn, prepared, values).all()
-        return _in_claim_order([self._record(r) for r in rows])
+        return _in_claim_order(list(map(self._decode, rows)))
 
     def claim_ids(self, conn: Connection, worker_id: str, now: datetime, ids: Sequence[int]) -> list[JobRecord]:
         """Inside the caller's write transaction (``app.queues`` picks the ids
@@ -69,4 +69,4 @@ class Claiming(Transactions):
                 rows = conn.connection.cursor().execute(compiled.text, compiled.params(values)).fetchall()
         else:
             rows = conn.execute(prepared.stmt, prepared.params(values)).all()
-        return _in_claim_order([self._record(r) for r in rows])
+        return _in_claim_order(list(map(self._decode, rows)))

@@ -35,6 +35,8 @@ class Transactions:
         self._enqueue_listeners: list[Callable[[], None]] = []
         self._dead_listeners: list[Callable[[list[JobRecord]], None]] = []
         self._write_lock = threading.RLock() if self.sqlite else None
+        self._decode: Callable[[Any], JobRecord] = JobRecord.from_sqlite if self.sqlite else JobRecord.from_row
+        """A job row as the dialect's path returns it, decoded."""
         self._joined = threading.local()
         """``conn`` set while ``complete_and_claim`` or ``_one_transaction``
         runs: this thread's ``write()`` joins it. ``locked`` while this thread
@@ -153,7 +155,7 @@ class Transactions:
             conn.execute(prepared.stmt, [prepared.params(r) for r in rows])
 
     def _record(self, row: Any) -> JobRecord:
-        return JobRecord.from_sqlite(row) if self.sqlite else JobRecord.from_row(row)
+        return self._decode(row)
 
     def _why_refused(self, conn: Connection, job_id: int, transition: Transition) -> Exception:
         status = conn.execute(statements.status_of(), {"job": job_id}).scalar()
