@@ -37,6 +37,21 @@ class TransitionRefused(JobdeckError):
         return {"error": str(self), "job_id": self.job_id, "status": self.state.value}
 
 
+class RunNowRefused(TransitionRefused):
+    """Run now refused: the job is not scheduled or retrying (it ran or moved
+    on meanwhile), or it is due already (``Store.run_now``)."""
+
+    def __init__(self, job_id: int, state: State | str, due: bool = False) -> None:
+        if due:
+            message = f"job {job_id} is already due; a worker will pick it up"
+        else:
+            message = f"job {job_id} is {State(state).value}; only scheduled or failed jobs can be run now"
+        JobdeckError.__init__(self, message)
+        self.job_id = job_id
+        self.state = State(state)
+        self.transition = Transition.RUN_NOW
+
+
 class NotHeld(JobdeckError):
     """The job is running but held by another worker (or another attempt)."""
 

@@ -32,18 +32,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, text
-
 from app import actions
 from app.config import Config, ConfigError
-from app.states import State, Transition, sources
-from app.store import JobRecord, Store
-from app.store.models import jobs, queue_state
+from app.states import State
+from app.store import JobRecord, Store, controls
 
-CLAIMABLE_SQL = "jobs.status IN ({})".format(", ".join(f"'{s}'" for s in sources(Transition.CLAIM)))
-
-# Any fixed number: the advisory lock that serializes limited claims on PostgreSQL.
-_PG_LOCK = 0x6A6F6264  # "jobd"
 _RUNNING = State.RUNNING.value
 
 
@@ -100,18 +93,13 @@ class QueueControls:
             fresh = self._read_at is not None and self._monotonic() - self._read_at < self.refresh
             if fresh:
                 return self._paused
-        with self.store.read() as conn:
-            names = frozenset(conn.execute(select(queue_state.c.name).where(queue_state.c.paused)).scalars())
+        names = controls.paused_queues(self.store)
         with self._lock:
             self._paused, self._read_at = names, self._monotonic()
         return names
 
     def set_paused(self, name: str, paused: bool, now: datetime, actor: str) -> dict[str, Any]:
-        insert = self.store._insert()
-        stmt = insert(queue_state).values(name=name, paused=paused, updated_at=now)
-        stmt = stmt.on_conflict_do_update(index_elements=["name"], set_={"paused": paused, "updated_at": now})
-        with self.store.write() as conn:
-            conn.execute(stmt)
+        controls.set_paused(self.store, name, paused, now)
         with self._lock:
             self._read_at = None
         actions.record(actor, "queue.pause" if paused else "queue.resume", name, now, store=self.store)
@@ -121,15 +109,7 @@ class QueueControls:
 
     def list_queues(self) -> list[dict[str, Any]]:
         """Every queue with jobs waiting or running, paused or limited."""
-        active = [State.PENDING.value, State.FAILED.value, _RUNNING]
-        counts: dict[str, dict[str, int]] = {}
-        with self.store.read() as conn:
-            for queue, status, n in conn.execute(
-                select(jobs.c.queue, jobs.c.status, func.count()).where(jobs.c.status.in_(active))
-                .group_by(jobs.c.queue, jobs.c.status)
-            ):  # fmt: skip
-                counts.setdefault(queue, {})[status] = n
-            paused = dict(conn.execute(select(queue_state.c.name, queue_state.c.paused)).all())
+        counts, paused = controls.queue_counts(self.store)
         names = sorted(set(counts) | set(paused) | set(self.limits.queues) | {"default"})
         return [self._describe(n, counts.get(n, {}), bool(paused.get(n))) for n in names]
 
@@ -180,59 +160,30 @@ class QueueControls:
         """Count running jobs of each limited type and queue, then claim within
         what is left, in one serialized write transaction (see the module doc)."""
         lim = self.limits
-        with store.write() as conn:
-            if store.dialect == "postgresql":
-                conn.execute(select(func.pg_advisory_xact_lock(_PG_LOCK)))
-            left_t = dict(lim.types)
-            left_q = dict(lim.queues)
-            if lim.types:
-                for t, n in conn.execute(
-                    select(jobs.c.type, func.count())
-                    .where(jobs.c.status == _RUNNING, jobs.c.type.in_(list(lim.types)))
-                    .group_by(jobs.c.type)
-                ):
-                    left_t[t] -= n
-            if lim.queues:
-                for q, n in conn.execute(
-                    select(jobs.c.queue, func.count())
-                    .where(jobs.c.status == _RUNNING, jobs.c.queue.in_(list(lim.queues)))
-                    .group_by(jobs.c.queue)
-                ):
-                    left_q[q] -= n
+
+        def decide(running_t: dict[str, int], running_q: dict[str, int]) -> tuple[list[str], list[str], controls.Pick]:
+            left_t = {t: n - running_t.get(t, 0) for t, n in lim.types.items()}
+            left_q = {q: n - running_q.get(q, 0) for q, n in lim.queues.items()}
             full_t = [t for t, n in left_t.items() if n <= 0]
             skip_q = list(paused) + [q for q, n in left_q.items() if n <= 0]
-            due = (
-                select(jobs.c.id, jobs.c.type, jobs.c.queue)
-                .with_hint(jobs, "INDEXED BY ix_jobs_claim", "sqlite")
-                # Literal states: SQLite uses a partial index only when it can
-                # see that the WHERE implies the index's own (no parameters).
-                .where(text(CLAIMABLE_SQL), jobs.c.available_at <= now)
-            )
-            if types is not None:
-                due = due.where(jobs.c.type.in_(list(types)))
-            if queues is not None:
-                due = due.where(jobs.c.queue.in_(list(queues)))
-            if full_t:
-                due = due.where(jobs.c.type.not_in(full_t))
-            if skip_q:
-                due = due.where(jobs.c.queue.not_in(skip_q))
-            # Look a little past ``limit`` so a limited type at the head of the
-            # line does not starve the rest of this batch.
-            due = due.order_by(jobs.c.priority.desc(), jobs.c.available_at, jobs.c.id).limit(limit * 4 + 16)
-            if store.dialect == "postgresql":
-                due = due.with_for_update(skip_locked=True)
-            chosen: list[int] = []
-            for row in conn.execute(due):
-                if left_t.get(row.type, 1) <= 0 or left_q.get(row.queue, 1) <= 0:
-                    continue
-                chosen.append(row.id)
-                if row.type in left_t:
-                    left_t[row.type] -= 1
-                if row.queue in left_q:
-                    left_q[row.queue] -= 1
-                if len(chosen) >= limit:
-                    break
-            if not chosen:
-                return []
-            claimed = store.claim_ids(conn, worker_id, now, chosen)
-        return claimed
+
+            def pick(rows: list[Any]) -> list[int]:
+                chosen: list[int] = []
+                for row in rows:
+                    if left_t.get(row.type, 1) <= 0 or left_q.get(row.queue, 1) <= 0:
+                        continue
+                    chosen.append(row.id)
+                    if row.type in left_t:
+                        left_t[row.type] -= 1
+                    if row.queue in left_q:
+                        left_q[row.queue] -= 1
+                    if len(chosen) >= limit:
+                        break
+                return chosen
+
+            return full_t, skip_q, pick
+
+        return controls.claim_due(
+            store, worker_id, now, limit=limit, types=types, queues=queues,
+            limited_types=lim.types, limited_queues=lim.queues, decide=decide,
+        )  # fmt: skip

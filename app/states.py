@@ -72,6 +72,38 @@ class EffectState(str, enum.Enum):
         return self.value
 
 
+class AttemptOutcome(str, enum.Enum):
+    """How one attempt of a job ended: the ``outcome`` of its row in
+    ``attempts`` (the value is what the database stores, and what the CHECK
+    on that column lists)."""
+
+    COMPLETED = "completed"
+    """The handler returned; the job is ``completed`` (``Store.complete_many``)."""
+
+    FAILED = "failed"
+    """The handler raised, or an HTTP worker reported a failure; the fail rule
+    moved the job to ``failed`` or ``dead`` (``Store.fail_many``)."""
+
+    TIMED_OUT = "timed_out"
+    """The handler ran past its timeout; the pool failed the attempt like a
+    raised error."""
+
+    STALLED = "stalled"
+    """The worker stopped heart-beating; the stalled sweep failed the attempt
+    (``Store.rescue_stalled``)."""
+
+    INTERRUPTED = "interrupted"
+    """Shutdown cut the handler short; the job went back to ``pending`` with no
+    retry counted (``Store.release``). Not a failure: the roll-up of failures
+    leaves it out."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ALL_OUTCOMES: tuple[AttemptOutcome, ...] = tuple(AttemptOutcome)
+
+
 ALL_EFFECT_STATES: tuple[EffectState, ...] = tuple(EffectState)
 EFFECT_RESOLUTIONS: frozenset[EffectState] = frozenset({EffectState.DONE, EffectState.NOT_PERFORMED})
 """What a person may mark an unknown (``started``) effect as."""
@@ -88,6 +120,8 @@ class Transition(str, enum.Enum):
     RESCUE = "rescue"
     RETRY = "retry"
     DISCARD = "discard"
+    RUN_NOW = "run_now"
+    """An operator makes a scheduled or retrying job due now (``available_at = now``)."""
 
 
 # Allowed source states of each transition. The store's WHERE clauses and the
@@ -101,6 +135,8 @@ SOURCES: dict[Transition, frozenset[State]] = {
     Transition.RESCUE: frozenset({State.RUNNING}),
     Transition.RETRY: frozenset({State.FAILED, State.DEAD, State.DISCARDED}),
     Transition.DISCARD: frozenset({State.PENDING, State.FAILED, State.DEAD}),
+    # Only while not yet due (available_at > now): a due job is the claim's already.
+    Transition.RUN_NOW: frozenset({State.PENDING, State.FAILED}),
 }
 
 # Possible destination states, for documentation and table-driven tests.
@@ -113,6 +149,7 @@ TARGETS: dict[Transition, frozenset[State]] = {
     Transition.RESCUE: frozenset({State.FAILED, State.DEAD}),
     Transition.RETRY: frozenset({State.PENDING}),
     Transition.DISCARD: frozenset({State.DISCARDED}),
+    Transition.RUN_NOW: frozenset({State.PENDING, State.FAILED}),
 }
 
 
@@ -142,6 +179,7 @@ _PAST = {
     Transition.RESCUE: "rescued",
     Transition.RETRY: "retried",
     Transition.DISCARD: "discarded",
+    Transition.RUN_NOW: "run now",
 }
 
 

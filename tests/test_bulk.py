@@ -1,4 +1,4 @@
-"""Bulk enqueue's one-pass validation (app.bulk) must accept and refuse
+"""Bulk enqueue's one-pass validation (``Jobdeck.enqueue_many``) must accept and refuse
 exactly what ``Jobdeck.new_job`` does, on both databases."""
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from app.deck import Jobdeck
-from app.store.reads import run_now
 from app.worker.listener import Listener, conninfo
 from tests.conftest import wait_for
 
@@ -47,7 +46,7 @@ def _running(deck: Jobdeck) -> int:
 
 
 MAKE_CLAIMABLE: dict[str, tuple[Callable[[Jobdeck], int], Callable[[Jobdeck, int], Any]]] = {
-    "run now": (_scheduled, lambda d, i: run_now(d.store, i, d.clock())),
+    "run now": (_scheduled, lambda d, i: d.store.run_now(i, d.clock())),
     "retry": (_dead, lambda d, i: d.store.retry(i, d.clock())),
     "bulk retry": (_dead, lambda d, i: d.store.retry_ids([i], d.clock())),
     "release": (_running, lambda d, i: d.store.release("w", [(i, 1)], d.clock())),

@@ -4,12 +4,15 @@ state module's own table (so a change there is a change here)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
+from sqlalchemy import update
 
 from app.deck import Jobdeck
-from app.errors import TransitionRefused
+from app.errors import RunNowRefused, TransitionRefused
 from app.states import ALL_STATES, SOURCES, TARGETS, State, Transition, refusal
+from app.store.models import jobs
 from tests.helpers import force_state
 
 pytestmark = pytest.mark.backends
@@ -52,6 +55,13 @@ def _discard(deck: Jobdeck, job_id: int) -> State | None:
     return deck.store.discard(job_id, deck.clock()).status
 
 
+def _run_now(deck: Jobdeck, job_id: int) -> State | None:
+    with deck.store.write() as conn:  # scheduled: run now moves only jobs not yet due
+        later = deck.clock() + timedelta(hours=1)
+        conn.execute(update(jobs).where(jobs.c.id == job_id).values(available_at=later))
+    return deck.store.run_now(job_id, deck.clock()).status
+
+
 DO: dict[Transition, Callable[[Jobdeck, int], State | None]] = {
     Transition.CLAIM: _claim,
     Transition.COMPLETE: _complete,
@@ -61,6 +71,7 @@ DO: dict[Transition, Callable[[Jobdeck, int], State | None]] = {
     Transition.RESCUE: _rescue,
     Transition.RETRY: _retry,
     Transition.DISCARD: _discard,
+    Transition.RUN_NOW: _run_now,
 }
 # Transitions that report a refusal by doing nothing rather than raising.
 SILENT = {Transition.CLAIM, Transition.RELEASE, Transition.RESCUE}
@@ -86,7 +97,8 @@ def test_transition(deck: Jobdeck, transition: Transition, state: State) -> None
     else:
         with pytest.raises(TransitionRefused) as info:
             DO[transition](deck, job.id)
-        assert str(info.value) == refusal(job.id, state, transition)
+        expected = RunNowRefused(job.id, state) if transition is Transition.RUN_NOW else None
+        assert str(info.value) == (str(expected) if expected else refusal(job.id, state, transition))
         assert deck.store.get(job.id).status is state
 
 

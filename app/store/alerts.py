@@ -18,7 +18,7 @@ from sqlalchemy import select, update
 
 from app.states import State
 from app.store.models import jobs, maintenance_marks
-from app.store.upkeep import insert_for
+from app.store.statements import dialect_insert
 
 if TYPE_CHECKING:
     from app.store import Store
@@ -46,7 +46,7 @@ def claim_alert_slot(
                 return None
             if last is None:
                 stmt: Any = (
-                    insert_for(store)(maintenance_marks)
+                    dialect_insert(store.dialect)(maintenance_marks)
                     .values(key=key, value=slot)
                     .on_conflict_do_nothing(index_elements=["key"])
                 )

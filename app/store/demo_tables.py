@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import insert, select
 
 from app.store.models import demo_charges, demo_outbox
-from app.store.upkeep import insert_for
+from app.store.statements import dialect_insert
 
 if TYPE_CHECKING:
     from app.store import Store
@@ -42,7 +42,7 @@ def record_demo_charge(
         if idempotency_key is None:
             return conn.execute(insert(demo_charges).values(values).returning(demo_charges.c.id)).scalar_one(), False
         charge_id = conn.execute(
-            insert_for(store)(demo_charges)
+            dialect_insert(store.dialect)(demo_charges)
             .values(values)
             .on_conflict_do_nothing(index_elements=["idempotency_key"])
             .returning(demo_charges.c.id)

@@ -16,11 +16,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 
 from app.errors import EffectNotFound, EffectResolveRefused
 from app.states import EFFECT_RESOLUTIONS, EffectState, State
 from app.store.models import effects, jobs
+from app.store.statements import dialect_insert
 
 if TYPE_CHECKING:
     from app.store.lifecycle import Store
@@ -111,9 +111,6 @@ class Ledger:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def _insert(self) -> Any:
-        return postgresql.insert if self.store.dialect == "postgresql" else sqlite.insert
-
     def start(self, key: str, job_id: int, attempt: int, worker_id: str, now: datetime) -> Start:
         """Record ``key`` started by this attempt, unless a row exists that is
         not ``not_performed``; then report that row instead. One statement
@@ -128,7 +125,7 @@ class Ledger:
             "result": None,
             "resolved_by": None,
         }
-        insert = self._insert()(effects).values(key=key, created_at=now, **owner)
+        insert = dialect_insert(self.store.dialect)(effects).values(key=key, created_at=now, **owner)
         stmt = insert.on_conflict_do_update(
             index_elements=["key"],
             set_=owner,

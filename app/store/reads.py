@@ -24,59 +24,19 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, and_, exists, func, insert, literal_column, select, update
+from sqlalchemy import Select, and_, case, exists, func, insert, select, update
 
-from app.errors import JobNotFound
-from app.states import SOURCES, State, Transition
+from app.states import AttemptOutcome, State
+from app.store import statements
 from app.store.lifecycle import JobFilter, JobRecord, Store, filtered
-from app.store.models import INTERRUPTED, attempts, audit_log, jobs, maintenance_marks, stats_minutely
+from app.store.models import attempts, audit_log, jobs, maintenance_marks, stats_minutely
 from app.store.upkeep import STATS_MARK
 
 log = logging.getLogger("jobdeck.dashboard")
 
-RUN_NOW_SOURCES = SOURCES[Transition.CLAIM]
-"""Run now only moves a claimable job's ``available_at`` to now: a scheduled
-(pending, future) job or a failed job waiting for its retry."""
 
 BATCH = 500
 """Jobs per transaction in a bulk action over a filter."""
-
-
-class RunNowRefused(Exception):
-    """The job is not scheduled or retrying (it ran or moved on meanwhile)."""
-
-    def __init__(self, job_id: int, state: State, due: bool = False) -> None:
-        if due:
-            message = f"job {job_id} is already due; a worker will pick it up"
-        else:
-            message = f"job {job_id} is {state.value}; only scheduled or failed jobs can be run now"
-        super().__init__(message)
-        self.job_id = job_id
-        self.state = state
-
-
-def run_now(store: Store, job_id: int, now: datetime) -> JobRecord:
-    """Make a scheduled or retrying job due now (one conditional UPDATE)."""
-    stmt = (
-        update(jobs)
-        .where(
-            jobs.c.id == job_id,
-            jobs.c.status.in_([s.value for s in RUN_NOW_SOURCES]),
-            jobs.c.available_at > now,
-        )
-        .values(available_at=now, updated_at=now)
-        .returning(*jobs.c)
-    )
-    with store.write() as conn:
-        row = conn.execute(stmt).first()
-        if row is None:
-            current = conn.execute(select(jobs.c.status).where(jobs.c.id == job_id)).scalar()
-            if current is None:
-                raise JobNotFound(job_id)
-            raise RunNowRefused(job_id, State(current), due=State(current) in RUN_NOW_SOURCES)
-        store._notify_other_processes(conn)  # as retry and release do: other hosts' pools hear of it at once
-    store._notify_enqueued()  # wake this process's pool: the job is due now
-    return JobRecord.from_row(row)
 
 
 # -- lists ---------------------------------------------------------------------
@@ -245,10 +205,10 @@ def _live_throughput(conn: Any, dialect: str, since: datetime, now: datetime) ->
         bucket: Any = func.date_trunc("minute", attempts.c.finished_at)
     else:
         bucket = func.strftime("%Y-%m-%d %H:%M", attempts.c.finished_at)
-    ok: Any = func.sum(literal_column("CASE WHEN outcome = 'completed' THEN 1 ELSE 0 END"))
+    ok: Any = func.sum(case((attempts.c.outcome == AttemptOutcome.COMPLETED.value, 1), else_=0))
     stmt = (
         select(bucket.label("minute"), ok.label("ok"), func.count().label("n"))
-        .where(attempts.c.finished_at >= since, attempts.c.outcome != INTERRUPTED)
+        .where(attempts.c.finished_at >= since, attempts.c.outcome != AttemptOutcome.INTERRUPTED.value)
         .group_by(bucket)
     )
     per: dict[datetime, tuple[int, int]] = {}
@@ -264,19 +224,9 @@ def _live_throughput(conn: Any, dialect: str, since: datetime, now: datetime) ->
 def queue_latency(store: Store, now: datetime) -> float | None:
     """How long the next job to be claimed has been due: the claim's own
     order, so it reads one entry of the claim index."""
-    claimable = ", ".join(f"'{s.value}'" for s in State if s in SOURCES[Transition.CLAIM])
-    stmt = (
-        select(jobs.c.available_at)
-        .where(literal_column(f"status IN ({claimable})"), jobs.c.available_at <= now)
-        .order_by(jobs.c.priority.desc(), jobs.c.available_at, jobs.c.id)
-        .limit(1)
-    )
-    if store.dialect == "sqlite":
-        # Without ANALYZE statistics SQLite prefers the status index here and
-        # sorts every claimable row; the partial claim index answers at once.
-        stmt = stmt.with_hint(jobs, "INDEXED BY ix_jobs_claim", "sqlite")
+    stmt = statements.due(None, None, 0, columns=(jobs.c.available_at,), lock=False).limit(1)
     with store.read() as conn:
-        oldest = conn.execute(stmt).scalar()
+        oldest = conn.execute(stmt, {"now": now}).scalar()
     return None if oldest is None else max(0.0, (now - oldest).total_seconds())
 
 

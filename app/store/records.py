@@ -1,6 +1,6 @@
 """The values that cross the store's boundary: a job and an attempt as read,
 a job to enqueue, how an attempt ended, and a list filter. Plain data; the
-SQL that produces and consumes them lives in ``app.store.lifecycle``."""
+SQL that produces and consumes them lives in ``app.store.statements``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from app.states import State
-from app.store import sqlite as sqlite_hot
+from app.states import AttemptOutcome, State
+from app.store import sqlite
 
 
 @dataclass(frozen=True)
@@ -68,9 +68,9 @@ class JobRecord:
     @classmethod
     def from_sqlite(cls, r: Sequence[Any]) -> JobRecord:
         """From a raw SQLite row in column order (see ``app.store.sqlite``)."""
-        t, req = sqlite_hot.parse_time, sqlite_hot.parse_time_required
+        t, req = sqlite.parse_time, sqlite.parse_time_required
         return cls(
-            r[0], r[1], r[2], sqlite_hot.loads(r[3]), r[4], sqlite_hot.STATE_OF[r[5]], r[6], r[7], r[8], r[9],
+            r[0], r[1], r[2], sqlite.loads(r[3]), r[4], sqlite.STATE_OF[r[5]], r[6], r[7], r[8], r[9],
             req(r[10]), t(r[11]), t(r[12]), r[13], r[14], None if r[15] is None else json.loads(r[15]),
             r[16], r[17], req(r[18]), req(r[19]), t(r[20]),
         )  # fmt: skip
@@ -86,7 +86,7 @@ class AttemptRecord:
     worker_id: str | None
     started_at: datetime | None
     finished_at: datetime | None
-    outcome: str
+    outcome: AttemptOutcome
     error: str | None
     traceback: str | None
     payload: dict[str, Any] | None
@@ -100,7 +100,7 @@ class AttemptRecord:
             worker_id=m["worker_id"],
             started_at=m["started_at"],
             finished_at=m["finished_at"],
-            outcome=m["outcome"],
+            outcome=AttemptOutcome(m["outcome"]),
             error=m["error"],
             traceback=m["traceback"],
             payload=None if m["payload"] is None else json.loads(m["payload"]),
@@ -115,7 +115,7 @@ class AttemptRecord:
 
 @dataclass
 class NewJob:
-    """A validated job to enqueue (see ``app.jobs.parse_new_job``)."""
+    """A validated job to enqueue (see ``app.deck.Jobdeck.new_job``)."""
 
     type: str
     payload: dict[str, Any] = field(default_factory=dict)
@@ -141,7 +141,7 @@ class Outcome:
     traceback: str | None = None
     result: Any = None
     retryable: bool = True
-    kind: str = "failed"
+    kind: AttemptOutcome | str = AttemptOutcome.FAILED
     """For failures: failed, timed_out or stalled (the attempt's outcome)."""
 
     @property

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select, update
 
 from app.store.models import jobs, schedule_runs, schedule_state
-from app.store.upkeep import insert_for
+from app.store.statements import dialect_insert
 
 if TYPE_CHECKING:
     from app.store import Store
@@ -45,7 +45,7 @@ def schedule_states(store: Store, names: Sequence[str], now: datetime) -> dict[s
         return states
     with store.write() as conn:
         conn.execute(
-            insert_for(store)(schedule_state).on_conflict_do_nothing(index_elements=["name"]),
+            dialect_insert(store.dialect)(schedule_state).on_conflict_do_nothing(index_elements=["name"]),
             [{"name": n, "paused": False, "checked_until": now, "updated_at": now} for n in missing],
         )
     return schedule_states(store, names, now)
@@ -57,7 +57,7 @@ def record_fires(store: Store, fires: Sequence[Fire], passed: Sequence[str], now
     with store.write() as conn:
         if fires:
             conn.execute(
-                insert_for(store)(schedule_runs).on_conflict_do_nothing(index_elements=["schedule", "fire_time"]),
+                dialect_insert(store.dialect)(schedule_runs).on_conflict_do_nothing(index_elements=["schedule", "fire_time"]),
                 [{"schedule": f.schedule, "fire_time": f.fire_time, "job_id": f.job_id, "manual": False,
                   "created_at": now} for f in fires],
             )  # fmt: skip
@@ -72,7 +72,7 @@ def record_manual_run(store: Store, name: str, job_id: int, now: datetime) -> No
     """Keep an operator's "run now" of schedule ``name`` in its history."""
     with store.write() as conn:
         conn.execute(
-            insert_for(store)(schedule_runs)
+            dialect_insert(store.dialect)(schedule_runs)
             .values(schedule=name, fire_time=now, job_id=job_id, manual=True, created_at=now)
             .on_conflict_do_nothing(index_elements=["schedule", "fire_time"])
         )

@@ -1,12 +1,13 @@
-"""The SQLite hot path as driver-level SQL: the claim, batched completions
-and plain enqueues.
+"""SQLite at driver level: the store's own Core statements compiled to text
+once, the times as SQLite stores them, and the commit watcher's probe.
 
 Building a Core statement, computing its cache key and running the
 ``UTCDateTime`` processors costs more per call than SQLite needs to do the
-work, so on SQLite these few statements are pre-rendered text with ``?``
-parameters, and rows are decoded here. The semantics are the Core
-versions' exactly (same conditions, same fencing); ``Store`` keeps the Core
-statements for PostgreSQL.
+work, so the hot statements (claim, batched completions, attempt rows,
+plain enqueues) are compiled from ``app.store.statements`` once per
+parameter shape and run with positional parameters, and their rows are
+decoded here (``JobRecord.from_sqlite``). There is no second copy of any
+statement: the text is whatever Core renders for SQLite.
 
 Times are stored as SQLAlchemy's SQLite ``DATETIME`` writes them (naive UTC,
 ``YYYY-MM-DD HH:MM:SS.ffffff``), so text comparisons with rows written
@@ -17,19 +18,20 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from functools import lru_cache
+from functools import cached_property, lru_cache
+from operator import itemgetter
 from typing import Any
 
+from sqlalchemy.dialects.sqlite import dialect as _sqlite_dialect
 from sqlalchemy.exc import DBAPIError
 
-from app.states import State, Transition, sources
-from app.store.models import jobs
+from app.states import State
 
 _UTC = UTC
-JOB_COLUMNS = ", ".join(c.name for c in jobs.c)
+_DIALECT = _sqlite_dialect(paramstyle="qmark")
 STATE_OF = {s.value: s for s in State}
 
 
@@ -74,85 +76,78 @@ def translated_errors() -> Iterator[None]:
         raise DBAPIError.instance(None, None, exc, sqlite3.Error) from exc
 
 
-def _quoted(states: list[str]) -> str:
-    return ", ".join(f"'{s}'" for s in states)
+class Prepared:
+    """A Core statement (``app.store.statements``) and the order its caller
+    gives the values in. ``params`` names them for Core; ``sqlite`` is the
+    statement compiled to SQLite text once, the values placed positionally."""
+
+    def __init__(self, stmt: Any, order: Sequence[str]) -> None:
+        self.stmt = stmt
+        self.order = tuple(order)
+
+    def params(self, values: Sequence[Any]) -> dict[str, Any]:
+        return dict(zip(self.order, values, strict=True))
+
+    @cached_property
+    def sqlite(self) -> Compiled:
+        return Compiled(self.stmt, self.order)
 
 
-def _marks(n: int) -> str:
-    return ", ".join("?" * n)
+class Compiled:
+    """A Core statement as SQLite text, compiled once, and how to lay out
+    its positional parameters from the caller's values (given in ``order``):
+    a value used twice in the text is given once, and constants the
+    statement carries (a target state, say) are appended here."""
+
+    def __init__(self, stmt: Any, order: tuple[str, ...]) -> None:
+        compiled = stmt.compile(dialect=_DIALECT)
+        self.text: str = compiled.string
+        names: list[str] = list(compiled.positiontup or ())
+        index = {name: i for i, name in enumerate(order)}
+        constants = [n for n in dict.fromkeys(names) if n not in index]
+        self._constants = tuple(compiled.binds[n].effective_value for n in constants)
+        index.update({n: len(order) + i for i, n in enumerate(constants)})
+        positions = [index[n] for n in names]
+        self._identity = positions == list(range(len(order))) and not constants
+        self.as_given = self._identity
+        """The values go to the driver as the caller gives them."""
+        self._get = itemgetter(*positions) if len(positions) > 1 else None
+        self._single = positions[0] if len(positions) == 1 else None
+
+    def params(self, values: tuple[Any, ...]) -> tuple[Any, ...]:
+        if self._identity:
+            return values
+        if self._constants:
+            values = values + self._constants
+        if self._get is not None:
+            return self._get(values)  # type: ignore[no-any-return]
+        return () if self._single is None else (values[self._single],)
+
+
+DATA_VERSION = "PRAGMA data_version"
+"""Changes whenever another connection commits to the file; costs a look at
+the WAL index in shared memory (``app.worker.commit_watch``)."""
+
+
+def data_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute(DATA_VERSION).fetchone()[0])
 
 
 @lru_cache(maxsize=64)
-def claim_sql(n_types: int | None, n_queues: int | None, n_excluded: int = 0) -> str:
-    """One UPDATE claiming up to ``?`` due jobs in claim order. The partial
-    index is named because, without statistics, SQLite's planner prefers the
-    type/status index and sorts every due job on every claim (milliseconds
-    per claim at 20,000 due jobs; this way it reads only the rows it takes).
-    Parameters: worker_id, now x3, now, *types, *queues, *excluded queues, limit."""
-    where = [f"status IN ({_quoted(sources(Transition.CLAIM))})", "available_at <= ?"]
-    if n_types is not None:
-        where.append(f"type IN ({_marks(n_types)})")
-    if n_queues is not None:
-        where.append(f"queue IN ({_marks(n_queues)})")
-    if n_excluded:
-        where.append(f"queue NOT IN ({_marks(n_excluded)})")
-    return (
-        f"UPDATE jobs SET status = '{State.RUNNING.value}', attempt = attempt + 1, worker_id = ?, "
-        "claimed_at = ?, heartbeat_at = ?, progress = NULL, progress_message = NULL, updated_at = ? "
-        "WHERE id IN (SELECT id FROM jobs INDEXED BY ix_jobs_claim "
-        f"WHERE {' AND '.join(where)} ORDER BY priority DESC, available_at, id LIMIT ?) "
-        f"RETURNING {JOB_COLUMNS}"
-    )
+def _probe(n_types: int, n_queues: int | None) -> Compiled:
+    from sqlalchemy import literal_column
+
+    from app.store import statements
+
+    stmt = statements.due(n_types, n_queues, 0, columns=(literal_column("1"),), lock=False).limit(1)
+    return Compiled(stmt, tuple(statements.due_order(n_types, n_queues, 0)))
 
 
-_CLAIM_SET = (
-    f"UPDATE jobs SET status = '{State.RUNNING.value}', attempt = attempt + 1, worker_id = ?, "
-    "claimed_at = ?, heartbeat_at = ?, progress = NULL, progress_message = NULL, updated_at = ? "
-)
-
-
-@lru_cache(maxsize=256)
-def claim_ids_sql(n: int) -> str:
-    """Claim the ``n`` given jobs, each only if still claimable (the claim
-    of ``app.queues``' limit-aware policy, which picks the ids itself).
-    Parameters: worker_id, now x3, *ids."""
-    return (
-        f"{_CLAIM_SET}WHERE id IN ({_marks(n)}) AND status IN ({_quoted(sources(Transition.CLAIM))}) "
-        f"RETURNING {JOB_COLUMNS}"
-    )
-
-
-@lru_cache(maxsize=256)
-def complete_sql(n: int) -> str:
-    """Complete ``n`` jobs, each only if still running under the same
-    (attempt, worker). Parameters: now x2, *ids, *(id, attempt), worker_id."""
-    pairs = ", ".join(["(?, ?)"] * n)
-    return (
-        f"UPDATE jobs SET status = '{State.COMPLETED.value}', finished_at = ?, updated_at = ?, "
-        "progress = CASE WHEN progress IS NULL THEN NULL ELSE 1.0 END "
-        f"WHERE id IN ({_marks(n)}) AND (id, attempt) IN (VALUES {pairs}) AND worker_id = ? "
-        f"AND status IN ({_quoted(sources(Transition.COMPLETE))}) RETURNING id, attempt"
-    )
-
-
-INSERT_ATTEMPT = (
-    "INSERT INTO attempts (job_id, attempt, worker_id, started_at, finished_at, outcome) VALUES (?, ?, ?, ?, ?, ?)"
-)
-
-
-INSERT_JOB = (
-    "INSERT INTO jobs (type, queue, payload, priority, status, attempt, retry_count, max_retries, "
-    "idempotency_key, available_at, created_at, updated_at) "
-    f"VALUES (?, ?, ?, ?, '{State.PENDING.value}', 0, 0, ?, ?, ?, ?, ?)"
-)
-"""Parameters: see ``job_params``."""
-
-INSERT_JOB_RETURNING = f"{INSERT_JOB} RETURNING {JOB_COLUMNS}"
-
-
-def job_params(new: Any, payload_json: str, now: datetime, now_text: str) -> tuple[Any, ...]:
-    """INSERT_JOB's parameters for a ``NewJob`` (``now_text`` is ``now`` formatted)."""
-    at = now_text if new.available_at is None or new.available_at is now else db_time(new.available_at)
-    return (
-        new.type, new.queue, payload_json, new.priority, new.max_retries, new.idempotency_key, at, now_text, now_text,
-    )  # fmt: skip
+def claimable_due(conn: sqlite3.Connection, now: datetime, types: list[str], queues: list[str] | None) -> bool:
+    """Is a job of these types (and queues) claimable now? The claim's own
+    pick with LIMIT 1, on the caller's plain ``sqlite3`` connection (the
+    commit watcher's, in autocommit: no lock held after it returns); served
+    by the claim's partial index."""
+    probe = _probe(len(types), None if queues is None else len(queues))
+    params = probe.params((db_time(now), *types, *(queues or ())))
+    return conn.execute(probe.text, params).fetchone() is not None

@@ -9,15 +9,15 @@ Rescuing stalled jobs is a transition, so it stays on ``Store``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, delete, func, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 
 from app.states import State
 from app.store.models import INTERRUPTED, attempts, jobs, maintenance_marks, stats_minutely, workers
+from app.store.statements import dialect_insert
 
 if TYPE_CHECKING:
     from app.store import Store
@@ -27,11 +27,6 @@ STATS_MARK = "stats_minutely"
 it are in ``stats_minutely`` (the overview's throughput chart reads both)."""
 FIRST_ROLL_UP = timedelta(hours=1)
 """How far back the first roll-up of a new database starts."""
-
-
-def insert_for(store: Store) -> Callable[..., Any]:
-    """The dialect's ``insert``, which has ``on_conflict_do_*``."""
-    return postgresql.insert if store.dialect == "postgresql" else sqlite.insert
 
 
 # -- workers --------------------------------------------------------------------
@@ -116,7 +111,7 @@ def roll_up_minutes(store: Store, until: datetime) -> int:
         mark = conn.execute(select(maintenance_marks.c.value).where(maintenance_marks.c.key == STATS_MARK)).scalar()
         if mark is None:
             conn.execute(
-                insert_for(store)(maintenance_marks)
+                dialect_insert(store.dialect)(maintenance_marks)
                 .values(key=STATS_MARK, value=until - FIRST_ROLL_UP)
                 .on_conflict_do_nothing(index_elements=["key"])
             )
@@ -150,7 +145,7 @@ def roll_up_minutes(store: Store, until: datetime) -> int:
         ):
             counts.setdefault((_parse_minute(m), job_type), [0, 0, 0])[2] += n
         if counts:
-            insert = insert_for(store)(stats_minutely)
+            insert = dialect_insert(store.dialect)(stats_minutely)
             stmt = insert.on_conflict_do_update(
                 index_elements=["minute", "type"],
                 set_={

@@ -28,25 +28,13 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from app.states import Transition, sources
-from app.store.sqlite import db_time
+from app.store.sqlite import claimable_due, data_version
 
 if TYPE_CHECKING:
     from app.deck import Jobdeck
     from app.worker.pool import WorkerPool
 
 log = logging.getLogger("jobdeck.commit_watch")
-
-_CLAIMABLE = ", ".join(f"'{s}'" for s in sources(Transition.CLAIM))
-
-
-def due_sql(n_types: int, n_queues: int | None) -> str:
-    """Is at least one job of these types (and queues) due? Served by the
-    claim's partial index, so it reads one index entry at most per type."""
-    where = [f"status IN ({_CLAIMABLE})", "available_at <= ?", f"type IN ({', '.join('?' * n_types)})"]
-    if n_queues is not None:
-        where.append(f"queue IN ({', '.join('?' * n_queues)})")
-    return f"SELECT 1 FROM jobs INDEXED BY ix_jobs_claim WHERE {' AND '.join(where)} LIMIT 1"
 
 
 class CommitWatcher:
@@ -106,10 +94,10 @@ class CommitWatcher:
                 conn.close()
 
     def _watch(self, conn: sqlite3.Connection) -> None:
-        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        version = data_version(conn)
         self.watching.set()
         while not self._stop.wait(self.interval):
-            now = conn.execute("PRAGMA data_version").fetchone()[0]
+            now = data_version(conn)
             if now == version:
                 continue
             version = now
@@ -124,9 +112,7 @@ class CommitWatcher:
         types = list(self.types())
         if not types:
             return False
-        sql = due_sql(len(types), None if self.queues is None else len(self.queues))
-        params = (db_time(now or self.clock()), *types, *(self.queues or ()))
-        return conn.execute(sql, params).fetchone() is not None
+        return claimable_due(conn, now or self.clock(), types, self.queues)
 
 
 def watcher_for(deck: Jobdeck, pool: WorkerPool) -> CommitWatcher | None:

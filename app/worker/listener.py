@@ -1,7 +1,7 @@
 """Cross-process wake-up on PostgreSQL: LISTEN/NOTIFY.
 
 Every transaction that makes a job claimable (enqueue, retry, release, run now) also
-issues ``NOTIFY jobdeck_jobs`` (see ``Store._notify_other_processes``);
+issues ``NOTIFY jobdeck_jobs`` (``app.store.postgres``);
 PostgreSQL delivers it at commit, to every listening session, once per
 transaction however many jobs it inserted. Each process runs one
 ``Listener``: a thread on its own psycopg connection (not from the
@@ -25,13 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import URL, make_url
 
+from app.store.postgres import CHANNEL, listen_sql
+
 if TYPE_CHECKING:
     from app.deck import Jobdeck
 
 log = logging.getLogger("jobdeck.notify")
-
-CHANNEL = "jobdeck_jobs"
-NOTIFY_SQL = f"NOTIFY {CHANNEL}"
 
 # TCP keepalives: a silently dropped connection (a host or network gone, not
 # a restart, which closes the socket) is noticed within about 25 s.
@@ -91,7 +90,7 @@ class Listener:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5, **_KEEPALIVE) as conn:
-                    conn.execute(f"LISTEN {self.channel}")
+                    conn.execute(listen_sql(self.channel))
                     if failures or self.reconnects:
                         log.info("listening on %s again", self.channel)
                     self.listens += 1

@@ -43,11 +43,10 @@ from hypothesis.stateful import (
 from sqlalchemy import delete, select
 
 from app.deck import Jobdeck
-from app.errors import IdempotencyConflict, JobNotFound, NotHeld, TransitionRefused
+from app.errors import IdempotencyConflict, JobNotFound, NotHeld, RunNowRefused, TransitionRefused
 from app.queues import Limits, QueueControls
 from app.states import SOURCES, State, Transition
 from app.store.models import attempts, jobs
-from app.store.reads import RunNowRefused, run_now
 from app.store.records import Outcome
 from tests.conftest import T0, Clock
 
@@ -599,7 +598,7 @@ class StoreMachine(RuleBasedStateMachine):
         job_id = data.draw(st.sampled_from(scheduled if waiting and scheduled else [*self.model.jobs, MISSING]))
         job = self.model.jobs.get(job_id)
         try:
-            run_now(self.store, job_id, now)
+            self.store.run_now(job_id, now)
         except JobNotFound:
             assert job is None
             return

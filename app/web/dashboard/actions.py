@@ -15,9 +15,9 @@ from typing import Any
 
 from flask import Blueprint, abort, current_app, render_template, request
 
-from app.errors import EffectNotFound, EffectResolveRefused, InvalidField, JobNotFound, TransitionRefused
+from app.errors import EffectNotFound, EffectResolveRefused, InvalidField, JobNotFound, RunNowRefused, TransitionRefused
 from app.states import EFFECT_RESOLUTIONS, SOURCES, EffectState, Transition
-from app.store.reads import BATCH, RunNowRefused, add_to_action, iter_batches, next_batch, record_action, run_now
+from app.store.reads import BATCH, add_to_action, iter_batches, next_batch, record_action
 from app.validation import loads, parse_int
 from app.web.dashboard.auth import current_user, require_operator
 from app.web.dashboard.tabs import BY_SLUG, ListArgs, Tab, tab_or_404
@@ -59,7 +59,7 @@ def single(job_id: int, action: str) -> Any:
         elif action == "discard":
             d.store.discard(job_id, now)
         else:
-            run_now(d.store, job_id, now)
+            d.store.run_now(job_id, now)
     except JobNotFound as exc:
         return flash_response(str(exc), "error", 404)
     except (TransitionRefused, RunNowRefused) as exc:

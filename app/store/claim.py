@@ -1,0 +1,72 @@
+"""The claim: due jobs to ``running`` in one statement, in claim order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection
+
+from app.store import statements
+from app.store.records import JobRecord
+from app.store.sqlite import translated_errors
+from app.store.transactions import Transactions
+
+
+def _in_claim_order(claimed: list[JobRecord]) -> list[JobRecord]:
+    claimed.sort(key=lambda j: (-j.priority, j.available_at, j.id))
+    return claimed
+
+
+class Claiming(Transactions):
+    def __init__(self, engine: Any) -> None:
+        super().__init__(engine)
+        self.claim_policy: Callable[..., list[JobRecord]] | None = None
+        """Installed by ``app.queues`` (via ``create_app``): paused queues, concurrency limits."""
+
+    def claim(
+        self,
+        worker_id: str,
+        now: datetime,
+        *,
+        limit: int = 1,
+        types: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
+        exclude_queues: Iterable[str] | None = None,
+        controlled: bool = True,
+    ) -> list[JobRecord]:
+        """Claim up to ``limit`` due jobs in one statement, in claim order
+        (priority DESC, available_at ASC, id ASC).
+
+        With a ``claim_policy`` installed (``app.queues``: paused queues,
+        concurrency limits) the policy claims instead; it calls back here with
+        ``controlled=False`` and the paused queues in ``exclude_queues``."""
+        if controlled and self.claim_policy is not None:
+            return self.claim_policy(self, worker_id, now, limit=limit, types=types, queues=queues)
+        type_list = None if types is None else list(types)
+        queue_list = None if queues is None else list(queues)
+        excluded = list(exclude_queues or ())
+        prepared = statements.claim(
+            None if type_list is None else len(type_list),
+            None if queue_list is None else len(queue_list),
+            len(excluded),
+        )
+        values = (worker_id, self._t(now), *(type_list or ()), *(queue_list or ()), *excluded, limit)
+        with self.write() as conn:
+            rows = self._run(conn, prepared, values).all()
+        return _in_claim_order(list(map(self._decode, rows)))
+
+    def claim_ids(self, conn: Connection, worker_id: str, now: datetime, ids: Sequence[int]) -> list[JobRecord]:
+        """Inside the caller's write transaction (``app.queues`` picks the ids
+        under its concurrency limits): claim exactly ``ids``, those still
+        claimable, in claim order. On SQLite on the raw cursor."""
+        prepared = statements.claim_ids(len(ids))
+        values = (worker_id, self._t(now), *ids)
+        if self.sqlite:
+            compiled = prepared.sqlite
+            with translated_errors():
+                rows = conn.connection.cursor().execute(compiled.text, compiled.params(values)).fetchall()
+        else:
+            rows = conn.execute(prepared.stmt, prepared.params(values)).all()
+        return _in_claim_order(list(map(self._decode, rows)))

@@ -1,0 +1,181 @@
+"""Enqueue: one job, many jobs, and the plain jobs of a bulk request."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection
+
+from app.errors import IdempotencyConflict
+from app.store import statements
+from app.store.group_commit import GroupCommitter
+from app.store.records import JobRecord, NewJob
+from app.store.sqlite import db_time, translated_errors
+from app.store.transactions import Transactions
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+PlainJob = tuple[str, str, str, int, int]
+"""(type, queue, payload JSON, priority, max_retries): a job without a key,
+due now, as the deck's bulk enqueue hands it over already checked (the head
+of ``statements.JOB_FIELDS``)."""
+
+
+def dumps(value: Any) -> str:
+    return "{}" if value == {} else _ENCODER.encode(value)
+
+
+def payload_json(new: NewJob) -> str:
+    return new.payload_json if new.payload_json is not None else dumps(new.payload)
+
+
+class Enqueueing(Transactions):
+    def __init__(self, engine: Any) -> None:
+        super().__init__(engine)
+        self._enqueuer: GroupCommitter[Any] | None = None
+        if self._write_lock is not None:
+            self._enqueuer = GroupCommitter(self._write_lock, self._insert_batch_sqlite)
+
+    def _row(self, new: NewJob, now: datetime, stamp: Any, as_text: bool) -> tuple[Any, ...]:
+        """``stamp`` is ``now`` as the row takes it: SQLite's text (``as_text``) or the datetime."""
+        at: Any = new.available_at
+        if at is None or at is now:
+            at = stamp
+        elif as_text:
+            at = db_time(at)
+        return statements.job_row(new, payload_json(new), stamp, at)
+
+    def enqueue(self, new: NewJob, now: datetime) -> tuple[JobRecord, bool]:
+        """Insert a job; with a known idempotency key return the existing one.
+
+        Returns (job, created). The UNIQUE constraint decides under concurrency:
+        the insert does nothing on conflict and the existing row is read back.
+        On PostgreSQL the read sees a newer snapshot than the insert did: if
+        retention deleted the job in between, the key is free and the insert
+        runs again (it read nothing and answered 500).
+        """
+        if self._enqueuer is not None and new.idempotency_key is None:
+            row = self._enqueuer.submit(self._row(new, now, db_time(now), True))
+            self._notify_enqueued()
+            return JobRecord.from_sqlite(row), True
+        values = self._row(new, now, self._t(now), self.sqlite)
+        with self.write() as conn:
+            if new.idempotency_key is None:
+                row = self._run(conn, statements.enqueue("row"), values).one()
+            else:
+                found = self._enqueue_keyed(conn, new, values)
+                if isinstance(found, JobRecord):
+                    return found, False
+                row = found
+            self._notify_other_processes(conn)
+        self._notify_enqueued()
+        return self._record(row), True
+
+    def _enqueue_keyed(self, conn: Connection, new: NewJob, values: tuple[Any, ...]) -> Any:
+        """The inserted row, or the key's existing job."""
+        insert = statements.enqueue_keyed(self.dialect, "row")
+        for _ in range(3):  # the key's job deleted (retention) between the two: the key is free again
+            inserted = self._run(conn, insert, values).first()
+            if inserted is not None:
+                return inserted
+            existing = conn.execute(statements.job_by_key(), {"key": new.idempotency_key}).first()
+            if existing is not None:
+                job = JobRecord.from_row(existing)
+                _check_same(job, new)
+                return job
+        raise RuntimeError(f"idempotency_key {new.idempotency_key!r} is taken and freed again and again")
+
+    def enqueue_many(self, news: Sequence[NewJob], now: datetime) -> list[int]:
+        """Insert many jobs in one transaction; returns their ids in order.
+
+        A job whose idempotency key exists already is not inserted; its slot in
+        the result holds the existing job's id.
+        """
+        if not news:
+            return []
+        if not any(n.idempotency_key is not None for n in news):
+            stamp = self._t(now)
+            return self._insert_plain([self._row(n, now, stamp, self.sqlite) for n in news])
+        insert = statements.enqueue_keyed(self.dialect, "id")
+        rows = [insert.params(self._row(n, now, now, False)) for n in news]
+        with self.write() as conn:
+            by_key: dict[str | None, int] = {}
+            plain: list[int] = []
+            for row in conn.execute(insert.stmt, rows):
+                if row.idempotency_key is None:
+                    plain.append(row.id)
+                else:
+                    by_key[row.idempotency_key] = row.id
+            missing = [n.idempotency_key for n in news if n.idempotency_key and n.idempotency_key not in by_key]
+            if missing:
+                for row in conn.execute(statements.ids_by_key(), {"keys": missing}):
+                    by_key[row.idempotency_key] = row.id
+            plain.sort()
+            it = iter(plain)
+            ids = [by_key[n.idempotency_key] if n.idempotency_key else next(it) for n in news]
+            self._notify_other_processes(conn)
+        self._notify_enqueued()
+        return ids
+
+    def enqueue_plain(self, jobs: Sequence[PlainJob], now: datetime) -> list[int]:
+        """Insert jobs without idempotency keys, due now, from what the deck's
+        bulk enqueue checked (``Jobdeck.enqueue_many``); returns their ids in
+        order. The rows get the times here, like ``enqueue_many``'s."""
+        stamp = self._t(now)
+        tail = (None, stamp, stamp, stamp)
+        return self._insert_plain([job + tail for job in jobs])
+
+    def _insert_plain(self, rows: list[tuple[Any, ...]]) -> list[int]:
+        if not rows:
+            return []
+        with self.write() as conn:
+            if self.sqlite:
+                compiled = statements.enqueue("none").sqlite
+                params = rows if compiled.as_given else [compiled.params(r) for r in rows]
+                with translated_errors():
+                    cur = conn.connection.cursor()
+                    cur.executemany(compiled.text, params)
+                    # One writer holds the lock: the rowids of this statement are consecutive.
+                    last = cur.execute("SELECT last_insert_rowid()").fetchone()[0]
+                ids = list(range(last - len(rows) + 1, last + 1))
+            else:
+                prepared = statements.enqueue("id")
+                ids = list(conn.execute(prepared.stmt, [prepared.params(r) for r in rows]).scalars())
+            self._notify_other_processes(conn)
+        self._notify_enqueued()
+        return ids
+
+    def _insert_batch_sqlite(self, rows: list[tuple[Any, ...]]) -> list[Any]:
+        """Insert plain jobs in one transaction (the group commit's batch);
+        returns their raw rows in order. On a pooled DBAPI connection under
+        the write lock, without SQLAlchemy's Connection: its begin and commit
+        events cost more CPU than the insert (one HTTP enqueue per batch)."""
+        assert self._write_lock is not None
+        compiled = statements.enqueue("row").sqlite
+        with self._write_lock, translated_errors():
+            raw = self.engine.raw_connection()
+            try:
+                db = raw.driver_connection
+                assert db is not None
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    found = [db.execute(compiled.text, compiled.params(r)).fetchone() for r in rows]
+                    db.execute("COMMIT")
+                except BaseException:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    raise
+                return found
+            finally:
+                raw.close()
+
+
+def _check_same(existing: JobRecord, new: NewJob) -> None:
+    assert new.idempotency_key is not None
+    if existing.type != new.type:
+        raise IdempotencyConflict(new.idempotency_key, existing.id, f"type {existing.type!r}, not {new.type!r}")
+    if existing.payload != new.payload:
+        raise IdempotencyConflict(new.idempotency_key, existing.id, "a different payload")

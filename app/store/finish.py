@@ -1,0 +1,297 @@
+"""Finishing an attempt (complete, fail, rescue, release) and what a
+running job reports on its way (heartbeat, progress)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from app.crashpoints import crash_point
+from app.errors import JobNotFound, NotHeld, TransitionRefused
+from app.states import AttemptOutcome, State, Transition
+from app.store import statements
+from app.store.claim import Claiming
+from app.store.enqueue import dumps
+from app.store.faults import storable_text
+from app.store.models import jobs
+from app.store.records import JobRecord, Outcome
+from app.store.transactions import Backoff
+
+
+class Finishing(Claiming):
+    backoff: Backoff
+
+    def complete_and_claim(
+        self,
+        outcomes: Sequence[Outcome],
+        worker_id: str,
+        now: datetime,
+        *,
+        limit: int,
+        types: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
+    ) -> tuple[list[int], list[JobRecord]]:
+        """``complete_many`` then ``claim`` in ONE write transaction: the
+        pool's acker refills the slots it just freed with one commit (one
+        fsync on SQLite FULL) instead of two. Both run unchanged inside it
+        (their ``write()`` joins this one), so fencing, attempt rows, SKIP
+        LOCKED and an installed ``claim_policy`` (which counts the running
+        jobs after these completions) keep their guarantees; if anything
+        fails, neither is applied. Returns (accepted ids, claimed jobs)."""
+        with self.write() as conn:
+            self._joined.conn = conn
+            try:
+                accepted = self.complete_many(outcomes, now)
+                claimed = self.claim(worker_id, now, limit=limit, types=types, queues=queues) if limit > 0 else []
+            finally:
+                self._joined.conn = None
+        return accepted, claimed
+
+    def complete_many(self, outcomes: Sequence[Outcome], now: datetime) -> list[int]:
+        """Mark running jobs completed, each only if still held by the worker
+        and attempt that ran it; returns the ids accepted (late results of a
+        timed-out or rescued attempt are refused)."""
+        if not outcomes:
+            return []
+        accepted: list[int] = []
+        # (job, attempt, worker) of each completion applied: only those get an
+        # attempt row, not a refused late outcome of the same job in the batch.
+        won: set[tuple[int, int, str]] = set()
+        t = self._t(now)
+        with self.write() as conn:
+            pending = list(outcomes)
+            if any(o.attempt is None for o in pending):
+                current = self._current(conn, [o.job_id for o in pending if o.attempt is None])
+                for o in pending:
+                    if o.attempt is None:
+                        row = current.get(o.job_id)
+                        o.attempt = row.attempt if row is not None else -1
+            by_worker: dict[tuple[str, bool], list[Outcome]] = {}
+            for o in pending:
+                by_worker.setdefault((o.worker_id, o.result is not None), []).append(o)
+            for (worker_id, has_result), group in by_worker.items():
+                if has_result:
+                    applied = []
+                    for o in group:
+                        values = (t, worker_id, o.job_id, o.attempt, dumps(o.result))
+                        applied.extend(self._run(conn, statements.complete(1, True), values).all())
+                else:
+                    pairs = [x for o in group for x in (o.job_id, o.attempt)]
+                    applied = self._run(conn, statements.complete(len(group)), (t, worker_id, *pairs)).all()
+                accepted.extend(r[0] for r in applied)
+                won.update((r[0], r[1], worker_id) for r in applied)
+            pending = [o for o in pending if (o.job_id, o.attempt, o.worker_id) in won]
+            pending = list({(o.job_id, o.attempt): o for o in pending}.values())  # one row per attempt
+            crash_point("ack")
+            done = AttemptOutcome.COMPLETED.value
+            rows = [
+                (o.job_id, o.attempt, o.worker_id, o.started_at and self._t(o.started_at), t, done) for o in pending
+            ]
+            self._run_many(conn, statements.attempt(with_error=False), rows)
+        return accepted
+
+    def _current(self, conn: Connection, ids: list[int], lock: bool = False) -> dict[int, Any]:
+        return {row.id: row for row in conn.execute(statements.current(lock), {"ids": ids})}
+
+    def complete(self, job_id: int, worker_id: str, now: datetime, result: Any = None) -> JobRecord:
+        """The HTTP worker's complete: refused unless running and held by it.
+        Checked and applied in one transaction (the row locked on PostgreSQL,
+        the write lock held on SQLite): checked in one and applied in another,
+        a job rescued in between answered 200 unchanged. A completion the
+        fenced UPDATE still refuses is a lost race: refused (409)."""
+        with self._one_transaction() as conn:
+            row = self._held(conn, job_id, worker_id, Transition.COMPLETE)
+            outcome = Outcome(job_id, worker_id, attempt=row.attempt, started_at=row.claimed_at, result=result)
+            if not self.complete_many([outcome], now):
+                raise self._why_refused(conn, job_id, Transition.COMPLETE)
+            return JobRecord.from_row(conn.execute(select(jobs).where(jobs.c.id == job_id)).one())
+
+    def _held(self, conn: Connection, job_id: int, worker_id: str, transition: Transition) -> Any:
+        row = self._current(conn, [job_id], lock=True).get(job_id)
+        if row is None:
+            raise JobNotFound(job_id)
+        if row.status != State.RUNNING.value:
+            raise TransitionRefused(job_id, row.status, transition)
+        if row.worker_id != worker_id:
+            raise NotHeld(job_id, worker_id, row.worker_id)
+        return row
+
+    def fail_many(self, outcomes: Sequence[Outcome], now: datetime) -> list[JobRecord]:
+        """Apply the fail rule to each: ``failed`` with a backoff while
+        retry_count < max_retries (and the error is retryable), else ``dead``.
+        Returns the jobs as they now stand; refused ones are left out."""
+        if not outcomes:
+            return []
+        done: list[JobRecord] = []
+        t = self._t(now)
+        with self.write() as conn:
+            current = self._current(conn, [o.job_id for o in outcomes], lock=True)
+            for o in outcomes:
+                row = current.get(o.job_id)
+                if row is None:
+                    continue
+                attempt = row.attempt if o.attempt is None else o.attempt
+                error = storable_text(o.error)
+                if o.retryable:
+                    retry_at = now + timedelta(seconds=self.backoff(row.type, row.retry_count))
+                    values: tuple[Any, ...] = (o.job_id, attempt, o.worker_id, t, self._t(retry_at), error)
+                else:
+                    values = (o.job_id, attempt, o.worker_id, t, error)
+                failed = self._run(conn, statements.fail(o.retryable), values).first()
+                if failed is None:
+                    continue
+                done.append(self._record(failed))
+                started = o.started_at or row.claimed_at
+                outcome = AttemptOutcome(o.kind).value
+                self._run(
+                    conn,
+                    statements.attempt(),
+                    (o.job_id, attempt, o.worker_id, started and self._t(started), t, outcome, error,
+                     storable_text(o.traceback)),
+                )  # fmt: skip
+            crash_point("sweep" if outcomes[0].kind == AttemptOutcome.STALLED else "ack")
+        self._notify_dead([j for j in done if j.status is State.DEAD])
+        return done
+
+    def fail(
+        self,
+        job_id: int,
+        worker_id: str,
+        error: str,
+        now: datetime,
+        *,
+        retryable: bool = True,
+        traceback: str | None = None,
+    ) -> JobRecord:
+        """The HTTP worker's fail: refused unless running and held by it.
+        Checked and applied in one transaction (see ``complete``): checked
+        apart, the fail landed on the job's next attempt if it was rescued
+        and claimed again in between."""
+        with self._one_transaction() as conn:
+            row = self._held(conn, job_id, worker_id, Transition.FAIL)
+            outcome = Outcome(
+                job_id, worker_id, attempt=row.attempt, error=error, traceback=traceback, retryable=retryable
+            )
+            failed = self.fail_many([outcome], now)
+            if not failed:
+                raise self._why_refused(conn, job_id, Transition.FAIL)
+        return failed[0]
+
+    def rescue_stalled(self, now: datetime, stall_timeout: float, limit: int = 500) -> list[JobRecord]:
+        """Running jobs whose heartbeat is older than the stall timeout, held
+        by no worker that is still heart-beating: record the attempt as
+        stalled and apply the fail rule. Each job's update is conditional on
+        its attempt, so concurrent sweepers rescue it once.
+
+        A job's own ``heartbeat_at`` is not enough: a claim stamps it with
+        the time the claimer read before it waited for the write lock, and a
+        sweeper elsewhere rescued live jobs moments after they were claimed.
+        The worker's own row is stamped only by its heartbeat, with the time
+        the beat was written. Jobs of a worker with no row (an HTTP worker
+        beats each job) go by the job's heartbeat alone.
+
+        Picked and rescued in one transaction (the rows locked on PostgreSQL,
+        those another transaction holds skipped): picked apart, a heartbeat
+        landing in between was accepted and the job rescued anyway."""
+        cutoff = now - timedelta(seconds=stall_timeout)
+        with self._one_transaction() as conn:
+            rows = conn.execute(statements.stalled(cutoff, limit)).all()
+            return self.fail_many([_stalled(r) for r in rows], now)
+
+    # -- while running ------------------------------------------------------------
+
+    def heartbeat(self, job_id: int, worker_id: str, now: datetime) -> JobRecord:
+        """One job's heartbeat (the HTTP worker's); urgent, like ``heartbeat_worker``."""
+        with self.write(urgent=True) as conn:
+            row = conn.execute(statements.heartbeat(), {"job": job_id, "worker": worker_id, "now": now}).first()
+            if row is None:
+                self._held(conn, job_id, worker_id, Transition.HEARTBEAT)
+                raise self._why_refused(conn, job_id, Transition.HEARTBEAT)
+        return JobRecord.from_row(row)
+
+    def heartbeat_worker(self, worker_id: str, now: datetime | Callable[[], datetime]) -> int:
+        """Heartbeat every job a worker holds, and the worker itself.
+
+        An urgent write (``Store.write``): it must not wait behind the acks
+        and claims it vouches for, nor behind other processes' writers.
+        Given a clock, the time written is read once the write lock is held,
+        so a beat that had to wait still says "alive now", not "alive when
+        it started waiting"."""
+        with self.write(urgent=True) as conn:
+            params = {"worker": worker_id, "now": now() if callable(now) else now}
+            n = conn.execute(statements.heartbeat_held(), params).rowcount
+            conn.execute(statements.heartbeat_worker(), params)
+        return int(n)
+
+    def set_progress(
+        self, job_id: int, attempt: int, worker_id: str, progress: float | None, message: str | None, now: datetime
+    ) -> bool:
+        params = {
+            "job": job_id,
+            "job_attempt": attempt,
+            "worker": worker_id,
+            "to_progress": progress,
+            "message": storable_text(message),
+            "now": now,
+        }
+        with self.write() as conn:
+            return bool(conn.execute(statements.set_progress(), params).rowcount)
+
+    def release(
+        self,
+        worker_id: str,
+        held: Sequence[tuple[int, int]],
+        now: datetime,
+        *,
+        interrupted: Mapping[int, datetime | None] | None = None,
+    ) -> list[int]:
+        """Give claimed jobs back to ``pending`` without counting a retry
+        (graceful shutdown). ``held`` is (job id, attempt) pairs.
+
+        The attempt number is kept, not given back: results are fenced by
+        (job, attempt, worker), and a number handed out again would let the
+        released attempt's late result complete the next claim of the same
+        job by the same worker (a pool claims what it shed).
+
+        ``interrupted`` names the jobs whose handler had started (id ->
+        when): shutdown cut them short. Each gets an attempt row saying
+        "interrupted by shutdown", so the job's history shows the run that
+        did not finish (and an effect it started is seen as that attempt's)."""
+        if not held:
+            return []
+        started = dict(interrupted or {})
+        attempt_of = dict(held)
+        pairs = [x for job_id, attempt in attempt_of.items() for x in (job_id, attempt)]
+        t = self._t(now)
+        with self.write() as conn:
+            released = [r[0] for r in self._run(conn, statements.release(len(attempt_of)), (t, worker_id, *pairs))]
+            cut = AttemptOutcome.INTERRUPTED.value
+            rows = [
+                (job_id, attempt_of[job_id], worker_id, _maybe(self._t, started[job_id]), t, cut,
+                 "interrupted by shutdown", None)
+                for job_id in released
+                if job_id in started
+            ]  # fmt: skip
+            self._run_many(conn, statements.attempt(), rows)
+            if released:
+                self._notify_other_processes(conn)
+        if released:
+            self._notify_enqueued()
+        return released
+
+
+def _maybe(fn: Callable[[datetime], Any], value: datetime | None) -> Any:
+    return None if value is None else fn(value)
+
+
+def _stalled(r: Any) -> Outcome:
+    return Outcome(
+        r.id,
+        r.worker_id,
+        attempt=r.attempt,
+        error=f"stalled: worker {r.worker_id} stopped heart-beating at {r.heartbeat_at.isoformat()}",
+        kind=AttemptOutcome.STALLED,
+    )

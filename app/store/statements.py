@@ -1,0 +1,423 @@
+"""Every lifecycle statement, once, as SQLAlchemy Core.
+
+Each transition is one conditional statement whose WHERE names the allowed
+source states from ``app.states.SOURCES``; the store runs it and reads zero
+rows as a refusal. PostgreSQL executes these statements through Core;
+SQLite executes the very same statements compiled once to text
+(``app.store.sqlite.Prepared``). The statements whose shape
+depends on how many ids they name are built per shape and cached.
+
+The claim is the one statement where the dialects differ, and only in the
+hints each ignores: ``FOR UPDATE SKIP LOCKED`` (PostgreSQL; SQLite's single
+writer already excludes other claimers inside ``BEGIN IMMEDIATE``) and
+``INDEXED BY ix_jobs_claim`` (SQLite, whose planner without statistics
+prefers the type index and sorts every due job on every claim).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    Select,
+    and_,
+    bindparam,
+    case,
+    insert,
+    literal_column,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.sql.elements import BindParameter, ColumnElement
+
+from app.states import State, Transition, sources
+from app.store.models import CLAIMABLE_STATES, attempts, jobs, status_in, workers
+from app.store.sqlite import Prepared
+
+JOB_COLUMNS = tuple(jobs.c)
+NOW = bindparam("now", type_=jobs.c.updated_at.type)
+
+
+def in_states(transition: Transition) -> ColumnElement[bool]:
+    """The job is in a state ``transition`` may move it from."""
+    return status_in(jobs.c.status, sources(transition))
+
+
+def running() -> ColumnElement[bool]:
+    """The job is running: held by a worker (what the limits and the workers' page count)."""
+    return status_in(jobs.c.status, [State.RUNNING.value])
+
+
+def claimable(now: Any = NOW) -> ColumnElement[bool]:
+    """The claimable predicate, defined once: a claim source state and due.
+    The claim, the queue policy's pick and the SQLite commit watcher's probe
+    all use it; the claim indexes hold the rows of its first half."""
+    return and_(status_in(jobs.c.status, CLAIMABLE_STATES), jobs.c.available_at <= now)
+
+
+def dialect_insert(dialect: str) -> Any:
+    """The dialect's ``insert``: the one with ``on_conflict_do_nothing`` and ``on_conflict_do_update``."""
+    return pg_dialect.insert if dialect == "postgresql" else sqlite_dialect.insert
+
+
+def _binds(prefix: str, n: int, type_: Any = None) -> list[BindParameter[Any]]:
+    return [bindparam(f"{prefix}{i}", type_=type_) for i in range(n)]
+
+
+def _names(prefix: str, n: int | None) -> list[str]:
+    return [f"{prefix}{i}" for i in range(n or 0)]
+
+
+# -- enqueue ---------------------------------------------------------------------
+
+JOB_FIELDS = (
+    "type", "queue", "payload", "priority", "max_retries", "idempotency_key", "available_at", "created_at", "updated_at",
+)  # fmt: skip
+"""The order of an enqueue's values (``job_row``), the table's: on SQLite the
+rows of a bulk insert go to the driver as they are. The rest of a new row
+is fixed (``NEW_JOB``)."""
+
+
+def job_row(new: Any, payload_json: str, now: Any, at: Any) -> tuple[Any, ...]:
+    """An enqueue's values, in ``JOB_FIELDS`` order, for a ``NewJob``: the one
+    place they are built (``at``, ``now``: times as the dialect's path takes them)."""
+    return (new.type, new.queue, payload_json, new.priority, new.max_retries, new.idempotency_key, at, now, now)
+
+
+NEW_JOB: dict[str, Any] = {"status": State.PENDING.value, "attempt": 0, "retry_count": 0}
+"""What every new job starts with."""
+
+
+def _job_values() -> dict[str, Any]:
+    """The fixed values written literally, not bound: SQLite's bulk insert
+    then takes the rows exactly as ``job_row`` builds them."""
+    fixed: dict[str, Any] = {name: literal_column(repr(value)) for name, value in NEW_JOB.items()}
+    return {**fixed, **{f: bindparam(f, type_=jobs.c[f].type) for f in JOB_FIELDS}}
+
+
+@lru_cache(maxsize=8)
+def enqueue(returning: str = "row") -> Prepared:
+    """Insert one plain job (no idempotency key). ``returning``: ``row`` (the
+    whole job), ``id`` (in parameter order, for executemany) or ``none``."""
+    stmt = insert(jobs).values(_job_values())
+    if returning == "row":
+        stmt = stmt.returning(*JOB_COLUMNS)
+    elif returning == "id":
+        stmt = stmt.returning(jobs.c.id, sort_by_parameter_order=True)
+    return Prepared(stmt, JOB_FIELDS)
+
+
+@lru_cache(maxsize=8)
+def enqueue_keyed(dialect: str, returning: str = "row") -> Prepared:
+    """Insert a job with an idempotency key, doing nothing when the key is
+    taken: the UNIQUE constraint decides between concurrent enqueues."""
+    stmt = (
+        dialect_insert(dialect)(jobs).values(_job_values()).on_conflict_do_nothing(index_elements=["idempotency_key"])
+    )
+    if returning == "row":
+        return Prepared(stmt.returning(*JOB_COLUMNS), JOB_FIELDS)
+    return Prepared(stmt.returning(jobs.c.id, jobs.c.idempotency_key), JOB_FIELDS)
+
+
+def job_by_key() -> Select[Any]:
+    return select(jobs).where(jobs.c.idempotency_key == bindparam("key"))
+
+
+def ids_by_key() -> Select[Any]:
+    return select(jobs.c.id, jobs.c.idempotency_key).where(
+        jobs.c.idempotency_key.in_(bindparam("keys", expanding=True))
+    )
+
+
+# -- claim -----------------------------------------------------------------------
+
+
+def _claimed_values() -> dict[str, Any]:
+    values = {"status": State.RUNNING.value, "worker_id": bindparam("worker"), "attempt": jobs.c.attempt + 1}
+    return {
+        **values,
+        "claimed_at": NOW,
+        "heartbeat_at": NOW,
+        "updated_at": NOW,
+        "progress": None,
+        "progress_message": None,
+    }
+
+
+def due(
+    n_types: int | None,
+    n_queues: int | None,
+    n_excluded: int,
+    *,
+    columns: Sequence[Any] = (jobs.c.id,),
+    lock: bool = True,
+) -> Any:
+    """Due jobs in claim order (priority DESC, available_at, id); with
+    ``lock``, those another claimer holds are skipped. Values: now, *types,
+    *queues, *excluded queues."""
+    stmt = select(*columns).with_hint(jobs, "INDEXED BY ix_jobs_claim", "sqlite").where(claimable())
+    if n_types is not None:
+        stmt = stmt.where(jobs.c.type.in_(_binds("type_", n_types)))
+    if n_queues is not None:
+        stmt = stmt.where(jobs.c.queue.in_(_binds("queue_", n_queues)))
+    if n_excluded:
+        stmt = stmt.where(jobs.c.queue.not_in(_binds("skip_", n_excluded)))
+    stmt = stmt.order_by(jobs.c.priority.desc(), jobs.c.available_at, jobs.c.id)
+    return stmt.with_for_update(skip_locked=True) if lock else stmt
+
+
+def due_order(n_types: int | None, n_queues: int | None, n_excluded: int) -> list[str]:
+    return ["now", *_names("type_", n_types), *_names("queue_", n_queues), *_names("skip_", n_excluded)]
+
+
+@lru_cache(maxsize=256)
+def claim(n_types: int | None, n_queues: int | None, n_excluded: int) -> Prepared:
+    """pending|failed (due) -> running, up to ``limit`` jobs in one statement.
+    Values: worker, now, *types, *queues, *excluded queues, limit."""
+    picked = due(n_types, n_queues, n_excluded).limit(bindparam("limit", type_=Integer))
+    stmt = update(jobs).where(jobs.c.id.in_(picked.scalar_subquery())).values(_claimed_values()).returning(*JOB_COLUMNS)
+    return Prepared(stmt, ["worker", *due_order(n_types, n_queues, n_excluded), "limit"])
+
+
+@lru_cache(maxsize=512)
+def claim_ids(n: int) -> Prepared:
+    """Claim the ``n`` given jobs, each only if still claimable (the queue
+    policy picks the ids itself). Values: worker, now, *ids."""
+    stmt = (
+        update(jobs)
+        .where(jobs.c.id.in_(_binds("id_", n, BigInteger())), claimable())
+        .values(_claimed_values())
+        .returning(*JOB_COLUMNS)
+    )
+    return Prepared(stmt, ["worker", "now", *_names("id_", n)])
+
+
+# -- finishing an attempt ----------------------------------------------------------
+
+
+def _fenced(n: int, transition: Transition) -> ColumnElement[bool]:
+    """Each of ``n`` (id, attempt) pairs, only while held by the worker that
+    ran that attempt and in a source state of ``transition``. The ids are
+    named alone as well: SQLite finds the rows by them (by rowid), and
+    checks the pairs only on the rows found."""
+    ids = _binds("id_", n, BigInteger())
+    pairs = [tuple_(i, a) for i, a in zip(ids, _binds("at_", n, Integer()), strict=True)]
+    return and_(
+        jobs.c.id.in_(ids),
+        tuple_(jobs.c.id, jobs.c.attempt).in_(pairs),
+        jobs.c.worker_id == bindparam("worker"),
+        in_states(transition),
+    )
+
+
+def _pairs(n: int) -> list[str]:
+    return [name for i in range(n) for name in (f"id_{i}", f"at_{i}")]
+
+
+@lru_cache(maxsize=512)
+def complete(n: int, with_result: bool = False) -> Prepared:
+    """running -> completed for ``n`` fenced (id, attempt) pairs of one worker.
+    Values: now, worker, *(id, attempt), [result]."""
+    values: dict[str, Any] = {
+        "status": State.COMPLETED.value,
+        "finished_at": NOW,
+        "updated_at": NOW,
+        "progress": case((jobs.c.progress.is_(None), None), else_=1.0),
+    }
+    if with_result:
+        values["result"] = bindparam("with_result")
+    stmt = update(jobs).where(_fenced(n, Transition.COMPLETE)).values(values).returning(jobs.c.id, jobs.c.attempt)
+    return Prepared(stmt, ["now", "worker", *_pairs(n), *(["with_result"] if with_result else [])])
+
+
+ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "started_at", "finished_at", "outcome", "error", "traceback")
+
+
+@lru_cache(maxsize=2)
+def attempt(with_error: bool = True) -> Prepared:
+    """One finished attempt's row. Values: ``ATTEMPT_FIELDS``, without the
+    error and traceback for a completion (fewer values to bind per row)."""
+    fields = ATTEMPT_FIELDS if with_error else ATTEMPT_FIELDS[:6]
+    stmt = insert(attempts).values({f: bindparam(f, type_=attempts.c[f].type) for f in fields})
+    return Prepared(stmt, fields)
+
+
+FAIL_FIELDS = ("job", "job_attempt", "worker", "now", "retry_at", "why")
+
+
+@lru_cache(maxsize=2)
+def fail(retryable: bool) -> Prepared:
+    """running -> failed (retry_count + 1, due at ``retry_at``) while retries
+    are left, else -> dead. A non-retryable error goes to dead whatever the
+    budget. Fenced by (id, attempt, worker). Values: ``FAIL_FIELDS``."""
+    if retryable:
+        left = jobs.c.retry_count < jobs.c.max_retries
+        values: dict[str, Any] = {
+            "status": case((left, State.FAILED.value), else_=State.DEAD.value),
+            "retry_count": case((left, jobs.c.retry_count + 1), else_=jobs.c.retry_count),
+            "available_at": case(
+                (left, bindparam("retry_at", type_=jobs.c.available_at.type)), else_=jobs.c.available_at
+            ),
+            "finished_at": case((left, None), else_=NOW),
+        }
+    else:
+        values = {"status": State.DEAD.value, "finished_at": NOW}
+    values.update(error=bindparam("why"), updated_at=NOW)
+    stmt = (
+        update(jobs)
+        .where(
+            jobs.c.id == bindparam("job"),
+            jobs.c.attempt == bindparam("job_attempt"),
+            jobs.c.worker_id == bindparam("worker"),
+            in_states(Transition.FAIL),
+        )
+        .values(values)
+        .returning(*JOB_COLUMNS)
+    )
+    order = FAIL_FIELDS if retryable else tuple(f for f in FAIL_FIELDS if f != "retry_at")
+    return Prepared(stmt, order)
+
+
+def current(lock: bool) -> Select[Any]:
+    """What the fail rule and the HTTP worker's checks read first (``ids``, expanding)."""
+    stmt = select(
+        jobs.c.id, jobs.c.type, jobs.c.status, jobs.c.attempt, jobs.c.worker_id,
+        jobs.c.retry_count, jobs.c.max_retries, jobs.c.claimed_at, jobs.c.heartbeat_at,
+    ).where(jobs.c.id.in_(bindparam("ids", expanding=True)))  # fmt: skip
+    return stmt.with_for_update() if lock else stmt
+
+
+def stalled(cutoff: Any, limit: int) -> Select[Any]:
+    """The rescue's pick: running jobs with an old heartbeat held by no worker
+    still heart-beating, those another transaction holds skipped."""
+    live_worker = select(workers.c.id).where(workers.c.id == jobs.c.worker_id, workers.c.heartbeat_at >= cutoff)
+    return (
+        select(jobs.c.id, jobs.c.worker_id, jobs.c.attempt, jobs.c.heartbeat_at)
+        .where(in_states(Transition.RESCUE), jobs.c.heartbeat_at < cutoff, ~live_worker.exists())
+        .limit(limit)
+        .with_for_update(of=jobs, skip_locked=True)
+    )
+
+
+# -- while running ---------------------------------------------------------------
+
+
+def heartbeat() -> Any:
+    """One job's heartbeat (the HTTP worker's). Values: job, worker, now."""
+    return (
+        update(jobs)
+        .where(jobs.c.id == bindparam("job"), jobs.c.worker_id == bindparam("worker"), in_states(Transition.HEARTBEAT))
+        .values(heartbeat_at=NOW, updated_at=NOW)
+        .returning(*JOB_COLUMNS)
+    )
+
+
+def heartbeat_held() -> Any:
+    """Every job a worker holds; rows another transaction holds (an ack
+    finishing them) are skipped, not waited for: waiting deadlocked with an
+    ack batch locking the same rows in another order. Values: worker, now."""
+    held = select(jobs.c.id).where(jobs.c.worker_id == bindparam("worker"), in_states(Transition.HEARTBEAT))
+    return (
+        update(jobs)
+        .where(jobs.c.id.in_(held.with_for_update(skip_locked=True).scalar_subquery()))
+        .values(heartbeat_at=NOW)
+    )
+
+
+def heartbeat_worker() -> Any:
+    return update(workers).where(workers.c.id == bindparam("worker")).values(heartbeat_at=NOW)
+
+
+def set_progress() -> Any:
+    """Values: job, job_attempt, worker, to_progress, message, now."""
+    return (
+        update(jobs)
+        .where(
+            jobs.c.id == bindparam("job"),
+            jobs.c.attempt == bindparam("job_attempt"),
+            jobs.c.worker_id == bindparam("worker"),
+            in_states(Transition.HEARTBEAT),
+        )
+        .values(
+            progress=bindparam("to_progress"), progress_message=bindparam("message"), heartbeat_at=NOW, updated_at=NOW
+        )
+    )
+
+
+_HOLDER = ("worker_id", "claimed_at", "heartbeat_at", "progress", "progress_message")
+"""What a released job forgets of the worker that held it."""
+
+
+@lru_cache(maxsize=256)
+def release(n: int) -> Prepared:
+    """running -> pending for ``n`` fenced (id, attempt) pairs, no attempt
+    counted (graceful shutdown). Values: now, worker, *(id, attempt)."""
+    stmt = (
+        update(jobs)
+        .where(_fenced(n, Transition.RELEASE))
+        .values(status=State.PENDING.value, updated_at=NOW, **dict.fromkeys(_HOLDER))
+        .returning(jobs.c.id)
+    )
+    return Prepared(stmt, ["now", "worker", *_pairs(n)])
+
+
+# -- operator actions ------------------------------------------------------------
+
+_IDS: BindParameter[Any] = bindparam("ids", expanding=True)
+
+
+def retry(one: bool, with_payload: bool = False) -> Any:
+    """failed|dead|discarded -> pending now, with a fresh retry budget. Values:
+    ``job`` (``one``) or ``ids`` (expanding), now, [new_payload]."""
+    values: dict[str, Any] = {"status": State.PENDING.value, "available_at": NOW, "retry_count": 0}
+    values.update(finished_at=None, updated_at=NOW)
+    if with_payload:
+        values["payload"] = bindparam("new_payload")
+    picked = jobs.c.id == bindparam("job") if one else jobs.c.id.in_(_IDS)
+    stmt = update(jobs).where(picked, in_states(Transition.RETRY)).values(values)
+    return stmt.returning(*JOB_COLUMNS) if one else stmt.returning(jobs.c.id)
+
+
+def keep_old_payload() -> Any:
+    """Edit and retry: the attempts that ran with the old payload keep it."""
+    return (
+        update(attempts)
+        .where(attempts.c.job_id == bindparam("job"), attempts.c.payload.is_(None))
+        .values(payload=bindparam("old"))
+    )
+
+
+def payload_of() -> Any:
+    return select(jobs.c.payload).where(jobs.c.id == bindparam("job"))
+
+
+def discard(one: bool) -> Any:
+    """pending|failed|dead -> discarded. Values: ``job`` or ``ids``, now."""
+    picked = jobs.c.id == bindparam("job") if one else jobs.c.id.in_(_IDS)
+    stmt = (
+        update(jobs)
+        .where(picked, in_states(Transition.DISCARD))
+        .values(status=State.DISCARDED.value, finished_at=NOW, updated_at=NOW)
+    )
+    return stmt.returning(*JOB_COLUMNS) if one else stmt.returning(jobs.c.id)
+
+
+def run_now() -> Any:
+    """A scheduled or retrying job (not yet due) becomes due now. Values: job, now."""
+    return (
+        update(jobs)
+        .where(jobs.c.id == bindparam("job"), in_states(Transition.RUN_NOW), jobs.c.available_at > NOW)
+        .values(available_at=NOW, updated_at=NOW)
+        .returning(*JOB_COLUMNS)
+    )
+
+
+def status_of() -> Any:
+    return select(jobs.c.status).where(jobs.c.id == bindparam("job"))

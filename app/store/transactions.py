@@ -1,0 +1,164 @@
+"""The store's transactions and how a prepared statement runs on each
+dialect: the plumbing every part of ``Store`` shares."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+
+from app.errors import JobNotFound, TransitionRefused
+from app.states import Transition
+from app.store import statements
+from app.store.engine import PROMPT, READONLY
+from app.store.postgres import NOTIFY_SQL
+from app.store.records import JobRecord
+from app.store.sqlite import Prepared, db_time
+
+Backoff = Callable[[str, int], float]
+"""(job type, retry_count) -> seconds until the retry."""
+
+
+class Transactions:
+    """Write and read transactions, the listeners of this process, and the
+    execution of ``app.store.statements`` (Core on PostgreSQL, compiled text
+    at driver level on SQLite)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+        self.sqlite = self.dialect == "sqlite"
+        self._enqueue_listeners: list[Callable[[], None]] = []
+        self._dead_listeners: list[Callable[[list[JobRecord]], None]] = []
+        self._write_lock = threading.RLock() if self.sqlite else None
+        self._decode: Callable[[Any], JobRecord] = JobRecord.from_sqlite if self.sqlite else JobRecord.from_row
+        """A job row as the dialect's path returns it, decoded."""
+        self._joined = threading.local()
+        """``conn`` set while ``complete_and_claim`` or ``_one_transaction``
+        runs: this thread's ``write()`` joins it. ``locked`` while this thread
+        holds the write lock: an urgent write then queues like the others
+        (its own connection would wait for this one). ``dead`` collects the
+        jobs a joined transaction killed, told once it commits."""
+
+    @contextmanager
+    def write(self, *, urgent: bool = False) -> Iterator[Connection]:
+        """A write transaction. On SQLite the writers of this process queue
+        on a lock first: SQLite has one writer anyway, and a thread that finds
+        the file locked sleeps in SQLite's busy handler (1, 2, 5, 10 ms ...)
+        long after the lock was freed. Other processes still wait through
+        busy_timeout.
+
+        ``urgent`` is for a small write that must not wait behind the others
+        (a heartbeat: a drain's back-to-back acks must not delay the beat
+        that tells the other processes' sweepers this one is alive). On
+        SQLite it skips this process's queue, whose holder may itself be
+        waiting for another process, and asks for the file's write lock
+        every millisecond (``app.store.engine.PROMPT``)."""
+        outer = getattr(self._joined, "conn", None)
+        if outer is not None:
+            yield outer
+            return
+        if self._write_lock is None:
+            with self.engine.begin() as conn:
+                yield conn
+            return
+        if urgent and not getattr(self._joined, "locked", False):
+            with self.engine.connect() as conn:
+                conn.execution_options(**{PROMPT: True})
+                with conn.begin():
+                    yield conn
+            return
+        with self._write_lock:
+            self._joined.locked = True
+            try:
+                with self.engine.begin() as conn:
+                    yield conn
+            finally:
+                self._joined.locked = False
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(**{READONLY: True})
+            with conn.begin():
+                yield conn
+
+    @contextmanager
+    def _one_transaction(self) -> Iterator[Connection]:
+        """A write transaction that the store calls made inside it join (their
+        ``write()`` yields it), for a check and its transition in one. Dead
+        listeners hear of what it killed once it has committed."""
+        dead: list[JobRecord] = []
+        outer = getattr(self._joined, "conn", None), getattr(self._joined, "dead", None)
+        with self.write() as conn:
+            self._joined.conn, self._joined.dead = conn, dead
+            try:
+                yield conn
+            finally:
+                self._joined.conn, self._joined.dead = outer
+        self._notify_dead(dead)
+
+    # -- listeners -------------------------------------------------------------
+
+    def on_enqueue(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` after every committed enqueue in this process."""
+        self._enqueue_listeners.append(fn)
+
+    def on_dead(self, fn: Callable[[list[JobRecord]], None]) -> None:
+        """Call ``fn`` with the jobs that just landed in ``dead``."""
+        self._dead_listeners.append(fn)
+
+    def _notify_enqueued(self) -> None:
+        for fn in self._enqueue_listeners:
+            fn()
+
+    def _notify_other_processes(self, conn: Connection) -> None:
+        """PostgreSQL: NOTIFY in the same transaction, so every process's
+        listener (``app.worker.listener``) hears of the job exactly when it is committed."""
+        if self.dialect == "postgresql":
+            conn.exec_driver_sql(NOTIFY_SQL)
+
+    def _notify_dead(self, dead: list[JobRecord]) -> None:
+        deferred = getattr(self._joined, "dead", None)
+        if deferred is not None:  # inside _one_transaction: after its commit
+            deferred.extend(dead)
+            return
+        if dead:
+            for fn in self._dead_listeners:
+                fn(dead)
+
+    # -- running statements ------------------------------------------------------
+
+    def _t(self, when: datetime) -> Any:
+        """A time as the dialect's path takes it: SQLite's stored text, or the datetime."""
+        return db_time(when) if self.sqlite else when
+
+    def _run(self, conn: Connection, prepared: Prepared, values: tuple[Any, ...]) -> Any:
+        """Run one of the statements: compiled text with positional values on
+        SQLite (rows decoded by ``JobRecord.from_sqlite``), Core elsewhere."""
+        if self.sqlite:
+            compiled = prepared.sqlite
+            return conn.exec_driver_sql(compiled.text, compiled.params(values))
+        return conn.execute(prepared.stmt, prepared.params(values))
+
+    def _run_many(self, conn: Connection, prepared: Prepared, rows: Sequence[tuple[Any, ...]]) -> None:
+        if not rows:
+            return
+        if self.sqlite:
+            compiled = prepared.sqlite
+            conn.exec_driver_sql(compiled.text, [compiled.params(r) for r in rows])
+        else:
+            conn.execute(prepared.stmt, [prepared.params(r) for r in rows])
+
+    def _record(self, row: Any) -> JobRecord:
+        return self._decode(row)
+
+    def _why_refused(self, conn: Connection, job_id: int, transition: Transition) -> Exception:
+        status = conn.execute(statements.status_of(), {"job": job_id}).scalar()
+        if status is None:
+            return JobNotFound(job_id)
+        return TransitionRefused(job_id, status, transition)
