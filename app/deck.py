@@ -14,27 +14,23 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from app.config import Config
 from app.errors import InvalidField, PayloadTooLarge, UnknownType
 from app.handlers import Registry
 from app.handlers import registry as default_registry
 from app.health import Health
-from app.states import PRIORITY_LABELS
+from app.maintenance.alerts import Alerts, parse_alerts
+from app.maintenance.cron import Periodic, parse_schedules
+from app.maintenance.upkeep import Maintenance, parse_retention
+from app.queues import QueueControls, parse_limits
 from app.store import JobRecord, NewJob, Store, backoff_delay
 from app.store.engine import make_engine
 from app.store.enqueue import PlainJob
-from app.validation import check_json, check_text
-
-if TYPE_CHECKING:
-    from app.maintenance.alerts import Alerts
-    from app.maintenance.cron import Periodic
-    from app.maintenance.upkeep import Maintenance
-    from app.queues import QueueControls
+from app.validation import check_json, check_text, parse_priority, parse_time
 
 Clock = Callable[[], datetime]
 
@@ -79,10 +75,6 @@ class Jobdeck:
         self.store.backoff = self.backoff
 
         # Imported here: the parts import this module for Jobdeck and its parsers.
-        from app.maintenance.alerts import Alerts, parse_alerts
-        from app.maintenance.cron import Periodic, parse_schedules
-        from app.maintenance.upkeep import Maintenance, parse_retention
-        from app.queues import QueueControls, parse_limits
 
         if config.demo:
             from app.demo import add_demo_config
@@ -264,50 +256,6 @@ class Jobdeck:
 
 
 _PLAIN = frozenset({"type", "payload"})
-
-
-MAX_PRIORITY = 1_000_000
-"""Priorities run from ``-MAX_PRIORITY`` to ``MAX_PRIORITY``."""
-PRIORITY_NUMBER = re.compile(r"-?(1000000|[0-9]{1,6})")
-"""A priority written as a string: ASCII digits only (``"²".isdigit()`` is
-true and ``int("²")`` fails); the pattern the OpenAPI document publishes."""
-
-
-def parse_priority(value: Any, default: int = 0) -> int:
-    """An integer, a numeric string in ASCII digits, or a label (any case)."""
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        raise InvalidField("priority", "must be an integer or one of low, medium, high, critical")
-    if isinstance(value, int):
-        if not -MAX_PRIORITY <= value <= MAX_PRIORITY:
-            raise InvalidField("priority", f"must be between {-MAX_PRIORITY} and {MAX_PRIORITY}")
-        return value
-    if isinstance(value, str):
-        if value.lower() in PRIORITY_LABELS:
-            return PRIORITY_LABELS[value.lower()]
-        if PRIORITY_NUMBER.fullmatch(value):
-            return parse_priority(int(value))
-    shown = value[:40] if isinstance(value, str) else value
-    raise InvalidField("priority", f"unknown priority {shown!r}; use an integer or low, medium, high, critical")
-
-
-def parse_time(value: Any, field: str) -> datetime:
-    if isinstance(value, datetime):
-        parsed = value
-    elif isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            raise InvalidField(field, f"not an ISO 8601 time: {value!r}") from None
-    else:
-        raise InvalidField(field, "must be an ISO 8601 time string")
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    try:
-        return parsed.astimezone(UTC)
-    except OverflowError:
-        raise InvalidField(field, f"{parsed.isoformat()} is outside the years 1 to 9999 in UTC") from None
 
 
 def _available_at(run_at: Any, delay: Any, now: datetime) -> datetime:

@@ -19,11 +19,13 @@ from __future__ import annotations
 import json
 import math
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 from werkzeug.routing import IntegerConverter, Map
 
 from app.errors import InvalidField
+from app.states import PRIORITY_LABELS
 
 INT64_MAX = 2**63 - 1
 """The largest id, cursor or priority the databases' BIGINT can hold."""
@@ -173,3 +175,47 @@ def max_body_bytes(max_payload_bytes: int) -> int:
     times the limit plus 64 KiB admits every payload under it, and still
     bounds what a request makes the server read."""
     return 3 * max_payload_bytes + 64 * 1024
+
+
+MAX_PRIORITY = 1_000_000
+"""Priorities run from ``-MAX_PRIORITY`` to ``MAX_PRIORITY``."""
+PRIORITY_NUMBER = re.compile(r"-?(1000000|[0-9]{1,6})")
+"""A priority written as a string: ASCII digits only (``"²".isdigit()`` is
+true and ``int("²")`` fails); the pattern the OpenAPI document publishes."""
+
+
+def parse_priority(value: Any, default: int = 0) -> int:
+    """An integer, a numeric string in ASCII digits, or a label (any case)."""
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        raise InvalidField("priority", "must be an integer or one of low, medium, high, critical")
+    if isinstance(value, int):
+        if not -MAX_PRIORITY <= value <= MAX_PRIORITY:
+            raise InvalidField("priority", f"must be between {-MAX_PRIORITY} and {MAX_PRIORITY}")
+        return value
+    if isinstance(value, str):
+        if value.lower() in PRIORITY_LABELS:
+            return PRIORITY_LABELS[value.lower()]
+        if PRIORITY_NUMBER.fullmatch(value):
+            return parse_priority(int(value))
+    shown = value[:40] if isinstance(value, str) else value
+    raise InvalidField("priority", f"unknown priority {shown!r}; use an integer or low, medium, high, critical")
+
+
+def parse_time(value: Any, field: str) -> datetime:
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidField(field, f"not an ISO 8601 time: {value!r}") from None
+    else:
+        raise InvalidField(field, "must be an ISO 8601 time string")
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise InvalidField(field, f"{parsed.isoformat()} is outside the years 1 to 9999 in UTC") from None

@@ -28,13 +28,16 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.config import Config, ConfigError
-from app.deck import Jobdeck, parse_time
 from app.handlers import JobContext
 from app.store import JobRecord, NewJob
 from app.store.alerts import claim_alert_slot, dead_between
+from app.validation import parse_time
+
+if TYPE_CHECKING:
+    from app.deck import Jobdeck
 
 log = logging.getLogger("jobdeck.alerts")
 

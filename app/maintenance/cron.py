@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.cron import CronTrigger
@@ -32,7 +32,6 @@ from cron_descriptor import ExpressionDescriptor, Options
 
 from app import actions
 from app.config import ConfigError
-from app.deck import Jobdeck, parse_priority
 from app.errors import JobdeckError
 from app.store import JobRecord, NewJob
 from app.store.schedules import (
@@ -43,6 +42,10 @@ from app.store.schedules import (
     schedule_states,
     set_schedule_paused,
 )
+from app.validation import parse_priority
+
+if TYPE_CHECKING:
+    from app.deck import Jobdeck
 
 log = logging.getLogger("jobdeck.schedules")
 

@@ -24,10 +24,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.config import Config, ConfigError
-from app.deck import Jobdeck
 from app.states import FINISHED, State
 from app.store.upkeep import (
     mark_silent_workers,
@@ -38,6 +37,9 @@ from app.store.upkeep import (
     stats_since,
     whole_minute,
 )
+
+if TYPE_CHECKING:
+    from app.deck import Jobdeck
 
 log = logging.getLogger("jobdeck.maintenance")
 

@@ -122,32 +122,3 @@ class Compiled:
         if self._get is not None:
             return self._get(values)  # type: ignore[no-any-return]
         return () if self._single is None else (values[self._single],)
-
-
-DATA_VERSION = "PRAGMA data_version"
-"""Changes whenever another connection commits to the file; costs a look at
-the WAL index in shared memory (``app.worker.commit_watch``)."""
-
-
-def data_version(conn: sqlite3.Connection) -> int:
-    return int(conn.execute(DATA_VERSION).fetchone()[0])
-
-
-@lru_cache(maxsize=64)
-def _probe(n_types: int, n_queues: int | None) -> Compiled:
-    from sqlalchemy import literal_column
-
-    from app.store import statements
-
-    stmt = statements.due(n_types, n_queues, 0, columns=(literal_column("1"),), lock=False).limit(1)
-    return Compiled(stmt, tuple(statements.due_order(n_types, n_queues, 0)))
-
-
-def claimable_due(conn: sqlite3.Connection, now: datetime, types: list[str], queues: list[str] | None) -> bool:
-    """Is a job of these types (and queues) claimable now? The claim's own
-    pick with LIMIT 1, on the caller's plain ``sqlite3`` connection (the
-    commit watcher's, in autocommit: no lock held after it returns); served
-    by the claim's partial index."""
-    probe = _probe(len(types), None if queues is None else len(queues))
-    params = probe.params((db_time(now), *types, *(queues or ())))
-    return conn.execute(probe.text, params).fetchone() is not None

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from app.store.sqlite import claimable_due, data_version
+from app.store.watch import claimable_due, data_version
 
 if TYPE_CHECKING:
     from app.deck import Jobdeck
