@@ -86,7 +86,10 @@ def serve(demo: bool, bind: str | None, workers: int | None, log_level: str) -> 
     refuse_exposed(config)
     app = _app(config)
     runtime = Runtime.for_app(app)
-    server = HttpServer(app, config)
+    try:
+        server = HttpServer(app, config)
+    except OSError as exc:  # the port is taken, or the address is not this host's
+        raise click.ClickException(f"bind: cannot listen on {config.bind}: {exc.strerror or exc}") from None
     signals = ShutdownSignals()
     signals.install()  # before anything runs that a signal must stop gracefully
     runtime.start()
@@ -233,7 +236,7 @@ def init_db() -> None:
 
 @main.group()
 def db() -> None:
-    """Database schema migrations (Alembic; revisions in app/migrations)."""
+    """Database schema migrations (Alembic; revisions in app/store/migrations)."""
 
 
 @contextmanager
@@ -295,7 +298,10 @@ def db_revision(message: str, empty: bool) -> None:
     from app.store import migrate
 
     with _engine() as engine:
-        path = migrate.revision(engine, message, autogenerate=not empty)
+        try:
+            path = migrate.revision(engine, message, autogenerate=not empty)
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
     click.echo(f"wrote {path}; review it (ALTERs on SQLite go through batch_alter_table) and commit it")
 
 

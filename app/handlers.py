@@ -15,6 +15,8 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -92,9 +94,15 @@ handler = registry.handler
 
 
 def import_modules(names: list[str]) -> None:
-    """Import the handler modules named in config; a bad name stops start-up."""
+    """Import the handler modules named in config; a bad name stops start-up.
+
+    The current folder is searched first, as ``python -m`` would: the
+    ``jobdeck`` command's own folder is on ``sys.path``, the project's
+    is not, and ``handler_modules = ["myapp.jobs"]`` names the project's."""
     from app.config import ConfigError
 
+    if names and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     for name in names:
         try:
             importlib.import_module(name)

@@ -132,3 +132,47 @@ def test_refuses_to_start(tmp_path: Path, args, env, message) -> None:
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode != 0
     assert message in out
+
+
+def test_serve_on_a_taken_port_says_so_in_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = spawn(tmp_path, "serve", "--bind", f"127.0.0.1:{port}")
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 1
+    assert f"Error: bind: cannot listen on 127.0.0.1:{port}" in out
+    assert "Traceback" not in out
+
+
+def test_handler_modules_are_found_in_the_current_folder(tmp_path: Path) -> None:
+    """The README's ``handler_modules = ["myapp.jobs"]`` next to the config,
+    with the command run from that folder and nothing on PYTHONPATH for it."""
+    (tmp_path / "myapp").mkdir()
+    (tmp_path / "myapp" / "__init__.py").write_text("")
+    (tmp_path / "myapp" / "jobs.py").write_text(
+        'from app.handlers import handler\n\n\n@handler("my.hello")\ndef hello(payload, ctx):\n    return "hi"\n'
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())", "jobs"],
+        cwd=tmp_path,
+        env=jobdeck_env(tmp_path, JOBDECK_HANDLER_MODULES="myapp.jobs", PYTHONSAFEPATH="1"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "cannot import" not in proc.stdout + proc.stderr
+
+
+def test_db_revision_refuses_outside_a_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.store import migrate
+
+    installed = tmp_path / "site-packages" / "app" / "store" / "migrations"
+    installed.mkdir(parents=True)
+    monkeypatch.setattr(migrate, "SCRIPT_LOCATION", str(installed))
+    r = CliRunner().invoke(main, ["db", "revision", "-m", "t", "--empty"], env=jobdeck_env(tmp_path))
+    assert r.exit_code == 1
+    assert "writes into a source checkout" in r.output
+    assert not list(installed.rglob("*.py"))

@@ -1,0 +1,24 @@
+"""WSGI entry point for another server (``gunicorn app.wsgi:app``; from a
+checkout also ``gunicorn wsgi:app``).
+
+Refuses to start exposed without credentials, exactly as ``jobdeck serve``
+does (``app.web.exposure``; set ``JOBDECK_BIND`` to the address the server
+listens on), then builds the app and starts this process's runtime (workers
+and scheduler) once; ``jobdeck serve`` does the same with waitress.
+"""
+
+import atexit
+
+from app import create_app
+from app.config import load
+from app.runtime import Runtime
+from app.web.exposure import exposure_problem
+
+config = load()
+problem = exposure_problem(config)
+if problem:
+    raise SystemExit(f"jobdeck: {problem}")
+app = create_app(config)
+runtime = Runtime.for_app(app)
+runtime.start()
+atexit.register(runtime.stop)
