@@ -40,3 +40,14 @@ def test_the_sweep_spares_a_job_whose_worker_still_beats(drv: Driver) -> None:
     assert drv.store.get(job.id).status is State.RUNNING
     later = drv.clock.advance(STALL * 2)  # the worker stopped beating
     assert [j.id for j in drv.store.rescue_stalled(later, STALL)] == [job.id]
+
+
+def test_the_sweep_picks_only_running_jobs(drv: Driver) -> None:
+    """Finished jobs keep their last heartbeat: a sweep that picked them
+    (the fail rule then refusing each) spent its batch on them and left the
+    stalled job behind."""
+    for _ in range(3):
+        drv.in_state(State.COMPLETED)
+    stalled = drv.claim_one(drv.enqueue(), "w-stalled")
+    later = drv.clock.advance(STALL * 2)
+    assert [j.id for j in drv.store.rescue_stalled(later, STALL, limit=1)] == [stalled.id]
