@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-LIFECYCLE = "app/store/lifecycle.py"
-SQLITE = "app/store/sqlite.py"
+STATEMENTS = "app/store/statements.py"
+ENQUEUE = "app/store/enqueue.py"
+FINISH = "app/store/finish.py"
+CONTROLS = "app/store/controls.py"
 QUEUES = "app/queues.py"
 
 
@@ -40,158 +42,203 @@ class Mutation:
     description: str
 
 
+# Each lifecycle statement is written once (app/store/statements.py) and run
+# by both dialects (Core on PostgreSQL, compiled once to text on SQLite), so
+# each guard is broken once, where its statement applies it; the suite runs
+# every test on both. The source states come from ``in_states(Transition.X)``:
+# a transition's guard is dropped at its own call, and the shared helper is
+# broken once on its own. ``INDEXED BY`` (SQLite) is a
+# planner hint, not a guard: not mutated.
+_COMPLETE_WHERE = "stmt = update(jobs).where(_fenced(n, Transition.COMPLETE))"
+
+
+def _complete_without(keep: str, variant: str) -> str:
+    """The completion's WHERE, for one variant of the statement (``plain``:
+    ``complete(n)``, the batched acks; ``result``: ``complete(1, True)``, a
+    completion with a result: ``Store.complete`` and the HTTP worker's), with
+    only the clauses of ``_fenced`` at the indices ``keep`` names: 0 ``id IN
+    ids``, 1 ``(id, attempt) IN pairs``, 2 ``worker_id = worker``, 3 ``status IN
+    sources``."""
+    pick = f"and_(*(_fenced(n, Transition.COMPLETE).clauses[i] for i in {keep}))"
+    cond = "with_result" if variant == "result" else "not with_result"
+    return f"stmt = update(jobs).where({pick} if {cond} else _fenced(n, Transition.COMPLETE))"
+
+
 MUTATIONS: list[Mutation] = [
+    # -- complete: complete(n) (batched, no result) and complete(1, True) (with a result: Store.complete, HTTP)
+    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("(0, 1, 2)", "plain"),
+             "complete (batched, no result): drop status IN (...)"),
+    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("(0, 1, 2)", "result"),
+             "complete (with a result): drop status IN (...)"),
+    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("(0, 1, 3)", "plain"),
+             "complete (batched, no result): drop the worker_id fence"),
+    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("(0, 1, 3)", "result"),
+             "complete (with a result): drop the worker_id fence"),
+    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("(0, 2, 3)", "plain"),
+             "complete (batched, no result): drop the attempt fence"),
+    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("(0, 2, 3)", "result"),
+             "complete (with a result): drop the attempt fence"),
+    # -- fail
     Mutation(
-        SQLITE,
-        'f"AND status IN ({_quoted(sources(Transition.COMPLETE))}) RETURNING id, attempt"',
-        '"RETURNING id, attempt"',
-        "SQLite batched completion: drop status IN (...)",
-    ),
-    Mutation(
-        LIFECYCLE,
-        "                jobs.c.worker_id == worker_id,\n                jobs.c.status.in_(sources(Transition.COMPLETE)),\n",
-        "                jobs.c.worker_id == worker_id,\n",
-        "Core completion (PostgreSQL, with a result): drop status IN (...)",
-    ),
-    Mutation(
-        SQLITE,
-        "AND (id, attempt) IN (VALUES {pairs}) AND worker_id = ? ",
-        "AND (id, attempt) IN (VALUES {pairs}) AND ? IS NOT NULL ",
-        "SQLite batched completion: drop the worker_id fence",
-    ),
-    Mutation(
-        LIFECYCLE,
-        "                tuple_(jobs.c.id, jobs.c.attempt).in_([(o.job_id, o.attempt) for o in group]),\n"
-        "                jobs.c.worker_id == worker_id,\n",
-        "                tuple_(jobs.c.id, jobs.c.attempt).in_([(o.job_id, o.attempt) for o in group]),\n",
-        "Core completion: drop the worker_id fence",
-    ),
-    Mutation(
-        SQLITE,
-        "AND (id, attempt) IN (VALUES {pairs})",
-        "AND (id, id) IN (SELECT column1, column1 FROM (VALUES {pairs}))",
-        "SQLite batched completion: drop the attempt fence",
-    ),
-    Mutation(
-        LIFECYCLE,
-        "tuple_(jobs.c.id, jobs.c.attempt).in_([(o.job_id, o.attempt) for o in group])",
-        "jobs.c.id.in_([o.job_id for o in group])",
-        "Core completion: drop the attempt fence",
-    ),
-    Mutation(
-        LIFECYCLE,
-        "                jobs.c.id == o.job_id,\n                jobs.c.attempt == attempt,\n",
-        "                jobs.c.id == o.job_id,\n",
+        STATEMENTS,
+        '            jobs.c.attempt == bindparam("job_attempt"),\n'
+        '            jobs.c.worker_id == bindparam("worker"),\n            in_states(Transition.FAIL),\n',
+        '            jobs.c.worker_id == bindparam("worker"),\n            in_states(Transition.FAIL),\n',
         "fail: drop the attempt fence",
     ),
     Mutation(
-        LIFECYCLE,
-        "                jobs.c.attempt == attempt,\n                jobs.c.worker_id == o.worker_id,\n",
-        "                jobs.c.attempt == attempt,\n",
+        STATEMENTS,
+        '            jobs.c.worker_id == bindparam("worker"),\n            in_states(Transition.FAIL),\n',
+        "            in_states(Transition.FAIL),\n",
         "fail: drop the worker_id fence",
     ),
+    Mutation(STATEMENTS, "            in_states(Transition.FAIL),\n", "", "fail: drop status IN (...)"),
     Mutation(
-        LIFECYCLE,
-        "                jobs.c.worker_id == o.worker_id,\n                jobs.c.status.in_(sources(Transition.FAIL)),\n",
-        "                jobs.c.worker_id == o.worker_id,\n",
-        "fail: drop status IN (...)",
+        STATEMENTS,
+        '        values = {"status": State.DEAD.value, "finished_at": NOW}\n',
+        '        values = {"status": case((jobs.c.retry_count < jobs.c.max_retries, State.FAILED.value),'
+        ' else_=State.DEAD.value), "finished_at": NOW}\n',
+        "fail: a non-retryable error retried while retries are left (not straight to dead)",
     ),
+    # -- while running
     Mutation(
-        LIFECYCLE,
-        "                jobs.c.id == job_id,\n                jobs.c.attempt == attempt,\n"
-        "                jobs.c.worker_id == worker_id,\n",
-        "                jobs.c.id == job_id,\n                jobs.c.worker_id == worker_id,\n",
+        STATEMENTS,
+        '            jobs.c.attempt == bindparam("job_attempt"),\n'
+        '            jobs.c.worker_id == bindparam("worker"),\n            in_states(Transition.HEARTBEAT),\n',
+        '            jobs.c.worker_id == bindparam("worker"),\n            in_states(Transition.HEARTBEAT),\n',
         "set_progress: drop the attempt fence",
     ),
     Mutation(
-        LIFECYCLE,
-        ".where(jobs.c.id == job_id, jobs.c.worker_id == worker_id, jobs.c.status == _RUNNING)",
-        ".where(jobs.c.id == job_id, jobs.c.status == _RUNNING)",
-        "heartbeat: drop the worker_id fence",
+        STATEMENTS,
+        '.where(jobs.c.id == bindparam("job"), jobs.c.worker_id == bindparam("worker"), in_states(Transition.HEARTBEAT))',
+        '.where(jobs.c.id == bindparam("job"), in_states(Transition.HEARTBEAT))',
+        "heartbeat (one job): drop the worker_id fence",
     ),
     Mutation(
-        LIFECYCLE,
-        '        if self.dialect == "postgresql":\n            due = due.with_for_update(skip_locked=True)\n',
-        "",
-        "PostgreSQL claim: drop FOR UPDATE SKIP LOCKED",
+        STATEMENTS,
+        'held = select(jobs.c.id).where(jobs.c.worker_id == bindparam("worker"), in_states(Transition.HEARTBEAT))',
+        "held = select(jobs.c.id).where(in_states(Transition.HEARTBEAT))",
+        "heartbeat_worker (its jobs): drop the worker_id fence",
     ),
     Mutation(
-        SQLITE,
-        '"available_at <= ?"]',
-        '"? IS NOT NULL"]',
-        "SQLite claim: ignore available_at",
+        STATEMENTS,
+        'update(workers).where(workers.c.id == bindparam("worker"))',
+        "update(workers).where(workers.c.id.is_not(None))",
+        "heartbeat_worker (its row): beat every worker's row",
+    ),
+    # -- claim
+    Mutation(
+        STATEMENTS,
+        "    return stmt.with_for_update(skip_locked=True) if lock else stmt\n",
+        "    return stmt\n",
+        "claim (PostgreSQL): drop FOR UPDATE SKIP LOCKED",
     ),
     Mutation(
-        LIFECYCLE,
-        "            jobs.c.status.in_(sources(Transition.CLAIM)),\n            jobs.c.available_at <= now,\n",
-        "            jobs.c.status.in_(sources(Transition.CLAIM)),\n",
-        "PostgreSQL claim: ignore available_at",
+        STATEMENTS,
+        'with_hint(jobs, "INDEXED BY ix_jobs_claim", "sqlite").where(claimable())',
+        'with_hint(jobs, "INDEXED BY ix_jobs_claim", "sqlite").where(in_states(Transition.CLAIM))',
+        "claim: ignore available_at",
     ),
     Mutation(
-        SQLITE,
-        'where = [f"status IN ({_quoted(sources(Transition.CLAIM))})", ',
-        "where = [",
-        "SQLite claim: drop status IN (...)",
+        STATEMENTS,
+        'with_hint(jobs, "INDEXED BY ix_jobs_claim", "sqlite").where(claimable())',
+        'with_hint(jobs, "INDEXED BY ix_jobs_claim", "sqlite").where(jobs.c.available_at <= NOW)',
+        "claim: drop status IN (...)",
     ),
     Mutation(
-        SQLITE,
-        'AND status IN ({_quoted(sources(Transition.CLAIM))}) "',
-        '"',
-        "SQLite claim_ids (the limited claim): drop status IN (...)",
+        STATEMENTS,
+        "stmt.order_by(jobs.c.priority.desc(), jobs.c.available_at, jobs.c.id)",
+        "stmt.order_by(jobs.c.priority.desc(), jobs.c.id)",
+        "claim: order without available_at",
     ),
     Mutation(
-        SQLITE,
-        "ORDER BY priority DESC, available_at, id LIMIT ?",
-        "ORDER BY priority DESC, id LIMIT ?",
-        "SQLite claim: order without available_at",
+        STATEMENTS,
+        '.where(jobs.c.id.in_(_binds("id_", n, BigInteger())), claimable())',
+        '.where(jobs.c.id.in_(_binds("id_", n, BigInteger())), jobs.c.available_at <= NOW)',
+        "claim_ids (the limited claim): drop status IN (...)",
+    ),
+    # -- release, rescue
+    Mutation(
+        STATEMENTS,
+        ".where(_fenced(n, Transition.RELEASE))",
+        ".where(and_(*_fenced(n, Transition.RELEASE).clauses[:3]))",
+        "release: drop status IN (...)",
     ),
     Mutation(
-        LIFECYCLE,
-        "                jobs.c.worker_id == worker_id,\n                jobs.c.status.in_(sources(Transition.RELEASE)),\n",
-        "                jobs.c.worker_id == worker_id,\n",
-        "release: not checking status",
+        STATEMENTS,
+        ".where(in_states(Transition.RESCUE), jobs.c.heartbeat_at < cutoff, ~live_worker.exists())",
+        ".where(jobs.c.heartbeat_at < cutoff, ~live_worker.exists())",
+        "rescue_stalled: drop status IN (...)",
     ),
     Mutation(
-        LIFECYCLE,
-        ".where(jobs.c.id == job_id, jobs.c.status.in_(sources(Transition.RETRY)))",
-        ".where(jobs.c.id == job_id, jobs.c.status.in_([*sources(Transition.RETRY), 'completed']))",
-        "retry: from a state not in SOURCES (completed)",
+        STATEMENTS,
+        ".where(in_states(Transition.RESCUE), jobs.c.heartbeat_at < cutoff, ~live_worker.exists())",
+        ".where(in_states(Transition.RESCUE), jobs.c.heartbeat_at < cutoff)",
+        "rescue_stalled: rescue the jobs of a worker still heart-beating",
+    ),
+    # -- operator actions
+    Mutation(
+        STATEMENTS,
+        "stmt = update(jobs).where(picked, in_states(Transition.RETRY)).values(values)",
+        "stmt = update(jobs).where(picked, in_states(Transition.RETRY) if not one"
+        " else status_in(jobs.c.status, [*sources(Transition.RETRY), 'completed'])).values(values)",
+        "retry (one job): from a state not in SOURCES (completed)",
     ),
     Mutation(
-        LIFECYCLE,
-        ".where(jobs.c.id.in_(list(ids)), jobs.c.status.in_(sources(Transition.DISCARD)))",
-        ".where(jobs.c.id.in_(list(ids)))",
+        STATEMENTS,
+        "stmt = update(jobs).where(picked, in_states(Transition.RETRY)).values(values)",
+        "stmt = update(jobs).where(picked, in_states(Transition.RETRY) if one"
+        " else status_in(jobs.c.status, [*sources(Transition.RETRY), 'completed'])).values(values)",
+        "retry_ids: from a state not in SOURCES (completed)",
+    ),
+    Mutation(
+        STATEMENTS,
+        ".where(picked, in_states(Transition.DISCARD))",
+        ".where(picked, in_states(Transition.DISCARD) if not one else jobs.c.id.is_not(None))",
+        "discard (one job): drop status IN (...)",
+    ),
+    Mutation(
+        STATEMENTS,
+        ".where(picked, in_states(Transition.DISCARD))",
+        ".where(picked, in_states(Transition.DISCARD) if one else jobs.c.id.is_not(None))",
         "discard_ids: drop status IN (...)",
     ),
     Mutation(
-        LIFECYCLE,
-        "                for _ in range(3):  # the key's job deleted (retention) between the two: the key is free again\n"
-        "                    inserted = conn.execute(stmt).first()\n",
-        "                for _ in range(3):  # the key's job deleted (retention) between the two: the key is free again\n"
-        "                    seen = conn.execute(select(jobs.c.id).where(jobs.c.idempotency_key == new.idempotency_key))\n"
-        "                    if seen.first() is None:\n"
-        "                        inserted = conn.execute(insert(jobs).values(values).returning(*_JOB_COLS)).first()\n"
-        "                    else:\n"
-        "                        inserted = None\n",
+        STATEMENTS,
+        '.where(jobs.c.id == bindparam("job"), in_states(Transition.RUN_NOW), jobs.c.available_at > NOW)',
+        '.where(jobs.c.id == bindparam("job"), jobs.c.available_at > NOW)',
+        "run_now: drop status IN (...)",
+    ),
+    Mutation(
+        STATEMENTS,
+        "    return status_in(jobs.c.status, sources(transition))\n",
+        "    return status_in(jobs.c.status, [s.value for s in State])\n",
+        "in_states (the shared helper): every state is a source of every transition",
+    ),
+    # -- enqueue with idempotency keys
+    Mutation(
+        ENQUEUE,
+        "            inserted = self._run(conn, insert, values).first()\n",
+        "            seen = conn.execute(statements.job_by_key(), {\"key\": new.idempotency_key}).first()\n"
+        "            inserted = None if seen else self._run(conn, statements.enqueue(\"row\"), values).first()\n",
         "enqueue with a key: SELECT then INSERT instead of ON CONFLICT DO NOTHING",
     ),
     Mutation(
-        LIFECYCLE,
-        "                stmt = (\n                    self._insert()(jobs)\n"
-        '                    .on_conflict_do_nothing(index_elements=["idempotency_key"])\n'
-        "                    .returning(jobs.c.id, jobs.c.idempotency_key)\n",
-        "                stmt = (\n                    self._insert()(jobs)\n"
-        "                    .returning(jobs.c.id, jobs.c.idempotency_key)\n",
+        STATEMENTS,
+        "    return Prepared(stmt.returning(jobs.c.id, jobs.c.idempotency_key), JOB_FIELDS)\n",
+        "    plain = insert(jobs).values(_job_values())\n"
+        "    return Prepared(plain.returning(jobs.c.id, jobs.c.idempotency_key), JOB_FIELDS)\n",
         "enqueue_many with keys: no ON CONFLICT DO NOTHING",
     ),
+    # -- the HTTP worker's complete and fail: check and transition in one transaction, the row locked
     Mutation(
-        LIFECYCLE,
-        "        row = self._current(conn, [job_id], lock=True).get(job_id)",
-        "        row = self._current(conn, [job_id]).get(job_id)",
+        FINISH,
+        "        row = self._current(conn, [job_id], lock=True).get(job_id)\n",
+        "        row = self._current(conn, [job_id]).get(job_id)\n",
         "the HTTP worker's check (complete, fail): read without the row lock",
     ),
     Mutation(
-        LIFECYCLE,
+        FINISH,
         "        with self._one_transaction() as conn:\n"
         "            row = self._held(conn, job_id, worker_id, Transition.COMPLETE)\n",
         "        with self.write() as check:\n"
@@ -200,18 +247,40 @@ MUTATIONS: list[Mutation] = [
         "Store.complete: check in one transaction, complete in another",
     ),
     Mutation(
+        FINISH,
+        "        with self._one_transaction() as conn:\n"
+        "            row = self._held(conn, job_id, worker_id, Transition.FAIL)\n",
+        "        with self.write() as check:\n"
+        "            row = self._held(check, job_id, worker_id, Transition.FAIL)\n"
+        "        with self._one_transaction() as conn:\n",
+        "Store.fail: check in one transaction, fail in another",
+    ),
+    # -- queue policy
+    Mutation(
         QUEUES,
         "exclude_queues=paused, controlled=False",
         "exclude_queues=(), controlled=False",
-        "queue policy: claim from paused queues",
+        "queue policy (no limits): claim from paused queues",
     ),
     Mutation(
         QUEUES,
-        "                    left_q[q] -= n\n",
-        "                    left_q[q] -= 0\n",
-        "queue policy: ignore the queue concurrency limit",
+        "            skip_q = list(paused) + [",
+        "            skip_q = [",
+        "queue policy (limited claim): claim from paused queues",
     ),
-]
+    Mutation(
+        QUEUES,
+        "                        left_q[row.queue] -= 1\n",
+        "                        left_q[row.queue] -= 0\n",
+        "queue policy: ignore the queue concurrency limit within one claim",
+    ),
+    Mutation(
+        CONTROLS,
+        "        running_q = _running(conn, jobs.c.queue, limited_queues) if limited_queues else {}\n",
+        "        running_q = {}\n",
+        "queue policy: the limit does not count the jobs already running",
+    ),
+]  # fmt: skip
 
 
 def tracked_files(root: Path) -> list[str]:

@@ -263,6 +263,12 @@ def http_discard(d: Driver, job: JobRecord, worker: str, attempt: int, now: date
     return _http(d, f"/api/jobs/{job.id}/discard", {})
 
 
+def run_now(d: Driver, job: JobRecord, worker: str, attempt: int, now: datetime) -> bool:
+    """At a moment the job is not yet due: run now moves only a job waiting
+    for its time (a due job is the claim's already)."""
+    return _refused(lambda: d.store.run_now(job.id, min(now, job.available_at) - timedelta(seconds=1)))
+
+
 def claim(d: Driver, job: JobRecord, worker: str, attempt: int, now: datetime) -> bool:
     return job.id in [j.id for j in d.store.claim("claimer", now, limit=100)]
 
@@ -303,6 +309,7 @@ PATHS: dict[Transition, dict[str, Path]] = {
     Transition.RESCUE: {"rescue_stalled": rescue},
     Transition.RETRY: {"retry": retry, "retry_ids": retry_ids, "http_retry": http_retry},
     Transition.DISCARD: {"discard": discard, "discard_ids": discard_ids, "http_discard": http_discard},
+    Transition.RUN_NOW: {"run_now": run_now},
 }  # fmt: skip
 """Every path of every transition: batched, single and HTTP where each exists."""
 

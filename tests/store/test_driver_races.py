@@ -87,6 +87,33 @@ def test_a_finishing_call_that_loses_the_race_does_not_answer_success(drv: Drive
     check_outcome(drv, path, job.id, first.attempt, answered)
 
 
+CHECKING = ["complete", "fail", "http_complete", "http_fail"]
+"""The HTTP worker's complete and fail: they check the job is theirs first."""
+
+
+@pytest.mark.parametrize("when", ["after-first-statement", "after-first-transaction"])
+@pytest.mark.parametrize("path", CHECKING)
+def test_a_sweep_arriving_after_the_check_cannot_take_the_job(drv: Driver, path: str, when: str) -> None:
+    """The check and the transition are one transaction, the row locked
+    (PostgreSQL; SQLite: the write lock): a sweep that comes after the check
+    skips or waits for the job, and the call that found it held wins."""
+    job = drv.enqueue(max_retries=3)
+    first = drv.claim_one(job, "w")
+    at = drv.now + timedelta(seconds=STALL * 2)
+    drv.clock.now = at
+    stores, compete = [drv.store, drv.policy], rescue_and_reclaim(drv, job.id, at)
+    if when == "after-first-statement":
+        interleave = competitor_after_first_statement(stores, compete, wait=0.5)
+    else:
+        interleave = competitor_after_first_transaction(stores, compete)
+    with interleave as ran:
+        answered = FINISHING[path](drv, first, "w", first.attempt, at)
+    assert ran and not isinstance(ran[0], Exception), ran
+    rescued, _ = ran[0]
+    assert answered and not rescued, f"{path}: the sweep took the job between the check and the write ({when})"
+    check_outcome(drv, path, job.id, first.attempt, answered)
+
+
 def test_http_complete_answers_409_when_the_job_was_rescued_first(drv: Driver) -> None:
     job = drv.enqueue(max_retries=3)
     drv.claim_one(job, "w")
