@@ -3,6 +3,7 @@ on a fresh SQLite file with the no-op job type the peers also run."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import platform
 import sqlite3
@@ -96,5 +97,19 @@ def make_deck(
     }
     values.update(overrides)
     deck = Jobdeck(load(path=None, env={}, overrides=values), reg)
+    _install_parts(deck)
     deck.init_db()
     return deck
+
+
+def _install_parts(deck: Any) -> None:
+    """Give a deck of an older checkout the parts ``jobdeck serve`` gave it
+    (queue controls as the claim policy, alerts, schedules): today's deck
+    builds them itself, so without this a baseline would run a bare store and
+    the comparison would measure the parts, not the change."""
+    for wiring in ("app.wiring",):
+        try:
+            module = importlib.import_module(wiring)
+        except ImportError:
+            continue
+        module.install(deck)
