@@ -79,18 +79,21 @@ def translated_errors() -> Iterator[None]:
 class Prepared:
     """A Core statement (``app.store.statements``) and the order its caller
     gives the values in. ``params`` names them for Core; ``sqlite`` is the
-    statement compiled to SQLite text once, the values placed positionally."""
+    statement compiled to SQLite text once, the values placed positionally.
+    ``for_sqlite`` is the same transition phrased for SQLite's planner, where
+    the two differ (``statements._fenced``)."""
 
-    def __init__(self, stmt: Any, order: Sequence[str]) -> None:
+    def __init__(self, stmt: Any, order: Sequence[str], for_sqlite: Any = None) -> None:
         self.stmt = stmt
         self.order = tuple(order)
+        self._for_sqlite = stmt if for_sqlite is None else for_sqlite
 
     def params(self, values: Sequence[Any]) -> dict[str, Any]:
         return dict(zip(self.order, values, strict=True))
 
     @cached_property
     def sqlite(self) -> Compiled:
-        return Compiled(self.stmt, self.order)
+        return Compiled(self._for_sqlite, self.order)
 
 
 class Compiled:

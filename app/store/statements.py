@@ -202,19 +202,20 @@ def claim_ids(n: int) -> Prepared:
 # -- finishing an attempt ----------------------------------------------------------
 
 
-def _fenced(n: int, transition: Transition) -> ColumnElement[bool]:
+def _fenced(n: int, transition: Transition, by_rowid: bool = False) -> ColumnElement[bool]:
     """Each of ``n`` (id, attempt) pairs, only while held by the worker that
-    ran that attempt and in a source state of ``transition``. The ids are
-    named alone as well: SQLite finds the rows by them (by rowid), and
-    checks the pairs only on the rows found."""
+    ran that attempt and in a source state of ``transition``. ``by_rowid``
+    names the ids alone as well, for SQLite: it then finds the rows by rowid
+    and checks the pairs only on the rows found. PostgreSQL plans the pair
+    list alone better (its drain was 5-7% slower with both)."""
     ids = _binds("id_", n, BigInteger())
     pairs = [tuple_(i, a) for i, a in zip(ids, _binds("at_", n, Integer()), strict=True)]
-    return and_(
-        jobs.c.id.in_(ids),
+    fence = [
         tuple_(jobs.c.id, jobs.c.attempt).in_(pairs),
         jobs.c.worker_id == bindparam("worker"),
         in_states(transition),
-    )
+    ]
+    return and_(jobs.c.id.in_(ids), *fence) if by_rowid else and_(*fence)
 
 
 def _pairs(n: int) -> list[str]:
@@ -233,8 +234,14 @@ def complete(n: int, with_result: bool = False) -> Prepared:
     }
     if with_result:
         values["result"] = bindparam("with_result")
-    stmt = update(jobs).where(_fenced(n, Transition.COMPLETE)).values(values).returning(jobs.c.id, jobs.c.attempt)
-    return Prepared(stmt, ["now", "worker", *_pairs(n), *(["with_result"] if with_result else [])])
+    stmts = [
+        update(jobs)
+        .where(_fenced(n, Transition.COMPLETE, by_rowid))
+        .values(values)
+        .returning(jobs.c.id, jobs.c.attempt)
+        for by_rowid in (False, True)
+    ]
+    return Prepared(stmts[0], ["now", "worker", *_pairs(n), *(["with_result"] if with_result else [])], stmts[1])
 
 
 ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "started_at", "finished_at", "outcome", "error", "traceback")
@@ -359,13 +366,14 @@ _HOLDER = ("worker_id", "claimed_at", "heartbeat_at", "progress", "progress_mess
 def release(n: int) -> Prepared:
     """running -> pending for ``n`` fenced (id, attempt) pairs, no attempt
     counted (graceful shutdown). Values: now, worker, *(id, attempt)."""
-    stmt = (
+    stmts = [
         update(jobs)
-        .where(_fenced(n, Transition.RELEASE))
+        .where(_fenced(n, Transition.RELEASE, by_rowid))
         .values(status=State.PENDING.value, updated_at=NOW, **dict.fromkeys(_HOLDER))
         .returning(jobs.c.id)
-    )
-    return Prepared(stmt, ["now", "worker", *_pairs(n)])
+        for by_rowid in (False, True)
+    ]
+    return Prepared(stmts[0], ["now", "worker", *_pairs(n)], stmts[1])
 
 
 # -- operator actions ------------------------------------------------------------

@@ -49,34 +49,38 @@ class Mutation:
 # a transition's guard is dropped at its own call, and the shared helper is
 # broken once on its own. ``INDEXED BY`` (SQLite) is a
 # planner hint, not a guard: not mutated.
-_COMPLETE_WHERE = "stmt = update(jobs).where(_fenced(n, Transition.COMPLETE))"
+_COMPLETE_WHERE = ".where(_fenced(n, Transition.COMPLETE, by_rowid))"
+_FENCE = {"status": 1, "worker": 2, "attempt": 3}
+"""The clauses of ``_fenced``, counted from its end: ``status IN sources``,
+``worker_id = worker``, ``(id, attempt) IN pairs`` (SQLite's statement also
+names the ids alone, first)."""
 
 
-def _complete_without(keep: str, variant: str) -> str:
+def _complete_without(dropped: str, variant: str) -> str:
     """The completion's WHERE, for one variant of the statement (``plain``:
     ``complete(n)``, the batched acks; ``result``: ``complete(1, True)``, a
-    completion with a result: ``Store.complete`` and the HTTP worker's), with
-    only the clauses of ``_fenced`` at the indices ``keep`` names: 0 ``id IN
-    ids``, 1 ``(id, attempt) IN pairs``, 2 ``worker_id = worker``, 3 ``status IN
-    sources``."""
-    pick = f"and_(*(_fenced(n, Transition.COMPLETE).clauses[i] for i in {keep}))"
+    completion with a result: ``Store.complete`` and the HTTP worker's),
+    without the ``dropped`` clause of ``_fenced``, on both dialects."""
+    clauses = "_fenced(n, Transition.COMPLETE, by_rowid).clauses"
+    k = _FENCE[dropped]
+    pick = f"and_(*(c for i, c in enumerate({clauses}) if i != len({clauses}) - {k}))"
     cond = "with_result" if variant == "result" else "not with_result"
-    return f"stmt = update(jobs).where({pick} if {cond} else _fenced(n, Transition.COMPLETE))"
+    return f".where({pick} if {cond} else _fenced(n, Transition.COMPLETE, by_rowid))"
 
 
 MUTATIONS: list[Mutation] = [
     # -- complete: complete(n) (batched, no result) and complete(1, True) (with a result: Store.complete, HTTP)
-    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("(0, 1, 2)", "plain"),
+    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("status", "plain"),
              "complete (batched, no result): drop status IN (...)"),
-    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("(0, 1, 2)", "result"),
+    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("status", "result"),
              "complete (with a result): drop status IN (...)"),
-    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("(0, 1, 3)", "plain"),
+    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("worker", "plain"),
              "complete (batched, no result): drop the worker_id fence"),
-    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("(0, 1, 3)", "result"),
+    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("worker", "result"),
              "complete (with a result): drop the worker_id fence"),
-    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("(0, 2, 3)", "plain"),
+    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("attempt", "plain"),
              "complete (batched, no result): drop the attempt fence"),
-    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("(0, 2, 3)", "result"),
+    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("attempt", "result"),
              "complete (with a result): drop the attempt fence"),
     # -- fail
     Mutation(
@@ -160,8 +164,8 @@ MUTATIONS: list[Mutation] = [
     # -- release, rescue
     Mutation(
         STATEMENTS,
-        ".where(_fenced(n, Transition.RELEASE))",
-        ".where(and_(*_fenced(n, Transition.RELEASE).clauses[:3]))",
+        ".where(_fenced(n, Transition.RELEASE, by_rowid))",
+        ".where(and_(*_fenced(n, Transition.RELEASE, by_rowid).clauses[:-1]))",
         "release: drop status IN (...)",
     ),
     Mutation(
