@@ -65,3 +65,16 @@ def dialogs(page: Any) -> list[str]:
 
     page.on("dialog", on_dialog)
     return seen
+
+
+WIDTHS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
+"""The two widths every operator task is tried at: a laptop, and a phone
+(390 px is an iPhone 12 to 15 in portrait)."""
+
+
+@pytest.fixture(params=list(WIDTHS))
+def width(request: pytest.FixtureRequest, page: Any) -> str:
+    """Run the test once at desktop width and once at phone width; the page
+    is sized before the test opens anything."""
+    page.set_viewport_size(WIDTHS[request.param])
+    return str(request.param)
