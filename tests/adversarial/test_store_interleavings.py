@@ -129,7 +129,7 @@ def test_racing_transitions_end_each_attempt_once(make_deck: Callable[..., Jobde
         t.start()
     stop.wait(RUN_FOR)
     deadline = time.monotonic() + RACE_DEADLINE
-    while not errors and time.monotonic() < deadline and not WAYS_TO_END <= ended_so_far(decks[0]):
+    while not errors and time.monotonic() < deadline and not ended_so_far(decks[0]) >= WAYS_TO_END:
         stop.wait(0.2)
     stop.set()
     for t in threads:
@@ -159,4 +159,4 @@ def test_racing_transitions_end_each_attempt_once(make_deck: Callable[..., Jobde
         assert job.retry_count <= job.max_retries
     assert finished, "nothing completed: the race did not run"
     outcomes = {a.outcome for rows in rows_of.values() for a in rows}
-    assert WAYS_TO_END <= outcomes, f"the race missed a way to end: {outcomes}"
+    assert outcomes >= WAYS_TO_END, f"the race missed a way to end: {outcomes}"
