@@ -170,6 +170,11 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
                         "updated_at": _TIME,
                         "finished_at": _TIME,
                         "attempts": {"type": "array", "items": _ref("Attempt")},
+                        "waiting_reason": {
+                            "type": ["object", "null"],
+                            "required": ["code", "message"],
+                            "description": "why a pending or failed job is not running yet: code (queue_paused, concurrency_limit, scheduled, retry_backoff, no_worker, workers_busy), a plain-text message, and the code's details; null when nothing holds it back",
+                        },  # noqa: E501
                     },
                 },
                 "NewJob": {
