@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 WAITING_STATES = SOURCES[Transition.CLAIM]
 """Only a job the claim could take can be waiting for something."""
 
+WAITING_CODES = ("queue_paused", "concurrency_limit", "scheduled", "retry_backoff", "no_worker", "workers_busy")
+"""Every reason's ``code``, in the order they are checked (the API's enum)."""
+
 Reason = dict[str, Any]
 
 
@@ -87,6 +90,7 @@ def waiting_reason(job: JobRecord, s: Situation) -> Reason | None:
 
 
 def _reason(code: str, message: str, **details: Any) -> Reason:
+    assert code in WAITING_CODES, code
     return {"code": code, "message": message, **details}
 
 
