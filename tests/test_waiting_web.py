@@ -10,6 +10,7 @@ from sqlalchemy import event
 
 from app import create_app
 from app.states import State
+from app.store import Outcome
 from tests.dashboard_support import HTMX
 from tests.helpers import force_state
 from tests.openapi_check import check
@@ -108,3 +109,18 @@ def _reads_of_workers(deck, dash) -> int:
     finally:
         event.remove(deck.store.engine, "before_cursor_execute", record)
     return sum(1 for statement in sent if "FROM workers" in statement)
+
+
+def test_a_failed_job_in_backoff_says_when_it_retries(deck, dash):
+    job, _ = deck.enqueue("demo.fail", max_retries=2)
+    now = deck.clock()
+    assert [j.id for j in deck.store.claim("w1", now, limit=1)] == [job.id]
+    deck.store.fail_many([Outcome(job.id, "w1", error="boom")], now)
+    failed = deck.store.get(job.id)
+    assert failed.status is State.FAILED and failed.available_at > now
+    at = failed.available_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    page = dash.get("/jobs/failed").get_data(as_text=True)
+    row = page[page.index(f'id="job-{job.id}"') :]
+    assert f"Waiting: Retrying at {at}" in row[: row.index("</tr>")]
+    api = create_app(deck=deck).test_client().get(f"/api/jobs/{job.id}").get_json()
+    assert api["waiting_reason"]["code"] == "retry_backoff"
