@@ -5,8 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from flask import current_app, g, has_request_context
+
 from app.states import priority_label
 from app.store import AttemptRecord, JobRecord
+from app.waiting import WaitingReasons, for_deck
 
 
 def iso(value: datetime | None) -> str | None:
@@ -41,6 +44,9 @@ def job_json(job: JobRecord, now: datetime, attempts: list[AttemptRecord] | None
         "updated_at": iso(job.updated_at),
         "finished_at": iso(job.finished_at),
     }
+    reasons = request_waiting()
+    if reasons is not None:
+        data["waiting_reason"] = reasons.of(job)
     if attempts is not None:
         data["attempts"] = [attempt_json(a) for a in attempts]
     return data
@@ -58,3 +64,16 @@ def attempt_json(a: AttemptRecord) -> dict[str, Any]:
         "traceback": a.traceback,
         "payload": a.payload,
     }
+
+
+def request_waiting() -> WaitingReasons | None:
+    """This request's "why is it waiting?" reasons (``app.waiting``), made
+    once per request so a list of jobs reads the store once; None outside a
+    request (the CLI's ``show``), where job JSON has no ``waiting_reason``."""
+    if not has_request_context():
+        return None
+    reasons: WaitingReasons | None = g.get("jobdeck_waiting")
+    if reasons is None:
+        deck = current_app.extensions["jobdeck"]
+        reasons = g.jobdeck_waiting = for_deck(deck, deck.clock())
+    return reasons

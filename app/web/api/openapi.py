@@ -19,6 +19,7 @@ from app.deck import (
 from app.states import PRIORITY_LABELS, State
 from app.store.models import OUTCOMES
 from app.validation import INT64_MAX, MAX_JSON_DEPTH, MAX_PRIORITY, MAX_SEARCH_CHARS, PRIORITY_NUMBER
+from app.waiting import WAITING_CODES
 from app.web.api.jobs import MAX_ERROR_CHARS
 
 _TIME = {"type": ["string", "null"], "format": "date-time"}
@@ -170,6 +171,13 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
                         "updated_at": _TIME,
                         "finished_at": _TIME,
                         "attempts": {"type": "array", "items": _ref("Attempt")},
+                        "waiting_reason": {
+                            "type": ["object", "null"],
+                            "description": "why a pending or failed job is not running yet (app/waiting.py: the code's "
+                            "details beside code and a plain-text message); null when nothing holds it back",
+                            "required": ["code", "message"],
+                            "properties": {"code": {"enum": list(WAITING_CODES)}, "message": {"type": "string"}},
+                        },
                     },
                 },
                 "NewJob": {

@@ -30,6 +30,7 @@ from app.web.dashboard.auth import current_user
 from app.web.dashboard.present import latency_chart, throughput_chart
 from app.web.dashboard.settings import DashboardSettings
 from app.web.dashboard.tabs import TABS, ListArgs, Tab, tab_of, tab_or_404
+from app.web.serialize import request_waiting
 
 bp = Blueprint("dashboard", __name__)
 
@@ -109,6 +110,14 @@ def _layout() -> dict[str, Any]:
         "tab_of": tab_of,
         "allowed": allowed,
     }
+
+
+@bp.app_context_processor
+def _waiting_reasons() -> dict[str, Any]:
+    """Why each pending or failed job shown is waiting (``_waiting_reason.html``,
+    in the list rows and on the job page): the request's reasons, read once at
+    the first job that asks, so a list of 50 rows reads the store once."""
+    return {"waiting_reasons": request_waiting() if request.endpoint else None}
 
 
 def nav_items() -> list[tuple[str, str, str]]:
