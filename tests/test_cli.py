@@ -94,7 +94,8 @@ def test_serve_runs_jobs_and_sigterm_releases_running_ones(tmp_path: Path) -> No
     runner = CliRunner()
     env = jobdeck_env(tmp_path)
     listed = runner.invoke(main, ["jobs", "--status", "pending"], env=env)
-    assert listed.exit_code == 0 and f"{slow['id']:>8}  pending" in listed.output
+    assert listed.exit_code == 0, listed.output
+    assert [line.split()[:2] for line in listed.stdout.splitlines()[1:]] == [[str(slow["id"]), "pending"]]
 
 
 def test_enqueue_jobs_and_init_db_commands(tmp_path: Path) -> None:
@@ -155,7 +156,7 @@ def test_handler_modules_are_found_in_the_current_folder(tmp_path: Path) -> None
         'from app.handlers import handler\n\n\n@handler("my.hello")\ndef hello(payload, ctx):\n    return "hi"\n'
     )
     proc = subprocess.run(
-        [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())", "jobs"],
+        [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())", "jobs", "--create"],
         cwd=tmp_path,
         env=jobdeck_env(tmp_path, JOBDECK_HANDLER_MODULES="myapp.jobs", PYTHONSAFEPATH="1"),
         capture_output=True,
