@@ -47,7 +47,8 @@ def _app(config: Config):  # type: ignore[no-untyped-def]
 CREATE_HELP = "Make a new, empty SQLite database if there is none yet."
 
 
-def operator_deck(*, demo: bool = False, create: bool | None = None) -> Jobdeck:
+@contextmanager
+def operator_deck(*, demo: bool = False, create: bool | None = None) -> Iterator[Jobdeck]:
     """The deck of a command that reads or moves jobs. It says which
     database it uses (one line on stderr, the password masked), and refuses
     to make a new SQLite file unless ``create``: run from another folder,
@@ -65,7 +66,11 @@ def operator_deck(*, demo: bool = False, create: bool | None = None) -> Jobdeck:
         hint = "point JOBDECK_DATABASE_URL (or database_url in jobdeck.toml) at it, or run from its folder"
         offer = "" if create is None else "; --create makes a new, empty one"
         raise click.ClickException(f"no database at {missing}: {hint}{offer}")
-    return deck_of(_app(config))
+    deck = deck_of(_app(config))
+    try:
+        yield deck
+    finally:
+        deck.store.engine.dispose()
 
 
 def masked(url: str) -> str:
@@ -225,15 +230,15 @@ def enqueue(job_type: str, payload: str, priority: str | None, delay: float | No
         raise click.BadParameter(f"not an acceptable payload: {exc}", param_hint="--payload") from None
     if not isinstance(data, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--payload")
-    deck = operator_deck(demo=demo, create=create)
-    try:
-        job, created = deck.enqueue(
-            job_type, data, priority=priority, queue=queue, max_retries=max_retries,
-            idempotency_key=key, delay_seconds=delay,
-        )  # fmt: skip
-    except JobdeckError as exc:
-        raise click.ClickException(str(exc)) from None
-    click.echo(json.dumps(job_json(job, deck.clock()), indent=2))
+    with operator_deck(demo=demo, create=create) as deck:
+        try:
+            job, created = deck.enqueue(
+                job_type, data, priority=priority, queue=queue, max_retries=max_retries,
+                idempotency_key=key, delay_seconds=delay,
+            )  # fmt: skip
+        except JobdeckError as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(json.dumps(job_json(job, deck.clock()), indent=2))
     if not created:
         click.echo(f"idempotency key {key!r} already existed: this is the existing job", err=True)
 
@@ -333,9 +338,9 @@ def jobs(status: str | None, job_type: str | None, queue: str | None, limit: int
     column is when a waiting job is due, a running one was claimed, or a
     finished one ended."""
     f = job_filter(status, job_type, queue, limit)
-    deck = operator_deck(create=create)
-    now = deck.clock()
-    rows = deck.store.list_jobs(f, now)
+    with operator_deck(create=create) as deck:
+        now = deck.clock()
+        rows = deck.store.list_jobs(f, now)
     if not rows:
         click.echo("no jobs", err=True)
         return
@@ -372,13 +377,13 @@ def show(job_id: int, as_json: bool, tracebacks: bool) -> None:
     from app.errors import JobNotFound
     from app.web.serialize import job_json
 
-    deck = operator_deck()
-    now = deck.clock()
-    try:
-        job = deck.store.get(job_id)
-    except JobNotFound as exc:
-        raise click.ClickException(str(exc)) from None
-    attempts = deck.store.attempts_of(job_id)
+    with operator_deck() as deck:
+        now = deck.clock()
+        try:
+            job = deck.store.get(job_id)
+        except JobNotFound as exc:
+            raise click.ClickException(str(exc)) from None
+        attempts = deck.store.attempts_of(job_id)
     if as_json:
         click.echo(json.dumps(job_json(job, now, attempts), indent=2))
         return
@@ -544,11 +549,11 @@ def add_job_command(action: JobAction) -> None:
         if all_matching and status is None:
             raise click.UsageError(f"--all needs --status (one of {', '.join(choices)})")
         f = job_filter(status, job_type, queue) if all_matching else None
-        deck = operator_deck()
-        if many is not None and f is not None and status is not None:
-            refused = act_on_matching(action, many, deck, f, described(status, job_type, queue), yes)
-        else:
-            refused = act_on_ids(action, deck, job_ids)
+        with operator_deck() as deck:
+            if many is not None and f is not None and status is not None:
+                refused = act_on_matching(action, many, deck, f, described(status, job_type, queue), yes)
+            else:
+                refused = act_on_ids(action, deck, job_ids)
         if refused:
             sys.exit(1)
 

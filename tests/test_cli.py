@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -177,3 +179,29 @@ def test_db_revision_refuses_outside_a_checkout(tmp_path: Path, monkeypatch: pyt
     assert r.exit_code == 1
     assert "writes into a source checkout" in r.output
     assert not list(installed.rglob("*.py"))
+
+
+def _commands(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found = [path]
+    for name, command in sorted(group.commands.items()):
+        if isinstance(command, click.Group):
+            found += _commands(command, (*path, name))
+        else:
+            found.append((*path, name))
+    return found
+
+
+@pytest.mark.parametrize("path", _commands(main), ids=lambda p: " ".join(p) or "jobdeck")
+def test_help_fits_80_columns_and_no_summary_is_cut(path: tuple[str, ...]) -> None:
+    r = CliRunner().invoke(main, [*path, "--help"], terminal_width=80)
+    assert r.exit_code == 0, r.output
+    cut = [line for line in r.output.splitlines() if line.endswith("...") and not line.startswith("Usage:")]
+    assert not cut, r.output
+    assert "``" not in r.output, r.output  # docstring markup, not help text
+    assert all(len(line) <= 80 for line in r.output.splitlines()), r.output
+
+
+def test_db_revision_is_marked_as_a_developer_command() -> None:
+    listed = CliRunner().invoke(main, ["db", "--help"], terminal_width=80).output
+    assert re.search(r"^  revision +\[developer\] ", listed, re.MULTILINE), listed
+    assert "developers" in CliRunner().invoke(main, ["db", "revision", "--help"]).output
