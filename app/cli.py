@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from app.config import Config, ConfigError, load
-from app.states import ALL_STATES, CLAIMABLE, SOURCES, State, Transition
+from app.states import ALL_STATES, CLAIMABLE, SOURCES, TARGETS, State, Transition
 
 if TYPE_CHECKING:
     from app.deck import Jobdeck
@@ -485,8 +485,15 @@ def act_on_ids(action: JobAction, deck: Jobdeck, job_ids: Iterable[int]) -> int:
             click.echo(f"refused: {exc}", err=True)
             refused += 1
         else:
-            click.echo(f"job {job.id} {action.past}: now {shown_status(job, deck.clock())}")
+            click.echo(f"job {job.id} {outcome(action, job)}: now {shown_status(job, deck.clock())}")
     return refused
+
+
+def outcome(action: JobAction, job: JobRecord) -> str:
+    """The past tense ("retried") when the job reached the transition's
+    target; otherwise the action waits on someone else, as a running job
+    asked to stop does ("cancel requested")."""
+    return action.past if job.status in TARGETS[action.transition] else f"{action.name} requested"
 
 
 Move = Callable[["Jobdeck", list[int], datetime], list[int]]
@@ -536,7 +543,7 @@ def described(status: str, job_type: str | None, queue: str | None) -> str:
     )
 
 
-def add_job_command(action: JobAction) -> None:
+def add_job_command(action: JobAction, group: click.Group = main) -> None:
     """``jobdeck <action> ID...``, and ``--all`` when the action has a batch form."""
     sources = SOURCES[action.transition]
     choices = status_names(sources)
@@ -578,7 +585,7 @@ def add_job_command(action: JobAction) -> None:
     for param in reversed(params):
         command = param(command)
     short = f"{action.name.capitalize()} jobs by id" + (", or --all matching a filter." if many else ".")
-    main.command(action.name, short_help=short)(command)
+    group.command(action.name, short_help=short)(command)
 
 
 for _action in JOB_ACTIONS:

@@ -11,14 +11,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 
 from app import cli
 from app.cli import main
 from app.deck import Jobdeck
-from app.states import ALL_STATES, State
-from app.store import Outcome
+from app.states import ALL_STATES, State, Transition
+from app.store import Outcome, Store
 from app.store.reads import BATCH, AuditRecord, list_audit
 from app.web.serialize import job_json
 from tests.dashboard_support import make_dead
@@ -347,3 +348,24 @@ def test_only_create_makes_a_new_database(tmp_path: Path, monkeypatch: pytest.Mo
     assert result.exit_code == 0, result.output
     assert wanted.exists() and json.loads(result.stdout)["status"] == "pending"
     assert CliRunner().invoke(main, ["show", "1"], env=env).exit_code == 0
+
+
+def test_a_new_job_action_is_one_entry(tmp_path: Path, live_deck: Jobdeck) -> None:
+    """An entry without a batch form (as cancel will be) gets a command
+    taking ids only, refusing and audit-logging like retry and discard."""
+    group = click.Group("jobdeck")
+    action = cli.JobAction("hurry", "hurried", Transition.RUN_NOW, cli.audited("hurry", Store.run_now))
+    cli.add_job_command(action, group)
+    later, _ = live_deck.enqueue("demo.noop", delay_seconds=600)
+    due, _ = live_deck.enqueue("demo.noop")
+    env = jobdeck_env(tmp_path)
+    result = CliRunner().invoke(group, ["hurry", str(later.id), str(due.id)], env=env)
+    assert result.exit_code == 1, result.output
+    assert result.stdout == f"job {later.id} hurried: now pending\n"
+    assert f"refused: job {due.id} is already due" in result.stderr
+    assert [(a.actor, a.action, a.job_id, a.count) for a in audit(live_deck)] == [
+        ("cli", "hurry", later.id, 1), ("cli", "hurry", due.id, 0)
+    ]  # fmt: skip
+    helped = CliRunner().invoke(group, ["hurry", "--help"], terminal_width=80).output
+    assert "--all" not in helped and "Only pending or failed jobs can be hurried" in helped
+    assert CliRunner().invoke(group, ["hurry", "--all"], env=env).exit_code == 2
