@@ -56,12 +56,17 @@ def operator_deck(*, demo: bool = False, create: bool | None = None) -> Iterator
     every job seems gone and a new one waits for workers that never see it.
     ``create`` None: the command offers no ``--create`` (an empty database
     holds nothing for it to do)."""
+    from sqlalchemy.exc import ArgumentError
+
     from app import deck_of
 
     config = _config(demo)
     url = config.resolved_database_url()
-    click.echo(f"database: {masked(url)}", err=True)
-    missing = missing_sqlite_file(url)
+    try:
+        click.echo(f"database: {masked(url)}", err=True)
+        missing = missing_sqlite_file(url)
+    except ArgumentError as exc:
+        raise click.ClickException(f"invalid configuration: database_url: {exc}") from None
     if missing is not None and not create:
         hint = "point JOBDECK_DATABASE_URL (or database_url in jobdeck.toml) at it, or run from its folder"
         offer = "" if create is None else "; --create makes a new, empty one"
@@ -406,11 +411,15 @@ def job_page(job: JobRecord, attempts: list[AttemptRecord], now: datetime, trace
         ("finished", when(job.finished_at)),
         ("payload", shown(json.dumps(job.payload, ensure_ascii=False))),
     ]  # fmt: skip
+    if job.status is State.RUNNING:
+        fields.append(("heartbeat", when(job.heartbeat_at)))
+    if job.progress is not None or job.progress_message:
+        fields.append(("progress", f"{job.progress or 0:.0%} {shown(job.progress_message or '')}".rstrip()))
     if job.result is not None:
         fields.append(("result", shown(json.dumps(job.result, ensure_ascii=False))))
     if job.error:
         fields.append(("error", shown(job.error)))
-    lines = [f"job {job.id}"] + [f"  {name:<9} {value}" for name, value in fields]
+    lines = [f"job {job.id}"] + [f"  {name:<10} {value}" for name, value in fields]
     lines.append(f"attempts ({len(attempts)}):" if attempts else "attempts: none yet")
     for a in attempts:
         took = f"{a.duration:.3f} s" if a.duration is not None else "-"

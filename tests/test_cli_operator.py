@@ -292,6 +292,14 @@ def test_the_database_line_masks_the_password() -> None:
     )
 
 
+def test_a_database_url_that_does_not_parse_is_one_line(tmp_path: Path) -> None:
+    env = jobdeck_env(tmp_path)
+    env["JOBDECK_DATABASE_URL"] = "sqlite"
+    result = CliRunner().invoke(main, ["jobs"], env=env)
+    assert result.exit_code == 1 and result.exception is not None and isinstance(result.exception, SystemExit)
+    assert result.stderr.startswith("Error: invalid configuration: database_url: Could not parse")
+
+
 @pytest.mark.backends
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 def test_on_postgresql_the_line_names_it_without_the_password(db_url: str, tmp_path: Path) -> None:
