@@ -361,7 +361,7 @@ def job_id(value: str) -> int:
     try:
         return parse_int(value, "ID", 1)
     except InvalidField:
-        raise click.BadParameter(f"{shown(value, 40)!r} is not a job id (a whole number from 1)") from None
+        raise click.BadParameter(f"'{shown(value, 40)}' is not a job id (a whole number from 1)") from None
 
 
 def _one_id(ctx: click.Context, param: click.Parameter, value: str) -> int:
