@@ -483,14 +483,15 @@ JOB_ACTIONS: tuple[JobAction, ...] = (
 
 
 def act_on_ids(action: JobAction, deck: Jobdeck, job_ids: Iterable[int]) -> int:
-    """Each job in turn, one line each; returns how many were refused."""
-    from app.errors import JobNotFound, TransitionRefused
+    """Each job in turn, one line each; returns how many were refused (it
+    moved on, or does not exist: every ``JobdeckError`` names the job)."""
+    from app.errors import JobdeckError
 
     refused = 0
     for job_id in dict.fromkeys(job_ids):
         try:
             job = action.one(deck, job_id)
-        except (TransitionRefused, JobNotFound) as exc:
+        except JobdeckError as exc:
             click.echo(f"refused: {exc}", err=True)
             refused += 1
         else:
