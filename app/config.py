@@ -260,3 +260,32 @@ def validate(config: Config) -> None:
     url = config.resolved_database_url()
     if not (url.startswith("sqlite") or url.startswith("postgresql")):
         raise ConfigError(f"database_url: only sqlite:// and postgresql+psycopg:// are supported, got {url!r}")
+    _check_non_retryable(config)
+
+
+def non_retryable(config: Config, job_type: str) -> tuple[str, ...]:
+    """``[types."T"] non_retryable``: the exception class names that send a
+    job of type ``T`` straight to ``dead`` (``HandlerSpec.retries``). Checked
+    at load; read on each failure, so it costs nothing on success."""
+    types = config.extra.get("types")
+    options = types.get(job_type) if isinstance(types, dict) else None
+    names = options.get("non_retryable", ()) if isinstance(options, dict) else ()
+    return tuple(names)
+
+
+def _check_non_retryable(config: Config) -> None:
+    """Each ``non_retryable`` is a list of class names, bare (``ValueError``)
+    or dotted with their module (``requests.exceptions.HTTPError``)."""
+    types = config.extra.get("types")
+    if not isinstance(types, dict):
+        return  # the queue controls name a malformed [types] table
+    for job_type, options in types.items():
+        if not isinstance(options, dict) or "non_retryable" not in options:
+            continue
+        names = options["non_retryable"]
+        where = f"types.{job_type}.non_retryable"
+        if not isinstance(names, list):
+            raise ConfigError(f"{where}: expected a list of exception class names, got {names!r}")
+        for name in names:
+            if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
+                raise ConfigError(f'{where}: {name!r} is not an exception class name (like "ValueError")')

@@ -2,7 +2,7 @@
 
     from app.handlers import handler
 
-    @handler("pdf.render", max_retries=5, timeout=30, queue="reports")
+    @handler("pdf.render", max_retries=5, timeout=30, queue="reports", non_retryable=["KeyError"])
     def render(payload, ctx):
         ...
 
@@ -19,14 +19,14 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.exc import OperationalError
 
-from app.errors import EffectInProgress, EffectNotPerformed, EffectOutcomeUnknown
+from app.errors import DeadLetter, EffectInProgress, EffectNotPerformed, EffectOutcomeUnknown, InvalidField
 from app.states import EffectState
 from app.store.ledger import storable
 
@@ -49,6 +49,26 @@ class HandlerSpec:
     backoff_base: float | None = None
     backoff_cap: float | None = None
     priority: int | None = None
+    non_retryable: tuple[str, ...] = ()
+    """Exception class names (``"ValueError"``, or dotted with the module,
+    ``"requests.HTTPError"``) that can never succeed on a retry: an attempt
+    raising one, or a subclass of one, sends the job straight to ``dead``.
+    ``[types."T"] non_retryable`` in the config adds to it."""
+
+    def retries(self, exc: BaseException, also: Collection[str] = ()) -> bool:
+        """Whether the failure ``exc`` is worth a retry. Never for a
+        ``DeadLetter`` (the handler said so) or an ``InvalidField`` (the
+        payload failed validation: the same payload fails the same way), nor
+        for a class listed in ``non_retryable`` or ``also``."""
+        if isinstance(exc, (DeadLetter, InvalidField)):
+            return False
+        listed = set(self.non_retryable).union(also)
+        if not listed:
+            return True
+        for cls in type(exc).__mro__:
+            if cls.__name__ in listed or f"{cls.__module__}.{cls.__qualname__}" in listed:
+                return False
+        return True
 
 
 class Registry:
@@ -65,14 +85,20 @@ class Registry:
         backoff_base: float | None = None,
         backoff_cap: float | None = None,
         priority: int | None = None,
+        non_retryable: Iterable[str] = (),
     ) -> Callable[[F], F]:
         if max_retries is not None and max_retries < 0:
             raise ValueError(f"{name}: max_retries must be >= 0")
         if timeout is not None and timeout <= 0:
             raise ValueError(f"{name}: timeout must be > 0")
+        if isinstance(non_retryable, str):
+            raise ValueError(f"{name}: non_retryable must be a list of exception class names, not one string")
+        names = tuple(non_retryable)
 
         def register(fn: F) -> F:
-            self._specs[name] = HandlerSpec(name, fn, max_retries, timeout, queue, backoff_base, backoff_cap, priority)
+            self._specs[name] = HandlerSpec(
+                name, fn, max_retries, timeout, queue, backoff_base, backoff_cap, priority, non_retryable=names
+            )
             return fn
 
         return register

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -94,7 +96,8 @@ def test_serve_runs_jobs_and_sigterm_releases_running_ones(tmp_path: Path) -> No
     runner = CliRunner()
     env = jobdeck_env(tmp_path)
     listed = runner.invoke(main, ["jobs", "--status", "pending"], env=env)
-    assert listed.exit_code == 0 and f"{slow['id']:>8}  pending" in listed.output
+    assert listed.exit_code == 0, listed.output
+    assert [line.split()[:2] for line in listed.stdout.splitlines()[1:]] == [[str(slow["id"]), "pending"]]
 
 
 def test_enqueue_jobs_and_init_db_commands(tmp_path: Path) -> None:
@@ -155,7 +158,7 @@ def test_handler_modules_are_found_in_the_current_folder(tmp_path: Path) -> None
         'from app.handlers import handler\n\n\n@handler("my.hello")\ndef hello(payload, ctx):\n    return "hi"\n'
     )
     proc = subprocess.run(
-        [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())", "jobs"],
+        [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())", "jobs", "--create"],
         cwd=tmp_path,
         env=jobdeck_env(tmp_path, JOBDECK_HANDLER_MODULES="myapp.jobs", PYTHONSAFEPATH="1"),
         capture_output=True,
@@ -176,3 +179,29 @@ def test_db_revision_refuses_outside_a_checkout(tmp_path: Path, monkeypatch: pyt
     assert r.exit_code == 1
     assert "writes into a source checkout" in r.output
     assert not list(installed.rglob("*.py"))
+
+
+def _commands(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found = [path]
+    for name, command in sorted(group.commands.items()):
+        if isinstance(command, click.Group):
+            found += _commands(command, (*path, name))
+        else:
+            found.append((*path, name))
+    return found
+
+
+@pytest.mark.parametrize("path", _commands(main), ids=lambda p: " ".join(p) or "jobdeck")
+def test_help_fits_80_columns_and_no_summary_is_cut(path: tuple[str, ...]) -> None:
+    r = CliRunner().invoke(main, [*path, "--help"], terminal_width=80)
+    assert r.exit_code == 0, r.output
+    cut = [line for line in r.output.splitlines() if line.endswith("...") and not line.startswith("Usage:")]
+    assert not cut, r.output
+    assert "``" not in r.output, r.output  # docstring markup, not help text
+    assert all(len(line) <= 80 for line in r.output.splitlines()), r.output
+
+
+def test_db_revision_is_marked_as_a_developer_command() -> None:
+    listed = CliRunner().invoke(main, ["db", "--help"], terminal_width=80).output
+    assert re.search(r"^  revision +\[developer\] ", listed, re.MULTILINE), listed
+    assert "developers" in CliRunner().invoke(main, ["db", "revision", "--help"]).output

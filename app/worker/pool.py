@@ -23,9 +23,9 @@ from collections.abc import Callable
 from datetime import datetime
 
 from app import health
+from app.config import non_retryable
 from app.crashpoints import crash_point
 from app.deck import Jobdeck
-from app.errors import DeadLetter
 from app.handlers import JobContext
 from app.store import JobRecord, Outcome
 from app.store.faults import is_transient
@@ -284,7 +284,7 @@ class WorkerPool(Acknowledging, Monitoring):
             # never by raising into them, so nothing here is the pool's own.
             outcome.error = first_line(exc)
             outcome.traceback = format_traceback()
-            outcome.retryable = spec is not None and not isinstance(exc, DeadLetter)
+            outcome.retryable = spec is not None and spec.retries(exc, non_retryable(self.deck.config, job.type))
         elapsed = time.monotonic() - mono
         with self._lock:
             if slot.abandoned or self._running.get(job.id) is not slot:
