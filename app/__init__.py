@@ -17,11 +17,12 @@ from htmx_flask import Htmx
 from sqlalchemy import exc as sa_exc
 from werkzeug.exceptions import HTTPException
 
-from app.config import Config, load
+from app.config import Config, artifact_max_bytes, load
 from app.deck import Jobdeck
 from app.errors import JobdeckError
 from app.handlers import Registry, import_modules
 from app.handlers import registry as default_registry
+from app.store.artifacts import set_max_bytes
 from app.store.faults import is_unavailable
 from app.validation import IdConverter, max_body_bytes
 
@@ -49,7 +50,7 @@ def create_app(
         if config.demo:
             from app import demo
 
-            demo.register(registry, config.instance_path)
+            demo.register(registry)
         deck = Jobdeck(config, registry)
     config = deck.config  # the deck checked its schedules, queues, alerts and retention when built
     if init_db:
@@ -64,11 +65,14 @@ def create_app(
     app.extensions["jobdeck"] = deck
     Htmx(app)
 
-    from app.web.api import effects, jobs, queues
+    from app.web.api import artifacts, effects, jobs, queues
+    from app.web.dashboard import artifacts as dashboard_artifacts
     from app.web.dashboard import schedules
 
-    for blueprint in (jobs.bp, effects.bp, queues.bp, schedules.bp, schedules.api_bp):
+    for blueprint in (jobs.bp, effects.bp, queues.bp, schedules.bp, schedules.api_bp, artifacts.bp):
         app.register_blueprint(blueprint)
+    app.register_blueprint(dashboard_artifacts.bp)
+    set_max_bytes(deck.store, artifact_max_bytes(config))
 
     from app.web import dashboard
 
