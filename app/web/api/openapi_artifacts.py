@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.artifacts import MAX_NAME_BYTES
-from app.web.api.openapi import _ERRORS, _JOB_ID, _json
+from app.web.api.openapi import _ERRORS, _JOB_ID, _NO_JOB, _json
 
 ARTIFACT = {
     "type": "object",
@@ -26,7 +26,6 @@ _NAME = {
     "schema": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_BYTES},
     "description": "An artifact's name: no / or \\, no control characters, at most 255 bytes of UTF-8",
 }
-_NO_JOB = {"404": _json({"$ref": "#/components/schemas/Error"}, "Unknown job (also any id beyond 2**63-1)")}
 
 
 def paths() -> dict[str, Any]:
