@@ -49,7 +49,7 @@ def create_app(
         if config.demo:
             from app import demo
 
-            demo.register(registry, config.instance_path)
+            demo.register(registry)
         deck = Jobdeck(config, registry)
     config = deck.config  # the deck checked its schedules, queues, alerts and retention when built
     if init_db:
@@ -64,11 +64,13 @@ def create_app(
     app.extensions["jobdeck"] = deck
     Htmx(app)
 
-    from app.web.api import effects, jobs, queues
+    from app.web.api import artifacts, effects, jobs, queues
+    from app.web.dashboard import artifacts as dashboard_artifacts
     from app.web.dashboard import schedules
 
-    for blueprint in (jobs.bp, effects.bp, queues.bp, schedules.bp, schedules.api_bp):
+    for blueprint in (jobs.bp, effects.bp, queues.bp, schedules.bp, schedules.api_bp, artifacts.bp):
         app.register_blueprint(blueprint)
+    app.register_blueprint(dashboard_artifacts.bp)
 
     from app.web import dashboard
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from app.artifacts import DEFAULT_MAX_BYTES
 
 
 class ConfigError(ValueError):
@@ -142,7 +145,7 @@ ENV_KEYS = (
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Config) if f.name != "extra"}
 # Tables owned by other parts of Jobdeck; kept as-is in ``Config.extra``.
-EXTRA_TABLES = ("schedules", "queues", "types", "alerts", "retention", "dashboard", "users")
+EXTRA_TABLES = ("schedules", "queues", "types", "alerts", "retention", "dashboard", "users", "artifacts")
 
 
 def load(
@@ -257,6 +260,7 @@ def validate(config: Config) -> None:
             f"stall_timeout: must be at least twice heartbeat_interval "
             f"({config.heartbeat_interval}), got {config.stall_timeout}"
         )
+    artifact_max_bytes(config)
     url = config.resolved_database_url()
     if not (url.startswith("sqlite") or url.startswith("postgresql")):
         raise ConfigError(f"database_url: only sqlite:// and postgresql+psycopg:// are supported, got {url!r}")
@@ -289,3 +293,43 @@ def _check_non_retryable(config: Config) -> None:
         for name in names:
             if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
                 raise ConfigError(f'{where}: {name!r} is not an exception class name (like "ValueError")')
+
+
+# -- [artifacts] ------------------------------------------------------------------
+
+_SIZE_UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "kib": 1024, "mib": 1024**2, "gib": 1024**3}
+MAX_ARTIFACT_BYTES = 1024**3
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
+
+
+def artifact_max_bytes(config: Config) -> int:
+    """``[artifacts] max_bytes``: the largest file ``ctx.artifact`` stores,
+    as a number of bytes or a size such as ``"10 MiB"`` (default 10 MiB).
+    The bytes live in the database and a download holds them in memory."""
+    table = config.extra.get("artifacts", {})
+    if not isinstance(table, dict):
+        raise ConfigError("artifacts: expected a table ([artifacts])")
+    unknown = set(table) - {"max_bytes"}
+    if unknown:
+        raise ConfigError(f"artifacts.{sorted(unknown)[0]}: unknown key (only max_bytes)")
+    value = table.get("max_bytes", DEFAULT_MAX_BYTES)
+    size = _size(value)
+    if size is None or size <= 0:
+        raise ConfigError(
+            f'artifacts.max_bytes: expected a positive number of bytes or a size like "10 MiB", got {value!r}'
+        )
+    if size > MAX_ARTIFACT_BYTES:
+        raise ConfigError(f"artifacts.max_bytes: at most 1 GiB (PostgreSQL's limit for one value), got {value!r}")
+    return size
+
+
+def _size(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    match = _SIZE.fullmatch(value) if isinstance(value, str) else None
+    factor = _SIZE_UNITS.get((match.group(2) or "b").lower()) if match else None
+    if match is None or factor is None:
+        return None
+    return int(float(match.group(1)) * factor)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from app.config import Config
+from app.config import Config, artifact_max_bytes
 from app.errors import InvalidField, PayloadTooLarge, UnknownType
 from app.handlers import Registry
 from app.handlers import registry as default_registry
@@ -73,6 +73,7 @@ class Jobdeck:
             store = Store(engine)
         self.store = store
         self.store.backoff = self.backoff
+        self.store.artifact_max_bytes = artifact_max_bytes(config)
 
         # Imported here: the parts import this module for Jobdeck and its parsers.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import threading
 import tomllib
 from datetime import UTC, datetime
@@ -127,34 +128,30 @@ def charge_card(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     return {"order_id": order_id, "charge": charge}
 
 
-def report(payload: dict[str, Any], ctx: JobContext, instance_path: str = "instance") -> dict[str, str]:
-    """Writes a CSV file under ``instance/reports/``."""
+def report(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Builds a CSV report of ``rows`` rows and keeps it as the job's
+    artifact ``<name>.csv`` (``ctx.artifact``): the job page and the
+    Schedules page link it for download."""
     name = str(payload.get("name") or "report")
     safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:80] or "report"
     rows = int(_number(payload, "rows", 100))
-    folder = Path(instance_path) / "reports"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{safe}-{ctx.job_id}.csv"
-    with path.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["row", "value"])
-        for i in range(rows):
-            writer.writerow([i, i * i])
-            if rows >= 10 and i % max(1, rows // 10) == 0:
-                ctx.progress(i / rows, f"wrote {i} of {rows} rows")
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["row", "value"])
+    for i in range(rows):
+        writer.writerow([i, i * i])
+        if rows >= 10 and i % max(1, rows // 10) == 0:
+            ctx.progress(i / rows, f"wrote {i} of {rows} rows")
+    artifact = ctx.artifact(f"{safe}.csv", out.getvalue())
     ctx.progress(1.0, f"wrote {rows} rows")
-    return {"path": str(path)}
+    return {"artifact": artifact.name, "rows": rows, "bytes": artifact.size}
 
 
-def register(registry: Registry, instance_path: str = "instance") -> None:
+def register(registry: Registry) -> None:
     registry.handler("demo.noop")(noop)
     registry.handler("demo.sleep", timeout=3600)(sleep)
     registry.handler("demo.fail")(fail)
     registry.handler("demo.flaky", backoff_base=0.5)(flaky)
     registry.handler("demo.send-email")(send_email)
     registry.handler("demo.charge-card")(charge_card)
-
-    def _report(payload: dict[str, Any], ctx: JobContext) -> dict[str, str]:
-        return report(payload, ctx, instance_path)
-
-    registry.handler("demo.report", timeout=600, queue="reports")(_report)
+    registry.handler("demo.report", timeout=600, queue="reports")(report)

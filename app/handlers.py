@@ -26,8 +26,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.exc import OperationalError
 
+from app.artifacts import ArtifactData, check_content_type, check_name, default_content_type, read_data
 from app.errors import DeadLetter, EffectInProgress, EffectNotPerformed, EffectOutcomeUnknown, InvalidField
 from app.states import EffectState
+from app.store import artifacts as artifact_store
+from app.store.artifacts import ArtifactInfo
 from app.store.ledger import storable
 
 if TYPE_CHECKING:
@@ -257,6 +260,29 @@ class JobContext:
         if start.mine:
             self.store.ledger.finish(key, self.job_id, self.attempt, storable(None), self._clock())
         return start.mine
+
+    def artifact(self, name: str, data_or_path: ArtifactData, content_type: str | None = None) -> ArtifactInfo:
+        """Keep a file for people to download from the job's page and the
+        API (``GET /api/jobs/<id>/artifacts/<name>``)::
+
+            ctx.artifact("sales.csv", csv_text)
+            ctx.artifact("chart.png", Path("/tmp/chart.png"))
+
+        ``data_or_path`` is bytes, text (stored as UTF-8) or a path whose
+        file is read now. ``content_type`` defaults from the name's
+        extension. The bytes go in the database, with the job: storing the
+        same name again (a later attempt) replaces them, and retention
+        deletes them with the job. A bad name, or more than ``[artifacts]
+        max_bytes``, raises ``InvalidArtifact`` and the attempt fails with
+        its message."""
+        name = check_name(name)
+        limit = self.store.artifact_max_bytes
+        data, text = read_data(name, data_or_path, limit)
+        kind = default_content_type(name, text) if content_type is None else check_content_type(content_type)
+        now = self._clock()
+        if not artifact_store.save_artifact(self.store, self.job_id, self.attempt, name, kind, data, now):
+            self.log.warning("artifact %r of job %s: a later attempt stored it already; kept", name, self.job_id)
+        return ArtifactInfo(self.job_id, self.attempt, name, kind, len(data), now)
 
     def progress(self, fraction: float | None, message: str | None = None) -> None:
         """Report progress (0..1) with an optional message; shown live."""

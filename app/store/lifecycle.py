@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import Engine, delete, func, insert, or_, select, update
 
+from app.artifacts import DEFAULT_MAX_BYTES
 from app.errors import JobNotFound, RunNowRefused
 from app.states import SOURCES, State, Transition
 from app.store import statements
@@ -55,6 +56,9 @@ class Store(Enqueueing, Finishing):
         self.backoff: Backoff = backoff or exponential_backoff()
         self.ledger = Ledger(self)
         """The effects ledger's steps (``app.store.ledger``), on this store's transactions."""
+        self.artifact_max_bytes: int = DEFAULT_MAX_BYTES
+        """``[artifacts] max_bytes`` of the deck that owns this store (set by
+        ``Jobdeck``): every ``ctx.artifact`` on it is held to this."""
 
     # -- operator actions -----------------------------------------------------
 

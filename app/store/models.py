@@ -15,6 +15,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Table,
     Text,
@@ -388,3 +389,28 @@ class DashboardSession(Base):
 
 
 dashboard_sessions = cast(Table, DashboardSession.__table__)
+
+
+class JobArtifact(Base):
+    """A file a handler kept for people to download (``ctx.artifact``): a
+    report, an export. One per job and name, so a later attempt storing the
+    same name replaces the earlier attempt's; it goes with its job (the
+    foreign key cascades, and retention deletes it explicitly too)."""
+
+    __tablename__ = "job_artifacts"
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(BigID, ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    """The attempt that stored the current bytes."""
+    name: Mapped[str] = mapped_column(String(255))
+    """The download's file name (checked by ``app.artifacts.check_name``)."""
+    content_type: Mapped[str] = mapped_column(String(255))
+    size: Mapped[int] = mapped_column(BigInteger)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (UniqueConstraint("job_id", "name", name="uq_job_artifacts_name"),)
+
+
+job_artifacts = cast(Table, JobArtifact.__table__)

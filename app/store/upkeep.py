@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import and_, delete, func, select, update
 
 from app.states import State
-from app.store.models import INTERRUPTED, attempts, jobs, maintenance_marks, stats_minutely, workers
+from app.store.models import INTERRUPTED, attempts, job_artifacts, jobs, maintenance_marks, stats_minutely, workers
 from app.store.statements import dialect_insert
 
 if TYPE_CHECKING:
@@ -62,7 +62,8 @@ def prune_finished(
     store: Store, states: Iterable[State], before: datetime, *, batch: int = 1000, max_batches: int = 20
 ) -> int:
     """Delete jobs in ``states`` that finished before ``before``, with their
-    attempts, ``batch`` jobs per transaction and at most ``max_batches``
+    attempts and artifacts (explicitly: the foreign keys cascade only where
+    the connection enforces them), ``batch`` jobs per transaction and at most ``max_batches``
     transactions per call, so one prune never holds the database for long.
     Returns how many jobs went."""
     values = [s.value for s in states]
@@ -79,8 +80,15 @@ def prune_finished(
             )
             if not ids:
                 break
-            conn.execute(delete(attempts).where(attempts.c.job_id.in_(ids)))
-            total += conn.execute(delete(jobs).where(jobs.c.id.in_(ids), jobs.c.status.in_(values))).rowcount
+            gone = list(
+                conn.execute(
+                    delete(jobs).where(jobs.c.id.in_(ids), jobs.c.status.in_(values)).returning(jobs.c.id)
+                ).scalars()
+            )
+            # Only the jobs really deleted (one retried meanwhile keeps its rows).
+            conn.execute(delete(attempts).where(attempts.c.job_id.in_(gone)))
+            conn.execute(delete(job_artifacts).where(job_artifacts.c.job_id.in_(gone)))
+            total += len(gone)
         if len(ids) < batch:
             break
     return total

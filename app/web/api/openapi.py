@@ -408,6 +408,9 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
     from app.web.api.openapi_effects import paths as effect_paths
 
     doc["paths"].update(effect_paths())
+    from app.web.api.openapi_artifacts import paths as artifact_paths
+
+    doc["paths"].update(artifact_paths())
     for path, operations in doc["paths"].items():
         if path == "/api/openapi.json":
             continue

@@ -2,7 +2,8 @@
 /api/schedules).
 
 Schedules: each schedule's cron in words, next run, last run with its job and
-outcome, the recent outcomes at a glance, and Run now / Pause / Resume.
+outcome, the last successful run's artifacts (the nightly report, one click
+away), the recent outcomes at a glance, and Run now / Pause / Resume.
 Queues: each queue's waiting and running jobs, paused state and concurrency
 limit, the per-type limits, and Pause / Resume.
 
@@ -20,6 +21,7 @@ from typing import Any
 from flask import Blueprint, abort, current_app, flash, jsonify, redirect, render_template, url_for
 
 from app.deck import MAX_QUEUE_CHARS, Jobdeck
+from app.store.artifacts import last_completed_artifacts
 from app.store.reads import running_by_type
 from app.validation import check_text
 from app.web.api import jobs as api
@@ -71,7 +73,9 @@ def _answer(page: str, template: str, context: dict[str, Any], message: str, kin
 def _schedules() -> dict[str, Any]:
     deck = _deck()
     now = deck.clock()
-    return {"schedules": deck.schedules.overview(now), "now": now, "outcome_labels": OUTCOME_LABELS}
+    overview = deck.schedules.overview(now)
+    reports = last_completed_artifacts(deck.store, [s["name"] for s in overview])
+    return {"schedules": overview, "now": now, "outcome_labels": OUTCOME_LABELS, "reports": reports}
 
 
 @bp.get("/schedules")

@@ -1,0 +1,71 @@
+"""OpenAPI paths of a job's artifacts (``/api/jobs/{job_id}/artifacts``),
+merged into ``app.web.api.openapi.document``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.artifacts import MAX_NAME_BYTES
+from app.web.api.openapi import _ERRORS, _JOB_ID, _NO_JOB, _json
+
+ARTIFACT = {
+    "type": "object",
+    "required": ["name", "content_type", "size", "attempt", "created_at"],
+    "properties": {
+        "name": {"type": "string", "description": "the file name; download it at .../artifacts/{name}"},
+        "content_type": {"type": "string"},
+        "size": {"type": "integer", "minimum": 0, "description": "bytes"},
+        "attempt": {"type": "integer", "description": "the attempt that stored it"},
+        "created_at": {"type": "string", "format": "date-time"},
+    },
+}
+_NAME = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_BYTES},
+    "description": "An artifact's name: no / or \\, no control characters, at most 255 bytes of UTF-8",
+}
+
+
+def paths() -> dict[str, Any]:
+    return {
+        "/api/jobs/{job_id}/artifacts": {
+            "get": {
+                "summary": "The files the job's handler kept (ctx.artifact), by name, without their bytes",
+                "parameters": [_JOB_ID],
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "required": ["artifacts"],
+                            "properties": {"artifacts": {"type": "array", "items": ARTIFACT}},
+                        },
+                        "Artifacts, by name",
+                    ),
+                    "401": _ERRORS["401"],
+                    **_NO_JOB,
+                },
+            }
+        },
+        "/api/jobs/{job_id}/artifacts/{name}": {
+            "get": {
+                "summary": "Download one artifact: its bytes, with its content type and file name",
+                "description": (
+                    "Sent with `Content-Disposition: attachment` (RFC 6266, the name also as `filename*`) "
+                    "unless it is a PNG, JPEG, GIF, WebP image or plain text, and always with "
+                    "`X-Content-Type-Options: nosniff` and a sandboxing Content-Security-Policy."
+                ),
+                "parameters": [_JOB_ID, _NAME],
+                "responses": {
+                    "200": {
+                        "description": "The artifact's bytes",
+                        "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
+                    },
+                    "401": _ERRORS["401"],
+                    "404": _json({"$ref": "#/components/schemas/Error"}, "Unknown job, or no artifact of that name"),
+                    "422": _json({"$ref": "#/components/schemas/Error"}, "A name no artifact can have"),
+                },
+            }
+        },
+    }
