@@ -64,10 +64,10 @@ def create_app(
     app.extensions["jobdeck"] = deck
     Htmx(app)
 
-    from app.web.api import effects, jobs, queues
+    from app.web.api import effects, errors, jobs, queues
     from app.web.dashboard import schedules
 
-    for blueprint in (jobs.bp, effects.bp, queues.bp, schedules.bp, schedules.api_bp):
+    for blueprint in (jobs.bp, effects.bp, queues.bp, schedules.bp, schedules.api_bp, errors.bp):
         app.register_blueprint(blueprint)
 
     from app.web import dashboard

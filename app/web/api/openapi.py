@@ -400,6 +400,9 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
     from app.web.api.openapi_effects import paths as effect_paths
 
     doc["paths"].update(effect_paths())
+    from app.web.api.openapi_errors import paths as error_paths
+
+    doc["paths"].update(error_paths())
     for path, operations in doc["paths"].items():
         if path == "/api/openapi.json":
             continue
