@@ -108,3 +108,12 @@ def test_viewers_see_no_group_buttons_and_cannot_act(make_deck, clock):
     r = post(client, "/actions/matching/retry", vals)
     assert r.status_code == 403
     assert [deck.store.get(i).status for i in keys] == [State.DEAD] * 3
+
+
+def test_a_group_action_without_the_csrf_token_is_refused(dash, deck):
+    keys, _ = _groups(deck)
+    vals = {"tab": "dead", "type": "demo.fail", "error": KEYS, "up_to": keys[-1]}
+    assert post(dash, "/actions/matching/retry", vals, token=False).status_code == 400
+    assert post(dash, "/actions/matching/retry", vals, htmx=False, token=False).status_code == 400
+    assert [deck.store.get(i).status for i in keys] == [State.DEAD] * 3
+    assert list_audit(deck.store)[0] == []
