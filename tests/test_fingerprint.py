@@ -116,7 +116,7 @@ def test_a_megabyte_of_hostile_text_is_quick(hostile):
 
 @pytest.mark.parametrize(
     "pattern",
-    ["'" * 2, "'a", " '", "1", "0x", "a-", "ab", "deadbeef-", '"a ', "1a" * 3 + "-"],
+    ["'" * 2, "'a", " '", "1", "0x", "a-", "ab", "deadbeef-", '"a ', "1a-"],
 )
 def test_the_masking_itself_is_linear(pattern):
     """Masking alone (past the cut that ``fingerprint`` makes): twice the
@@ -124,10 +124,12 @@ def test_the_masking_itself_is_linear(pattern):
     from app.fingerprint import mask
 
     def cost(n: int) -> float:
-        text = pattern * n
+        text = "g" + pattern * n  # "g": a word of digits after it is no hex id
         start = time.perf_counter()
         mask(text)
         return time.perf_counter() - start
 
-    small, large = min(cost(4_000) for _ in range(3)), min(cost(16_000) for _ in range(3))
-    assert large < small * 8 + 0.005, (small, large)  # quadratic would be 16 times
+    small, large = min(cost(10_000) for _ in range(3)), min(cost(40_000) for _ in range(3))
+    # Linear is about 4 times, quadratic 16 (a backtracking pattern: seconds);
+    # the margin is for a loaded machine's noise.
+    assert large < small * 10 + 0.01, (small, large)
