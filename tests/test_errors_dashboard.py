@@ -117,3 +117,18 @@ def test_a_group_action_without_the_csrf_token_is_refused(dash, deck):
     assert post(dash, "/actions/matching/retry", vals, htmx=False, token=False).status_code == 400
     assert [deck.store.get(i).status for i in keys] == [State.DEAD] * 3
     assert list_audit(deck.store)[0] == []
+
+
+def test_jobs_failed_without_a_fingerprint_are_listed_but_offer_no_group_action(dash, deck):
+    """A group with no fingerprint (failed under the previous release) has no
+    filter that names only it, so it offers its type's list instead."""
+    from sqlalchemy import update
+
+    from app.store.models import jobs
+
+    ids = fail_jobs(deck, "demo.fail", ["KeyError: 'a'", "OSError: b"])
+    with deck.store.write() as conn:
+        conn.execute(update(jobs).where(jobs.c.id.in_(ids)).values(error_fingerprint=None))
+    page = htmllib.unescape(dash.get("/errors/dead").get_data(as_text=True))
+    assert "No fingerprint" in page and "in this group" not in page
+    assert "View dead letter demo.fail jobs" in page
