@@ -11,6 +11,7 @@ from sqlalchemy import Connection, select
 
 from app.crashpoints import crash_point
 from app.errors import JobNotFound, NotHeld, TransitionRefused
+from app.fingerprint import fingerprint
 from app.states import AttemptOutcome, State, Transition
 from app.store import statements
 from app.store.claim import Claiming
@@ -140,6 +141,7 @@ class Finishing(Claiming):
                     values: tuple[Any, ...] = (o.job_id, attempt, o.worker_id, t, self._t(retry_at), error)
                 else:
                     values = (o.job_id, attempt, o.worker_id, t, error)
+                values += (fingerprint(error),)
                 failed = self._run(conn, statements.fail(o.retryable), values).first()
                 if failed is None:
                     continue

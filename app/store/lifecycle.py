@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, insert, or_, select, update
+from sqlalchemy import Engine, and_, delete, func, insert, or_, select, update
 
 from app.artifacts import DEFAULT_MAX_BYTES
 from app.errors import JobNotFound, RunNowRefused
@@ -26,7 +26,7 @@ from app.store.enqueue import Enqueueing, dumps
 from app.store.faults import is_transient, is_unavailable, storable_text
 from app.store.finish import Finishing
 from app.store.ledger import Ledger
-from app.store.models import attempts, jobs, workers
+from app.store.models import ERROR_STATES, attempts, jobs, status_in, workers
 from app.store.records import AttemptRecord, JobFilter, JobRecord, NewJob, Outcome
 from app.store.transactions import Backoff
 from app.validation import fits_id
@@ -213,7 +213,15 @@ def filtered(stmt: Any, f: JobFilter, now: datetime) -> Any:
         stmt = stmt.where(jobs.c.queue == f.queue)
     if f.search:
         stmt = stmt.where(_search(f.search))
+    if f.error_fingerprint is not None:
+        stmt = stmt.where(error_group(f.error_fingerprint))
     return stmt
+
+
+def error_group(fingerprint: str) -> Any:
+    """Failed or dead with this fingerprint; the states written literally so
+    SQLite sees that ``ix_jobs_error_groups`` (partial on them) serves it."""
+    return and_(status_in(jobs.c.status, ERROR_STATES), jobs.c.error_fingerprint == fingerprint)
 
 
 def _search(text: str) -> Any:

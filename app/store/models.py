@@ -80,6 +80,9 @@ CLAIMABLE_STATES = sources(Transition.CLAIM)
 """The states a due job is claimed from; ``app.store.statements.claimable``
 adds the due time. The claim indexes hold only these rows."""
 _claim_index_where = status_in(column("status"), CLAIMABLE_STATES)
+ERROR_STATES = [State.FAILED.value, State.DEAD.value]
+"""The states whose jobs are grouped by error (``ix_jobs_error_groups`` holds only these)."""
+_error_index_where = status_in(column("status"), ERROR_STATES)
 
 
 class Base(DeclarativeBase):
@@ -112,6 +115,9 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    error_fingerprint: Mapped[str | None] = mapped_column(String(255))
+    """The error's group (``app.fingerprint``), set by the fail statement;
+    the last column, so rows decoded by position keep their order (revision 0012)."""
 
     __table_args__ = (
         CheckConstraint(f"status IN ({_state_list})", name="ck_jobs_status"),
@@ -141,6 +147,18 @@ class Job(Base):
         # replaced that one, and dropped the running/worker index: running
         # jobs are few, so the status index finds them as fast).
         Index("ix_jobs_type_id", "type", "id"),
+        # The errors view's GROUP BY, read from the index alone (revision 0012).
+        # Partial: only failed and dead jobs are in it, so the claim and the
+        # completion of a job that never failed never touch it.
+        Index(
+            "ix_jobs_error_groups",
+            "status",
+            "type",
+            "error_fingerprint",
+            "updated_at",
+            sqlite_where=_error_index_where,
+            postgresql_where=_error_index_where,
+        ),
         {"sqlite_autoincrement": True},
     )
 

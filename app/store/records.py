@@ -160,3 +160,5 @@ class JobFilter:
     before_id: int | None = None
     after_id: int | None = None
     limit: int = 50
+    error_fingerprint: str | None = None
+    """One error group (``app.fingerprint``): with ``type``, the errors view's group."""

@@ -256,7 +256,7 @@ def attempt(with_error: bool = True) -> Prepared:
     return Prepared(stmt, fields)
 
 
-FAIL_FIELDS = ("job", "job_attempt", "worker", "now", "retry_at", "why")
+FAIL_FIELDS = ("job", "job_attempt", "worker", "now", "retry_at", "why", "fingerprint")
 
 
 @lru_cache(maxsize=2)
@@ -277,6 +277,7 @@ def fail(retryable: bool) -> Prepared:
     else:
         values = {"status": State.DEAD.value, "finished_at": NOW}
     values.update(error=bindparam("why"), updated_at=NOW)
+    values["error_fingerprint"] = bindparam("fingerprint")  # the errors view's group (app.fingerprint)
     stmt = (
         update(jobs)
         .where(

@@ -411,6 +411,9 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
     from app.web.api.openapi_artifacts import paths as artifact_paths
 
     doc["paths"].update(artifact_paths())
+    from app.web.api.openapi_errors import paths as error_paths
+
+    doc["paths"].update(error_paths())
     for path, operations in doc["paths"].items():
         if path == "/api/openapi.json":
             continue

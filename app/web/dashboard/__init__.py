@@ -26,6 +26,7 @@ csrf = CSRFProtect()
 NAV: list[tuple[str, str, str]] = [
     ("dashboard.overview", "Overview", "overview"),
     ("dashboard.jobs_index", "Jobs", "jobs"),
+    ("dashboard.errors_index", "Errors", "errors"),
     ("schedules.index", "Schedules", "schedules"),
     ("schedules.queues", "Queues", "queues"),
     ("dashboard.workers", "Workers", "workers"),

@@ -11,6 +11,7 @@ from flask import abort
 from werkzeug.datastructures import MultiDict
 
 from app.deck import MAX_QUEUE_CHARS, MAX_TYPE_CHARS
+from app.fingerprint import MAX_CHARS as MAX_FINGERPRINT_CHARS
 from app.states import ALL_STATES, SOURCES, State, Transition
 from app.store import JobFilter, JobRecord
 from app.validation import MAX_SEARCH_CHARS, check_text, parse_int
@@ -80,6 +81,8 @@ class ListArgs:
     q: str = ""
     before: int | None = None
     after: int | None = None
+    error: str = ""
+    """An error group's fingerprint (``app.fingerprint``), from the errors page."""
 
     @classmethod
     def parse(cls, args: MultiDict[str, str]) -> ListArgs:
@@ -92,6 +95,7 @@ class ListArgs:
             q=check_text(args.get("q", "").strip(), "search", MAX_SEARCH_CHARS),
             before=_cursor(args, "before"),
             after=_cursor(args, "after"),
+            error=check_text(args.get("error", ""), "error", MAX_FINGERPRINT_CHARS),
         )
 
     def job_filter(self, tab: Tab, limit: int = 50, paged: bool = True) -> JobFilter:
@@ -104,24 +108,38 @@ class ListArgs:
             before_id=self.before if paged else None,
             after_id=self.after if paged else None,
             limit=limit,
+            error_fingerprint=self.error or None,
         )
 
     def query(self, **changes: Any) -> dict[str, Any]:
         """URL arguments (for url_for) with ``changes``; empty ones left out."""
         values: dict[str, Any] = {"type": self.type, "queue": self.queue, "q": self.q,
-                                  "before": self.before, "after": self.after}  # fmt: skip
+                                  "before": self.before, "after": self.after, "error": self.error}  # fmt: skip
         values.update(changes)
         return {k: v for k, v in values.items() if v not in (None, "")}
 
     @property
     def filtered(self) -> bool:
-        return bool(self.type or self.queue or self.q)
+        return bool(self.type or self.queue or self.q or self.error)
 
     def describe(self) -> str:
-        parts = [f"{k}={v}" for k, v in (("type", self.type), ("queue", self.queue), ("search", self.q)) if v]
+        named = (("type", self.type), ("queue", self.queue), ("search", self.q), ("error", self.error))
+        parts = [f"{k}={v}" for k, v in named if v]
         return ", ".join(parts)
 
 
 def _cursor(args: MultiDict[str, str], name: str) -> int | None:
     raw = args.get(name, "")
     return parse_int(raw, name, 1) if raw.strip() else None
+
+
+ERROR_TABS: list[Tab] = [BY_SLUG[State.DEAD.value], BY_SLUG[State.FAILED.value]]
+"""The errors page's two views: dead letter first (it waits for a person),
+then the failed jobs awaiting their retry."""
+
+
+def error_tab_or_404(slug: str) -> Tab:
+    tab = BY_SLUG.get(slug)
+    if tab not in ERROR_TABS:
+        abort(404, f"no error view named {slug!r}; dead or failed")
+    return tab

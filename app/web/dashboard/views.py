@@ -16,10 +16,12 @@ from app.deck import Jobdeck
 from app.errors import JobNotFound
 from app.states import SOURCES, State, Transition, allowed
 from app.store.reads import (
+    MAX_ERROR_GROUPS,
     Snapshots,
     audit_of_job,
     count_matching,
     dead_since,
+    error_groups,
     list_audit,
     list_page,
     newest_id,
@@ -29,7 +31,7 @@ from app.validation import parse_int
 from app.web.dashboard.auth import current_user
 from app.web.dashboard.present import latency_chart, throughput_chart
 from app.web.dashboard.settings import DashboardSettings
-from app.web.dashboard.tabs import TABS, ListArgs, Tab, tab_of, tab_or_404
+from app.web.dashboard.tabs import ERROR_TABS, TABS, ListArgs, Tab, error_tab_or_404, tab_of, tab_or_404
 from app.web.serialize import request_waiting
 
 bp = Blueprint("dashboard", __name__)
@@ -317,3 +319,36 @@ def audit() -> Any:
     before = parse_int(raw, "before", 1) if raw.strip() else None
     entries, older = list_audit(deck().store, before_id=before)
     return render_template("audit.html", entries=entries, older=older, before=before, now=deck().clock())
+
+
+# -- errors, grouped ----------------------------------------------------------------
+
+
+def _errors(tab: Tab) -> dict[str, Any]:
+    """The errors page's context: the tab's jobs grouped by type and error
+    fingerprint (``app.store.reads.error_groups``), largest first."""
+    d = deck()
+    now = d.clock()
+    return {
+        "tab": tab,
+        "error_tabs": ERROR_TABS,
+        "groups": error_groups(d.store, tab.state),
+        "limit": MAX_ERROR_GROUPS,
+        "now": now,
+        "counts": snapshots().get(now).counts,
+    }
+
+
+@bp.get("/errors")
+def errors_index() -> Any:
+    return redirect(url_for("dashboard.errors", tab=State.DEAD.value))
+
+
+@bp.get("/errors/<tab>")
+def errors(tab: str) -> Any:
+    return render_template("errors.html", **_errors(error_tab_or_404(tab)))
+
+
+@bp.get("/fragments/errors/<tab>")
+def errors_live(tab: str) -> Any:
+    return render_template("_error_groups.html", **_errors(error_tab_or_404(tab)))
