@@ -15,6 +15,7 @@ from flask import Blueprint, abort, current_app, flash, redirect, render_templat
 from app.deck import Jobdeck
 from app.errors import JobNotFound
 from app.states import SOURCES, State, Transition, allowed
+from app.store import JobFilter
 from app.store.reads import (
     Snapshots,
     audit_of_job,
@@ -122,10 +123,15 @@ def nav_items() -> list[tuple[str, str, str]]:
 # -- overview ----------------------------------------------------------------------
 
 
-def _overview() -> dict[str, Any]:
+OVERVIEW_DEAD = 5
+"""Dead jobs the overview lists, newest first: the way into the commonest
+operator task (why did it die, fix it, retry its kind) in one click."""
+
+
+def _overview(first_paint: bool = False) -> dict[str, Any]:
     d = deck()
     now = d.clock()
-    snap = snapshots().get(now)
+    snap = snapshots().get(now, first_paint=first_paint)
     seen_raw = session.get("dead_seen")
     if isinstance(seen_raw, str):
         new_dead = dead_since(d.store, datetime.fromisoformat(seen_raw))
@@ -139,6 +145,7 @@ def _overview() -> dict[str, Any]:
         "latency": latency_chart(snap.latency_history, now),
         **_worker_summary(now),
         "new_dead": new_dead,
+        "latest_dead": list_page(d.store, JobFilter(status=State.DEAD, limit=OVERVIEW_DEAD), now).jobs,
     }
 
 
@@ -158,7 +165,7 @@ def _worker_summary(now: datetime) -> dict[str, Any]:
 
 @bp.get("/")
 def overview() -> Any:
-    return render_template("overview.html", **_overview())
+    return render_template("overview.html", **_overview(first_paint=True))
 
 
 @bp.get("/fragments/overview")
@@ -181,7 +188,9 @@ def _list(tab: Tab, source: Any = None) -> dict[str, Any]:
         "args": args,
         "page": page,
         "now": now,
-        "counts": snapshots().get(now).counts,
+        # Counted right after the rows, not from the overview's snapshot: a
+        # tab's badge must agree with the rows it heads.
+        "counts": d.store.counts(now),
         "types": sorted(set(d.registry.names()) | set(d.config.external_types)),
         "queues": sorted({"default"} | {s.queue for n in d.registry.names() if (s := d.registry.get(n)) and s.queue}),
     }
