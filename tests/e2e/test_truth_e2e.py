@@ -148,10 +148,11 @@ def test_every_page_keeps_its_buttons_and_nav_on_screen(make_live, page, dialogs
     dead = _api(live, page, {"type": "demo.fail", "payload": {"message": "card declined " * 8}, "max_retries": 0})
     _until(live, dead, State.DEAD)
     deck.schedules.run_now("nightly-report", datetime.now(UTC), "alice")
-    for path in PAGES:
+    for path in [*PAGES, f"/jobs/{dead}"]:
         page.goto(live.url + path)
         expect(page.locator("main h1")).to_be_visible()
         _on_screen(page, width)
+        live.shot(page, f"truth-{width}{path.replace('/', '-')}")
 
     page.goto(live.url + "/")
     # Only a paused queue's job is due: nothing is late.
