@@ -252,6 +252,17 @@ def test_a_viewer_gets_no_fix_link_on_the_overview(deck):
     job_id = make_dead(deck)
     html = client.get("/").get_data(as_text=True)
     assert f'data-job="{job_id}"' in html and "Fix payload" not in html
+    assert "Fix payload" not in client.get("/jobs/dead").get_data(as_text=True)
+
+
+def test_the_overview_lists_the_latest_dead_job_of_each_type(dash, deck):
+    fails = [make_dead(deck) for _ in range(3)]
+    flaky = make_dead(deck, "demo.flaky", {"failures": 9})
+    html = dash.get("/").get_data(as_text=True)
+    assert re.findall(r'class="dead-item" data-job="(\d+)"', html) == [str(flaky), str(fails[-1])]
+    dead_list = dash.get("/jobs/dead").get_data(as_text=True)
+    row = dead_list.split(f'id="job-{fails[0]}"')[1].split("</tr>")[0]
+    assert f'href="/jobs/{fails[0]}#job-edit"' in row and "Fix payload…" in row
 
 
 def test_dead_jobs_leave_the_overview_once_retried(dash, deck):

@@ -50,13 +50,15 @@ def test_job_page_follows_edit_and_retry_and_shows_history_neutrally(live, page,
     _until(live, job_id, State.DEAD)
     page.goto(live.url + "/")
     click = Clicks(page)
-    # Fix its payload and reprocess: two clicks (and the typing).
-    click(page.locator(f'.dead-item[data-job="{job_id}"]').get_by_role("link", name="Fix payload…"))
+    # Fix its payload and reprocess: dead letter, its row's "Fix payload…"
+    # (the job page with the form open), then retry with the typed payload.
+    click(page.locator("a.stat-dead"))
+    click(page.locator(f"#job-{job_id}").get_by_role("link", name="Fix payload…"))
     textarea = page.locator("textarea[name=payload]")
     expect(textarea).to_be_visible()
     textarea.fill('{"failures": 1}')
     click(page.get_by_role("button", name="Retry with this payload"))
-    assert click.n == 2
+    assert click.n == 3
     # Pending after the retry, then completed by the worker: the polled
     # region carries the breadcrumb along with the badge.
     live_region = page.locator("#job-live")
@@ -178,18 +180,23 @@ def test_core_operator_tasks_take_three_clicks_from_the_overview(make_live, page
     for job_id in [*fails, other]:
         _until(live, job_id, State.DEAD)
 
-    # Why did job X die: the job from the overview, then its traceback.
+    # Why did job X (the oldest, not on the overview's card) die: dead
+    # letter, its row, its traceback.
     page.goto(live.url + "/")
     click = Clicks(page)
-    click(page.get_by_role("link", name=f"Job {fails[0]}", exact=True))
+    click(page.locator("a.stat-dead"))
+    expect(page.locator(f"#job-{fails[0]} td.error-cell")).to_contain_text("RuntimeError")
+    click(page.locator(f"#job-{fails[0]} td.id a"))
     click(page.locator("details.traceback summary").first)
     expect(page.locator("details.traceback pre").first).to_contain_text("RuntimeError")
-    assert click.n == 2
+    assert click.n == 3
 
-    # Retry every dead job of one type: its type, "Retry all matching", confirm.
+    # Retry every dead job of one type: its type on the overview, "Retry all
+    # matching", confirm.
     page.goto(live.url + "/")
+    expect(page.locator(".dead-item")).to_have_count(2)  # one per type
     click = Clicks(page)
-    click(page.locator(f'.dead-item[data-job="{fails[0]}"] .type-filter'))
+    click(page.locator(".dead-items").get_by_role("link", name="demo.fail", exact=True))
     expect(page).to_have_url(re.compile(r"/jobs/dead\?type=demo\.fail"))
     click(page.get_by_role("button", name="Retry all matching…"))
     click(page.get_by_role("button", name="Retry all 3 matching"))

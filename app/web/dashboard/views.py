@@ -15,7 +15,7 @@ from flask import Blueprint, abort, current_app, flash, redirect, render_templat
 from app.deck import Jobdeck
 from app.errors import JobNotFound
 from app.states import SOURCES, State, Transition, allowed
-from app.store import JobFilter
+from app.store import JobFilter, JobRecord
 from app.store.reads import (
     Snapshots,
     audit_of_job,
@@ -123,9 +123,21 @@ def nav_items() -> list[tuple[str, str, str]]:
 # -- overview ----------------------------------------------------------------------
 
 
-OVERVIEW_DEAD = 5
-"""Dead jobs the overview lists, newest first: the way into the commonest
-operator task (why did it die, fix it, retry its kind) in one click."""
+OVERVIEW_DEAD_TYPES = 5
+"""Job types the overview's dead-letter card lists, most recent first."""
+OVERVIEW_DEAD_SCAN = 200
+"""Newest dead jobs the card looks through for them (one keyset page)."""
+
+
+def _dead_by_type(now: datetime) -> list[JobRecord]:
+    """The newest dead job of each type among the newest dead jobs: from the
+    overview, one click reaches every dead job of a type (to retry them all)
+    and the latest one (to see why it died)."""
+    newest = list_page(deck().store, JobFilter(status=State.DEAD, limit=OVERVIEW_DEAD_SCAN), now).jobs
+    latest: dict[str, JobRecord] = {}
+    for job in newest:
+        latest.setdefault(job.type, job)
+    return list(latest.values())[:OVERVIEW_DEAD_TYPES]
 
 
 def _overview(first_paint: bool = False) -> dict[str, Any]:
@@ -145,7 +157,7 @@ def _overview(first_paint: bool = False) -> dict[str, Any]:
         "latency": latency_chart(snap.latency_history, now),
         **_worker_summary(now),
         "new_dead": new_dead,
-        "latest_dead": list_page(d.store, JobFilter(status=State.DEAD, limit=OVERVIEW_DEAD), now).jobs,
+        "dead_by_type": _dead_by_type(now),
     }
 
 
