@@ -22,6 +22,13 @@ SCHEDULES = [
     {"name": "nightly-report", "cron": "0 2 * * *", "type": "demo.report", "payload": {"name": "nightly", "rows": 5}},
 ]  # fmt: skip
 PAGES = ["/", "/jobs/dead", "/schedules", "/queues", "/workers", "/audit"]
+SEEN = """() => {
+  window.__seen = [];
+  document.body.addEventListener("htmx:afterSettle", () => window.__seen.push([
+    document.querySelectorAll("#job-rows tr:not(.empty-row)").length,
+    Number(document.querySelector("#tabs .tab.active .count").textContent)]));
+}"""
+"""Records (rows listed, the active tab's badge) after every swap."""
 
 
 class Clicks:
@@ -91,9 +98,12 @@ def test_lists_and_running_job_tell_the_truth(live, page, dialogs, width):
     expect(page.locator("#job-live dd.attempts")).to_contain_text("1/4")
 
     page.goto(f"{live.url}/jobs/completed")
+    page.evaluate(SEEN)
     rows = page.locator("#job-rows tr:not(.empty-row)")
     expect(rows).to_have_count(4, timeout=20000)  # the sleeper finishes while we look
-    expect(page.locator("#tabs .tab.active .count")).to_have_text("4")  # the badge heads its rows
+    seen = page.evaluate("() => window.__seen")
+    assert seen and all(n_rows == badge for n_rows, badge in seen), f"(rows, badge) after each poll: {seen}"
+    expect(page.locator("#tabs .tab.active .count")).to_have_text("4")
     first = page.locator(f"#job-{done[0]}")
     assert first.locator("td.attempts").text_content() == "1/4"
     assert first.locator("td.prio-cell").text_content() == ""  # the default priority has no label
