@@ -125,8 +125,10 @@ def nav_items() -> list[tuple[str, str, str]]:
 
 OVERVIEW_DEAD_TYPES = 5
 """Job types the overview's dead-letter card lists, most recent first."""
-OVERVIEW_DEAD_SCAN = 200
-"""Newest dead jobs the card looks through for them (one keyset page)."""
+OVERVIEW_DEAD_SCAN = PAGE_SIZE
+"""Newest dead jobs the card looks through for them: one page of the dead
+letter list, the read that list itself makes at every poll (whole rows,
+payloads included, so not more)."""
 
 
 def _dead_by_type(now: datetime) -> list[JobRecord]:
