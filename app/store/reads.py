@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,7 +29,16 @@ from sqlalchemy import Select, and_, case, exists, func, insert, select, update
 from app.states import AttemptOutcome, State
 from app.store import statements
 from app.store.lifecycle import JobFilter, JobRecord, Store, filtered
-from app.store.models import ERROR_STATES, attempts, audit_log, jobs, maintenance_marks, stats_minutely, status_in
+from app.store.models import (
+    ERROR_STATES,
+    attempts,
+    audit_log,
+    jobs,
+    maintenance_marks,
+    queue_state,
+    stats_minutely,
+    status_in,
+)
 from app.store.upkeep import STATS_MARK
 
 log = logging.getLogger("jobdeck.dashboard")
@@ -222,36 +231,52 @@ def _live_throughput(conn: Any, dialect: str, since: datetime, now: datetime) ->
 
 
 def queue_latency(store: Store, now: datetime) -> float | None:
-    """How long the next job to be claimed has been due: the claim's own
-    order, so it reads one entry of the claim index."""
-    stmt = statements.due(None, None, 0, columns=(jobs.c.available_at,), lock=False).limit(1)
+    """How long the next job a worker could claim has been due: the claim's
+    own order (``statements.due``), so it reads one entry of the claim index.
+    Jobs in paused queues are left out: nobody can claim them, so their age
+    is a person's choice, not a delay, and counting it raised an alarm that
+    grew for as long as the pause lasted."""
     with store.read() as conn:
-        oldest = conn.execute(stmt, {"now": now}).scalar()
+        paused = list(conn.execute(select(queue_state.c.name).where(queue_state.c.paused)).scalars())
+        stmt = statements.due(None, None, len(paused), columns=(jobs.c.available_at,), lock=False).limit(1)
+        values = {"now": now, **{f"skip_{i}": name for i, name in enumerate(paused)}}
+        oldest = conn.execute(stmt, values).scalar()
     return None if oldest is None else max(0.0, (now - oldest).total_seconds())
 
 
 @dataclass
 class Snapshots:
-    """One overview snapshot per process, shared by every poll."""
+    """One overview snapshot per process, shared by every poll.
+
+    A stale snapshot is served while its refresh runs only if it is younger
+    than twice the TTL, i.e. it was taken during the current spell of polling:
+    after a quiet spell the first read recomputes inline, so a page never
+    opens on numbers from an hour ago (it once showed all zeros)."""
 
     store: Store
     ttl: float = 3.0
     """Seconds a snapshot is served before a refresh starts; 0 disables
     caching (every read recomputes, for tests)."""
+    monotonic: Callable[[], float] = time.monotonic
+    """The clock ages are measured on (a test moves it)."""
     _current: Snapshot | None = None
     _taken: float = 0.0
     _refreshing: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _history: dict[datetime, float] = field(default_factory=dict)
 
-    def get(self, now: datetime) -> Snapshot:
+    def get(self, now: datetime, first_paint: bool = False) -> Snapshot:
+        """The current snapshot. A ``first_paint`` (a page opened, not a poll)
+        is never older than the TTL; a poll may get one up to twice the TTL
+        old while the next is taken in the background."""
         with self._lock:
-            current, age = self._current, time.monotonic() - self._taken
+            current, age = self._current, self.monotonic() - self._taken
             stale = current is None or age >= self.ttl
-            start_refresh = stale and current is not None and not self._refreshing and self.ttl > 0
+            too_old = age >= (self.ttl if first_paint else 2 * self.ttl)
+            start_refresh = stale and not too_old and current is not None and not self._refreshing and self.ttl > 0
             if start_refresh:
                 self._refreshing = True
-        if current is None or self.ttl <= 0:
+        if current is None or self.ttl <= 0 or too_old:
             return self._take(now)
         if start_refresh:
             threading.Thread(target=self._refresh, args=(now,), name="jobdeck-snapshot", daemon=True).start()
@@ -285,7 +310,7 @@ class Snapshots:
             history = sorted(self._history.items())
         snap = Snapshot(now, counts, throughput(self.store, now), latency, history)
         with self._lock:
-            self._current, self._taken = snap, time.monotonic()
+            self._current, self._taken = snap, self.monotonic()
         return snap
 
 

@@ -7,6 +7,12 @@
  *  - row selection survives the table body being re-rendered by a poll.
  *  - [data-dismiss] closes a flash message or a confirmation.
  *  - failed requests say so in the flash area instead of failing silently.
+ *  - times: every <time datetime title> shows its relative text, or with the
+ *    "Exact times" switch its title (the UTC time); the choice is kept in
+ *    localStorage and reapplied after every swap.
+ *  - a [data-submit-on-change] field (the type filter) submits its form.
+ *  - /jobs/<id>#job-edit opens the edit-and-retry form (the overview's
+ *    "Fix payload" link).
  */
 (function () {
   "use strict";
@@ -58,7 +64,9 @@
 
   document.addEventListener("change", function (event) {
     var target = event.target;
-    if (target.classList && target.classList.contains("row-select")) {
+    if (target.hasAttribute && target.hasAttribute("data-submit-on-change") && target.form) {
+      target.form.requestSubmit();
+    } else if (target.classList && target.classList.contains("row-select")) {
       if (target.checked) { selected.add(target.value); } else { selected.delete(target.value); }
       syncSelection();
     } else if (target.id === "select-all") {
@@ -125,6 +133,38 @@
     if (event.detail.successful) { body.classList.remove("offline"); }
   });
 
-  document.addEventListener("DOMContentLoaded", syncSelection);
+  var TIMES_KEY = "jobdeck.times";
+  var exact = false;
+  try { exact = localStorage.getItem(TIMES_KEY) === "exact"; } catch (e) { /* storage off: relative */ }
+
+  function showTimes() {
+    document.querySelectorAll("time[datetime][title]").forEach(function (el) {
+      if (!el.hasAttribute("data-relative")) { el.setAttribute("data-relative", el.textContent); }
+      el.textContent = exact ? el.getAttribute("title") : el.getAttribute("data-relative");
+    });
+    var toggle = document.getElementById("time-toggle");
+    if (toggle) { toggle.setAttribute("aria-pressed", exact ? "true" : "false"); }
+  }
+
+  document.addEventListener("click", function (event) {
+    var toggle = event.target.closest ? event.target.closest("#time-toggle") : null;
+    if (!toggle) { return; }
+    exact = !exact;
+    try { localStorage.setItem(TIMES_KEY, exact ? "exact" : "relative"); } catch (e) { /* storage off: this page only */ }
+    showTimes();
+  });
+  body.addEventListener("htmx:afterSettle", showTimes);
+
+  function openEditFromLink() {
+    if (location.hash !== "#job-edit") { return; }
+    var form = document.querySelector("#job-edit details");
+    if (!form) { return; }
+    form.open = true;
+    var text = form.querySelector("textarea");
+    if (text) { text.focus(); }
+  }
+
   syncSelection();
+  showTimes();
+  openEditFromLink();
 })();

@@ -2,8 +2,9 @@
 data (the last hour's per-minute counters as the roll-up would have written
 them, schedules that fired over the last hour, a gone worker, a paused
 queue), each main page saved to test-results/screenshots/. With
-JOBDECK_UPDATE_SCREENSHOTS=1 the overview and schedules shots are also
-copied to static/screenshots/ for the README."""
+JOBDECK_UPDATE_SCREENSHOTS=1 the overview, schedules and phone shots are
+also copied to static/screenshots/ for the README. The phone shots (390 px,
+the first screen only) keep the committed PNGs small."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from tests.conftest import wait_for
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
-README_SHOTS = ("overview", "schedules")
+README_SHOTS = ("overview", "schedules", "phone-dead-letter")
+PHONE = {"width": 390, "height": 844}
 
 SCHEDULES = [
     {"name": "nightly-sales-report", "cron": "0 2 * * *", "type": "demo.report",
@@ -97,6 +99,11 @@ def test_readme_screenshots(make_live, page, dialogs):
         page.wait_for_timeout(200)  # let the progress bars' transition finish before the picture
         live.shot(page, name)
     expect(page.locator(".mainnav")).to_contain_text("Schedules")
+    page.set_viewport_size(PHONE)
+    for name, path in {"phone-dead-letter": "/jobs/dead", "phone-overview": "/"}.items():
+        page.goto(live.url + path)
+        expect(page.locator("main h1")).to_be_visible()
+        page.screenshot(path=str(ROOT / "test-results" / "screenshots" / f"{name}.png"))
     assert dialogs == []
     if os.environ.get("JOBDECK_UPDATE_SCREENSHOTS") == "1":
         for name in README_SHOTS:

@@ -21,7 +21,7 @@ def test_a_paused_queue_is_named_in_the_row_and_on_the_page_until_resumed(live, 
     reason = page.locator(f"#job-{job_id} .waiting-reason")
     expect(reason).to_have_text("Waiting: Queue reports is paused")
     live.shot(page, f"waiting-row-{width}")
-    page.locator(f"#job-{job_id} td.type a").click()
+    page.locator(f"#job-{job_id} td.id a").click()  # the id opens the job; the type filters the list
     line = page.locator("#job-live .waiting-reason")
     expect(line).to_have_text("Waiting: Queue reports is paused")
     box = line.bounding_box()

@@ -1,5 +1,5 @@
-"""Presentation helpers: Jinja filters (relative times, durations, pretty
-JSON) and the geometry of the overview's server-rendered SVG charts."""
+"""Presentation helpers: Jinja filters and globals (relative times in
+``<time>``, durations, pretty JSON, attempts allowed) and the geometry of the overview's server-rendered SVG charts."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from datetime import datetime
 from typing import Any
 
 from flask import Flask
+from markupsafe import Markup
 
-from app.states import priority_label
+from app.states import CLAIMABLE, State, priority_label
+from app.store import JobRecord
 
 
 def human_seconds(seconds: float) -> str:
@@ -34,6 +36,31 @@ def relative(value: datetime | None, now: datetime) -> str:
     if abs(delta) < 1:
         return "now"
     return f"{human_seconds(delta)} ago" if delta > 0 else f"in {human_seconds(delta)}"
+
+
+def when(value: datetime | None, now: datetime) -> Markup:
+    """A time as people read it ("12 s ago"), in a ``<time>`` whose
+    ``datetime`` and title carry the exact UTC time: the title for a hover,
+    and for the dashboard's absolute-time switch (static/js/dashboard.js),
+    which shows the title in place of the relative text."""
+    if value is None:
+        return Markup("—")
+    return Markup('<time datetime="{}" title="{}">{}</time>').format(
+        value.isoformat(), iso(value), relative(value, now)
+    )
+
+
+def attempts_allowed(job: JobRecord) -> int:
+    """How many attempts the job may make in all, counting those it made:
+    ``job.attempt`` numbers every attempt (the timeline's "Attempt N"), and
+    its retry budget (``max_retries`` + 1 attempts) restarts when a person
+    retries it. The attempts made in the current budget are its retries, plus
+    the one that ended it (running, completed, dead) when it is not waiting
+    for its next attempt. A discarded job keeps no trace of where it was
+    discarded from: it was waiting if every attempt it made was retried."""
+    waiting = job.status in CLAIMABLE or (job.status is State.DISCARDED and job.attempt == job.retry_count)
+    in_budget = job.retry_count + (0 if waiting else 1)
+    return job.attempt - in_budget + job.max_retries + 1
 
 
 def first_line(text: str | None, width: int = 140) -> str:
@@ -64,7 +91,7 @@ def register(app: Flask) -> None:
         number=number,
         priority_label=priority_label,
     )
-    app.jinja_env.globals.update(relative=relative)
+    app.jinja_env.globals.update(relative=relative, when=when, attempts_allowed=attempts_allowed)
 
 
 # -- charts ------------------------------------------------------------------------

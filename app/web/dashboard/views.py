@@ -15,6 +15,7 @@ from flask import Blueprint, abort, current_app, flash, redirect, render_templat
 from app.deck import Jobdeck
 from app.errors import JobNotFound
 from app.states import SOURCES, State, Transition, allowed
+from app.store import JobFilter, JobRecord
 from app.store.reads import (
     MAX_ERROR_GROUPS,
     Snapshots,
@@ -133,10 +134,29 @@ def nav_items() -> list[tuple[str, str, str]]:
 # -- overview ----------------------------------------------------------------------
 
 
-def _overview() -> dict[str, Any]:
+OVERVIEW_DEAD_TYPES = 5
+"""Job types the overview's dead-letter card lists, most recent first."""
+OVERVIEW_DEAD_SCAN = PAGE_SIZE
+"""Newest dead jobs the card looks through for them: one page of the dead
+letter list, the read that list itself makes at every poll (whole rows,
+payloads included, so not more)."""
+
+
+def _dead_by_type(now: datetime) -> list[JobRecord]:
+    """The newest dead job of each type among the newest dead jobs: from the
+    overview, one click reaches every dead job of a type (to retry them all)
+    and the latest one (to see why it died)."""
+    newest = list_page(deck().store, JobFilter(status=State.DEAD, limit=OVERVIEW_DEAD_SCAN), now).jobs
+    latest: dict[str, JobRecord] = {}
+    for job in newest:
+        latest.setdefault(job.type, job)
+    return list(latest.values())[:OVERVIEW_DEAD_TYPES]
+
+
+def _overview(first_paint: bool = False) -> dict[str, Any]:
     d = deck()
     now = d.clock()
-    snap = snapshots().get(now)
+    snap = snapshots().get(now, first_paint=first_paint)
     seen_raw = session.get("dead_seen")
     if isinstance(seen_raw, str):
         new_dead = dead_since(d.store, datetime.fromisoformat(seen_raw))
@@ -150,6 +170,7 @@ def _overview() -> dict[str, Any]:
         "latency": latency_chart(snap.latency_history, now),
         **_worker_summary(now),
         "new_dead": new_dead,
+        "dead_by_type": _dead_by_type(now),
     }
 
 
@@ -169,7 +190,7 @@ def _worker_summary(now: datetime) -> dict[str, Any]:
 
 @bp.get("/")
 def overview() -> Any:
-    return render_template("overview.html", **_overview())
+    return render_template("overview.html", **_overview(first_paint=True))
 
 
 @bp.get("/fragments/overview")
@@ -192,7 +213,9 @@ def _list(tab: Tab, source: Any = None) -> dict[str, Any]:
         "args": args,
         "page": page,
         "now": now,
-        "counts": snapshots().get(now).counts,
+        # Counted right after the rows, not from the overview's snapshot: a
+        # tab's badge must agree with the rows it heads.
+        "counts": d.store.counts(now),
         "types": sorted(set(d.registry.names()) | set(d.config.external_types)),
         "queues": sorted({"default"} | {s.queue for n in d.registry.names() if (s := d.registry.get(n)) and s.queue}),
     }
