@@ -111,6 +111,10 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    """When a person or the API cancelled the job (revision 0009). A running
+    job keeps running with it set: its attempt's end, however it ends, ends
+    the job ``cancelled`` (``app.store.statements``)."""
 
     __table_args__ = (
         CheckConstraint(f"status IN ({_state_list})", name="ck_jobs_status"),
