@@ -243,7 +243,7 @@ class Finishing(Claiming):
             params = {"worker": worker_id, "now": now() if callable(now) else now}
             beaten = conn.execute(statements.heartbeat_held(), params).all()
             conn.execute(statements.heartbeat_worker(), params)
-        return len(beaten), [job_id for job_id, requested in beaten if requested]
+        return len(beaten), [job_id for job_id, requested_at in beaten if requested_at is not None]
 
     def set_progress(
         self, job_id: int, attempt: int, worker_id: str, progress: float | None, message: str | None, now: datetime

@@ -348,15 +348,16 @@ def heartbeat() -> Any:
 def heartbeat_held() -> Any:
     """Every job a worker holds; rows another transaction holds (an ack
     finishing them) are skipped, not waited for: waiting deadlocked with an
-    ack batch locking the same rows in another order. Returns (id, whether
-    a cancel was requested): how other processes' cancels reach the pool.
+    ack batch locking the same rows in another order. Returns (id,
+    cancel_requested_at): how other processes' cancels reach the pool (not
+    ``IS NOT NULL``: SQLite's RETURNING answered it true for NULL).
     Values: worker, now."""
     held = select(jobs.c.id).where(jobs.c.worker_id == bindparam("worker"), in_states(Transition.HEARTBEAT))
     return (
         update(jobs)
         .where(jobs.c.id.in_(held.with_for_update(skip_locked=True).scalar_subquery()))
         .values(heartbeat_at=NOW)
-        .returning(jobs.c.id, cancel_requested())
+        .returning(jobs.c.id, jobs.c.cancel_requested_at)
     )
 
 
