@@ -110,8 +110,7 @@ class AttemptOutcome(str, enum.Enum):
     """The job was cancelled while this attempt ran, and the attempt ended
     (returned, raised, timed out, stalled or was released): the job is
     ``cancelled``, not completed or retried. The row's error says how the
-    attempt itself ended. Not a failure: the roll-up of failures leaves it
-    out."""
+    attempt itself ended."""
 
     def __str__(self) -> str:
         return self.value

@@ -122,6 +122,20 @@ def test_retention_prunes_old_finished_jobs_in_batches_and_frees_their_keys(deck
     assert m.prune_once(clock.advance(2 * 86400))["jobs"] == 2
 
 
+def test_retention_prunes_cancelled_jobs_like_completed_ones(deck, clock):
+    m = Maintenance(deck, Retention(completed_days=7))
+    at_once, _ = deck.enqueue("demo.noop")
+    deck.cancel(at_once.id, actor="t")
+    running, _ = deck.enqueue("demo.noop")
+    [j] = deck.store.claim("w", clock.now, limit=1)
+    deck.cancel(running.id, actor="t")
+    assert m.prune_once(clock.advance(8 * 86400))["jobs"] == 1  # the running one is not finished yet
+    assert {j.id for j in deck.store.list_jobs(_all(), clock.now)} == {running.id}
+    deck.store.complete_many([Outcome(running.id, "w", attempt=j.attempt)], clock.now)
+    assert m.prune_once(clock.advance(8 * 86400))["jobs"] == 1
+    assert deck.store.attempts_of(running.id) == []
+
+
 def _all():
     from app.store import JobFilter
 

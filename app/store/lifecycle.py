@@ -55,7 +55,7 @@ class Store(Enqueueing, Finishing):
         self.backoff: Backoff = backoff or exponential_backoff()
         self.ledger = Ledger(self)
         """The effects ledger's steps (``app.store.ledger``), on this store's transactions."""
-        self._cancel_listeners: list[Callable[[list[int]], None]] = []
+        self._cancel_listeners: list[Callable[[list[int]], object]] = []
 
     # -- operator actions -----------------------------------------------------
 
@@ -125,7 +125,7 @@ class Store(Enqueueing, Finishing):
             self._notify_cancel(running)
         return [job_id for job_id, _ in moved]
 
-    def on_cancel(self, fn: Callable[[list[int]], None]) -> None:
+    def on_cancel(self, fn: Callable[[list[int]], object]) -> None:
         """Call ``fn`` with the ids of running jobs just asked to cancel in
         this process (a pool of this process running one stops it at once)."""
         self._cancel_listeners.append(fn)

@@ -317,9 +317,10 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
             "/api/jobs/{job_id}/heartbeat": {
                 "post": {
                     "summary": "Heartbeat a running job",
-                    **job_action,
+                    "parameters": [_JOB_ID],
+                    "requestBody": _body(_WORKER),
                     "responses": {
-                        **job_action["responses"],
+                        **_JOB_ERRORS,
                         "200": _json(
                             {
                                 "allOf": [

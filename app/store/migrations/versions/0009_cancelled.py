@@ -35,7 +35,7 @@ OLD_STATES = "status IN ('pending', 'running', 'failed', 'dead', 'completed', 'd
 NEW_STATES = "status IN ('pending', 'running', 'failed', 'dead', 'completed', 'discarded', 'cancelled')"
 OLD_OUTCOMES = "outcome IN ('completed', 'failed', 'timed_out', 'stalled', 'interrupted')"
 NEW_OUTCOMES = "outcome IN ('completed', 'failed', 'timed_out', 'stalled', 'interrupted', 'cancelled')"
-CLAIM_INDEXES = {
+CLAIM_INDEXES: dict[str, list[str | sa.TextClause]] = {
     "ix_jobs_claim": [sa.text("priority DESC"), "available_at", "id"],
     "ix_jobs_claim_queue": ["queue", sa.text("priority DESC"), "available_at", "id"],
 }
