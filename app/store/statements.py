@@ -210,8 +210,9 @@ def cancel_requested() -> ColumnElement[bool]:
     return jobs.c.cancel_requested_at.is_not(None)
 
 
-def _completed_or_cancelled() -> Any:
-    return case((cancel_requested(), State.CANCELLED.value), else_=State.COMPLETED.value)
+def _cancelled_or(state: State) -> Any:
+    """``state``, or cancelled when a cancel was requested: the one CASE."""
+    return case((cancel_requested(), State.CANCELLED.value), else_=state.value)
 
 
 def _fenced(n: int, transition: Transition, by_rowid: bool = False) -> ColumnElement[bool]:
@@ -240,7 +241,7 @@ def complete(n: int, with_result: bool = False) -> Prepared:
     fenced (id, attempt) pairs of one worker; returns (id, attempt, status).
     Values: now, worker, *(id, attempt), [result]."""
     values: dict[str, Any] = {
-        "status": _completed_or_cancelled(),
+        "status": _cancelled_or(State.COMPLETED),
         "finished_at": NOW,
         "updated_at": NOW,
         "progress": case((jobs.c.progress.is_(None), None), else_=1.0),
@@ -305,10 +306,6 @@ def fail(retryable: bool) -> Prepared:
     )
     order = FAIL_FIELDS if retryable else tuple(f for f in FAIL_FIELDS if f != "retry_at")
     return Prepared(stmt, order)
-
-
-def _cancelled_or(state: State) -> Any:
-    return case((cancel_requested(), State.CANCELLED.value), else_=state.value)
 
 
 def current(lock: bool) -> Select[Any]:

@@ -228,7 +228,7 @@ MUTATIONS: list[Mutation] = [
         "at_once = status_in(jobs.c.status, sources(Transition.CANCEL))",
         "cancel: a running job cancelled at once (its attempt still running)",
     ),
-    Mutation(STATEMENTS, '        "status": _completed_or_cancelled(),', '        "status": State.COMPLETED.value,',
+    Mutation(STATEMENTS, '        "status": _cancelled_or(State.COMPLETED),', '        "status": State.COMPLETED.value,',
              "cancel request ignored by complete (the job completes)"),
     Mutation(
         STATEMENTS,
