@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from app.config import Config, ConfigError, load
-from app.states import ALL_STATES, CLAIMABLE, SOURCES, TARGETS, State, Transition
+from app.states import ALL_STATES, CLAIMABLE, SOURCES, State, Transition
 
 if TYPE_CHECKING:
     from app.deck import Jobdeck
@@ -479,6 +479,7 @@ JOB_ACTIONS: tuple[JobAction, ...] = (
     JobAction("discard", "discarded", Transition.DISCARD,
               audited("discard", lambda store, job_id, now: store.discard(job_id, now)),
               lambda deck, ids, now: deck.store.discard_ids(ids, now)),
+    JobAction("cancel", "cancelled", Transition.CANCEL, lambda deck, job_id: deck.cancel(job_id, actor=ACTOR)),
 )  # fmt: skip
 
 
@@ -500,10 +501,10 @@ def act_on_ids(action: JobAction, deck: Jobdeck, job_ids: Iterable[int]) -> int:
 
 
 def outcome(action: JobAction, job: JobRecord) -> str:
-    """The past tense ("retried") when the job reached the transition's
-    target; otherwise the action waits on someone else, as a running job
-    asked to stop does ("cancel requested")."""
-    return action.past if job.status in TARGETS[action.transition] else f"{action.name} requested"
+    """The past tense ("retried"), unless the job is still running: then the
+    action only asked its attempt, which ends it later ("cancel
+    requested")."""
+    return f"{action.name} requested" if job.status is State.RUNNING else action.past
 
 
 Move = Callable[["Jobdeck", list[int], datetime], list[int]]

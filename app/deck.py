@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from app.config import Config, artifact_max_bytes
-from app.errors import InvalidField, PayloadTooLarge, UnknownType
+from app.errors import InvalidField, PayloadTooLarge, TransitionRefused, UnknownType
 from app.handlers import Registry
 from app.handlers import registry as default_registry
 from app.health import Health
@@ -27,9 +27,11 @@ from app.maintenance.alerts import Alerts, parse_alerts
 from app.maintenance.cron import Periodic, parse_schedules
 from app.maintenance.upkeep import Maintenance, parse_retention
 from app.queues import QueueControls, parse_limits
+from app.states import State
 from app.store import JobRecord, NewJob, Store, backoff_delay
 from app.store.engine import make_engine
 from app.store.enqueue import PlainJob
+from app.store.reads import record_action
 from app.validation import check_json, check_text, parse_priority, parse_time
 
 Clock = Callable[[], datetime]
@@ -113,6 +115,25 @@ class Jobdeck:
 
     def known_type(self, name: str) -> bool:
         return name in self.registry or name in self.config.external_types
+
+    # -- operator actions -----------------------------------------------------
+
+    def cancel(self, job_id: int, actor: str) -> JobRecord:
+        """Cancel a job, the one way the API, the dashboard and the CLI do it,
+        audit-logged as done by ``actor``. Pending and failed jobs are
+        ``cancelled`` at once; a running one comes back still ``running``
+        with ``cancel_requested_at`` set, and ends ``cancelled`` when its
+        attempt ends (``State.CANCELLED``). A refusal (``TransitionRefused``,
+        ``JobNotFound``) is raised after the refused attempt is logged."""
+        now = self.clock()
+        try:
+            job = self.store.cancel(job_id, now)
+        except TransitionRefused as exc:
+            record_action(self.store, actor, "cancel", now, count=0, job_id=job_id, detail=f"refused: {exc}")
+            raise
+        detail = "requested while running; ends when its attempt does" if job.status is State.RUNNING else None
+        record_action(self.store, actor, "cancel", now, count=1, job_id=job_id, detail=detail)
+        return job
 
     # -- enqueue ------------------------------------------------------------
 

@@ -52,12 +52,13 @@ def noop(payload: dict[str, Any], ctx: JobContext) -> None:
 
 
 def sleep(payload: dict[str, Any], ctx: JobContext) -> dict[str, float]:
-    """Sleeps ``seconds`` (default 1), reporting progress as it goes."""
+    """Sleeps ``seconds`` (default 1), reporting progress as it goes; a
+    cancel stops it at once (it waits on ``ctx.cancelled``)."""
     seconds = _number(payload, "seconds", 1.0)
-    waiter = threading.Event()
     steps = max(1, min(20, int(seconds * 4)))
     for step in range(steps):
-        waiter.wait(seconds / steps)
+        if ctx.cancelled.wait(seconds / steps):
+            ctx.check_cancelled()
         ctx.progress((step + 1) / steps, f"slept {seconds * (step + 1) / steps:.1f} of {seconds:g} s")
     return {"slept": seconds}
 

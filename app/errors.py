@@ -127,6 +127,16 @@ class EffectOutcomeUnknown(DeadLetter):
         self.key = key
 
 
+class Cancelled(Exception):
+    """Raised by ``ctx.check_cancelled()`` in a handler whose job was
+    cancelled while it ran: the attempt stops here, and the job ends
+    ``cancelled`` (never retried), whatever its retries left."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"job {job_id} was cancelled while it ran")
+        self.job_id = job_id
+
+
 class EffectInProgress(Exception):
     """Another job's attempt is performing the same effect right now and did
     not finish within the wait: this attempt fails and its retry looks again."""

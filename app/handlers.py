@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Collection, Iterable
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy.exc import OperationalError
 
 from app.artifacts import ArtifactData, check_content_type, check_name, default_content_type, read_data
-from app.errors import DeadLetter, EffectInProgress, EffectNotPerformed, EffectOutcomeUnknown, InvalidField
+from app.errors import Cancelled, DeadLetter, EffectInProgress, EffectNotPerformed, EffectOutcomeUnknown, InvalidField
 from app.states import EffectState
 from app.store import artifacts as artifact_store
 from app.store.artifacts import ArtifactInfo
@@ -150,6 +151,7 @@ class JobContext:
         worker_id: str,
         job_type: str,
         clock: Callable[[], datetime] | None = None,
+        cancelled: threading.Event | None = None,
     ) -> None:
         self.store = store
         self.job_id = job_id
@@ -158,6 +160,18 @@ class JobContext:
         self.type = job_type
         self.log = logging.getLogger(f"jobdeck.job.{job_type}")
         self._clock = clock or (lambda: datetime.now(UTC))
+        self.cancelled = cancelled if cancelled is not None else threading.Event()
+        """Set when the job is cancelled while this attempt runs (the pool
+        sets it). A long handler waits on it instead of sleeping
+        (``ctx.cancelled.wait(5)`` returns True at once on a cancel) or calls
+        ``check_cancelled`` between steps. A handler that ignores it runs on
+        until its timeout; either way the job ends ``cancelled``."""
+
+    def check_cancelled(self) -> None:
+        """Raise ``Cancelled`` if the job was cancelled while this attempt
+        ran: the attempt stops here, the job ends cancelled, never retried."""
+        if self.cancelled.is_set():
+            raise Cancelled(self.job_id)
 
     EFFECT_WAIT = 30.0
     """Seconds ``effect`` waits for another job's running attempt that holds

@@ -20,7 +20,9 @@ class State(str, enum.Enum):
 
     RUNNING = "running"
     """Claimed by a worker, which heart-beats it. Left by complete, fail,
-    release, or the stalled sweep when the heartbeat stops."""
+    release, or the stalled sweep when the heartbeat stops. A cancel leaves
+    it running with ``cancel_requested_at`` set: whichever of those ends the
+    attempt then ends the job ``cancelled`` instead."""
 
     FAILED = "failed"
     """The last attempt failed and a retry is scheduled at ``available_at``
@@ -36,13 +38,20 @@ class State(str, enum.Enum):
     DISCARDED = "discarded"
     """A person discarded it. Deleted by retention like completed jobs."""
 
+    CANCELLED = "cancelled"
+    """A person or the API cancelled it (``Jobdeck.cancel``): at once from
+    pending or failed; from running cooperatively, when the attempt ends,
+    however it ends (complete, fail, timeout, stall, release). Never claimed,
+    never retried; deleted by retention like completed jobs."""
+
     def __str__(self) -> str:
         return self.value
 
 
 ALL_STATES: tuple[State, ...] = tuple(State)
 CLAIMABLE: frozenset[State] = frozenset({State.PENDING, State.FAILED})
-FINISHED: frozenset[State] = frozenset({State.COMPLETED, State.DISCARDED})
+FINISHED: frozenset[State] = frozenset({State.COMPLETED, State.DISCARDED, State.CANCELLED})
+"""Done for good: what retention deletes after ``completed_days``."""
 
 
 class EffectState(str, enum.Enum):
@@ -97,6 +106,12 @@ class AttemptOutcome(str, enum.Enum):
     retry counted (``Store.release``). Not a failure: the roll-up of failures
     leaves it out."""
 
+    CANCELLED = "cancelled"
+    """The job was cancelled while this attempt ran, and the attempt ended
+    (returned, raised, timed out, stalled or was released): the job is
+    ``cancelled``, not completed or retried. The row's error says how the
+    attempt itself ended."""
+
     def __str__(self) -> str:
         return self.value
 
@@ -122,6 +137,11 @@ class Transition(str, enum.Enum):
     DISCARD = "discard"
     RUN_NOW = "run_now"
     """An operator makes a scheduled or retrying job due now (``available_at = now``)."""
+    CANCEL = "cancel"
+    """A person or the API cancels a job: pending or failed ones at once; a
+    running one gets a cancel request and ends ``cancelled`` when its attempt
+    ends. Dead jobs are discarded instead (Oban's cancel also leaves its
+    discarded jobs alone); finished ones have nothing left to cancel."""
 
 
 # Allowed source states of each transition. The store's WHERE clauses and the
@@ -137,6 +157,7 @@ SOURCES: dict[Transition, frozenset[State]] = {
     Transition.DISCARD: frozenset({State.PENDING, State.FAILED, State.DEAD}),
     # Only while not yet due (available_at > now): a due job is the claim's already.
     Transition.RUN_NOW: frozenset({State.PENDING, State.FAILED}),
+    Transition.CANCEL: frozenset({State.PENDING, State.RUNNING, State.FAILED}),
 }
 
 # Possible destination states, for documentation and table-driven tests.
@@ -150,7 +171,12 @@ TARGETS: dict[Transition, frozenset[State]] = {
     Transition.RETRY: frozenset({State.PENDING}),
     Transition.DISCARD: frozenset({State.DISCARDED}),
     Transition.RUN_NOW: frozenset({State.PENDING, State.FAILED}),
+    # A running job stays running (cancel requested) until its attempt ends.
+    Transition.CANCEL: frozenset({State.CANCELLED, State.RUNNING}),
 }
+
+CANCEL_AT_ONCE: frozenset[State] = SOURCES[Transition.CANCEL] - {State.RUNNING}
+"""The states a cancel moves to ``cancelled`` at once (no attempt is running)."""
 
 
 def sources(transition: Transition) -> list[str]:
@@ -180,6 +206,7 @@ _PAST = {
     Transition.RETRY: "retried",
     Transition.DISCARD: "discarded",
     Transition.RUN_NOW: "run now",
+    Transition.CANCEL: "cancelled",
 }
 
 

@@ -191,6 +191,25 @@ def test_retry_and_discard_by_id_are_audit_logged_as_cli(run, live_deck: Jobdeck
     ]  # fmt: skip
 
 
+def test_cancel_by_id_is_the_decks_cancel_audit_logged_as_cli(run, live_deck: Jobdeck) -> None:
+    waiting, _ = live_deck.enqueue("demo.noop", delay_seconds=600)
+    running, _ = live_deck.enqueue("demo.sleep", {"seconds": 60})
+    [claimed] = live_deck.store.claim("w1", live_deck.clock(), limit=1, types=["demo.sleep"])
+    assert claimed.id == running.id
+    dead = make_dead(live_deck)
+    result = run("cancel", str(waiting.id), str(running.id), str(dead))
+    assert result.exit_code == 1
+    assert (
+        result.stdout == f"job {waiting.id} cancelled: now cancelled\njob {running.id} cancel requested: now running\n"
+    )
+    assert f"refused: job {dead} is dead; only pending or running or failed jobs can be cancelled\n" in result.stderr
+    assert live_deck.store.get(waiting.id).status is State.CANCELLED
+    assert live_deck.store.get(running.id).cancel_requested_at is not None
+    assert [(a.actor, a.action, a.job_id, a.count) for a in audit(live_deck)] == [
+        ("cli", "cancel", waiting.id, 1), ("cli", "cancel", running.id, 1), ("cli", "cancel", dead, 0),
+    ]  # fmt: skip
+
+
 def test_retry_all_matching_runs_in_batches_with_progress(run, live_deck: Jobdeck) -> None:
     mine = dead_jobs(live_deck, "demo.fail", BATCH + 3)
     others = dead_jobs(live_deck, "demo.noop", 2)
@@ -254,7 +273,7 @@ def test_all_needs_a_status_the_action_can_move(run, live_deck: Jobdeck) -> None
 NOT_IDS = ["abc", "1.5", "0", "-1", "1e3", "²", "٣", "9" * 20, "1\x00", "", " ", "0x10", "1 2"]
 
 
-@pytest.mark.parametrize("command", ["show", "retry", "discard"])
+@pytest.mark.parametrize("command", ["show", "retry", "discard", "cancel"])
 def test_ids_that_are_not_job_ids_are_refused(run, live_deck: Jobdeck, command: str) -> None:
     job_id = make_dead(live_deck)
     for raw in NOT_IDS:

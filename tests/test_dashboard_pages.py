@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -68,7 +69,8 @@ def test_buttons_follow_the_state_machine(dash, deck):
     job, _ = deck.enqueue("demo.noop", {})
     deck.store.claim("w", deck.clock())
     html = dash.get(f"/jobs/{job.id}").get_data(as_text=True)
-    assert "hx-post" not in html.split('id="job-live"')[1].split("</div>")[0]
+    head = html.split('id="job-live"')[1].split('<dl class="fields">')[0]
+    assert re.findall(r'hx-post="([^"]+)"', head) == [f"/actions/jobs/{job.id}/cancel"]  # running: only cancel
 
 
 def test_filters_search_and_keyset_pages(dash, deck):

@@ -122,6 +122,20 @@ def test_retention_prunes_old_finished_jobs_in_batches_and_frees_their_keys(deck
     assert m.prune_once(clock.advance(2 * 86400))["jobs"] == 2
 
 
+def test_retention_prunes_cancelled_jobs_like_completed_ones(deck, clock):
+    m = Maintenance(deck, Retention(completed_days=7))
+    at_once, _ = deck.enqueue("demo.noop")
+    deck.cancel(at_once.id, actor="t")
+    running, _ = deck.enqueue("demo.noop")
+    [j] = deck.store.claim("w", clock.now, limit=1)
+    deck.cancel(running.id, actor="t")
+    assert m.prune_once(clock.advance(8 * 86400))["jobs"] == 1  # the running one is not finished yet
+    assert {j.id for j in deck.store.list_jobs(_all(), clock.now)} == {running.id}
+    deck.store.complete_many([Outcome(running.id, "w", attempt=j.attempt)], clock.now)
+    assert m.prune_once(clock.advance(8 * 86400))["jobs"] == 1
+    assert deck.store.attempts_of(running.id) == []
+
+
 def _all():
     from app.store import JobFilter
 
@@ -143,3 +157,20 @@ def test_rollup_counts_per_minute_and_type_once(deck, clock):
     assert rows[("demo.noop", minute)]["completed"] == 3
     assert (rows[("demo.flaky", minute)]["failed"], rows[("demo.flaky", minute)]["dead"]) == (1, 1)
     assert len(rows) == 2
+
+
+def test_rollup_counts_a_cancelled_attempt_as_neither_done_nor_failed(deck, clock):
+    """A person's cancel is not a failure: the failure rate and the alerts
+    read these counters, so a cancelled run must not raise them."""
+    m = Maintenance(deck)
+    m.rollup_once(clock.now)
+    job, _ = deck.enqueue("demo.sleep", {"seconds": 60})
+    deck.store.claim("w1", clock.now, limit=1)
+    deck.cancel(job.id, actor="test")
+    deck.store.complete_many([Outcome(job.id, "w1")], clock.now)
+    assert deck.store.get(job.id).status is State.CANCELLED
+    minute = clock.now.replace(second=0, microsecond=0)
+    m.rollup_once(clock.advance(120))
+    rows = {(r["type"], r["minute"]): r for r in m.stats(minute - timedelta(hours=2))}
+    counts = rows.get(("demo.sleep", minute), {"completed": 0, "failed": 0, "dead": 0})
+    assert (counts["completed"], counts["failed"], counts["dead"]) == (0, 0, 0)

@@ -12,7 +12,7 @@ from sqlalchemy import inspect, text
 from app.config import ConfigError
 from app.deck import Jobdeck
 from app.states import EffectState, State
-from app.store import NewJob, Outcome, Store, migrate
+from app.store import NewJob, Store, migrate
 from app.store.engine import make_engine
 
 pytestmark = pytest.mark.backends
@@ -25,20 +25,41 @@ def engine(db_url):
     e.dispose()
 
 
+BASELINE_JOBS = ["pending"] * 30 + ["running", "completed", "completed", "failed", "failed", "dead", "discarded"]
+"""A job in every state the baseline knew (and many pending), with one attempt each once claimed."""
+
+
 def _fill(store: Store, clock) -> dict[int, State]:
-    """Jobs in every state, with attempts and an effect: what an upgrade must keep."""
+    """Jobs in every state, with attempts and an effect: what an upgrade must
+    keep. Written in the baseline's own columns, in SQL: this code's
+    statements name columns that later revisions add (``cancel_requested_at``)."""
     now = clock()
-    ids = store.enqueue_many([NewJob(type="demo.noop", payload={"n": i}) for i in range(30)], now)
-    store.enqueue(NewJob(type="demo.noop", idempotency_key="order-1"), now)
-    claimed = store.claim("w1", now, limit=6)
-    store.complete_many([Outcome(j.id, "w1", attempt=j.attempt) for j in claimed[:2]], now)
-    store.fail_many([Outcome(j.id, "w1", attempt=j.attempt, error="boom") for j in claimed[2:4]], now)
-    store.fail_many([Outcome(j.id, "w1", attempt=j.attempt, error="bad", retryable=False) for j in claimed[4:5]], now)
-    store.discard(ids[-1], now)
-    with store.write() as conn:  # as every revision's code records one (0005 added the rest)
+    t = now.replace(tzinfo=None) if store.dialect == "sqlite" else now
+    job_sql = text(
+        "INSERT INTO jobs (type, queue, payload, priority, status, attempt, retry_count, max_retries,"
+        " idempotency_key, available_at, created_at, updated_at, worker_id, error)"
+        " VALUES ('demo.noop', 'default', :payload, 0, :status, :attempt, 0, 3, :key, :t, :t, :t, :worker, :error)"
+    )
+    attempt_sql = text(
+        "INSERT INTO attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error)"
+        " VALUES (:j, 1, 'w1', :t, :t, :outcome, :error)"
+    )
+    with store.write() as conn:
+        for i, status in enumerate(BASELINE_JOBS):
+            ran = status not in ("pending", "discarded")
+            values = {"payload": f'{{"n": {i}}}' if i else "{}", "status": status, "attempt": int(ran), "t": t,
+                      "key": "order-1" if i == 0 else None, "worker": "w1" if status == "running" else None,
+                      "error": "boom" if status in ("failed", "dead") else None}  # fmt: skip
+            conn.execute(job_sql, values)
+            job_id = conn.execute(text("SELECT max(id) FROM jobs")).scalar_one()
+            if ran and status != "running":
+                outcome = "completed" if status == "completed" else "failed"
+                conn.execute(attempt_sql, {"j": job_id, "t": t, "outcome": outcome, "error": values["error"]})
+        first = conn.execute(text("SELECT min(id) FROM jobs")).scalar_one()
+        # As every revision's code records one (0005 added the rest).
         conn.execute(
             text("INSERT INTO effects (key, job_id, attempt, created_at) VALUES ('charge:1', :j, 1, :t)"),
-            {"j": claimed[0].id, "t": now.replace(tzinfo=None) if store.dialect == "sqlite" else now},
+            {"j": first, "t": t},
         )
     with store.read() as conn:
         return {row.id: State(row.status) for row in conn.execute(text("SELECT id, status FROM jobs"))}

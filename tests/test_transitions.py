@@ -62,6 +62,10 @@ def _run_now(deck: Jobdeck, job_id: int) -> State | None:
     return deck.store.run_now(job_id, deck.clock()).status
 
 
+def _cancel(deck: Jobdeck, job_id: int) -> State | None:
+    return deck.cancel(job_id, actor="test").status
+
+
 DO: dict[Transition, Callable[[Jobdeck, int], State | None]] = {
     Transition.CLAIM: _claim,
     Transition.COMPLETE: _complete,
@@ -72,6 +76,7 @@ DO: dict[Transition, Callable[[Jobdeck, int], State | None]] = {
     Transition.RETRY: _retry,
     Transition.DISCARD: _discard,
     Transition.RUN_NOW: _run_now,
+    Transition.CANCEL: _cancel,
 }
 # Transitions that report a refusal by doing nothing rather than raising.
 SILENT = {Transition.CLAIM, Transition.RELEASE, Transition.RESCUE}

@@ -61,6 +61,7 @@ class Finishing(Claiming):
         # (job, attempt, worker) of each completion applied: only those get an
         # attempt row, not a refused late outcome of the same job in the batch.
         won: set[tuple[int, int, str]] = set()
+        cancelled: set[int] = set()
         t = self._t(now)
         with self.write() as conn:
             pending = list(outcomes)
@@ -84,14 +85,23 @@ class Finishing(Claiming):
                     applied = self._run(conn, statements.complete(len(group)), (t, worker_id, *pairs)).all()
                 accepted.extend(r[0] for r in applied)
                 won.update((r[0], r[1], worker_id) for r in applied)
+                cancelled.update(r[0] for r in applied if r[2] == CANCELLED)
             pending = [o for o in pending if (o.job_id, o.attempt, o.worker_id) in won]
             pending = list({(o.job_id, o.attempt): o for o in pending}.values())  # one row per attempt
             crash_point("ack")
             done = AttemptOutcome.COMPLETED.value
             rows = [
-                (o.job_id, o.attempt, o.worker_id, o.started_at and self._t(o.started_at), t, done) for o in pending
+                (o.job_id, o.attempt, o.worker_id, o.started_at and self._t(o.started_at), t, done)
+                for o in pending
+                if o.job_id not in cancelled
             ]
             self._run_many(conn, statements.attempt(with_error=False), rows)
+            if cancelled:
+                self._run_many(
+                    conn,
+                    statements.attempt(),
+                    [_cancelled_row(self._t, o, t) for o in pending if o.job_id in cancelled],
+                )
         return accepted
 
     def _current(self, conn: Connection, ids: list[int], lock: bool = False) -> dict[int, Any]:
@@ -145,9 +155,10 @@ class Finishing(Claiming):
                 failed = self._run(conn, statements.fail(o.retryable), values).first()
                 if failed is None:
                     continue
-                done.append(self._record(failed))
+                job = self._record(failed)
+                done.append(job)
                 started = o.started_at or row.claimed_at
-                outcome = AttemptOutcome(o.kind).value
+                outcome = CANCELLED if job.status is State.CANCELLED else AttemptOutcome(o.kind).value
                 self._run(
                     conn,
                     statements.attempt(),
@@ -215,7 +226,15 @@ class Finishing(Claiming):
         return JobRecord.from_row(row)
 
     def heartbeat_worker(self, worker_id: str, now: datetime | Callable[[], datetime]) -> int:
-        """Heartbeat every job a worker holds, and the worker itself.
+        """``heartbeat_worker_with_cancels``, counting the jobs beaten."""
+        return self.heartbeat_worker_with_cancels(worker_id, now)[0]
+
+    def heartbeat_worker_with_cancels(
+        self, worker_id: str, now: datetime | Callable[[], datetime]
+    ) -> tuple[int, list[int]]:
+        """Heartbeat every job a worker holds, and the worker itself; returns
+        how many jobs were beaten and the ids of those a cancel was requested
+        for: how a pool learns of another process's cancel within one beat.
 
         An urgent write (``Store.write``): it must not wait behind the acks
         and claims it vouches for, nor behind other processes' writers.
@@ -224,9 +243,9 @@ class Finishing(Claiming):
         it started waiting"."""
         with self.write(urgent=True) as conn:
             params = {"worker": worker_id, "now": now() if callable(now) else now}
-            n = conn.execute(statements.heartbeat_held(), params).rowcount
+            beaten = conn.execute(statements.heartbeat_held(), params).all()
             conn.execute(statements.heartbeat_worker(), params)
-        return int(n)
+        return len(beaten), [job_id for job_id, requested_at in beaten if requested_at is not None]
 
     def set_progress(
         self, job_id: int, attempt: int, worker_id: str, progress: float | None, message: str | None, now: datetime
@@ -269,11 +288,10 @@ class Finishing(Claiming):
         pairs = [x for job_id, attempt in attempt_of.items() for x in (job_id, attempt)]
         t = self._t(now)
         with self.write() as conn:
-            released = [r[0] for r in self._run(conn, statements.release(len(attempt_of)), (t, worker_id, *pairs))]
-            cut = AttemptOutcome.INTERRUPTED.value
+            ended = dict(self._run(conn, statements.release(len(attempt_of)), (t, worker_id, *pairs)).all())
+            released = list(ended)
             rows = [
-                (job_id, attempt_of[job_id], worker_id, _maybe(self._t, started[job_id]), t, cut,
-                 "interrupted by shutdown", None)
+                (job_id, attempt_of[job_id], worker_id, _maybe(self._t, started[job_id]), t, *_cut(ended[job_id]), None)
                 for job_id in released
                 if job_id in started
             ]  # fmt: skip
@@ -283,6 +301,22 @@ class Finishing(Claiming):
         if released:
             self._notify_enqueued()
         return released
+
+
+CANCELLED = State.CANCELLED.value
+
+
+def _cut(status: str) -> tuple[str, str]:
+    """The outcome and error of an attempt that shutdown cut short."""
+    if status == CANCELLED:
+        return CANCELLED, "cancelled; shutdown cut the attempt short"
+    return AttemptOutcome.INTERRUPTED.value, "interrupted by shutdown"
+
+
+def _cancelled_row(t: Callable[[datetime], Any], o: Outcome, at: Any) -> tuple[Any, ...]:
+    """The attempt row of a completion that ended its job cancelled."""
+    why = "cancelled while running; the handler returned anyway"
+    return (o.job_id, o.attempt, o.worker_id, _maybe(t, o.started_at), at, CANCELLED, why, None)
 
 
 def _maybe(fn: Callable[[datetime], Any], value: datetime | None) -> Any:

@@ -12,7 +12,7 @@ rows and the reads the API and the pool make.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -59,6 +59,7 @@ class Store(Enqueueing, Finishing):
         self.artifact_max_bytes: int = DEFAULT_MAX_BYTES
         """``[artifacts] max_bytes`` of the deck that owns this store (set by
         ``Jobdeck``): every ``ctx.artifact`` on it is held to this."""
+        self._cancel_listeners: list[Callable[[list[int]], object]] = []
 
     # -- operator actions -----------------------------------------------------
 
@@ -103,6 +104,39 @@ class Store(Enqueueing, Finishing):
             self._notify_other_processes(conn)
         self._notify_enqueued()
         return JobRecord.from_row(row)
+
+    def cancel(self, job_id: int, now: datetime) -> JobRecord:
+        """pending|failed -> cancelled at once; a running job stays running
+        with a cancel request, which this process's pools hear of now (and
+        other processes' at their next heartbeat): its attempt's end, however
+        it ends, ends the job cancelled. Refused for dead and finished jobs."""
+        with self.write() as conn:
+            row = conn.execute(statements.cancel(True), {"job": job_id, "now": now}).first()
+            if row is None:
+                raise self._why_refused(conn, job_id, Transition.CANCEL)
+        job = JobRecord.from_row(row)
+        if job.status is State.RUNNING:
+            self._notify_cancel([job.id])
+        return job
+
+    def cancel_ids(self, ids: Sequence[int], now: datetime) -> list[int]:
+        """Bulk cancel; returns the ids cancelled or asked to cancel (others
+        had moved on)."""
+        with self.write() as conn:
+            moved = conn.execute(statements.cancel(False), {"ids": list(ids), "now": now}).all()
+        running = [job_id for job_id, status in moved if status == State.RUNNING.value]
+        if running:
+            self._notify_cancel(running)
+        return [job_id for job_id, _ in moved]
+
+    def on_cancel(self, fn: Callable[[list[int]], object]) -> None:
+        """Call ``fn`` with the ids of running jobs just asked to cancel in
+        this process (a pool of this process running one stops it at once)."""
+        self._cancel_listeners.append(fn)
+
+    def _notify_cancel(self, job_ids: list[int]) -> None:
+        for fn in self._cancel_listeners:
+            fn(job_ids)
 
     def retry_ids(self, ids: Sequence[int], now: datetime) -> list[int]:
         """Bulk retry; returns the ids moved (others had moved on)."""

@@ -115,9 +115,13 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    """When a person or the API cancelled the job (revision 0009). A running
+    job keeps running with it set: its attempt's end, however it ends, ends
+    the job ``cancelled`` (``app.store.statements``)."""
     error_fingerprint: Mapped[str | None] = mapped_column(String(255))
     """The error's group (``app.fingerprint``), set by the fail statement;
-    the last column, so rows decoded by position keep their order (revision 0012)."""
+    after cancel_requested_at (0009), last, so rows decoded by position keep their order (revision 0012)."""
 
     __table_args__ = (
         CheckConstraint(f"status IN ({_state_list})", name="ck_jobs_status"),
@@ -164,6 +168,7 @@ class Job(Base):
 
 
 INTERRUPTED = AttemptOutcome.INTERRUPTED.value
+CANCELLED = AttemptOutcome.CANCELLED.value
 """The outcome of an attempt that shutdown cut short (``app.states.AttemptOutcome``)."""
 
 OUTCOMES = tuple(o.value for o in ALL_OUTCOMES)

@@ -37,6 +37,8 @@ class JobRecord:
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    cancel_requested_at: datetime | None = None
+    """Set by a cancel; a running job with it set ends ``cancelled``."""
 
     @classmethod
     def from_row(cls, row: Any) -> JobRecord:
@@ -63,6 +65,7 @@ class JobRecord:
             created_at=m["created_at"],
             updated_at=m["updated_at"],
             finished_at=m["finished_at"],
+            cancel_requested_at=m["cancel_requested_at"],
         )
 
     @classmethod
@@ -72,7 +75,7 @@ class JobRecord:
         return cls(
             r[0], r[1], r[2], sqlite.loads(r[3]), r[4], sqlite.STATE_OF[r[5]], r[6], r[7], r[8], r[9],
             req(r[10]), t(r[11]), t(r[12]), r[13], r[14], None if r[15] is None else json.loads(r[15]),
-            r[16], r[17], req(r[18]), req(r[19]), t(r[20]),
+            r[16], r[17], req(r[18]), req(r[19]), t(r[20]), t(r[21]),
         )  # fmt: skip
 
     def is_scheduled(self, now: datetime) -> bool:

@@ -27,6 +27,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    func,
     insert,
     literal_column,
     select,
@@ -37,7 +38,7 @@ from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
-from app.states import State, Transition, sources
+from app.states import ALL_STATES, CANCEL_AT_ONCE, State, Transition, sources
 from app.store.models import CLAIMABLE_STATES, attempts, jobs, status_in, workers
 from app.store.sqlite import Prepared
 
@@ -202,6 +203,18 @@ def claim_ids(n: int) -> Prepared:
 # -- finishing an attempt ----------------------------------------------------------
 
 
+def cancel_requested() -> ColumnElement[bool]:
+    """A person cancelled the job while it ran: however its attempt ends,
+    the job ends ``cancelled`` (each finishing statement decides it with a
+    CASE on this, in the same statement)."""
+    return jobs.c.cancel_requested_at.is_not(None)
+
+
+def _cancelled_or(state: State) -> Any:
+    """``state``, or cancelled when a cancel was requested: the one CASE."""
+    return case((cancel_requested(), State.CANCELLED.value), else_=state.value)
+
+
 def _fenced(n: int, transition: Transition, by_rowid: bool = False) -> ColumnElement[bool]:
     """Each of ``n`` (id, attempt) pairs, only while held by the worker that
     ran that attempt and in a source state of ``transition``. ``by_rowid``
@@ -224,10 +237,11 @@ def _pairs(n: int) -> list[str]:
 
 @lru_cache(maxsize=512)
 def complete(n: int, with_result: bool = False) -> Prepared:
-    """running -> completed for ``n`` fenced (id, attempt) pairs of one worker.
+    """running -> completed (cancelled if a cancel was requested) for ``n``
+    fenced (id, attempt) pairs of one worker; returns (id, attempt, status).
     Values: now, worker, *(id, attempt), [result]."""
     values: dict[str, Any] = {
-        "status": State.COMPLETED.value,
+        "status": _cancelled_or(State.COMPLETED),
         "finished_at": NOW,
         "updated_at": NOW,
         "progress": case((jobs.c.progress.is_(None), None), else_=1.0),
@@ -238,7 +252,7 @@ def complete(n: int, with_result: bool = False) -> Prepared:
         update(jobs)
         .where(_fenced(n, Transition.COMPLETE, by_rowid))
         .values(values)
-        .returning(jobs.c.id, jobs.c.attempt)
+        .returning(jobs.c.id, jobs.c.attempt, jobs.c.status)
         for by_rowid in (False, True)
     ]
     return Prepared(stmts[0], ["now", "worker", *_pairs(n), *(["with_result"] if with_result else [])], stmts[1])
@@ -263,11 +277,13 @@ FAIL_FIELDS = ("job", "job_attempt", "worker", "now", "retry_at", "why", "finger
 def fail(retryable: bool) -> Prepared:
     """running -> failed (retry_count + 1, due at ``retry_at``) while retries
     are left, else -> dead. A non-retryable error goes to dead whatever the
-    budget. Fenced by (id, attempt, worker). Values: ``FAIL_FIELDS``."""
+    budget; a job cancelled while it ran goes to cancelled, never retried.
+    Fenced by (id, attempt, worker). Values: ``FAIL_FIELDS``."""
+    ended = _cancelled_or(State.DEAD)
     if retryable:
-        left = jobs.c.retry_count < jobs.c.max_retries
+        left = and_(jobs.c.retry_count < jobs.c.max_retries, ~cancel_requested())
         values: dict[str, Any] = {
-            "status": case((left, State.FAILED.value), else_=State.DEAD.value),
+            "status": case((left, State.FAILED.value), else_=ended),
             "retry_count": case((left, jobs.c.retry_count + 1), else_=jobs.c.retry_count),
             "available_at": case(
                 (left, bindparam("retry_at", type_=jobs.c.available_at.type)), else_=jobs.c.available_at
@@ -275,7 +291,7 @@ def fail(retryable: bool) -> Prepared:
             "finished_at": case((left, None), else_=NOW),
         }
     else:
-        values = {"status": State.DEAD.value, "finished_at": NOW}
+        values = {"status": ended, "finished_at": NOW}
     values.update(error=bindparam("why"), updated_at=NOW)
     values["error_fingerprint"] = bindparam("fingerprint")  # the errors view's group (app.fingerprint)
     stmt = (
@@ -330,12 +346,16 @@ def heartbeat() -> Any:
 def heartbeat_held() -> Any:
     """Every job a worker holds; rows another transaction holds (an ack
     finishing them) are skipped, not waited for: waiting deadlocked with an
-    ack batch locking the same rows in another order. Values: worker, now."""
+    ack batch locking the same rows in another order. Returns (id,
+    cancel_requested_at): how other processes' cancels reach the pool (not
+    ``IS NOT NULL``: SQLite's RETURNING answered it true for NULL).
+    Values: worker, now."""
     held = select(jobs.c.id).where(jobs.c.worker_id == bindparam("worker"), in_states(Transition.HEARTBEAT))
     return (
         update(jobs)
         .where(jobs.c.id.in_(held.with_for_update(skip_locked=True).scalar_subquery()))
         .values(heartbeat_at=NOW)
+        .returning(jobs.c.id, jobs.c.cancel_requested_at)
     )
 
 
@@ -366,12 +386,14 @@ _HOLDER = ("worker_id", "claimed_at", "heartbeat_at", "progress", "progress_mess
 @lru_cache(maxsize=256)
 def release(n: int) -> Prepared:
     """running -> pending for ``n`` fenced (id, attempt) pairs, no attempt
-    counted (graceful shutdown). Values: now, worker, *(id, attempt)."""
+    counted (graceful shutdown); a job cancelled meanwhile goes to cancelled
+    instead. Returns (id, status). Values: now, worker, *(id, attempt)."""
+    ended = {"status": _cancelled_or(State.PENDING), "finished_at": case((cancel_requested(), NOW), else_=None)}
     stmts = [
         update(jobs)
         .where(_fenced(n, Transition.RELEASE, by_rowid))
-        .values(status=State.PENDING.value, updated_at=NOW, **dict.fromkeys(_HOLDER))
-        .returning(jobs.c.id)
+        .values(**ended, updated_at=NOW, **dict.fromkeys(_HOLDER))
+        .returning(jobs.c.id, jobs.c.status)
         for by_rowid in (False, True)
     ]
     return Prepared(stmts[0], ["now", "worker", *_pairs(n)], stmts[1])
@@ -416,6 +438,25 @@ def discard(one: bool) -> Any:
         .values(status=State.DISCARDED.value, finished_at=NOW, updated_at=NOW)
     )
     return stmt.returning(*JOB_COLUMNS) if one else stmt.returning(jobs.c.id)
+
+
+def cancel(one: bool) -> Any:
+    """pending|failed -> cancelled; running stays running with the cancel
+    request stamped (the first request's time is kept), and its attempt's
+    end ends it cancelled. Values: ``job`` or ``ids``, now."""
+    picked = jobs.c.id == bindparam("job") if one else jobs.c.id.in_(_IDS)
+    at_once = status_in(jobs.c.status, [s.value for s in ALL_STATES if s in CANCEL_AT_ONCE])
+    stmt = (
+        update(jobs)
+        .where(picked, in_states(Transition.CANCEL))
+        .values(
+            status=case((at_once, State.CANCELLED.value), else_=jobs.c.status),
+            finished_at=case((at_once, NOW), else_=jobs.c.finished_at),
+            cancel_requested_at=func.coalesce(jobs.c.cancel_requested_at, NOW),
+            updated_at=NOW,
+        )
+    )
+    return stmt.returning(*JOB_COLUMNS) if one else stmt.returning(jobs.c.id, jobs.c.status)
 
 
 def run_now() -> Any:

@@ -16,7 +16,16 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import and_, delete, func, select, update
 
 from app.states import State
-from app.store.models import INTERRUPTED, attempts, job_artifacts, jobs, maintenance_marks, stats_minutely, workers
+from app.store.models import (
+    CANCELLED,
+    INTERRUPTED,
+    attempts,
+    job_artifacts,
+    jobs,
+    maintenance_marks,
+    stats_minutely,
+    workers,
+)
 from app.store.statements import dialect_insert
 
 if TYPE_CHECKING:
@@ -141,8 +150,8 @@ def roll_up_minutes(store: Store, until: datetime) -> int:
             .where(attempts.c.finished_at >= mark, attempts.c.finished_at < until)
             .group_by(minute, jobs.c.type, attempts.c.outcome)
         ):
-            if outcome == INTERRUPTED:
-                continue  # cut short by shutdown, neither done nor a failure
+            if outcome in (INTERRUPTED, CANCELLED):
+                continue  # cut short by shutdown or by a person: neither done nor a failure
             row = counts.setdefault((_parse_minute(m), job_type), [0, 0, 0])
             row[0 if outcome == State.COMPLETED.value else 1] += n
         dead_minute = _minute_expr(store, jobs.c.finished_at)

@@ -60,8 +60,12 @@ class Monitoring(PoolShared):
 
     def heartbeat_once(self, now: datetime | None = None) -> int:
         """Beat for every held job and for the worker; without ``now`` the
-        time is read once the store's write lock is held."""
-        return self.store.heartbeat_worker(self.worker_id, now or self.deck.clock)
+        time is read once the store's write lock is held. The answer names
+        the held jobs cancelled meanwhile (by any process): their handlers
+        are told at once."""
+        beaten, cancelled = self.store.heartbeat_worker_with_cancels(self.worker_id, now or self.deck.clock)
+        self.cancel_running(cancelled, held=True)
+        return beaten
 
     def shed_once(self, mono_now: float | None = None) -> list[int]:
         """Give prefetched, unstarted jobs back when every thread is stuck on

@@ -26,6 +26,7 @@ from app import health
 from app.config import non_retryable
 from app.crashpoints import crash_point
 from app.deck import Jobdeck
+from app.errors import Cancelled
 from app.handlers import JobContext
 from app.store import JobRecord, Outcome
 from app.store.faults import is_transient
@@ -92,8 +93,11 @@ class WorkerPool(Acknowledging, Monitoring):
         self._told_unhealthy = False
         self._give_up_at: float | None = None
         """Set by ``stop``: past it, ``_retrying`` stops retrying."""
+        self._cancel_before_start: set[int] = set()
+        """Held jobs a cancel reached before their handler started (``cancel_running``)."""
         self._started = False
         self.store.on_enqueue(self.wake)
+        self.store.on_cancel(self.cancel_running)
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -270,11 +274,18 @@ class WorkerPool(Acknowledging, Monitoring):
         slot = Slot(job, started, mono, mono + timeout if timeout else None, thread or threading.current_thread())
         with self._lock:
             self._running[job.id] = slot
+            if job.id in self._cancel_before_start or job.cancel_requested_at is not None:
+                self._cancel_before_start.discard(job.id)
+                slot.cancelled.set()
         outcome = Outcome(job.id, self.worker_id, attempt=job.attempt, started_at=started)
         try:
             if spec is None:
                 raise LookupError(f"no handler registered for {job.type!r} in this process")
-            ctx = JobContext(self.store, job.id, job.attempt, self.worker_id, job.type, self.deck.clock)
+            if slot.cancelled.is_set():
+                raise Cancelled(job.id)  # cancelled while it waited here: the handler never starts
+            ctx = JobContext(
+                self.store, job.id, job.attempt, self.worker_id, job.type, self.deck.clock, cancelled=slot.cancelled
+            )
             outcome.result = spec.fn(job.payload, ctx)
         except BaseException as exc:
             # SystemExit and KeyboardInterrupt from a handler (sys.exit() in

@@ -39,7 +39,8 @@ once the database is back, work resumes within about this long."""
 @dataclass
 class Slot:
     """A job an executor is running: the monitor times it out by ``deadline``,
-    and ``abandoned`` refuses the late result of one it gave up on."""
+    ``abandoned`` refuses the late result of one it gave up on, and
+    ``cancelled`` is the handler's ``ctx.cancelled``, set on a cancel."""
 
     job: JobRecord
     started: datetime
@@ -47,6 +48,7 @@ class Slot:
     deadline: float | None
     thread: threading.Thread
     abandoned: bool = field(default=False)
+    cancelled: threading.Event = field(default_factory=threading.Event)
 
 
 class PoolShared:
@@ -71,6 +73,24 @@ class PoolShared:
     _refill_lock: threading.Lock
     _abandoned: list[threading.Thread]
     _give_up_at: float | None
+    _cancel_before_start: set[int]
+
+    def cancel_running(self, job_ids: list[int], held: bool = False) -> list[int]:
+        """Tell the handlers of these jobs that they were cancelled (set
+        their ``ctx.cancelled``); returns the ids of those running here.
+        ``held``: the ids are all of this pool's cancelled jobs (its heartbeat
+        said so), so those not started yet are remembered, until the next
+        beat, and never start their handler."""
+        told: list[int] = []
+        with self._lock:
+            for job_id in job_ids:
+                slot = self._running.get(job_id)
+                if slot is not None:
+                    slot.cancelled.set()
+                    told.append(job_id)
+            if held:
+                self._cancel_before_start = set(job_ids) - set(told)
+        return told
 
     def _capacity(self) -> int:
         """How many jobs to hold: the threads, plus a prefetch sized so the

@@ -98,6 +98,14 @@ class Job:
     heartbeat_at: datetime | None = None
     attempts: list[tuple[int, str | None, str]] = field(default_factory=list)
     """(attempt, worker, outcome) in the order they were written."""
+    cancel_requested: bool = False
+    """Cancelled: at once, or (running) when its attempt ends, however it ends."""
+
+    def end_cancelled(self) -> bool:
+        """A cancelled job's attempt ended: the job is cancelled, never retried."""
+        if self.cancel_requested:
+            self.status = State.CANCELLED
+        return self.cancel_requested
 
 
 @dataclass(frozen=True)
@@ -162,7 +170,9 @@ class Model:
         return None
 
     def fail(self, job: Job, worker: str, now: datetime, outcome: str, retryable: bool = True) -> None:
-        job.attempts.append((job.attempt, worker, outcome))
+        job.attempts.append((job.attempt, worker, State.CANCELLED.value if job.cancel_requested else outcome))
+        if job.end_cancelled():
+            return
         if retryable and job.retry_count < job.max_retries:
             job.status = State.FAILED
             job.available_at = now  # the store's backoff has jitter: the exact time is read back and bounded
@@ -171,8 +181,9 @@ class Model:
             job.status = State.DEAD
 
     def complete(self, job: Job, worker: str) -> None:
-        job.attempts.append((job.attempt, worker, "completed"))
-        job.status = State.COMPLETED
+        job.attempts.append((job.attempt, worker, State.CANCELLED.value if job.cancel_requested else "completed"))
+        if not job.end_cancelled():
+            job.status = State.COMPLETED
 
 
 def _backoff_bounds(now: datetime, retry_count: int) -> tuple[datetime, datetime]:
@@ -351,8 +362,9 @@ class StoreMachine(RuleBasedStateMachine):
             saw(f"single call refused: {why.__name__}")
             return
         assert why is None, f"accepted; the model expects {why.__name__}"
-        assert record.status is State.COMPLETED, f"complete answered a job that is {record.status}"
-        self.model.complete(self.model.jobs[token.job_id], token.worker)
+        job = self.model.jobs[token.job_id]
+        self.model.complete(job, token.worker)
+        assert record.status is job.status, f"complete answered a job that is {record.status}"
 
     @rule(data=st.data(), with_result=st.booleans())
     def complete_batch(self, data: st.DataObject, with_result: bool) -> None:
@@ -539,7 +551,9 @@ class StoreMachine(RuleBasedStateMachine):
             saw("released running jobs")
         for t in expected:
             j = self.model.jobs[t.job_id]
-            j.status, j.worker, j.heartbeat_at = State.PENDING, None, None
+            j.worker, j.heartbeat_at = None, None
+            if not j.end_cancelled():
+                j.status = State.PENDING
 
     # -- operator actions -----------------------------------------------------------------
 
@@ -573,6 +587,19 @@ class StoreMachine(RuleBasedStateMachine):
         job = self._operator(job_id, Transition.DISCARD, lambda: self.store.discard(job_id, self.clock()))
         if job is not None:
             job.status = State.DISCARDED
+
+    @rule(data=st.data(), running=st.booleans())
+    def cancel(self, data: st.DataObject, running: bool) -> None:
+        """Cancel a job (half the time a running one): at once, or asked of its attempt."""
+        job_id = self._running_token(data).job_id if running else self._job_id(data)
+        job = self._operator(job_id, Transition.CANCEL, lambda: self.store.cancel(job_id, self.clock()))
+        if job is None:
+            return
+        job.cancel_requested = True
+        if job.status is State.RUNNING:
+            saw("cancel requested of a running job")
+        else:
+            job.status = State.CANCELLED
 
     @rule(data=st.data(), retry=st.booleans())
     def bulk_action(self, data: st.DataObject, retry: bool) -> None:
@@ -643,6 +670,7 @@ class StoreMachine(RuleBasedStateMachine):
             assert seen == want, f"job {job.id}: {seen} != {job}"
             if job.status is State.RUNNING:
                 assert (row.worker_id, row.heartbeat_at) == (job.worker, job.heartbeat_at), f"job {job.id}"
+            assert (row.cancel_requested_at is not None) == job.cancel_requested, f"job {job.id}: cancel request"
             if job.status in SOURCES[Transition.CLAIM]:
                 assert row.available_at == job.available_at, f"job {job.id}: due {row.available_at}"
             assert rows_of.get(job.id, []) == job.attempts, f"job {job.id}: attempt rows differ"
@@ -662,6 +690,8 @@ MUST_SEE = {
     "rescued stalled jobs",
     "released running jobs",
     "run now accepted",
+    "cancel requested of a running job",
+    "late result refused, job now cancelled",
     "enqueue: 409 for a known key with another payload",
     "claimed several jobs at once",
 }

@@ -114,3 +114,20 @@ def test_selection_survives_polls_and_script_payloads_stay_text(live, page, dial
     expect(page.locator("#workers-live")).to_contain_text("threads busy")
     live.shot(page, "workers-busy")
     assert dialogs == []
+
+
+def test_cancel_a_running_sleep_from_its_page(live, page, dialogs, width):
+    """Cancel a running demo.sleep on its job page: it is cancelled within
+    2 s (the handler waits on ctx.cancelled) and never retried."""
+    job_id = _api(live, page, {"type": "demo.sleep", "payload": {"seconds": 60}, "max_retries": 3})
+    page.goto(f"{live.url}/jobs/{job_id}")
+    expect(page.locator("#job-live .badge")).to_have_text("Running", timeout=15000)
+    page.get_by_text("Cancel…").click()
+    page.get_by_role("button", name="Cancel job").click()
+    expect(page.locator(".flash-success")).to_contain_text(f"Job {job_id} is asked to stop")
+    expect(page.locator("#job-live .badge")).to_have_text("Cancelled", timeout=2000)
+    expect(page.locator(".timeline .attempt")).to_have_count(1)
+    job = live.deck.store.get(job_id)
+    assert job.status is State.CANCELLED and job.attempt == 1 and job.retry_count == 0
+    live.shot(page, f"job-cancelled-{width}")
+    assert dialogs == []

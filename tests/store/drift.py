@@ -99,9 +99,9 @@ MUTATIONS: list[Mutation] = [
     Mutation(STATEMENTS, "            in_states(Transition.FAIL),\n", "", "fail: drop status IN (...)"),
     Mutation(
         STATEMENTS,
-        '        values = {"status": State.DEAD.value, "finished_at": NOW}\n',
+        '        values = {"status": ended, "finished_at": NOW}\n',
         '        values = {"status": case((jobs.c.retry_count < jobs.c.max_retries, State.FAILED.value),'
-        ' else_=State.DEAD.value), "finished_at": NOW}\n',
+        ' else_=ended), "finished_at": NOW}\n',
         "fail: a non-retryable error retried while retries are left (not straight to dead)",
     ),
     # -- while running
@@ -219,6 +219,25 @@ MUTATIONS: list[Mutation] = [
         "    return status_in(jobs.c.status, [s.value for s in State])\n",
         "in_states (the shared helper): every state is a source of every transition",
     ),
+    # -- cancel: its guard, and the cancel request each finishing statement honours
+    Mutation(STATEMENTS, ".where(picked, in_states(Transition.CANCEL))", ".where(picked)",
+             "cancel: drop status IN (...)"),
+    Mutation(
+        STATEMENTS,
+        "at_once = status_in(jobs.c.status, [s.value for s in ALL_STATES if s in CANCEL_AT_ONCE])",
+        "at_once = status_in(jobs.c.status, sources(Transition.CANCEL))",
+        "cancel: a running job cancelled at once (its attempt still running)",
+    ),
+    Mutation(STATEMENTS, '        "status": _cancelled_or(State.COMPLETED),', '        "status": State.COMPLETED.value,',
+             "cancel request ignored by complete (the job completes)"),
+    Mutation(
+        STATEMENTS,
+        "        left = and_(jobs.c.retry_count < jobs.c.max_retries, ~cancel_requested())\n",
+        "        left = jobs.c.retry_count < jobs.c.max_retries\n",
+        "cancel request ignored by fail, timeout and rescue (the job is retried)",
+    ),
+    Mutation(STATEMENTS, '"status": _cancelled_or(State.PENDING)', '"status": State.PENDING.value',
+             "cancel request ignored by release (the job goes back to pending)"),
     # -- enqueue with idempotency keys
     Mutation(
         ENQUEUE,

@@ -144,6 +144,11 @@ def _discarded(d: Driver, job_id: int, worker: str) -> None:
     d.store.discard(job_id, d.now)
 
 
+def _cancelled(d: Driver, job_id: int, worker: str) -> None:
+    d.store.cancel(job_id, d.now)
+    d.store.complete(job_id, worker, d.now)
+
+
 BUILDERS: dict[State, Callable[[Driver, int, str], None]] = {
     State.PENDING: _pending,
     State.RUNNING: _running,
@@ -151,6 +156,7 @@ BUILDERS: dict[State, Callable[[Driver, int, str], None]] = {
     State.DEAD: _dead,
     State.COMPLETED: _completed,
     State.DISCARDED: _discarded,
+    State.CANCELLED: _cancelled,
 }
 """From a job claimed as attempt 1 by its worker, into each state. A new
 state without a builder fails the guard tests by name."""
@@ -263,6 +269,22 @@ def http_discard(d: Driver, job: JobRecord, worker: str, attempt: int, now: date
     return _http(d, f"/api/jobs/{job.id}/discard", {})
 
 
+def cancel(d: Driver, job: JobRecord, worker: str, attempt: int, now: datetime) -> bool:
+    return _refused(lambda: d.store.cancel(job.id, now))
+
+
+def cancel_ids(d: Driver, job: JobRecord, worker: str, attempt: int, now: datetime) -> bool:
+    return job.id in d.store.cancel_ids([job.id], now)
+
+
+def http_cancel(d: Driver, job: JobRecord, worker: str, attempt: int, now: datetime) -> bool:
+    """200 with the job cancelled, or 202 with a running job's cancel requested."""
+    d.clock.now = now
+    r = d.client.post(f"/api/jobs/{job.id}/cancel", json={})
+    assert r.status_code in (200, 202, 404, 409), (r.status_code, r.get_data(as_text=True))
+    return bool(r.status_code in (200, 202))
+
+
 def run_now(d: Driver, job: JobRecord, worker: str, attempt: int, now: datetime) -> bool:
     """At a moment the job is not yet due: run now moves only a job waiting
     for its time (a due job is the claim's already)."""
@@ -310,6 +332,7 @@ PATHS: dict[Transition, dict[str, Path]] = {
     Transition.RETRY: {"retry": retry, "retry_ids": retry_ids, "http_retry": http_retry},
     Transition.DISCARD: {"discard": discard, "discard_ids": discard_ids, "http_discard": http_discard},
     Transition.RUN_NOW: {"run_now": run_now},
+    Transition.CANCEL: {"cancel": cancel, "cancel_ids": cancel_ids, "http_cancel": http_cancel},
 }  # fmt: skip
 """Every path of every transition: batched, single and HTTP where each exists."""
 

@@ -15,7 +15,7 @@ from app.store import JobFilter
 from app.store.reads import record_action
 from app.validation import INT64_MAX, MAX_SEARCH_CHARS, check_text, loads, parse_int
 from app.web.guard import authenticate
-from app.web.serialize import job_json
+from app.web.serialize import iso, job_json
 
 bp = Blueprint("api", __name__, url_prefix="/api")
 
@@ -154,7 +154,8 @@ def heartbeat(job_id: int) -> Any:
     deck = _deck()
     now = deck.clock()
     job = deck.store.heartbeat(job_id, _worker_id(_body()), now)
-    return jsonify(job_json(job, now))
+    # The worker's cue to stop: the job was cancelled while it ran.
+    return jsonify({**job_json(job, now), "cancel": job.cancel_requested_at is not None})
 
 
 @bp.post("/jobs/<int:job_id>/complete")
@@ -245,6 +246,21 @@ def retry(job_id: int) -> Any:
 @bp.post("/jobs/<int:job_id>/discard")
 def discard(job_id: int) -> Any:
     return _operator_action(job_id, "discard")
+
+
+@bp.post("/jobs/<int:job_id>/cancel")
+def cancel(job_id: int) -> Any:
+    """200 with the job cancelled; 202 with a running job still running, its
+    cancel requested (it ends cancelled when its attempt ends); 409 refused."""
+    deck = _deck()
+    _body()
+    job = deck.cancel(job_id, actor="api")
+    now = deck.clock()
+    if job.status is State.RUNNING:
+        return jsonify(
+            {**job_json(job, now), "cancel_requested": True, "cancel_requested_at": iso(job.cancel_requested_at)}
+        ), 202
+    return jsonify(job_json(job, now))
 
 
 def _operator_action(job_id: int, action: str) -> Any:

@@ -322,7 +322,35 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
                     "responses": {"200": _json(_ref("Job"), "The job"), **_UNAUTHORIZED, **_NO_JOB},
                 }
             },
-            "/api/jobs/{job_id}/heartbeat": {"post": {"summary": "Heartbeat a running job", **job_action}},
+            "/api/jobs/{job_id}/heartbeat": {
+                "post": {
+                    "summary": "Heartbeat a running job",
+                    "parameters": [_JOB_ID],
+                    "requestBody": _body(_WORKER),
+                    "responses": {
+                        **_JOB_ERRORS,
+                        "200": _json(
+                            {
+                                "allOf": [
+                                    _ref("Job"),
+                                    {
+                                        "type": "object",
+                                        "required": ["cancel"],
+                                        "properties": {
+                                            "cancel": {
+                                                "type": "boolean",
+                                                "description": "True once the job was cancelled: "
+                                                "stop work and report complete or fail; the job ends cancelled",
+                                            },
+                                        },
+                                    },
+                                ]
+                            },
+                            "The job; `cancel` says whether to stop",
+                        ),
+                    },
+                }
+            },
             "/api/jobs/{job_id}/complete": {
                 "post": {
                     "summary": "Complete a running job",
@@ -369,6 +397,33 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
                     "summary": "Discard a pending, failed or dead job",
                     "parameters": [_JOB_ID],
                     "responses": {"200": _json(_ref("Job"), "The job, discarded"), **_JOB_ERRORS},
+                }
+            },
+            "/api/jobs/{job_id}/cancel": {
+                "post": {
+                    "summary": "Cancel a pending, failed or running job (operators; audit-logged)",
+                    "parameters": [_JOB_ID],
+                    "responses": {
+                        "200": _json(_ref("Job"), "The job, cancelled"),
+                        "202": _json(
+                            {
+                                "allOf": [
+                                    _ref("Job"),
+                                    {
+                                        "type": "object",
+                                        "required": ["cancel_requested"],
+                                        "properties": {
+                                            "cancel_requested": {"const": True},
+                                            "cancel_requested_at": _TIME,
+                                        },
+                                    },
+                                ]
+                            },
+                            "The job is running: its cancel is requested, and it ends cancelled when its attempt "
+                            "ends (the handler sees `ctx.cancelled`; an HTTP worker's heartbeat answers `cancel`)",
+                        ),
+                        **_JOB_ERRORS,
+                    },
                 }
             },
             "/api/stats": {

@@ -16,7 +16,7 @@ from typing import Any
 from flask import Blueprint, abort, current_app, render_template, request
 
 from app.errors import EffectNotFound, EffectResolveRefused, InvalidField, JobNotFound, RunNowRefused, TransitionRefused
-from app.states import EFFECT_RESOLUTIONS, SOURCES, EffectState, Transition
+from app.states import EFFECT_RESOLUTIONS, SOURCES, EffectState, State, Transition
 from app.store.reads import BATCH, add_to_action, iter_batches, next_batch, record_action
 from app.validation import loads, parse_int
 from app.web.dashboard.auth import current_user, require_operator
@@ -46,13 +46,15 @@ def _render_job(job_id: int, where: str, tab: Tab | None, **extra: Any) -> str:
 @bp.post("/jobs/<int:job_id>/<action>")
 @require_operator
 def single(job_id: int, action: str) -> Any:
-    """Retry, Discard or Run now on one job, from its row or its page."""
-    if action not in TRANSITIONS and action != "run-now":
+    """Retry, Discard, Run now or Cancel on one job, from its row or its page."""
+    if action not in TRANSITIONS and action not in ("run-now", "cancel"):
         abort(404)
     d = deck()
     now = d.clock()
     where = request.form.get("from", "row")
     tab = BY_SLUG.get(request.form.get("tab", ""))
+    if action == "cancel":
+        return _cancel(job_id, where, tab)
     try:
         if action == "retry":
             d.store.retry(job_id, now)
@@ -70,6 +72,25 @@ def single(job_id: int, action: str) -> Any:
     snapshots().invalidate()
     body = _render_job(job_id, where, tab) if is_htmx() else ""
     return flash_response(f"Job {job_id} {PAST[action]}.", "success", 200, body)
+
+
+def _cancel(job_id: int, where: str, tab: Tab | None) -> Any:
+    """Cancel through ``Jobdeck.cancel`` (which audit-logs it, refusals too):
+    a running job is asked to stop and ends cancelled when its attempt ends."""
+    try:
+        job = deck().cancel(job_id, actor=_actor())
+    except JobNotFound as exc:
+        return flash_response(str(exc), "error", 404)
+    except TransitionRefused as exc:
+        body = _render_job(job_id, where, tab) if is_htmx() else ""
+        return flash_response(f"Refused: {exc}.", "error", 409, body)
+    snapshots().invalidate()
+    body = _render_job(job_id, where, tab) if is_htmx() else ""
+    if job.status is State.RUNNING:
+        message = f"Job {job_id} is asked to stop; it ends cancelled when its attempt ends."
+    else:
+        message = f"Job {job_id} cancelled."
+    return flash_response(message, "success", 200, body)
 
 
 @bp.post("/jobs/<int:job_id>/edit")

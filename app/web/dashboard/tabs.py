@@ -23,6 +23,7 @@ LABELS: dict[State, str] = {
     State.DEAD: "Dead letter",
     State.COMPLETED: "Completed",
     State.DISCARDED: "Discarded",
+    State.CANCELLED: "Cancelled",
 }
 SCHEDULED = "scheduled"
 

@@ -1,7 +1,7 @@
 """job_artifacts: the files handlers keep for people to download
 
 Revision ID: 0010
-Revises: 0008
+Revises: 0009
 Create Date: 2026-12-01 15:45:00
 
 ``ctx.artifact(name, data)`` keeps a report or an export in the database
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0010"
-down_revision: str | Sequence[str] | None = "0008"
+down_revision: str | Sequence[str] | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
