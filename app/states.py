@@ -122,6 +122,8 @@ class Transition(str, enum.Enum):
     DISCARD = "discard"
     RUN_NOW = "run_now"
     """An operator makes a scheduled or retrying job due now (``available_at = now``)."""
+    EDIT = "edit"
+    """An operator changes a waiting job's payload, priority, queue or run-at; a dead one is retried too."""
 
 
 # Allowed source states of each transition. The store's WHERE clauses and the
@@ -137,6 +139,7 @@ SOURCES: dict[Transition, frozenset[State]] = {
     Transition.DISCARD: frozenset({State.PENDING, State.FAILED, State.DEAD}),
     # Only while not yet due (available_at > now): a due job is the claim's already.
     Transition.RUN_NOW: frozenset({State.PENDING, State.FAILED}),
+    Transition.EDIT: frozenset({State.PENDING, State.FAILED, State.DEAD}),
 }
 
 # Possible destination states, for documentation and table-driven tests.
@@ -150,6 +153,7 @@ TARGETS: dict[Transition, frozenset[State]] = {
     Transition.RETRY: frozenset({State.PENDING}),
     Transition.DISCARD: frozenset({State.DISCARDED}),
     Transition.RUN_NOW: frozenset({State.PENDING, State.FAILED}),
+    Transition.EDIT: frozenset({State.PENDING, State.FAILED}),
 }
 
 
@@ -180,6 +184,7 @@ _PAST = {
     Transition.RETRY: "retried",
     Transition.DISCARD: "discarded",
     Transition.RUN_NOW: "run now",
+    Transition.EDIT: "edited",
 }
 
 

@@ -12,6 +12,7 @@ from sqlalchemy import update
 from app.deck import Jobdeck
 from app.errors import RunNowRefused, TransitionRefused
 from app.states import ALL_STATES, SOURCES, TARGETS, State, Transition, refusal
+from app.store.lifecycle import JobChanges
 from app.store.models import jobs
 from tests.helpers import force_state
 
@@ -62,6 +63,10 @@ def _run_now(deck: Jobdeck, job_id: int) -> State | None:
     return deck.store.run_now(job_id, deck.clock()).status
 
 
+def _edit(deck: Jobdeck, job_id: int) -> State | None:
+    return deck.store.edit(job_id, deck.clock(), JobChanges(priority=7)).after.status
+
+
 DO: dict[Transition, Callable[[Jobdeck, int], State | None]] = {
     Transition.CLAIM: _claim,
     Transition.COMPLETE: _complete,
@@ -72,6 +77,7 @@ DO: dict[Transition, Callable[[Jobdeck, int], State | None]] = {
     Transition.RETRY: _retry,
     Transition.DISCARD: _discard,
     Transition.RUN_NOW: _run_now,
+    Transition.EDIT: _edit,
 }
 # Transitions that report a refusal by doing nothing rather than raising.
 SILENT = {Transition.CLAIM, Transition.RELEASE, Transition.RESCUE}

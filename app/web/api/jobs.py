@@ -12,8 +12,9 @@ from app.deck import MAX_QUEUE_CHARS, MAX_TYPE_CHARS, Jobdeck
 from app.errors import InvalidField, JobdeckError
 from app.states import State
 from app.store import JobFilter
+from app.store.lifecycle import Seen
 from app.store.reads import record_action
-from app.validation import INT64_MAX, MAX_SEARCH_CHARS, check_text, loads, parse_int
+from app.validation import INT64_MAX, MAX_SEARCH_CHARS, check_text, loads, parse_int, parse_time
 from app.web.guard import authenticate
 from app.web.serialize import job_json
 
@@ -193,6 +194,27 @@ def show(job_id: int) -> Any:
     deck = _deck()
     job = deck.store.get(job_id)
     return jsonify(job_json(job, deck.clock(), deck.store.attempts_of(job_id)))
+
+
+@bp.patch("/jobs/<int:job_id>")
+def edit(job_id: int) -> Any:
+    """Edit a pending, scheduled or failed job (it keeps its state) or a
+    dead one (edited and retried): any of payload, priority, queue, run_at.
+    With ``updated_at`` (as read from the job) the edit is refused with 409
+    if the job changed since; without it, if it changes during the call."""
+    deck = _deck()
+    data = _body()
+    seen_at = data.pop("updated_at", None)
+    if not data:
+        raise InvalidField("body", "give at least one of payload, priority, queue, run_at")
+    seen = None
+    if seen_at is not None:
+        job = deck.store.get(job_id)
+        seen = Seen(job.status, job.attempt, parse_time(seen_at, "updated_at"))
+    edited = deck.edit(job_id, data, seen)
+    now = deck.clock()
+    record_action(deck.store, "api", "edit", now, count=1, job_id=job_id, detail=edited.summary())
+    return jsonify(job_json(edited.after, now))
 
 
 @bp.get("/jobs")

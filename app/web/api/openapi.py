@@ -208,6 +208,38 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
                         "queue": _text(MAX_QUEUE_CHARS),
                     },
                 },
+                "JobEdit": {
+                    "type": "object",
+                    "minProperties": 1,
+                    "additionalProperties": False,
+                    "description": "At least one of payload, priority, queue, run_at; a field left out is kept",
+                    "properties": {
+                        "payload": {
+                            "type": "object",
+                            "description": "Replaces the payload (same limits as an enqueue); the attempts that "
+                            "ran keep the old one",
+                        },
+                        "priority": {
+                            "anyOf": [
+                                {"type": "integer", "minimum": -MAX_PRIORITY, "maximum": MAX_PRIORITY},
+                                {"type": "string", "enum": list(PRIORITY_LABELS)},
+                                {"type": "string", "pattern": f"^{PRIORITY_NUMBER.pattern}$"},
+                            ]
+                        },
+                        "queue": _text(MAX_QUEUE_CHARS),
+                        "run_at": {
+                            "type": "string",
+                            "format": "date-time",
+                            "description": "When it becomes due (a dead job: when its retry runs; now if left out)",
+                        },
+                        "updated_at": {
+                            "type": "string",
+                            "format": "date-time",
+                            "description": "The job's `updated_at` as you read it: the edit is refused (409) "
+                            "if the job changed since",
+                        },
+                    },
+                },
             },
         },
         "security": [{"bearer": []}],
@@ -312,7 +344,26 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
                     "summary": "A job with its attempts",
                     "parameters": [_JOB_ID],
                     "responses": {"200": _json(_ref("Job"), "The job"), **_UNAUTHORIZED, **_NO_JOB},
-                }
+                },
+                "patch": {
+                    "summary": "Edit a pending, scheduled or failed job (it keeps its state), or edit and retry a dead one",
+                    "parameters": [_JOB_ID],
+                    "requestBody": _body(_ref("JobEdit")),
+                    "responses": {
+                        "200": _json(_ref("Job"), "The job as edited"),
+                        **_ERRORS,
+                        **_NO_JOB,
+                        "403": _FORBIDDEN,
+                        "409": _json(
+                            _ref("Error"),
+                            "The job is not pending, failed or dead, or it changed since `updated_at` "
+                            "(claimed, retried, edited meanwhile); nothing was edited",
+                        ),
+                        "413": _json(
+                            _ref("Error"), "The payload is over `max_payload_bytes`, or the body over its cap"
+                        ),
+                    },
+                },
             },
             "/api/jobs/{job_id}/heartbeat": {"post": {"summary": "Heartbeat a running job", **job_action}},
             "/api/jobs/{job_id}/complete": {
