@@ -62,7 +62,7 @@ class JobChanges:
 
     def values(self) -> dict[str, Any]:
         """The set fields by column name, in ``statements.EDIT_FIELDS`` order."""
-        given = {"payload": self.payload_json, "priority": self.priority, "queue": self.queue}
+        given: dict[str, Any] = {"payload": self.payload_json, "priority": self.priority, "queue": self.queue}
         given["available_at"] = self.available_at
         return {f: given[f] for f in statements.EDIT_FIELDS if given[f] is not None}
 

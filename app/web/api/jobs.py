@@ -14,6 +14,7 @@ from app.states import State
 from app.store import JobFilter
 from app.store.lifecycle import Seen
 from app.store.reads import record_action
+from app.store.upkeep import HEALTH_WINDOWS, type_health
 from app.validation import INT64_MAX, MAX_SEARCH_CHARS, check_text, loads, parse_int, parse_time
 from app.web.guard import authenticate
 from app.web.serialize import job_json
@@ -257,6 +258,27 @@ def _text_arg(name: str, max_length: int) -> str | None:
 def stats() -> Any:
     deck = _deck()
     return jsonify({"counts": deck.store.counts(deck.clock())})
+
+
+@bp.get("/stats/types")
+def type_stats() -> Any:
+    """Each job type's health over the last hour and day, from the
+    per-minute counters (``app.store.upkeep.type_health``)."""
+    deck = _deck()
+    now = deck.clock()
+    windows = [
+        {
+            "window": label,
+            "seconds": int(window.total_seconds()),
+            "types": [
+                {"type": h.type, "completed": h.completed, "failed": h.failed, "dead": h.dead,
+                 "failure_rate": h.failure_rate, "p50_seconds": h.p50, "p95_seconds": h.p95}
+                for h in type_health(deck.store, now, window)
+            ],
+        }
+        for label, window in HEALTH_WINDOWS
+    ]  # fmt: skip
+    return jsonify({"windows": windows})
 
 
 @bp.post("/jobs/<int:job_id>/retry")

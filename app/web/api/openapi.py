@@ -208,6 +208,48 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
                         "queue": _text(MAX_QUEUE_CHARS),
                     },
                 },
+                "TypeHealthWindow": {
+                    "type": "object",
+                    "required": ["window", "seconds", "types"],
+                    "properties": {
+                        "window": {"type": "string", "description": "`1 h` or `24 h`"},
+                        "seconds": {"type": "integer"},
+                        "types": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": [
+                                    "type",
+                                    "completed",
+                                    "failed",
+                                    "dead",
+                                    "failure_rate",
+                                    "p50_seconds",
+                                    "p95_seconds",
+                                ],  # fmt: skip
+                                "properties": {
+                                    "type": {"type": "string"},
+                                    "completed": {"type": "integer", "description": "attempts that completed"},
+                                    "failed": {
+                                        "type": "integer",
+                                        "description": "attempts failed, timed out or stalled",
+                                    },
+                                    "dead": {"type": "integer", "description": "jobs that went to dead letter"},
+                                    "failure_rate": {
+                                        "type": ["number", "null"],
+                                        "description": "failed / (completed + failed)",
+                                    },
+                                    "p50_seconds": {
+                                        "type": ["number", "null"],
+                                        "description": "From run-time buckets two per doubling: within ±19% "
+                                        "(0.0005 means under 1 ms, 8388.6 at least that)",
+                                    },
+                                    "p95_seconds": {"type": ["number", "null"]},
+                                },
+                            },
+                        },
+                    },
+                },
                 "JobEdit": {
                     "type": "object",
                     "minProperties": 1,
@@ -431,6 +473,22 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
                                 },
                             },
                             "Counts",
+                        ),
+                        **_UNAUTHORIZED,
+                    },
+                }
+            },
+            "/api/stats/types": {
+                "get": {
+                    "summary": "Each job type's health over the last hour and day (from the per-minute counters)",
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "required": ["windows"],
+                                "properties": {"windows": {"type": "array", "items": _ref("TypeHealthWindow")}},
+                            },
+                            "Per window, per type: attempts completed and failed, jobs dead, run-time percentiles",
                         ),
                         **_UNAUTHORIZED,
                     },
