@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-import pytest
 from dashboard_support import make_dash_app, make_dead, post
 from test_dashboard_auth import USERS, login
 
@@ -76,16 +75,18 @@ def test_patch_is_409_for_a_running_job_and_for_a_stale_updated_at(client, deck)
     assert ok.status_code == 200 and ok.get_json()["priority"] == 5 and ok.get_json()["status"] == "failed"
 
 
-@pytest.mark.parametrize(
-    ("body", "field"),
-    [({}, "body"), ({"updated_at": "2026-01-01T12:00:00Z"}, "body"), ({"colour": "red"}, "colour"),
-     ({"priority": "urgent"}, "priority"), ({"queue": "a\u0000b"}, "queue"), ({"run_at": "soon"}, "run_at"),
-     ({"payload": "text"}, "payload"), ({"priority": 1, "updated_at": "yesterday"}, "updated_at")],
-)  # fmt: skip
-def test_patch_refuses_bad_input_with_422_naming_the_field(client, deck, body, field):
+BAD = [
+    ({}, "body"), ({"updated_at": "2026-01-01T12:00:00Z"}, "body"), ({"colour": "red"}, "colour"),
+    ({"priority": "urgent"}, "priority"), ({"queue": "a\u0000b"}, "queue"), ({"run_at": "soon"}, "run_at"),
+    ({"payload": "text"}, "payload"), ({"priority": 1, "updated_at": "yesterday"}, "updated_at"),
+]  # fmt: skip
+
+
+def test_patch_refuses_bad_input_with_422_naming_the_field(client, deck):
     job, _ = deck.enqueue("demo.noop", {"n": 1}, delay_seconds=60)
-    r = client.patch(f"/api/jobs/{job.id}", json=body)
-    assert r.status_code == 422 and r.get_json()["field"] == field, r.get_json()
+    for body, field in BAD:
+        r = client.patch(f"/api/jobs/{job.id}", json=body)
+        assert r.status_code == 422 and r.get_json()["field"] == field, (body, r.get_json())
     assert deck.store.get(job.id) == job
 
 

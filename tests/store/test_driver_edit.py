@@ -155,13 +155,13 @@ def _claim_races_an_edit(drv: Driver, round_: int) -> None:
     drv.store.complete_many([Outcome(job.id, "w1", attempt=claimed.attempt)], drv.now)
 
 
-@pytest.mark.parametrize("state", [State.RUNNING, State.COMPLETED, State.DISCARDED])
-def test_jobs_no_one_waits_on_cannot_be_edited(drv: Driver, state: State) -> None:
-    job = drv.in_state(state)
-    before = drv.snapshot(job.id)
-    with pytest.raises(TransitionRefused, match=f"is {state.value}; only pending or failed or dead jobs can be edited"):
-        drv.deck.edit(job.id, {"priority": 1})
-    assert drv.snapshot(job.id) == before
+def test_jobs_no_one_waits_on_cannot_be_edited(drv: Driver) -> None:
+    for state in (State.RUNNING, State.COMPLETED, State.DISCARDED):
+        job = drv.in_state(state)
+        before = drv.snapshot(job.id)
+        with pytest.raises(TransitionRefused, match=f"is {state.value}; only pending or failed or dead jobs can be"):
+            drv.deck.edit(job.id, {"priority": 1})
+        assert drv.snapshot(job.id) == before
 
 
 def test_a_missing_job_is_not_found(drv: Driver) -> None:
@@ -188,13 +188,13 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize(("data", "field"), BAD, ids=[f for _, f in BAD])
-def test_an_edit_is_validated_like_an_enqueue(drv: Driver, data: dict[str, object], field: str) -> None:
+def test_an_edit_is_validated_like_an_enqueue(drv: Driver) -> None:
     job, _ = drv.deck.enqueue("demo.noop", {"n": 1}, delay_seconds=60)
     before = drv.snapshot(job.id)
-    with pytest.raises(InvalidField) as info:
-        drv.deck.edit(job.id, data, _seen(job))
-    assert info.value.field.startswith(field.split(".")[0]) and field in str(info.value)
+    for data, field in BAD:
+        with pytest.raises(InvalidField) as info:
+            drv.deck.edit(job.id, data, _seen(job))
+        assert info.value.field.startswith(field.split(".")[0]) and field in str(info.value), data
     assert drv.snapshot(job.id) == before
 
 
