@@ -46,7 +46,7 @@ def test_patch_edits_a_scheduled_job_and_audits_old_and_new(client, deck):
     [entry] = _audit(deck)
     assert (entry.actor, entry.action, entry.job_id, entry.count) == ("api", "edit", job.id, 1)
     assert "priority 0 → 20" in entry.detail and "queue default → mail" in entry.detail
-    assert "payload 7 → 8 bytes" in entry.detail and "run at" in entry.detail
+    assert "payload edited (7 → 8 bytes)" in entry.detail and "run at" in entry.detail
 
 
 def test_patch_on_a_dead_job_edits_and_retries_it(client, deck):

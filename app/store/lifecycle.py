@@ -86,12 +86,12 @@ class Edited:
 
     def summary(self) -> str:
         """The changes in words, old and new value, e.g. ``priority 0 → 20;
-        queue default → mail; retried``; payloads by size (they are user data
-        and may be large)."""
+        queue default → mail; retried, due ...``; payloads by size only (they
+        are user data and may be large)."""
         b, a = self.before, self.after
         parts = []
         if a.payload != b.payload:
-            parts.append(f"payload {_size(b.payload)} → {_size(a.payload)} bytes")
+            parts.append(f"payload edited ({_size(b.payload)} → {_size(a.payload)} bytes)")
         if a.priority != b.priority:
             parts.append(f"priority {b.priority} → {a.priority}")
         if a.queue != b.queue:

@@ -47,7 +47,7 @@ def test_editing_a_scheduled_job_changes_every_field_and_keeps_it_scheduled(drv:
     assert (after.attempt, after.retry_count, after.updated_at) == (0, 0, now)
     assert edited.before.payload == {"n": 1}
     assert edited.summary() == (
-        f"payload 7 → 7 bytes; priority 0 → 20; queue default → mail; run at "
+        f"payload edited (7 → 7 bytes); priority 0 → 20; queue default → mail; run at "
         f"{(job.available_at).strftime('%Y-%m-%d %H:%M:%S')} UTC → {run_at.strftime('%Y-%m-%d %H:%M:%S')} UTC"
     )
 
