@@ -149,11 +149,13 @@ def test_editing_a_scheduled_job_from_its_page(dash, deck):
 
 
 def test_an_unchanged_form_changes_nothing(dash, deck):
-    job, _ = deck.enqueue("demo.noop", {"n": 1}, delay_seconds=3600)
+    job, _ = deck.enqueue("demo.noop", {"n": 1}, delay_seconds=3600, priority=15)
     form = _form(dash.get(f"/jobs/{job.id}").get_data(as_text=True))
     r = post(dash, f"/actions/jobs/{job.id}/edit", form)
     assert r.status_code == 200 and "Nothing changed" in r.get_data(as_text=True)
     assert deck.store.get(job.id) == job and _audit(deck) == []
+    r = post(dash, f"/actions/jobs/{job.id}/edit", {**form, "priority": "medium"})  # the label means 10, not 15
+    assert r.status_code == 200 and deck.store.get(job.id).priority == 10
 
 
 def test_an_edit_of_a_job_claimed_meanwhile_is_refused_in_place(dash, deck):

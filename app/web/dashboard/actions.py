@@ -24,11 +24,11 @@ from app.errors import (
     RunNowRefused,
     TransitionRefused,
 )
-from app.states import EFFECT_RESOLUTIONS, SOURCES, EffectState, State, Transition, priority_label
+from app.states import EFFECT_RESOLUTIONS, SOURCES, EffectState, State, Transition
 from app.store import JobRecord
 from app.store.lifecycle import Seen
 from app.store.reads import BATCH, add_to_action, iter_batches, next_batch, record_action
-from app.validation import loads, parse_int, parse_time
+from app.validation import loads, parse_int, parse_priority, parse_time
 from app.web.dashboard.auth import current_user, require_operator
 from app.web.dashboard.tabs import BY_SLUG, ListArgs, Tab, tab_or_404
 from app.web.dashboard.views import _list, deck, flash_response, is_htmx, job_context, snapshots
@@ -147,7 +147,7 @@ def _edited_fields(form: Any, job: JobRecord) -> dict[str, Any]:
         if payload != job.payload:
             data["payload"] = payload
     priority = form.get("priority", "").strip()
-    if priority and priority != str(job.priority) and priority.lower() != priority_label(job.priority):
+    if priority and parse_priority(priority) != job.priority:
         data["priority"] = priority
     queue = form.get("queue", "")
     if queue and queue != job.queue:
