@@ -125,6 +125,36 @@ def test_an_edit_is_refused_when_released_or_edited_by_someone_else_meanwhile(dr
         drv.deck.edit(other.id, {"priority": 9}, seen)
 
 
+def test_the_state_and_the_attempt_fence_even_when_the_clock_did_not_move(drv: Driver) -> None:
+    """Two writes in the same instant leave ``updated_at`` as the form saw it
+    (clocks of several hosts, a coarse clock): the state and the attempt
+    number still tell that the job moved on."""
+    job, _ = drv.deck.enqueue("demo.noop", {"n": 1})
+    seen = _seen(job)
+    [claimed] = drv.store.claim("w1", job.updated_at, limit=1)
+    drv.store.release("w1", [(job.id, claimed.attempt)], job.updated_at)  # pending again, in the same instant
+    assert (drv.store.get(job.id).status, drv.store.get(job.id).updated_at) == (State.PENDING, seen.updated_at)
+    before = drv.snapshot(job.id)
+    with pytest.raises(JobMovedOn, match="attempt 1"):
+        drv.deck.edit(job.id, {"priority": 4}, seen)
+    assert drv.snapshot(job.id) == before
+
+    dead = _dead(drv)
+    seen = _seen(dead)
+    drv.store.retry(dead.id, dead.updated_at)  # someone retried it in the same instant: pending, same attempt
+    before = drv.snapshot(dead.id)
+    with pytest.raises(JobMovedOn, match="now pending"):
+        drv.deck.edit(dead.id, {"priority": 4}, seen)
+    assert drv.snapshot(dead.id) == before
+
+
+def _dead(drv: Driver) -> JobRecord:
+    job, _ = drv.deck.enqueue("demo.fail", {"x": 1}, max_retries=0)
+    [claimed] = drv.store.claim("w1", drv.now, limit=1, types=["demo.fail"])
+    drv.store.fail_many([Outcome(job.id, "w1", attempt=claimed.attempt, error="boom")], drv.now)
+    return drv.store.get(job.id)
+
+
 def test_an_edit_without_seen_is_fenced_on_the_job_as_read_in_its_own_transaction(drv: Driver) -> None:
     """The claim and the edit raced on real threads: an edit that was applied
     was applied before the claim (the claim returns its values); one that
