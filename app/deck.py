@@ -31,6 +31,7 @@ from app.states import State
 from app.store import JobRecord, NewJob, Store, backoff_delay
 from app.store.engine import make_engine
 from app.store.enqueue import PlainJob
+from app.store.lifecycle import Edited, JobChanges, Seen
 from app.store.reads import record_action
 from app.validation import check_json, check_text, parse_priority, parse_time
 
@@ -134,6 +135,34 @@ class Jobdeck:
         detail = "requested while running; ends when its attempt does" if job.status is State.RUNNING else None
         record_action(self.store, actor, "cancel", now, count=1, job_id=job_id, detail=detail)
         return job
+
+    # -- edit ---------------------------------------------------------------
+
+    def job_changes(self, data: Mapping[str, Any]) -> JobChanges:
+        """Validate an edit like an enqueue: any of ``payload``, ``priority``,
+        ``queue`` and ``run_at``, each checked by the rule the enqueue uses;
+        raise InvalidField (or PayloadTooLarge) naming the field."""
+        unknown = sorted(set(data) - set(EDITABLE))
+        if unknown:
+            raise InvalidField(unknown[0], f"unknown field; an edit sets {', '.join(EDITABLE)}")
+        for name, value in data.items():
+            if value is None:
+                raise InvalidField(name, "leave the field out to keep it; null is no value")
+        payload = data.get("payload")
+        priority = data.get("priority")
+        queue = data.get("queue")
+        run_at = data.get("run_at")
+        return JobChanges(
+            payload_json=None if payload is None else self.payload_json(payload),
+            priority=None if priority is None else parse_priority(priority),
+            queue=None if queue is None else queue_name(queue),
+            available_at=None if run_at is None else parse_time(run_at, "run_at"),
+        )
+
+    def edit(self, job_id: int, data: Mapping[str, Any], seen: Seen | None = None) -> Edited:
+        """Validate and apply an operator's edit (``Store.edit``): a pending,
+        scheduled or failed job keeps its state, a dead one is retried."""
+        return self.store.edit(job_id, self.clock(), self.job_changes(data), seen)
 
     # -- enqueue ------------------------------------------------------------
 
@@ -260,9 +289,7 @@ class Jobdeck:
         queue = data.get("queue")
         if queue is None:
             queue = spec.queue if spec and spec.queue else "default"
-        if not isinstance(queue, str) or not queue or len(queue) > MAX_QUEUE_CHARS:
-            raise InvalidField("queue", f"must be a non-empty string of at most {MAX_QUEUE_CHARS} characters")
-        check_text(queue, "queue", MAX_QUEUE_CHARS)
+        queue = queue_name(queue)
 
         available_at = _available_at(data.get("run_at"), data.get("delay_seconds"), now)
         return NewJob(
@@ -278,6 +305,16 @@ class Jobdeck:
 
 
 _PLAIN = frozenset({"type", "payload"})
+
+EDITABLE = ("payload", "priority", "queue", "run_at")
+"""What an edit may set (``Jobdeck.job_changes``)."""
+
+
+def queue_name(value: Any) -> str:
+    """A queue name as enqueue and edit accept it."""
+    if not isinstance(value, str) or not value or len(value) > MAX_QUEUE_CHARS:
+        raise InvalidField("queue", f"must be a non-empty string of at most {MAX_QUEUE_CHARS} characters")
+    return check_text(value, "queue", MAX_QUEUE_CHARS)
 
 
 def _available_at(run_at: Any, delay: Any, now: datetime) -> datetime:

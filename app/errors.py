@@ -52,6 +52,22 @@ class RunNowRefused(TransitionRefused):
         self.transition = Transition.RUN_NOW
 
 
+class JobMovedOn(TransitionRefused):
+    """An edit refused because the job changed since the operator saw it
+    (claimed, retried, rescheduled or edited by someone else): nothing was
+    changed, and the operator looks again before editing."""
+
+    def __init__(self, job_id: int, state: State | str, attempt: int) -> None:
+        JobdeckError.__init__(
+            self,
+            f"job {job_id} changed since it was shown (it is now {State(state).value}, attempt {attempt}); "
+            "nothing was edited: look at it again and redo the edit",
+        )
+        self.job_id = job_id
+        self.state = State(state)
+        self.transition = Transition.EDIT
+
+
 class NotHeld(JobdeckError):
     """The job is running but held by another worker (or another attempt)."""
 

@@ -142,6 +142,8 @@ class Transition(str, enum.Enum):
     running one gets a cancel request and ends ``cancelled`` when its attempt
     ends. Dead jobs are discarded instead (Oban's cancel also leaves its
     discarded jobs alone); finished ones have nothing left to cancel."""
+    EDIT = "edit"
+    """An operator changes a waiting job's payload, priority, queue or run-at; a dead one is retried too."""
 
 
 # Allowed source states of each transition. The store's WHERE clauses and the
@@ -158,6 +160,7 @@ SOURCES: dict[Transition, frozenset[State]] = {
     # Only while not yet due (available_at > now): a due job is the claim's already.
     Transition.RUN_NOW: frozenset({State.PENDING, State.FAILED}),
     Transition.CANCEL: frozenset({State.PENDING, State.RUNNING, State.FAILED}),
+    Transition.EDIT: frozenset({State.PENDING, State.FAILED, State.DEAD}),
 }
 
 # Possible destination states, for documentation and table-driven tests.
@@ -173,6 +176,7 @@ TARGETS: dict[Transition, frozenset[State]] = {
     Transition.RUN_NOW: frozenset({State.PENDING, State.FAILED}),
     # A running job stays running (cancel requested) until its attempt ends.
     Transition.CANCEL: frozenset({State.CANCELLED, State.RUNNING}),
+    Transition.EDIT: frozenset({State.PENDING, State.FAILED}),
 }
 
 CANCEL_AT_ONCE: frozenset[State] = SOURCES[Transition.CANCEL] - {State.RUNNING}
@@ -207,6 +211,7 @@ _PAST = {
     Transition.DISCARD: "discarded",
     Transition.RUN_NOW: "run now",
     Transition.CANCEL: "cancelled",
+    Transition.EDIT: "edited",
 }
 
 

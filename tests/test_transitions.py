@@ -12,6 +12,7 @@ from sqlalchemy import update
 from app.deck import Jobdeck
 from app.errors import RunNowRefused, TransitionRefused
 from app.states import ALL_STATES, SOURCES, TARGETS, State, Transition, refusal
+from app.store.lifecycle import JobChanges
 from app.store.models import jobs
 from tests.helpers import force_state
 
@@ -66,6 +67,10 @@ def _cancel(deck: Jobdeck, job_id: int) -> State | None:
     return deck.cancel(job_id, actor="test").status
 
 
+def _edit(deck: Jobdeck, job_id: int) -> State | None:
+    return deck.store.edit(job_id, deck.clock(), JobChanges(priority=7)).after.status
+
+
 DO: dict[Transition, Callable[[Jobdeck, int], State | None]] = {
     Transition.CLAIM: _claim,
     Transition.COMPLETE: _complete,
@@ -77,6 +82,7 @@ DO: dict[Transition, Callable[[Jobdeck, int], State | None]] = {
     Transition.DISCARD: _discard,
     Transition.RUN_NOW: _run_now,
     Transition.CANCEL: _cancel,
+    Transition.EDIT: _edit,
 }
 # Transitions that report a refusal by doing nothing rather than raising.
 SILENT = {Transition.CLAIM, Transition.RELEASE, Transition.RESCUE}

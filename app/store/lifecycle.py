@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, and_, delete, func, insert, or_, select, update
 
 from app.artifacts import DEFAULT_MAX_BYTES
-from app.errors import JobNotFound, RunNowRefused
-from app.states import SOURCES, State, Transition
+from app.errors import JobMovedOn, JobNotFound, RunNowRefused, TransitionRefused
+from app.states import CLAIMABLE, SOURCES, State, Transition
 from app.store import statements
 from app.store.enqueue import Enqueueing, dumps
 from app.store.faults import is_transient, is_unavailable, storable_text
@@ -32,8 +33,8 @@ from app.store.transactions import Backoff
 from app.validation import fits_id
 
 __all__ = [
-    "AttemptRecord", "Backoff", "JobFilter", "JobRecord", "NewJob", "Outcome", "Store", "exponential_backoff",
-    "is_transient", "is_unavailable", "storable_text",
+    "AttemptRecord", "Backoff", "Edited", "JobChanges", "JobFilter", "JobRecord", "NewJob", "Outcome", "Seen", "Store",
+    "exponential_backoff", "is_transient", "is_unavailable", "storable_text",
 ]  # fmt: skip
 
 
@@ -48,6 +49,67 @@ def exponential_backoff(base: float = 1.0, cap: float = 3600.0) -> Backoff:
         return backoff_delay(base, cap, retry_count)
 
     return backoff
+
+
+@dataclass(frozen=True)
+class JobChanges:
+    """What an operator's edit sets, already validated (``Jobdeck.job_changes``);
+    None leaves a field as it is."""
+
+    payload_json: str | None = None
+    priority: int | None = None
+    queue: str | None = None
+    available_at: datetime | None = None
+
+    def values(self) -> dict[str, Any]:
+        """The set fields by column name, in ``statements.EDIT_FIELDS`` order."""
+        given: dict[str, Any] = {"payload": self.payload_json, "priority": self.priority, "queue": self.queue}
+        given["available_at"] = self.available_at
+        return {f: given[f] for f in statements.EDIT_FIELDS if given[f] is not None}
+
+
+@dataclass(frozen=True)
+class Seen:
+    """The job as an operator saw it when they opened the edit form: what
+    the edit is fenced on, so it never lands on a job that moved on."""
+
+    status: State
+    attempt: int
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Edited:
+    """An applied edit: the job before and after, for the answer and the audit log."""
+
+    before: JobRecord
+    after: JobRecord
+
+    def summary(self) -> str:
+        """The changes in words, old and new value, e.g. ``priority 0 → 20;
+        queue default → mail; retried, due ...``; payloads by size only (they
+        are user data and may be large)."""
+        b, a = self.before, self.after
+        parts = []
+        if a.payload != b.payload:
+            parts.append(f"payload edited ({_size(b.payload)} → {_size(a.payload)} bytes)")
+        if a.priority != b.priority:
+            parts.append(f"priority {b.priority} → {a.priority}")
+        if a.queue != b.queue:
+            parts.append(f"queue {b.queue} → {a.queue}")
+        if a.available_at != b.available_at and b.status is not State.DEAD:
+            parts.append(f"run at {_when(b.available_at)} → {_when(a.available_at)}")
+        if b.status is State.DEAD:
+            parts.append(f"retried, due {_when(a.available_at)}")
+        return "; ".join(parts) or "nothing changed"
+
+
+def _size(payload: dict[str, Any]) -> int:
+    return len(dumps(payload).encode())
+
+
+def _when(t: datetime) -> str:
+    return t.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 class Store(Enqueueing, Finishing):
@@ -80,6 +142,47 @@ class Store(Enqueueing, Finishing):
             self._notify_other_processes(conn)
         self._notify_enqueued()
         return JobRecord.from_row(row)
+
+    def edit(self, job_id: int, now: datetime, changes: JobChanges, seen: Seen | None = None) -> Edited:
+        """Change a waiting job's payload, priority, queue or run-at in one
+        fenced statement (``statements.edit``): a pending or failed job keeps
+        its state, a dead one is retried. ``seen`` is the job as the operator
+        saw it; without it, the job as read here (so a claim racing this very
+        call still wins). Raises ``TransitionRefused`` for a job no edit
+        applies to and ``JobMovedOn`` when it changed since ``seen``. The
+        attempts that ran with the old payload keep it, as for edit and retry."""
+        values = changes.values()
+        with self.write() as conn:
+            row = conn.execute(statements.job_of(), {"job": job_id}).first()
+            if row is None:
+                raise JobNotFound(job_id)
+            before = JobRecord.from_row(row)
+            if before.status not in SOURCES[Transition.EDIT]:
+                raise TransitionRefused(job_id, before.status, Transition.EDIT)
+            fence = seen or Seen(before.status, before.attempt, before.updated_at)
+            params: dict[str, Any] = {"job": job_id, "now": now, "seen_attempt": fence.attempt}
+            params["seen_updated_at"] = fence.updated_at
+            params.update({f"new_{name}": value for name, value in values.items()})
+            edited = conn.execute(statements.edit(tuple(values), fence.status), params).first()
+            if edited is None:
+                raise self._why_not_edited(conn, job_id)
+            after = JobRecord.from_row(edited)
+            if after.payload != before.payload:
+                conn.execute(statements.keep_old_payload(), {"job": job_id, "old": row.payload})
+            due = after.status in CLAIMABLE and after.available_at <= now
+            if due:
+                self._notify_other_processes(conn)
+        if due:
+            self._notify_enqueued()
+        return Edited(before, after)
+
+    def _why_not_edited(self, conn: Any, job_id: int) -> Exception:
+        now_row = conn.execute(statements.job_of(), {"job": job_id}).first()
+        if now_row is None:
+            return JobNotFound(job_id)
+        if now_row.status not in {s.value for s in SOURCES[Transition.EDIT]}:
+            return TransitionRefused(job_id, now_row.status, Transition.EDIT)
+        return JobMovedOn(job_id, now_row.status, now_row.attempt)
 
     def discard(self, job_id: int, now: datetime) -> JobRecord:
         """pending|failed|dead -> discarded."""

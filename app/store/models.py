@@ -9,6 +9,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
+    Column,
     DateTime,
     Dialect,
     Float,
@@ -38,6 +39,7 @@ from app.states import (
     Transition,
     sources,
 )
+from app.store.durations import COLUMNS as DURATION_COLUMNS
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -350,6 +352,7 @@ class StatsMinute(Base):
     completed: Mapped[int] = mapped_column(Integer, default=0)
     failed: Mapped[int] = mapped_column(Integer, default=0)
     dead: Mapped[int] = mapped_column(Integer, default=0)
+    # dur_00 ... dur_47: attempts that ran that long, by bucket (added below, revision 0011).
 
 
 class MaintenanceMark(Base):
@@ -366,6 +369,10 @@ schedule_state = cast(Table, ScheduleState.__table__)
 schedule_runs = cast(Table, ScheduleRun.__table__)
 queue_state = cast(Table, QueueState.__table__)
 stats_minutely = cast(Table, StatsMinute.__table__)
+for _bucket in DURATION_COLUMNS:
+    # One counter per run-time bucket (``app.store.durations``); columns
+    # rather than mapped attributes, since the store reads them through Core.
+    stats_minutely.append_column(Column(_bucket, Integer, nullable=False, default=0, server_default="0"))
 maintenance_marks = cast(Table, MaintenanceMark.__table__)
 
 

@@ -471,3 +471,42 @@ def run_now() -> Any:
 
 def status_of() -> Any:
     return select(jobs.c.status).where(jobs.c.id == bindparam("job"))
+
+
+EDIT_FIELDS = ("payload", "priority", "queue", "available_at")
+"""What an operator may change on a waiting job (``edit``)."""
+
+
+@lru_cache(maxsize=64)
+def edit(fields: tuple[str, ...], seen: State) -> Any:
+    """pending|failed|dead -> the same state with new ``fields`` (a subset
+    of ``EDIT_FIELDS``, in that order); a dead job is retried too (->
+    pending, fresh retry budget, due now unless ``available_at`` is given).
+
+    Fenced on the job as the operator saw it: still in state ``seen``, on
+    the same attempt and with the same ``updated_at``, so a job claimed,
+    retried, rescheduled or edited by someone else meanwhile is refused (no
+    row) instead of silently changed. Values: job, now, seen_attempt,
+    seen_updated_at, ``new_<field>`` for each field."""
+    values: dict[str, Any] = {f: bindparam(f"new_{f}", type_=jobs.c[f].type) for f in fields}
+    if seen is State.DEAD:
+        values.update(status=State.PENDING.value, retry_count=0, finished_at=None)
+        values.setdefault("available_at", NOW)
+    values["updated_at"] = NOW
+    return (
+        update(jobs)
+        .where(
+            jobs.c.id == bindparam("job"),
+            in_states(Transition.EDIT),
+            status_in(jobs.c.status, [seen.value]),
+            jobs.c.attempt == bindparam("seen_attempt"),
+            jobs.c.updated_at == bindparam("seen_updated_at", type_=jobs.c.updated_at.type),
+        )
+        .values(values)
+        .returning(*JOB_COLUMNS)
+    )
+
+
+def job_of() -> Any:
+    """The whole row: what an edit starts from (and the audit compares with)."""
+    return select(jobs).where(jobs.c.id == bindparam("job"))

@@ -10,12 +10,14 @@ Rescuing stalled jobs is a transition, so it stays on ``Store``
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, delete, func, select, update
+from sqlalchemy import and_, case, delete, func, literal_column, select, update
 
-from app.states import State
+from app.states import AttemptOutcome, State
+from app.store import durations
 from app.store.models import (
     CANCELLED,
     INTERRUPTED,
@@ -36,6 +38,12 @@ STATS_MARK = "stats_minutely"
 it are in ``stats_minutely`` (the overview's throughput chart reads both)."""
 FIRST_ROLL_UP = timedelta(hours=1)
 """How far back the first roll-up of a new database starts."""
+RUN_OUTCOMES = frozenset(o.value for o in (AttemptOutcome.COMPLETED, AttemptOutcome.FAILED, AttemptOutcome.TIMED_OUT))
+"""The attempts whose duration is a run time and goes into the histogram: a
+stalled attempt's is how long the sweep took to notice, an interrupted one's
+how long until shutdown."""
+_COUNTERS = ("completed", "failed", "dead", *durations.COLUMNS)
+_WIDTH = len(_COUNTERS)
 
 
 # -- workers --------------------------------------------------------------------
@@ -144,38 +152,35 @@ def roll_up_minutes(store: Store, until: datetime) -> int:
             return 0
         counts: dict[tuple[datetime, str], list[int]] = {}
         minute = _minute_expr(store, attempts.c.finished_at)
-        for m, job_type, outcome, n in conn.execute(
-            select(minute, jobs.c.type, attempts.c.outcome, func.count())
+        bucket = _bucket_expr(store)
+        for m, job_type, outcome, b, n in conn.execute(
+            select(minute, jobs.c.type, attempts.c.outcome, bucket, func.count())
             .select_from(attempts.join(jobs, jobs.c.id == attempts.c.job_id))
             .where(attempts.c.finished_at >= mark, attempts.c.finished_at < until)
-            .group_by(minute, jobs.c.type, attempts.c.outcome)
+            .group_by(minute, jobs.c.type, attempts.c.outcome, bucket)
         ):
             if outcome in (INTERRUPTED, CANCELLED):
                 continue  # cut short by shutdown or by a person: neither done nor a failure
-            row = counts.setdefault((_parse_minute(m), job_type), [0, 0, 0])
+            row = counts.setdefault((_parse_minute(m), job_type), [0] * _WIDTH)
             row[0 if outcome == State.COMPLETED.value else 1] += n
+            if outcome in RUN_OUTCOMES and b is not None:
+                row[3 + int(b)] += n
         dead_minute = _minute_expr(store, jobs.c.finished_at)
         for m, job_type, n in conn.execute(
             select(dead_minute, jobs.c.type, func.count())
             .where(and_(jobs.c.status == State.DEAD.value, jobs.c.finished_at >= mark, jobs.c.finished_at < until))
             .group_by(dead_minute, jobs.c.type)
         ):
-            counts.setdefault((_parse_minute(m), job_type), [0, 0, 0])[2] += n
+            counts.setdefault((_parse_minute(m), job_type), [0] * _WIDTH)[2] += n
         if counts:
             insert = dialect_insert(store.dialect)(stats_minutely)
             stmt = insert.on_conflict_do_update(
                 index_elements=["minute", "type"],
-                set_={
-                    "completed": stats_minutely.c.completed + insert.excluded.completed,
-                    "failed": stats_minutely.c.failed + insert.excluded.failed,
-                    "dead": stats_minutely.c.dead + insert.excluded.dead,
-                },
+                set_={name: stats_minutely.c[name] + insert.excluded[name] for name in _COUNTERS},
             )
             conn.execute(
-                stmt,
-                [{"minute": m, "type": t, "completed": c[0], "failed": c[1], "dead": c[2]}
-                 for (m, t), c in counts.items()],
-            )  # fmt: skip
+                stmt, [{"minute": m, "type": t, **dict(zip(_COUNTERS, c, strict=True))} for (m, t), c in counts.items()]
+            )
     return int((until - mark).total_seconds() // 60)
 
 
@@ -187,6 +192,73 @@ def stats_since(store: Store, since: datetime, job_type: str | None = None) -> l
     with store.read() as conn:
         rows = conn.execute(stmt.order_by(stats_minutely.c.minute, stats_minutely.c.type)).all()
     return [dict(r._mapping) for r in rows]
+
+
+@dataclass(frozen=True)
+class TypeHealth:
+    """One job type over a window, from the per-minute counters: attempts
+    completed and failed (failed, timed out or stalled), jobs that went
+    dead, and the run-time histogram (``app.store.durations``)."""
+
+    type: str
+    completed: int
+    failed: int
+    dead: int
+    durations: tuple[int, ...]
+
+    @property
+    def failure_rate(self) -> float | None:
+        """Failed attempts over finished ones; None when none finished."""
+        finished = self.completed + self.failed
+        return self.failed / finished if finished else None
+
+    @property
+    def p50(self) -> float | None:
+        return durations.percentile(self.durations, 0.50)
+
+    @property
+    def p95(self) -> float | None:
+        return durations.percentile(self.durations, 0.95)
+
+    def shown(self, q: float) -> str:
+        return durations.shown(self.durations, q)
+
+
+HEALTH_WINDOWS: tuple[tuple[str, timedelta], ...] = (("1 h", timedelta(hours=1)), ("24 h", timedelta(hours=24)))
+"""The windows the Queues page and ``GET /api/stats/types`` show."""
+
+
+def type_health(store: Store, now: datetime, window: timedelta) -> list[TypeHealth]:
+    """Each job type's health over the ``window`` of whole minutes before
+    ``now``, by name, read from ``stats_minutely`` alone: one grouped sum,
+    however many attempts ran (minutes after the roll-up's watermark, the
+    last one or two, are not in it yet)."""
+    since = whole_minute(now) - window
+    sums = [func.coalesce(func.sum(stats_minutely.c[name]), 0) for name in _COUNTERS]
+    stmt = (
+        select(stats_minutely.c.type, *sums)
+        .where(stats_minutely.c.minute >= since)
+        .group_by(stats_minutely.c.type)
+        .order_by(stats_minutely.c.type)
+    )
+    with store.read() as conn:
+        rows = conn.execute(stmt).all()
+    return [
+        TypeHealth(type=r[0], completed=int(r[1]), failed=int(r[2]), dead=int(r[3]), durations=tuple(map(int, r[4:])))
+        for r in rows
+    ]
+
+
+def _bucket_expr(store: Store) -> Any:
+    """An attempt's run-time bucket (``durations.bucket_of``) computed in
+    SQL, so the roll-up still returns one row per group, not per attempt."""
+    started, finished = attempts.c.started_at, attempts.c.finished_at
+    if store.dialect == "postgresql":
+        seconds: Any = func.extract("epoch", finished - started)
+    else:
+        seconds = (func.julianday(finished) - func.julianday(started)) * 86400.0
+    edges = [(seconds < literal_column(repr(edge)), i) for i, edge in enumerate(durations.EDGES)]
+    return case((started.is_(None), None), *edges, else_=durations.BUCKETS - 1)
 
 
 def whole_minute(t: datetime) -> datetime:

@@ -25,6 +25,7 @@ from app.deck import Jobdeck
 from app.errors import JobNotFound, NotHeld, TransitionRefused
 from app.states import State, Transition
 from app.store import AttemptRecord, JobRecord, NewJob, Outcome, Store
+from app.store.lifecycle import JobChanges
 
 DAY = timedelta(days=1)
 STALL = 60.0
@@ -291,6 +292,17 @@ def run_now(d: Driver, job: JobRecord, worker: str, attempt: int, now: datetime)
     return _refused(lambda: d.store.run_now(job.id, min(now, job.available_at) - timedelta(seconds=1)))
 
 
+def edit(d: Driver, job: JobRecord, worker: str, attempt: int, now: datetime) -> bool:
+    return _refused(lambda: d.store.edit(job.id, now, JobChanges(priority=job.priority + 1)))
+
+
+def http_edit(d: Driver, job: JobRecord, worker: str, attempt: int, now: datetime) -> bool:
+    d.clock.now = now
+    r = d.client.patch(f"/api/jobs/{job.id}", json={"priority": job.priority + 1})
+    assert r.status_code in (200, 404, 409), (r.status_code, r.get_data(as_text=True))
+    return bool(r.status_code == 200)
+
+
 def claim(d: Driver, job: JobRecord, worker: str, attempt: int, now: datetime) -> bool:
     return job.id in [j.id for j in d.store.claim("claimer", now, limit=100)]
 
@@ -333,6 +345,7 @@ PATHS: dict[Transition, dict[str, Path]] = {
     Transition.DISCARD: {"discard": discard, "discard_ids": discard_ids, "http_discard": http_discard},
     Transition.RUN_NOW: {"run_now": run_now},
     Transition.CANCEL: {"cancel": cancel, "cancel_ids": cancel_ids, "http_cancel": http_cancel},
+    Transition.EDIT: {"edit": edit, "http_edit": http_edit},
 }  # fmt: skip
 """Every path of every transition: batched, single and HTTP where each exists."""
 

@@ -12,8 +12,10 @@ from app.deck import MAX_QUEUE_CHARS, MAX_TYPE_CHARS, Jobdeck
 from app.errors import InvalidField, JobdeckError
 from app.states import State
 from app.store import JobFilter
+from app.store.lifecycle import Seen
 from app.store.reads import record_action
-from app.validation import INT64_MAX, MAX_SEARCH_CHARS, check_text, loads, parse_int
+from app.store.upkeep import HEALTH_WINDOWS, type_health
+from app.validation import INT64_MAX, MAX_SEARCH_CHARS, check_text, loads, parse_int, parse_time
 from app.web.guard import authenticate
 from app.web.serialize import iso, job_json
 
@@ -196,6 +198,27 @@ def show(job_id: int) -> Any:
     return jsonify(job_json(job, deck.clock(), deck.store.attempts_of(job_id)))
 
 
+@bp.patch("/jobs/<int:job_id>")
+def edit(job_id: int) -> Any:
+    """Edit a pending, scheduled or failed job (it keeps its state) or a
+    dead one (edited and retried): any of payload, priority, queue, run_at.
+    With ``updated_at`` (as read from the job) the edit is refused with 409
+    if the job changed since; without it, if it changes during the call."""
+    deck = _deck()
+    data = _body()
+    seen_at = data.pop("updated_at", None)
+    if not data:
+        raise InvalidField("body", "give at least one of payload, priority, queue, run_at")
+    seen = None
+    if seen_at is not None:
+        job = deck.store.get(job_id)
+        seen = Seen(job.status, job.attempt, parse_time(seen_at, "updated_at"))
+    edited = deck.edit(job_id, data, seen)
+    now = deck.clock()
+    record_action(deck.store, "api", "edit", now, count=1, job_id=job_id, detail=edited.summary())
+    return jsonify(job_json(edited.after, now))
+
+
 @bp.get("/jobs")
 def index() -> Any:
     deck = _deck()
@@ -236,6 +259,27 @@ def _text_arg(name: str, max_length: int) -> str | None:
 def stats() -> Any:
     deck = _deck()
     return jsonify({"counts": deck.store.counts(deck.clock())})
+
+
+@bp.get("/stats/types")
+def type_stats() -> Any:
+    """Each job type's health over the last hour and day, from the
+    per-minute counters (``app.store.upkeep.type_health``)."""
+    deck = _deck()
+    now = deck.clock()
+    windows = [
+        {
+            "window": label,
+            "seconds": int(window.total_seconds()),
+            "types": [
+                {"type": h.type, "completed": h.completed, "failed": h.failed, "dead": h.dead,
+                 "failure_rate": h.failure_rate, "p50_seconds": h.p50, "p95_seconds": h.p95}
+                for h in type_health(deck.store, now, window)
+            ],
+        }
+        for label, window in HEALTH_WINDOWS
+    ]  # fmt: skip
+    return jsonify({"windows": windows})
 
 
 @bp.post("/jobs/<int:job_id>/retry")

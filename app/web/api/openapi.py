@@ -216,6 +216,80 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
                         "queue": _text(MAX_QUEUE_CHARS),
                     },
                 },
+                "TypeHealthWindow": {
+                    "type": "object",
+                    "required": ["window", "seconds", "types"],
+                    "properties": {
+                        "window": {"type": "string", "description": "`1 h` or `24 h`"},
+                        "seconds": {"type": "integer"},
+                        "types": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": [
+                                    "type",
+                                    "completed",
+                                    "failed",
+                                    "dead",
+                                    "failure_rate",
+                                    "p50_seconds",
+                                    "p95_seconds",
+                                ],  # fmt: skip
+                                "properties": {
+                                    "type": {"type": "string"},
+                                    "completed": {"type": "integer", "description": "attempts that completed"},
+                                    "failed": {
+                                        "type": "integer",
+                                        "description": "attempts failed, timed out or stalled",
+                                    },
+                                    "dead": {"type": "integer", "description": "jobs that went to dead letter"},
+                                    "failure_rate": {
+                                        "type": ["number", "null"],
+                                        "description": "failed / (completed + failed)",
+                                    },
+                                    "p50_seconds": {
+                                        "type": ["number", "null"],
+                                        "description": "From run-time buckets two per doubling: within ±19% "
+                                        "(0.0005 means under 1 ms, 8388.6 at least that)",
+                                    },
+                                    "p95_seconds": {"type": ["number", "null"]},
+                                },
+                            },
+                        },
+                    },
+                },
+                "JobEdit": {
+                    "type": "object",
+                    "minProperties": 1,
+                    "additionalProperties": False,
+                    "description": "At least one of payload, priority, queue, run_at; a field left out is kept",
+                    "properties": {
+                        "payload": {
+                            "type": "object",
+                            "description": "Replaces the payload (same limits as an enqueue); the attempts that "
+                            "ran keep the old one",
+                        },
+                        "priority": {
+                            "anyOf": [
+                                {"type": "integer", "minimum": -MAX_PRIORITY, "maximum": MAX_PRIORITY},
+                                {"type": "string", "enum": list(PRIORITY_LABELS)},
+                                {"type": "string", "pattern": f"^{PRIORITY_NUMBER.pattern}$"},
+                            ]
+                        },
+                        "queue": _text(MAX_QUEUE_CHARS),
+                        "run_at": {
+                            "type": "string",
+                            "format": "date-time",
+                            "description": "When it becomes due (a dead job: when its retry runs; now if left out)",
+                        },
+                        "updated_at": {
+                            "type": "string",
+                            "format": "date-time",
+                            "description": "The job's `updated_at` as you read it: the edit is refused (409) "
+                            "if the job changed since",
+                        },
+                    },
+                },
             },
         },
         "security": [{"bearer": []}],
@@ -320,7 +394,26 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
                     "summary": "A job with its attempts",
                     "parameters": [_JOB_ID],
                     "responses": {"200": _json(_ref("Job"), "The job"), **_UNAUTHORIZED, **_NO_JOB},
-                }
+                },
+                "patch": {
+                    "summary": "Edit a pending, scheduled or failed job (it keeps its state), or edit and retry a dead one",
+                    "parameters": [_JOB_ID],
+                    "requestBody": _body(_ref("JobEdit")),
+                    "responses": {
+                        "200": _json(_ref("Job"), "The job as edited"),
+                        **_ERRORS,
+                        **_NO_JOB,
+                        "403": _FORBIDDEN,
+                        "409": _json(
+                            _ref("Error"),
+                            "The job is not pending, failed or dead, or it changed since `updated_at` "
+                            "(claimed, retried, edited meanwhile); nothing was edited",
+                        ),
+                        "413": _json(
+                            _ref("Error"), "The payload is over `max_payload_bytes`, or the body over its cap"
+                        ),
+                    },
+                },
             },
             "/api/jobs/{job_id}/heartbeat": {
                 "post": {
@@ -443,6 +536,22 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
                                 },
                             },
                             "Counts",
+                        ),
+                        **_UNAUTHORIZED,
+                    },
+                }
+            },
+            "/api/stats/types": {
+                "get": {
+                    "summary": "Each job type's health over the last hour and day (from the per-minute counters)",
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "required": ["windows"],
+                                "properties": {"windows": {"type": "array", "items": _ref("TypeHealthWindow")}},
+                            },
+                            "Per window, per type: attempts completed and failed, jobs dead, run-time percentiles",
                         ),
                         **_UNAUTHORIZED,
                     },

@@ -15,10 +15,20 @@ from typing import Any
 
 from flask import Blueprint, abort, current_app, render_template, request
 
-from app.errors import EffectNotFound, EffectResolveRefused, InvalidField, JobNotFound, RunNowRefused, TransitionRefused
+from app.errors import (
+    EffectNotFound,
+    EffectResolveRefused,
+    InvalidField,
+    JobNotFound,
+    PayloadTooLarge,
+    RunNowRefused,
+    TransitionRefused,
+)
 from app.states import EFFECT_RESOLUTIONS, SOURCES, EffectState, State, Transition
+from app.store import JobRecord
+from app.store.lifecycle import Seen
 from app.store.reads import BATCH, add_to_action, iter_batches, next_batch, record_action
-from app.validation import loads, parse_int
+from app.validation import loads, parse_int, parse_priority, parse_time
 from app.web.dashboard.auth import current_user, require_operator
 from app.web.dashboard.tabs import BY_SLUG, ListArgs, Tab, tab_or_404
 from app.web.dashboard.views import _list, deck, flash_response, is_htmx, job_context, snapshots
@@ -96,40 +106,91 @@ def _cancel(job_id: int, where: str, tab: Tab | None) -> Any:
 @bp.post("/jobs/<int:job_id>/edit")
 @require_operator
 def edit(job_id: int) -> Any:
-    """Edit and retry a dead job: the new payload must be a JSON object
-    within the payload limit; the attempts keep the old one."""
+    """Edit a waiting job from its page: payload, priority, queue, run-at.
+    A pending, scheduled or failed job keeps its state; a dead one is edited
+    and retried. The form carries the job as it showed it (``seen_*``), and
+    the edit is refused in place if the job moved on since; only the fields
+    that differ from the job as it stands are changed."""
     d = deck()
     now = d.clock()
-    text = request.form.get("payload", "")
-    error = None
-    payload: Any = None
+    form = request.form
     try:
-        payload = loads(text, "payload")
-    except json.JSONDecodeError as exc:
-        error = f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
-    except InvalidField as exc:
-        error = f"Not an acceptable payload: {exc}."
-    if error is None and not isinstance(payload, dict):
-        error = "The payload must be a JSON object ({...})."
-    if error is None:
-        size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
-        if size > d.config.max_payload_bytes:
-            error = f"The payload is {size} bytes; the limit is {d.config.max_payload_bytes}."
-    if error is not None:
-        body = _render_job(job_id, "detail", None, edit_text=text, edit_error=error) if is_htmx() else ""
+        job = d.store.get(job_id)
+    except JobNotFound as exc:
+        return flash_response(str(exc), "error", 404)
+    try:
+        seen = _seen(form)
+        data = _edited_fields(form, job)
+        if not data and job.status is not State.DEAD:
+            return flash_response("Nothing changed: edit a field first.", "info", 200)
+        edited = d.edit(job_id, data, seen)
+    except (InvalidField, PayloadTooLarge, json.JSONDecodeError) as exc:
+        error = _edit_error(exc)
+        body = _render_job(job_id, "detail", None, edit_form=form, edit_error=error) if is_htmx() else ""
         return flash_response(error, "error", 422, body)
-    try:
-        d.store.retry(job_id, now, payload=payload)
     except JobNotFound as exc:
         return flash_response(str(exc), "error", 404)
     except TransitionRefused as exc:
         record_action(d.store, _actor(), "edit", now, count=0, job_id=job_id, detail=f"refused: {exc}")
         body = _render_job(job_id, "detail", None) if is_htmx() else ""
         return flash_response(f"Refused: {exc}.", "error", 409, body)
-    record_action(d.store, _actor(), "edit", now, count=1, job_id=job_id, detail="payload edited, then retried")
+    record_action(d.store, _actor(), "edit", now, count=1, job_id=job_id, detail=edited.summary())
     snapshots().invalidate()
     body = _render_job(job_id, "detail", None) if is_htmx() else ""
-    return flash_response(f"Job {job_id} edited and retried with the new payload.", "success", 200, body)
+    if job.status is State.DEAD:
+        return flash_response(f"Job {job_id} edited and retried with the new payload.", "success", 200, body)
+    return flash_response(f"Job {job_id} edited: {edited.summary()}.", "success", 200, body)
+
+
+def _seen(form: Any) -> Seen | None:
+    """The job as the form showed it; None from a form without it (the
+    edit is then fenced on the job as read when it runs)."""
+    raw = form.get("seen_updated_at", "")
+    if not raw:
+        return None
+    status = form.get("seen_status", "")
+    if status not in {s.value for s in SOURCES[Transition.EDIT]}:
+        raise InvalidField("seen_status", "not a state a job can be edited in")
+    return Seen(
+        State(status), parse_int(form.get("seen_attempt", ""), "seen_attempt", 0), parse_time(raw, "updated_at")
+    )
+
+
+def _edited_fields(form: Any, job: JobRecord) -> dict[str, Any]:
+    """The form's fields that differ from the job, as an edit's data
+    (``Jobdeck.job_changes`` validates them). A blank priority, queue or
+    run-at keeps the job's."""
+    data: dict[str, Any] = {}
+    if "payload" in form:
+        payload = loads(form["payload"], "payload")
+        if not isinstance(payload, dict):
+            raise InvalidField("payload", "must be a JSON object ({...})")
+        if payload != job.payload:
+            data["payload"] = payload
+    priority = form.get("priority", "").strip()
+    if priority and parse_priority(priority) != job.priority:
+        data["priority"] = priority
+    queue = form.get("queue", "")
+    if queue and queue != job.queue:
+        data["queue"] = queue
+    run_at = form.get("run_at", "").strip()
+    # Compared to the second: the browser may write the value it was given without its seconds.
+    if run_at and parse_time(run_at, "run_at") != job.available_at.replace(microsecond=0):
+        data["run_at"] = run_at
+    return data
+
+
+def _edit_error(exc: Exception) -> str:
+    """An edit's refused input in words (shown in the form, escaped)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
+    if isinstance(exc, PayloadTooLarge):
+        return f"The {exc}."
+    if isinstance(exc, InvalidField) and exc.field.startswith("payload"):
+        if "must be a JSON object" in str(exc):
+            return "The payload must be a JSON object ({...})."
+        return f"Not an acceptable payload: {exc}."
+    return f"Not acceptable: {exc}."
 
 
 def _form_int(name: str) -> int | None:

@@ -23,6 +23,7 @@ from flask import Blueprint, abort, current_app, flash, jsonify, redirect, rende
 from app.deck import MAX_QUEUE_CHARS, Jobdeck
 from app.store.artifacts import last_completed_artifacts
 from app.store.reads import running_by_type
+from app.store.upkeep import HEALTH_WINDOWS, type_health
 from app.validation import check_text
 from app.web.api import jobs as api
 from app.web.dashboard.auth import current_user, require_operator
@@ -113,10 +114,12 @@ def _queues() -> dict[str, Any]:
     controls = deck.queues
     type_limits = controls.limits.types
     running = running_by_type(deck.store, list(type_limits))
+    now = deck.clock()
     return {
         "queues": controls.list_queues(),
         "type_limits": [(t, running.get(t, 0), n) for t, n in sorted(type_limits.items())],
-        "now": deck.clock(),
+        "now": now,
+        "type_health": [(label, type_health(deck.store, now, window)) for label, window in HEALTH_WINDOWS],
     }
 
 

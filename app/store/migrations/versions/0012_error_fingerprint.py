@@ -1,7 +1,7 @@
 """jobs.error_fingerprint: failed and dead jobs grouped by error
 
 Revision ID: 0012
-Revises: 0010
+Revises: 0011
 Create Date: 2026-12-01 16:00:00
 
 The fail statement stores each failure's fingerprint (``app.fingerprint``)
@@ -25,7 +25,7 @@ from alembic import op
 from app.fingerprint import fingerprint
 
 revision: str = "0012"
-down_revision: str | Sequence[str] | None = "0010"
+down_revision: str | Sequence[str] | None = "0011"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
