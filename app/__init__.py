@@ -15,7 +15,7 @@ from typing import Any
 from flask import Flask, jsonify, render_template, request
 from htmx_flask import Htmx
 from sqlalchemy import exc as sa_exc
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, NotFound
 
 from app.config import Config, load
 from app.deck import Jobdeck
@@ -23,7 +23,7 @@ from app.errors import JobdeckError
 from app.handlers import Registry, import_modules
 from app.handlers import registry as default_registry
 from app.store.faults import is_unavailable
-from app.validation import IdConverter, max_body_bytes
+from app.validation import IdConverter, fits_id, max_body_bytes
 
 __all__ = ["create_app", "deck_of"]
 
@@ -87,6 +87,13 @@ def deck_of(app: Flask) -> Jobdeck:
     return deck
 
 
+def _names_no_row(path: str) -> bool:
+    """Whether the path holds a number too large to be any row's id."""
+    return any(
+        part.isascii() and part.isdigit() and (len(part) > 19 or not fits_id(int(part))) for part in path.split("/")
+    )
+
+
 def _register_errors(app: Flask) -> None:
     @app.errorhandler(JobdeckError)
     def _jobdeck_error(exc: JobdeckError) -> Any:
@@ -98,6 +105,11 @@ def _register_errors(app: Flask) -> None:
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException) -> Any:
+        if exc.code == 405 and _names_no_row(request.path):
+            # Werkzeug checks a rule's methods before its converters, so an id
+            # beyond BIGINT (which no <int:...> accepts) reached "method not
+            # allowed" through another method's rule of the same path.
+            exc = NotFound()
         if _wants_json():
             message = exc.description or exc.name
             if exc.code == 413:

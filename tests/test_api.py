@@ -245,3 +245,19 @@ def test_twenty_concurrent_posts_with_one_key(live_deck: Jobdeck) -> None:
     assert statuses == [200] * 19 + [201]
     assert len({i for _, i in results}) == 1
     assert live_deck.store.counts(live_deck.clock())["pending"] == 1
+
+
+@pytest.mark.parametrize("number", ["9223372036854775808", "99999999999999999999", "9" * 5000])
+@pytest.mark.parametrize("method", ["get", "patch", "post", "put", "delete"])
+def test_an_id_beyond_bigint_is_404_whatever_the_method(client, method: str, number: str) -> None:
+    """No row can have such an id, so no job is named: 404. Werkzeug checks
+    a rule's methods before its converter, and answered PATCH (and POST on
+    the bare job URL) with 405 through the GET rule (found by the fuzzer)."""
+    r = getattr(client, method)(f"/api/jobs/{number}", json={"priority": 1})
+    assert r.status_code == 404, (r.status_code, r.get_data(as_text=True))
+    assert "error" in r.get_json()
+
+
+def test_a_real_method_not_allowed_stays_405(client) -> None:
+    r = client.delete("/api/jobs/1")
+    assert r.status_code == 405 and "error" in r.get_json()
