@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, bindparam, func, select
 
 from app.states import State
 from app.store import postgres, statements
@@ -84,12 +84,14 @@ def claim_due(
             len(skip_q),
             columns=(jobs.c.id, jobs.c.type, jobs.c.queue),
         )
-        if full_t:
-            stmt = stmt.where(jobs.c.type.not_in(full_t))
+        if full_t:  # named apart from the due list's type_N binds, which an anonymous bind would collide with
+            stmt = stmt.where(jobs.c.type.not_in(bindparam("full_types", expanding=True)))
         values = statements.due_order(
             None if type_list is None else len(type_list), None if queue_list is None else len(queue_list), len(skip_q)
         )
         params = dict(zip(values, (now, *(type_list or ()), *(queue_list or ()), *skip_q), strict=True))
+        if full_t:
+            params["full_types"] = full_t
         chosen = pick(list(conn.execute(stmt.limit(limit * 4 + 16), params)))
         if not chosen:
             return []

@@ -1,0 +1,33 @@
+"""The queue policy's claim (``controls.claim_due``) with the pool's own
+arguments: a pool names the types it serves, so the claim carries the type
+list and, once a limited type is full, the list of full types too."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from app.deck import Jobdeck
+from app.queues import Limits, QueueControls
+from tests.conftest import Clock
+
+pytestmark = pytest.mark.backends
+
+
+@pytest.mark.parametrize("served", [2, 5])
+def test_a_full_type_leaves_the_other_types_claimable(make_deck: Callable[..., Jobdeck], served: int) -> None:
+    """Regression: with two or more served types and a full type, the
+    claim's type list and its full-type list both named their values
+    ``type_N``; the statement failed to compile and the pool claimed
+    nothing at all until the limited jobs finished."""
+    clock = Clock()
+    deck = make_deck(clock=clock)
+    QueueControls(deck.store, Limits(queues={}, types={"demo.sleep": 1}), refresh=0).install()
+    types = ["demo.sleep", "demo.noop", "demo.fail", "demo.flaky", "demo.report"][:served]
+    first, _ = deck.enqueue("demo.sleep", {"seconds": 60})
+    assert [j.id for j in deck.store.claim("w1", clock.now, limit=1, types=types)] == [first.id]
+    deck.enqueue("demo.sleep", {"seconds": 60})
+    noop, _ = deck.enqueue("demo.noop")
+    claimed = deck.store.claim("w2", clock.now, limit=5, types=types)
+    assert [j.id for j in claimed] == [noop.id]  # the second sleep waits for the first: the limit is 1
