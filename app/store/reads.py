@@ -161,6 +161,21 @@ def dead_since(store: Store, since: datetime, cap: int = 1000) -> int:
         return int(conn.execute(select(func.count()).select_from(inner)).scalar_one())
 
 
+def last_dead(store: Store, limit: int) -> list[JobRecord]:
+    """The jobs that died last, by when they died (``finished_at``, then id):
+    a job enqueued long ago that died just now comes first, not after every
+    newer job. A top-``limit`` sort of the dead jobs (there is no index on
+    ``finished_at``; the dead letter is the list a person keeps short)."""
+    stmt = (
+        select(jobs)
+        .where(jobs.c.status == State.DEAD.value)
+        .order_by(jobs.c.finished_at.desc(), jobs.c.id.desc())
+        .limit(limit)
+    )
+    with store.read() as conn:
+        return [JobRecord.from_row(r) for r in conn.execute(stmt)]
+
+
 # -- overview snapshot -------------------------------------------------------------
 
 

@@ -38,6 +38,8 @@ bp = Blueprint("actions", __name__, url_prefix="/actions")
 TRANSITIONS: dict[str, Transition] = {"retry": Transition.RETRY, "discard": Transition.DISCARD}
 PAST = {"retry": "retried", "discard": "discarded", "run-now": "made due now", "edit": "edited and retried"}
 MAX_SELECTED = 1000
+SELECTED: dict[str, Transition] = {**TRANSITIONS, "cancel": Transition.CANCEL}
+"""The actions on ticked rows: those of "all matching", and cancel."""
 
 
 def _actor() -> str:
@@ -210,9 +212,12 @@ def _transition(action: str, tab: Tab) -> Transition:
 @bp.post("/selected/<action>")
 @require_operator
 def selected(action: str) -> Any:
-    """Retry or discard the rows the operator ticked."""
+    """Retry, discard or cancel the rows the operator ticked (running ones
+    are asked to stop and end cancelled when their attempt ends)."""
     tab = tab_or_404(request.form.get("tab", ""))
-    transition = _transition(action, tab)
+    transition = SELECTED.get(action)
+    if transition is None:
+        abort(404)
     ids = sorted({parse_int(v, "ids", 1) for v in request.form.getlist("ids")})
     if not ids:
         return flash_response("Select some jobs first.", "error", 422)
@@ -220,7 +225,8 @@ def selected(action: str) -> Any:
         return flash_response(f"At most {MAX_SELECTED} jobs at once; use “all matching”.", "error", 422)
     d = deck()
     now = d.clock()
-    move = d.store.retry_ids if transition is Transition.RETRY else d.store.discard_ids
+    move = {Transition.RETRY: d.store.retry_ids, Transition.DISCARD: d.store.discard_ids,
+            Transition.CANCEL: d.store.cancel_ids}[transition]  # fmt: skip
     moved: list[int] = []
     for batch in iter_batches(ids):
         moved.extend(move(batch, now))
@@ -228,7 +234,7 @@ def selected(action: str) -> Any:
     detail = f"selected {len(ids)} in {tab.label}" + (f"; {skipped} had moved on" if skipped else "")
     record_action(d.store, _actor(), f"{action} selected", now, count=len(moved), detail=detail)
     snapshots().invalidate()
-    message = f"{len(moved)} of {len(ids)} selected jobs {PAST[action]}."
+    message = f"{len(moved)} of {len(ids)} selected jobs {_selected_past(action, tab)}."
     if skipped:
         message += f" {skipped} had moved on and were left alone."
     body = ""
@@ -237,6 +243,14 @@ def selected(action: str) -> Any:
     response = flash_response(message, "success" if not skipped else "info", 200, body)
     response.headers["HX-Trigger"] = "jd-selection-clear"
     return response
+
+
+def _selected_past(action: str, tab: Tab) -> str:
+    """What happened to the ticked rows, in words: running jobs cancelled
+    are only asked to stop."""
+    if action == "cancel":
+        return "asked to stop; each ends cancelled when its attempt ends" if tab.state is State.RUNNING else "cancelled"
+    return PAST[action]
 
 
 @bp.post("/matching/<action>")

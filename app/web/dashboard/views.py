@@ -15,7 +15,7 @@ from flask import Blueprint, abort, current_app, flash, redirect, render_templat
 from app.deck import Jobdeck
 from app.errors import JobNotFound
 from app.states import SOURCES, State, Transition, allowed
-from app.store import JobFilter, JobRecord
+from app.store import JobRecord
 from app.store.reads import (
     MAX_ERROR_GROUPS,
     Snapshots,
@@ -23,6 +23,7 @@ from app.store.reads import (
     count_matching,
     dead_since,
     error_groups,
+    last_dead,
     list_audit,
     list_page,
     newest_id,
@@ -137,18 +138,17 @@ def nav_items() -> list[tuple[str, str, str]]:
 OVERVIEW_DEAD_TYPES = 5
 """Job types the overview's dead-letter card lists, most recent first."""
 OVERVIEW_DEAD_SCAN = PAGE_SIZE
-"""Newest dead jobs the card looks through for them: one page of the dead
-letter list, the read that list itself makes at every poll (whole rows,
+"""Dead jobs, the last to die first, the card looks through for them: as
+many as one page of the dead letter list reads at every poll (whole rows,
 payloads included, so not more)."""
 
 
-def _dead_by_type(now: datetime) -> list[JobRecord]:
-    """The newest dead job of each type among the newest dead jobs: from the
-    overview, one click reaches every dead job of a type (to retry them all)
-    and the latest one (to see why it died)."""
-    newest = list_page(deck().store, JobFilter(status=State.DEAD, limit=OVERVIEW_DEAD_SCAN), now).jobs
+def _dead_by_type() -> list[JobRecord]:
+    """The job of each type that died last, among the jobs that died last:
+    from the overview, one click reaches every dead job of a type (to retry
+    them all) and the latest one (to see why it died)."""
     latest: dict[str, JobRecord] = {}
-    for job in newest:
+    for job in last_dead(deck().store, OVERVIEW_DEAD_SCAN):
         latest.setdefault(job.type, job)
     return list(latest.values())[:OVERVIEW_DEAD_TYPES]
 
@@ -170,7 +170,7 @@ def _overview(first_paint: bool = False) -> dict[str, Any]:
         "latency": latency_chart(snap.latency_history, now),
         **_worker_summary(now),
         "new_dead": new_dead,
-        "dead_by_type": _dead_by_type(now),
+        "dead_by_type": _dead_by_type(),
     }
 
 
@@ -213,12 +213,21 @@ def _list(tab: Tab, source: Any = None) -> dict[str, Any]:
         "args": args,
         "page": page,
         "now": now,
-        # Counted right after the rows, not from the overview's snapshot: a
-        # tab's badge must agree with the rows it heads.
-        "counts": d.store.counts(now),
+        # Counted right after the rows, not from the overview's snapshot, and
+        # under the same filter: a tab's badge must agree with the rows it heads.
+        "counts": _badge_counts(args, tab, now),
         "types": sorted(set(d.registry.names()) | set(d.config.external_types)),
         "queues": sorted({"default"} | {s.queue for n in d.registry.names() if (s := d.registry.get(n)) and s.queue}),
     }
+
+
+def _badge_counts(args: ListArgs, tab: Tab, now: datetime) -> dict[str, int]:
+    """Each tab's badge: the jobs its list shows under the list's filter
+    (type, queue, search, error group), every job when there is none."""
+    store = deck().store
+    if not args.filtered:
+        return store.counts(now)
+    return store.counts_matching(args.job_filter(tab, paged=False), now)
 
 
 @bp.get("/jobs")

@@ -1,0 +1,108 @@
+"""Two dashboard reads on both databases: the tab badges of a filtered list
+(``Store.counts_matching``) count, per state, exactly the rows each tab lists
+under the same filter; and the overview's dead-letter card
+(``reads.last_dead``) reads the jobs in the order they died, not by id."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from app.fingerprint import fingerprint
+from app.states import State
+from app.store import JobFilter, JobRecord, NewJob
+from app.store.reads import last_dead
+from app.web.dashboard.tabs import TABS
+from tests.store.driver import BUILDERS, DAY, Driver
+
+pytestmark = pytest.mark.backends
+
+_serial = itertools.count(1)
+REPORT, NOOP = "demo.report", "demo.noop"
+
+
+def _job(drv: Driver, state: State, job_type: str, *, later: bool = False, note: str = "") -> JobRecord:
+    """A job of ``job_type`` in ``state`` (``later``: pending, due tomorrow),
+    in a queue of its own so the claim that builds the state picks it."""
+    new = NewJob(
+        job_type, {"note": note}, queue=f"counts{next(_serial)}", available_at=drv.now + DAY if later else None
+    )
+    job, _ = drv.store.enqueue(new, drv.now)
+    if state is not State.PENDING:
+        worker = f"w{job.id}"
+        drv.claim_one(job, worker)
+        BUILDERS[state](drv, job.id, worker)
+    return drv.store.get(job.id)
+
+
+def _mix(drv: Driver) -> dict[str, JobRecord]:
+    """One report in every state, two scheduled; and noops that outnumber
+    them in completed and dead (the tester's "Dead letter 5" over nothing)."""
+    made = {state.value: _job(drv, state, REPORT, note="needle") for state in State}
+    made["scheduled"] = _job(drv, State.PENDING, REPORT, later=True)
+    _job(drv, State.PENDING, REPORT, later=True)
+    for state in (State.COMPLETED, State.COMPLETED, State.COMPLETED, State.DEAD, State.DEAD, State.PENDING):
+        _job(drv, state, NOOP)
+    return made
+
+
+def _listed(drv: Driver, f: JobFilter) -> dict[str, int]:
+    """What each tab's list shows under ``f``."""
+    return {
+        t.slug: len(drv.store.list_jobs(replace(f, status=t.state, scheduled=t.scheduled, limit=1000), drv.now))
+        for t in TABS
+    }
+
+
+def test_the_counts_of_a_type_are_that_types_jobs_per_state(drv: Driver) -> None:
+    _mix(drv)
+    reports = drv.store.counts_matching(JobFilter(type=REPORT), drv.now)
+    assert reports == {s.value: 1 for s in State} | {"scheduled": 2}
+    noops = drv.store.counts_matching(JobFilter(type=NOOP), drv.now)
+    assert noops == {s.value: 0 for s in State} | {"pending": 1, "completed": 3, "dead": 2, "scheduled": 0}
+
+
+def test_the_filters_state_and_paging_are_ignored_and_no_filter_is_counts(drv: Driver) -> None:
+    _mix(drv)
+    narrowed = JobFilter(status=State.DEAD, scheduled=True, type=REPORT, before_id=1, after_id=1, limit=1)
+    assert drv.store.counts_matching(narrowed, drv.now) == drv.store.counts_matching(JobFilter(type=REPORT), drv.now)
+    assert drv.store.counts_matching(JobFilter(), drv.now) == drv.store.counts(drv.now)
+
+
+def test_each_badge_counts_the_rows_its_tab_lists_under_every_filter(drv: Driver) -> None:
+    made = _mix(drv)
+    fatal = fingerprint("fatal")
+    filters = [
+        JobFilter(type=REPORT),
+        JobFilter(queue=made["running"].queue),
+        JobFilter(search="needle"),
+        JobFilter(search=f"#{made['failed'].id}"),
+        JobFilter(type=NOOP, error_fingerprint=fatal),
+        JobFilter(type=REPORT, queue="nowhere"),
+    ]
+    for f in filters:
+        counts = drv.store.counts_matching(f, drv.now)
+        assert {slug: counts[slug] for slug in _listed(drv, f)} == _listed(drv, f), f
+    assert drv.store.counts_matching(JobFilter(type=NOOP, error_fingerprint=fatal), drv.now)["dead"] == 2
+    assert sum(drv.store.counts_matching(filters[-1], drv.now).values()) == 0
+
+
+def test_the_scheduled_count_moves_to_pending_when_its_time_comes(drv: Driver) -> None:
+    made = _mix(drv)
+    later = made["scheduled"].available_at + timedelta(seconds=1)
+    counts = drv.store.counts_matching(JobFilter(type=REPORT), later)
+    assert (counts["pending"], counts["scheduled"]) == (3, 0)
+
+
+def test_the_last_dead_come_in_the_order_they_died(drv: Driver) -> None:
+    old = drv.claim_one(drv.enqueue(), "w-old")
+    newer_ids = [drv.in_state(State.DEAD).id for _ in range(2)]
+    drv.clock.advance(60)
+    drv.store.fail(old.id, "w-old", "fatal", drv.now, retryable=False)
+    assert [j.id for j in last_dead(drv.store, 10)] == [old.id, *sorted(newer_ids, reverse=True)]
+    assert [j.id for j in last_dead(drv.store, 1)] == [old.id]
+    drv.in_state(State.COMPLETED)
+    assert all(j.status is State.DEAD for j in last_dead(drv.store, 10))
