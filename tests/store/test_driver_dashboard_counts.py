@@ -106,3 +106,22 @@ def test_the_last_dead_come_in_the_order_they_died(drv: Driver) -> None:
     assert [j.id for j in last_dead(drv.store, 1)] == [old.id]
     drv.in_state(State.COMPLETED)
     assert all(j.status is State.DEAD for j in last_dead(drv.store, 10))
+
+
+def test_the_last_dead_are_read_in_order_from_their_index(make_deck, backend) -> None:
+    """The overview asks on every poll: the order comes from the partial
+    index of dead jobs, never from a sort of the whole dead letter."""
+    from sqlalchemy import text
+
+    from app.store.reads import last_dead_statement
+
+    deck = make_deck()
+    with deck.store.read() as conn:
+        sql = str(last_dead_statement(50).compile(conn, compile_kwargs={"literal_binds": True}))
+        if backend == "sqlite":
+            plan = " | ".join(row[-1] for row in conn.execute(text(f"EXPLAIN QUERY PLAN {sql}")))
+            assert "ix_jobs_dead_finished" in plan and "TEMP B-TREE" not in plan, plan
+        else:
+            conn.execute(text("SET LOCAL enable_seqscan = off"))  # an empty table: make the planner show its choice
+            plan = " | ".join(r[0] for r in conn.execute(text(f"EXPLAIN {sql}")))
+            assert "ix_jobs_dead_finished" in plan and "Sort" not in plan, plan
