@@ -18,6 +18,7 @@ from click.testing import CliRunner, Result
 from app import cli
 from app.cli import main
 from app.deck import Jobdeck
+from app.present import attempts_allowed
 from app.states import ALL_STATES, State, Transition
 from app.store import Outcome, Store
 from app.store.reads import BATCH, AuditRecord, list_audit
@@ -66,16 +67,33 @@ def test_jobs_prints_a_header_the_times_and_the_queue(run, live_deck: Jobdeck) -
     result = run("jobs")
     assert result.exit_code == 0, result.output
     header = result.stdout.splitlines()[0].split()
-    assert header[:5] == ["ID", "STATUS", "TYPE", "QUEUE", "TRIES"] and "ERROR" in header
+    assert header[:5] == ["ID", "STATUS", "TYPE", "QUEUE", "ATTEMPTS"] and "ERROR" in header
     by_id = {int(r[0]): r for r in rows(result)}
     assert list(by_id) == [dead, later.id, due.id]  # newest first
-    assert by_id[due.id][1:5] == ["pending", "demo.noop", "reports", "0/3"]
+    assert by_id[due.id][1:5] == ["pending", "demo.noop", "reports", "0/4"]
+    assert by_id[dead][4] == "1/1"  # made / allowed, as the dashboard counts them
     assert by_id[later.id][1] == "scheduled"
     assert by_id[dead][1] == "dead" and by_id[dead][-1] == "boom"
     assert all(TIME.fullmatch(cell) for cell in by_id[due.id][5:7])
     # A scheduled job's own time is when it is due, an hour from its creation.
     assert by_id[later.id][6] > by_id[later.id][5]
     assert result.stderr.startswith("database: sqlite:///") and "jobdeck.db" in result.stderr
+
+
+def test_jobs_counts_attempts_and_words_a_recovered_error_like_the_dashboard(run, live_deck: Jobdeck) -> None:
+    live_deck.config.backoff_base = 3600
+    job, _ = live_deck.enqueue("demo.fail", max_retries=2)
+    live_deck.store.claim("w1", live_deck.clock(), limit=1)
+    live_deck.store.fail_many([Outcome(job.id, "w1", error="KeyError: 'x'\ndetail")], live_deck.clock())
+    live_deck.store.run_now(job.id, live_deck.clock())
+    live_deck.store.claim("w1", live_deck.clock(), limit=1)
+    live_deck.store.complete_many([Outcome(job.id, "w1", result=1)], live_deck.clock())
+    record = live_deck.store.get(job.id)
+    assert record.status is State.COMPLETED and record.error
+    row = rows(run("jobs"))[0]
+    assert row[4] == f"{record.attempt}/{attempts_allowed(record)}" == "2/3"
+    assert row[-1] == "failed before succeeding: KeyError: 'x'"
+    assert re.search(r"error +failed before succeeding: KeyError: 'x'", run("show", str(job.id)).stdout)
 
 
 FILTERS: list[tuple[list[str], list[str]]] = [
@@ -147,6 +165,16 @@ def test_show_prints_the_job_and_its_attempts_with_errors(run, live_deck: Jobdec
     assert re.search(r"#1 +failed .*w1\n +first: ValueError\n +#2 +failed .*w1\n +second: KeyError", text)
     assert "Traceback" not in text
     assert "  second: KeyError" in run("show", str(job.id), "--tracebacks").stdout.split("#2")[1]
+
+
+def test_show_words_priority_and_attempts_like_the_job_page(run, live_deck: Jobdeck) -> None:
+    plain, _ = live_deck.enqueue("demo.noop", max_retries=3)
+    urgent, _ = live_deck.enqueue("demo.noop", priority="high")
+    dead = make_dead(live_deck)
+    assert re.search(r"\n  priority +0 \(default\)\n", run("show", str(plain.id)).stdout)
+    assert re.search(r"\n  priority +high \(\d+\)\n", run("show", str(urgent.id)).stdout)
+    assert re.search(r"\n  attempts +0/4 made / allowed\n", run("show", str(plain.id)).stdout)
+    assert re.search(r"\n  attempts +1/1 made / allowed\n", run("show", str(dead)).stdout)
 
 
 def test_show_json_is_the_apis_shape(run, live_deck: Jobdeck) -> None:
