@@ -567,6 +567,14 @@ def described(status: str, job_type: str | None, queue: str | None) -> str:
     )
 
 
+def refuse_filters_with_ids(all_matching: bool, **filters: str | None) -> None:
+    """A filter given with ids would be ignored (``retry 2 --type nosuch``
+    retried job 2): refused instead, since the operator meant something."""
+    given = [f"--{name}" for name, value in filters.items() if value is not None]
+    if given and not all_matching:
+        raise click.UsageError(f"{given[0]} filters --all only; with job ids, give the ids alone")
+
+
 def add_job_command(action: JobAction, group: click.Group = main) -> None:
     """``jobdeck <action> ID...``, and ``--all`` when the action has a batch form."""
     sources = SOURCES[action.transition]
@@ -579,6 +587,7 @@ def add_job_command(action: JobAction, group: click.Group = main) -> None:
             raise click.UsageError("give job ids, or --all with --status" if many else "give job ids")
         if all_matching and status is None:
             raise click.UsageError(f"--all needs --status (one of {', '.join(choices)})")
+        refuse_filters_with_ids(all_matching, status=status, type=job_type, queue=queue)
         f = job_filter(status, job_type, queue) if all_matching else None
         with operator_deck() as deck:
             if many is not None and f is not None and status is not None:

@@ -295,6 +295,19 @@ def test_all_needs_a_status_the_action_can_move(run, live_deck: Jobdeck) -> None
     assert "give job ids" in run("discard").output
 
 
+@pytest.mark.parametrize(
+    "args",
+    [["--type", "nosuch"], ["--queue", "nosuch"], ["--status", "dead"], ["--type", ""]],
+)
+@pytest.mark.parametrize("command", ["retry", "discard"])
+def test_filters_with_ids_are_refused_not_ignored(run, live_deck: Jobdeck, command: str, args: list[str]) -> None:
+    job_id = make_dead(live_deck)
+    result = run(command, str(job_id), *args)
+    assert result.exit_code == 2, result.output
+    assert f"{args[0]} filters --all only" in result.output
+    assert live_deck.store.get(job_id).status is State.DEAD and audit(live_deck) == []
+
+
 # -- hostile input ----------------------------------------------------------------
 
 
