@@ -223,7 +223,7 @@ def worker(demo: bool, workers: int | None, log_level: str) -> None:
 def enqueue(job_type: str, payload: str, priority: str | None, delay: float | None, key: str | None,
             queue: str | None, max_retries: int | None, demo: bool, create: bool) -> None:  # fmt: skip
     """Enqueue a job and print it as JSON."""
-    from app.errors import InvalidField, JobdeckError
+    from app.errors import InvalidField, JobdeckError, UnknownType
     from app.validation import loads
     from app.web.serialize import job_json
 
@@ -241,6 +241,9 @@ def enqueue(job_type: str, payload: str, priority: str | None, delay: float | No
                 job_type, data, priority=priority, queue=queue, max_retries=max_retries,
                 idempotency_key=key, delay_seconds=delay,
             )  # fmt: skip
+        except UnknownType as exc:
+            needs_demo = job_type.startswith("demo.") and not deck.config.demo
+            raise click.ClickException(f"{exc} (the demo types need --demo)" if needs_demo else str(exc)) from None
         except JobdeckError as exc:
             raise click.ClickException(str(exc)) from None
         click.echo(json.dumps(job_json(job, deck.clock()), indent=2))

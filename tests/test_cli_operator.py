@@ -142,6 +142,15 @@ def test_user_text_cannot_drive_the_terminal(run, live_deck: Jobdeck) -> None:
         assert "boom \\x1b[2J\\rforged" in result.stdout
 
 
+def test_enqueue_of_a_demo_type_without_demo_says_it_needs_demo(run, live_deck: Jobdeck) -> None:
+    result = run("enqueue", "demo.noop")
+    assert result.exit_code == 1, result.output
+    assert "unknown job type 'demo.noop'" in result.output and "(the demo types need --demo)" in result.output
+    assert "--demo" not in run("enqueue", "reports.noop").output
+    assert "--demo" not in run("enqueue", "demo.nope", "--demo").output
+    assert run("enqueue", "demo.noop", "--demo").exit_code == 0
+
+
 # -- show -----------------------------------------------------------------------
 
 
