@@ -15,6 +15,7 @@ from app.handlers import Registry
 from app.states import State
 from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
+from tests.dashboard_support import make_dash_app
 
 pytestmark = pytest.mark.backends
 
@@ -75,6 +76,8 @@ def test_a_non_retryable_error_says_why_it_was_not_retried(make_deck, registry: 
         assert error.startswith(f"{cls}: ")
         assert deck.store.attempts_of(job_id)[0].error == error
     assert deck.store.get(plain.id).error == "KeyError: 'user_42'"
+    page = make_dash_app(deck).test_client().get(f"/jobs/{listed.id}").get_data(as_text=True)
+    assert "(not retried: KeyError is non-retryable)" in page  # the attempt's error, on the timeline
 
 
 def test_no_note_when_no_retry_was_left_or_the_handler_chose_dead(make_deck, registry: Registry) -> None:
