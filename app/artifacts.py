@@ -42,13 +42,15 @@ separators: nothing a file name needs, each a way to forge one."""
 
 class InvalidArtifact(JobdeckError, ValueError):
     """``ctx.artifact`` refused a name, content type or value: the attempt
-    fails with this message."""
+    fails with this message, and is not retried (``HandlerSpec.retries``):
+    the next attempt would build the same artifact and be refused again."""
 
     status_code = 422
 
 
 class ArtifactTooLarge(InvalidArtifact):
-    """Over ``[artifacts] max_bytes``: the attempt fails with this message."""
+    """Over ``[artifacts] max_bytes``: the attempt fails with this message,
+    not retried like any ``InvalidArtifact``."""
 
     status_code = 413
 

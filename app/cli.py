@@ -223,7 +223,7 @@ def worker(demo: bool, workers: int | None, log_level: str) -> None:
 def enqueue(job_type: str, payload: str, priority: str | None, delay: float | None, key: str | None,
             queue: str | None, max_retries: int | None, demo: bool, create: bool) -> None:  # fmt: skip
     """Enqueue a job and print it as JSON."""
-    from app.errors import InvalidField, JobdeckError
+    from app.errors import InvalidField, JobdeckError, UnknownType
     from app.validation import loads
     from app.web.serialize import job_json
 
@@ -241,6 +241,9 @@ def enqueue(job_type: str, payload: str, priority: str | None, delay: float | No
                 job_type, data, priority=priority, queue=queue, max_retries=max_retries,
                 idempotency_key=key, delay_seconds=delay,
             )  # fmt: skip
+        except UnknownType as exc:
+            needs_demo = job_type.startswith("demo.") and not deck.config.demo
+            raise click.ClickException(f"{exc} (the demo types need --demo)" if needs_demo else str(exc)) from None
         except JobdeckError as exc:
             raise click.ClickException(str(exc)) from None
         click.echo(json.dumps(job_json(job, deck.clock()), indent=2))
@@ -306,16 +309,29 @@ def its_time(job: JobRecord) -> datetime | None:
     return job.finished_at
 
 
+def attempts_text(job: JobRecord) -> str:
+    """Attempts made / allowed, counted as the dashboard counts them."""
+    from app.present import attempts_allowed
+
+    return f"{job.attempt}/{attempts_allowed(job)}"
+
+
+def error_text(job: JobRecord, first_line_only: bool = False) -> str:
+    """The job's error as the dashboard words it: on a completed job it is
+    an earlier attempt's, so it says so."""
+    text = (job.error or "").split("\n", 1)[0] if first_line_only else job.error or ""
+    return f"failed before succeeding: {text}" if text and job.status is State.COMPLETED else text
+
+
 def job_table(rows: list[JobRecord], now: datetime) -> list[str]:
     """The ``jobs`` listing: a header, then one line per job, columns sized
     to the widest value (type and queue capped), user text escaped."""
     cells = [
-        [str(j.id), shown_status(j, now), shown(j.type, 40), shown(j.queue, 20),
-         f"{j.retry_count}/{j.max_retries}", when(j.created_at), when(its_time(j)),
-         shown((j.error or "").split("\n", 1)[0], 60)]
+        [str(j.id), shown_status(j, now), shown(j.type, 40), shown(j.queue, 20), attempts_text(j),
+         when(j.created_at), when(its_time(j)), shown(error_text(j, first_line_only=True), 60)]
         for j in rows
     ]  # fmt: skip
-    header = ["ID", "STATUS", "TYPE", "QUEUE", "TRIES", "CREATED (UTC)", "DUE/CLAIMED/ENDED", "ERROR"]
+    header = ["ID", "STATUS", "TYPE", "QUEUE", "ATTEMPTS", "CREATED (UTC)", "DUE/CLAIMED/ENDED", "ERROR"]
     widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
     return [
         "  ".join(c.rjust(w) if i == 0 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
@@ -398,13 +414,13 @@ def show(job_id: int, as_json: bool, tracebacks: bool) -> None:
 
 def job_page(job: JobRecord, attempts: list[AttemptRecord], now: datetime, tracebacks: bool) -> list[str]:
     """``show``'s text: a field per line, then the attempts, oldest first."""
-    from app.states import priority_label
+    from app.present import priority_text
 
     fields = [
         ("status", shown_status(job, now) + (f" (due {when(job.available_at)})" if job.status in CLAIMABLE else "")),
         ("type", shown(job.type)), ("queue", shown(job.queue)),
-        ("priority", f"{priority_label(job.priority)} ({job.priority})"),
-        ("retries", f"{job.retry_count} of {job.max_retries} used"),
+        ("priority", priority_text(job.priority)),
+        ("attempts", f"{attempts_text(job)} made / allowed"),
         ("key", shown(job.idempotency_key or "-")),
         ("created", when(job.created_at)), ("updated", when(job.updated_at)),
         ("claimed", when(job.claimed_at)), ("worker", shown(job.worker_id or "-")),
@@ -418,7 +434,7 @@ def job_page(job: JobRecord, attempts: list[AttemptRecord], now: datetime, trace
     if job.result is not None:
         fields.append(("result", shown(json.dumps(job.result, ensure_ascii=False))))
     if job.error:
-        fields.append(("error", shown(job.error)))
+        fields.append(("error", shown(error_text(job))))
     lines = [f"job {job.id}"] + [f"  {name:<10} {value}" for name, value in fields]
     lines.append(f"attempts ({len(attempts)}):" if attempts else "attempts: none yet")
     for a in attempts:
@@ -554,6 +570,14 @@ def described(status: str, job_type: str | None, queue: str | None) -> str:
     )
 
 
+def refuse_filters_with_ids(all_matching: bool, **filters: str | None) -> None:
+    """A filter given with ids would be ignored (``retry 2 --type nosuch``
+    retried job 2): refused instead, since the operator meant something."""
+    given = [f"--{name}" for name, value in filters.items() if value is not None]
+    if given and not all_matching:
+        raise click.UsageError(f"{given[0]} filters --all only; with job ids, give the ids alone")
+
+
 def add_job_command(action: JobAction, group: click.Group = main) -> None:
     """``jobdeck <action> ID...``, and ``--all`` when the action has a batch form."""
     sources = SOURCES[action.transition]
@@ -566,6 +590,7 @@ def add_job_command(action: JobAction, group: click.Group = main) -> None:
             raise click.UsageError("give job ids, or --all with --status" if many else "give job ids")
         if all_matching and status is None:
             raise click.UsageError(f"--all needs --status (one of {', '.join(choices)})")
+        refuse_filters_with_ids(all_matching, status=status, type=job_type, queue=queue)
         f = job_filter(status, job_type, queue) if all_matching else None
         with operator_deck() as deck:
             if many is not None and f is not None and status is not None:

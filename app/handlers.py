@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.exc import OperationalError
 
-from app.artifacts import ArtifactData, check_content_type, check_name, default_content_type, read_data
+from app.artifacts import (
+    ArtifactData,
+    InvalidArtifact,
+    check_content_type,
+    check_name,
+    default_content_type,
+    read_data,
+)
 from app.errors import Cancelled, DeadLetter, EffectInProgress, EffectNotPerformed, EffectOutcomeUnknown, InvalidField
 from app.states import EffectState
 from app.store import artifacts as artifact_store
@@ -61,10 +68,12 @@ class HandlerSpec:
 
     def retries(self, exc: BaseException, also: Collection[str] = ()) -> bool:
         """Whether the failure ``exc`` is worth a retry. Never for a
-        ``DeadLetter`` (the handler said so) or an ``InvalidField`` (the
-        payload failed validation: the same payload fails the same way), nor
-        for a class listed in ``non_retryable`` or ``also``."""
-        if isinstance(exc, (DeadLetter, InvalidField)):
+        ``DeadLetter`` (the handler said so), an ``InvalidField`` (the
+        payload failed validation: the same payload fails the same way) or
+        an ``InvalidArtifact`` (``ctx.artifact`` refused a name or a size the
+        next attempt would build again, at the same cost), nor for a class
+        listed in ``non_retryable`` or ``also``."""
+        if isinstance(exc, (DeadLetter, InvalidField, InvalidArtifact)):
             return False
         listed = set(self.non_retryable).union(also)
         if not listed:
@@ -287,8 +296,8 @@ class JobContext:
         extension. The bytes go in the database, with the job: storing the
         same name again (a later attempt) replaces them, and retention
         deletes them with the job. A bad name, or more than ``[artifacts]
-        max_bytes``, raises ``InvalidArtifact`` and the attempt fails with
-        its message."""
+        max_bytes``, raises ``InvalidArtifact`` (``ArtifactTooLarge``): the
+        attempt fails with its message and is not retried."""
         name = check_name(name)
         limit = self.store.artifact_max_bytes
         data, text = read_data(name, data_or_path, limit)

@@ -18,6 +18,7 @@ from click.testing import CliRunner, Result
 from app import cli
 from app.cli import main
 from app.deck import Jobdeck
+from app.present import attempts_allowed
 from app.states import ALL_STATES, State, Transition
 from app.store import Outcome, Store
 from app.store.reads import BATCH, AuditRecord, list_audit
@@ -66,16 +67,33 @@ def test_jobs_prints_a_header_the_times_and_the_queue(run, live_deck: Jobdeck) -
     result = run("jobs")
     assert result.exit_code == 0, result.output
     header = result.stdout.splitlines()[0].split()
-    assert header[:5] == ["ID", "STATUS", "TYPE", "QUEUE", "TRIES"] and "ERROR" in header
+    assert header[:5] == ["ID", "STATUS", "TYPE", "QUEUE", "ATTEMPTS"] and "ERROR" in header
     by_id = {int(r[0]): r for r in rows(result)}
     assert list(by_id) == [dead, later.id, due.id]  # newest first
-    assert by_id[due.id][1:5] == ["pending", "demo.noop", "reports", "0/3"]
+    assert by_id[due.id][1:5] == ["pending", "demo.noop", "reports", "0/4"]
+    assert by_id[dead][4] == "1/1"  # made / allowed, as the dashboard counts them
     assert by_id[later.id][1] == "scheduled"
     assert by_id[dead][1] == "dead" and by_id[dead][-1] == "boom"
     assert all(TIME.fullmatch(cell) for cell in by_id[due.id][5:7])
     # A scheduled job's own time is when it is due, an hour from its creation.
     assert by_id[later.id][6] > by_id[later.id][5]
     assert result.stderr.startswith("database: sqlite:///") and "jobdeck.db" in result.stderr
+
+
+def test_jobs_counts_attempts_and_words_a_recovered_error_like_the_dashboard(run, live_deck: Jobdeck) -> None:
+    live_deck.config.backoff_base = 3600
+    job, _ = live_deck.enqueue("demo.fail", max_retries=2)
+    live_deck.store.claim("w1", live_deck.clock(), limit=1)
+    live_deck.store.fail_many([Outcome(job.id, "w1", error="KeyError: 'x'\ndetail")], live_deck.clock())
+    live_deck.store.run_now(job.id, live_deck.clock())
+    live_deck.store.claim("w1", live_deck.clock(), limit=1)
+    live_deck.store.complete_many([Outcome(job.id, "w1", result=1)], live_deck.clock())
+    record = live_deck.store.get(job.id)
+    assert record.status is State.COMPLETED and record.error
+    row = rows(run("jobs"))[0]
+    assert row[4] == f"{record.attempt}/{attempts_allowed(record)}" == "2/3"
+    assert row[-1] == "failed before succeeding: KeyError: 'x'"
+    assert re.search(r"error +failed before succeeding: KeyError: 'x'", run("show", str(job.id)).stdout)
 
 
 FILTERS: list[tuple[list[str], list[str]]] = [
@@ -124,6 +142,15 @@ def test_user_text_cannot_drive_the_terminal(run, live_deck: Jobdeck) -> None:
         assert "boom \\x1b[2J\\rforged" in result.stdout
 
 
+def test_enqueue_of_a_demo_type_without_demo_says_it_needs_demo(run, live_deck: Jobdeck) -> None:
+    result = run("enqueue", "demo.noop")
+    assert result.exit_code == 1, result.output
+    assert "unknown job type 'demo.noop'" in result.output and "(the demo types need --demo)" in result.output
+    assert "--demo" not in run("enqueue", "reports.noop").output
+    assert "--demo" not in run("enqueue", "demo.nope", "--demo").output
+    assert run("enqueue", "demo.noop", "--demo").exit_code == 0
+
+
 # -- show -----------------------------------------------------------------------
 
 
@@ -147,6 +174,16 @@ def test_show_prints_the_job_and_its_attempts_with_errors(run, live_deck: Jobdec
     assert re.search(r"#1 +failed .*w1\n +first: ValueError\n +#2 +failed .*w1\n +second: KeyError", text)
     assert "Traceback" not in text
     assert "  second: KeyError" in run("show", str(job.id), "--tracebacks").stdout.split("#2")[1]
+
+
+def test_show_words_priority_and_attempts_like_the_job_page(run, live_deck: Jobdeck) -> None:
+    plain, _ = live_deck.enqueue("demo.noop", max_retries=3)
+    urgent, _ = live_deck.enqueue("demo.noop", priority="high")
+    dead = make_dead(live_deck)
+    assert re.search(r"\n  priority +0 \(default\)\n", run("show", str(plain.id)).stdout)
+    assert re.search(r"\n  priority +high \(\d+\)\n", run("show", str(urgent.id)).stdout)
+    assert re.search(r"\n  attempts +0/4 made / allowed\n", run("show", str(plain.id)).stdout)
+    assert re.search(r"\n  attempts +1/1 made / allowed\n", run("show", str(dead)).stdout)
 
 
 def test_show_json_is_the_apis_shape(run, live_deck: Jobdeck) -> None:
@@ -265,6 +302,19 @@ def test_all_needs_a_status_the_action_can_move(run, live_deck: Jobdeck) -> None
     assert run("retry", "--all", "--status", "pending").exit_code == 2  # only failed, dead, discarded
     assert run("retry", "1", "--all", "--status", "dead").exit_code == 2
     assert "give job ids" in run("discard").output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--type", "nosuch"], ["--queue", "nosuch"], ["--status", "dead"], ["--type", ""]],
+)
+@pytest.mark.parametrize("command", ["retry", "discard"])
+def test_filters_with_ids_are_refused_not_ignored(run, live_deck: Jobdeck, command: str, args: list[str]) -> None:
+    job_id = make_dead(live_deck)
+    result = run(command, str(job_id), *args)
+    assert result.exit_code == 2, result.output
+    assert f"{args[0]} filters --all only" in result.output
+    assert live_deck.store.get(job_id).status is State.DEAD and audit(live_deck) == []
 
 
 # -- hostile input ----------------------------------------------------------------

@@ -1,21 +1,31 @@
-"""JSON shapes of jobs and attempts, shared by the API and the dashboard."""
+"""JSON shapes of jobs, attempts and artifacts, shared by the API and the
+dashboard, with every time written by ``iso``."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from flask import current_app, g, has_request_context
 
 from app.states import priority_label
 from app.store import AttemptRecord, JobRecord
+from app.store.artifacts import ArtifactInfo
 from app.waiting import WaitingReasons, for_deck
 
 
 def iso(value: datetime | None) -> str | None:
+    """A time as the API writes every one: ISO 8601 in UTC with a ``Z``."""
     if value is None:
         return None
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC)
     return value.isoformat().replace("+00:00", "Z")
+
+
+def artifact_json(info: ArtifactInfo) -> dict[str, Any]:
+    """An artifact as the API lists it: its stored fields, the time in ``iso``."""
+    return {**info.to_dict(), "created_at": iso(info.created_at)}
 
 
 def job_json(job: JobRecord, now: datetime, attempts: list[AttemptRecord] | None = None) -> dict[str, Any]:

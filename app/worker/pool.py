@@ -26,7 +26,7 @@ from app import health
 from app.config import non_retryable
 from app.crashpoints import crash_point
 from app.deck import Jobdeck
-from app.errors import Cancelled
+from app.errors import Cancelled, DeadLetter
 from app.handlers import JobContext
 from app.store import JobRecord, Outcome
 from app.store.faults import is_transient
@@ -40,6 +40,17 @@ __all__ = ["RETRY_CAP", "STOP_MARGIN", "WorkerPool", "new_worker_id"]
 
 def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def not_retried_note(exc: BaseException, job: JobRecord) -> str:
+    """The last line of the error of an attempt sent to dead by an error no
+    retry can fix while retries were left, so the job's page says why they
+    went unused. Nothing when none were left (dead either way) or for a
+    ``DeadLetter``, whose handler chose dead and says so in its own words.
+    The fingerprint reads the first line only: the groups stay as they were."""
+    if isinstance(exc, DeadLetter) or job.retry_count >= job.max_retries:
+        return ""
+    return f"\n(not retried: {type(exc).__name__} is non-retryable)"
 
 
 class WorkerPool(Acknowledging, Monitoring):
@@ -296,6 +307,8 @@ class WorkerPool(Acknowledging, Monitoring):
             outcome.error = first_line(exc)
             outcome.traceback = format_traceback()
             outcome.retryable = spec is not None and spec.retries(exc, non_retryable(self.deck.config, job.type))
+            if spec is not None and not outcome.retryable:
+                outcome.error += not_retried_note(exc, job)
         elapsed = time.monotonic() - mono
         with self._lock:
             if slot.abandoned or self._running.get(job.id) is not slot:

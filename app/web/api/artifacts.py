@@ -22,6 +22,7 @@ from app.artifacts import check_name
 from app.deck import Jobdeck
 from app.store.artifacts import Artifact, artifacts_of, get_artifact
 from app.web.api import jobs as api
+from app.web.serialize import artifact_json
 
 bp = Blueprint("api_artifacts", __name__, url_prefix="/api/jobs")
 bp.before_request(api._authenticate)
@@ -42,7 +43,7 @@ def _deck() -> Jobdeck:
 def list_artifacts(job_id: int) -> Any:
     deck = _deck()
     deck.store.get(job_id)  # 404 for an unknown job
-    return jsonify({"artifacts": [a.to_dict() for a in artifacts_of(deck.store, job_id)]})
+    return jsonify({"artifacts": [artifact_json(a) for a in artifacts_of(deck.store, job_id)]})
 
 
 @bp.get("/<int:job_id>/artifacts/<name>")

@@ -35,8 +35,10 @@ def _deck() -> Jobdeck:
 
 
 def parse_status(raw: str | None) -> State:
-    """``dead`` (the default) or ``failed``; anything else is a 422 naming both."""
-    value = raw or DEFAULT_STATUS
+    """``dead`` (the default, when ``status`` is absent) or ``failed``;
+    anything else, the empty ``?status=`` too, is a 422 naming both: an
+    empty value is a client's mistake (a form's unset field), not a choice."""
+    value = DEFAULT_STATUS if raw is None else raw
     if value not in ERROR_STATES:
         raise InvalidField("status", f"unknown status {value[:40]!r}; one of {', '.join(ERROR_STATES)}")
     return State(value)

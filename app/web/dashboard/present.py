@@ -1,5 +1,5 @@
 """Presentation helpers: Jinja filters and globals (relative times in
-``<time>``, durations, pretty JSON, attempts allowed) and the geometry of the overview's server-rendered SVG charts."""
+``<time>``, durations, pretty JSON, attempts allowed, from ``app.present``) and the geometry of the overview's server-rendered SVG charts."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 from flask import Flask
 from markupsafe import Markup
 
-from app.states import CLAIMABLE, State, priority_label
-from app.store import JobRecord
+from app.present import attempts_allowed
+from app.states import priority_label
 
 
 def human_seconds(seconds: float) -> str:
@@ -48,19 +48,6 @@ def when(value: datetime | None, now: datetime) -> Markup:
     return Markup('<time datetime="{}" title="{}">{}</time>').format(
         value.isoformat(), iso(value), relative(value, now)
     )
-
-
-def attempts_allowed(job: JobRecord) -> int:
-    """How many attempts the job may make in all, counting those it made:
-    ``job.attempt`` numbers every attempt (the timeline's "Attempt N"), and
-    its retry budget (``max_retries`` + 1 attempts) restarts when a person
-    retries it. The attempts made in the current budget are its retries, plus
-    the one that ended it (running, completed, dead) when it is not waiting
-    for its next attempt. A discarded job keeps no trace of where it was
-    discarded from: it was waiting if every attempt it made was retried."""
-    waiting = job.status in CLAIMABLE or (job.status is State.DISCARDED and job.attempt == job.retry_count)
-    in_budget = job.retry_count + (0 if waiting else 1)
-    return job.attempt - in_budget + job.max_retries + 1
 
 
 def first_line(text: str | None, width: int = 140) -> str:

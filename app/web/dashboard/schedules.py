@@ -15,7 +15,6 @@ the audit log by the operation itself.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from flask import Blueprint, abort, current_app, flash, jsonify, redirect, render_template, url_for
@@ -28,6 +27,7 @@ from app.validation import check_text
 from app.web.api import jobs as api
 from app.web.dashboard.auth import current_user, require_operator
 from app.web.dashboard.tabs import BY_SLUG
+from app.web.serialize import iso
 
 bp = Blueprint("schedules", __name__)
 api_bp = Blueprint("api_schedules", __name__, url_prefix="/api/schedules")
@@ -49,12 +49,12 @@ def _actor() -> str:
 
 
 def _json_run(run: dict[str, Any]) -> dict[str, Any]:
-    return {**run, "fire_time": run["fire_time"].isoformat()}
+    return {**run, "fire_time": iso(run["fire_time"])}
 
 
 def _json(s: dict[str, Any]) -> dict[str, Any]:
-    next_run: datetime | None = s["next_run"]
-    return {**s, "next_run": next_run.isoformat() if next_run else None, "runs": [_json_run(r) for r in s["runs"]]}
+    """A schedule for the API, its times in ``iso`` like a job's."""
+    return {**s, "next_run": iso(s["next_run"]), "runs": [_json_run(r) for r in s["runs"]]}
 
 
 def _answer(page: str, template: str, context: dict[str, Any], message: str, kind: str = "success") -> Any:
