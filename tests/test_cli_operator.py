@@ -18,6 +18,7 @@ from click.testing import CliRunner, Result
 from app import cli
 from app.cli import main
 from app.deck import Jobdeck
+from app.handlers import Registry
 from app.present import attempts_allowed
 from app.states import ALL_STATES, State, Transition
 from app.store import Outcome, Store
@@ -142,7 +143,9 @@ def test_user_text_cannot_drive_the_terminal(run, live_deck: Jobdeck) -> None:
         assert "boom \\x1b[2J\\rforged" in result.stdout
 
 
-def test_enqueue_of_a_demo_type_without_demo_says_it_needs_demo(run, live_deck: Jobdeck) -> None:
+def test_enqueue_of_a_demo_type_without_demo_says_it_needs_demo(run, live_deck: Jobdeck, monkeypatch) -> None:
+    # A registry no earlier --demo run in this process has filled (the CLI's default one is global).
+    monkeypatch.setattr("app.default_registry", Registry())
     result = run("enqueue", "demo.noop")
     assert result.exit_code == 1, result.output
     assert "unknown job type 'demo.noop'" in result.output and "(the demo types need --demo)" in result.output
