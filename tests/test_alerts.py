@@ -176,3 +176,30 @@ def test_processes_planning_at_once_share_one_window(make_config, registry, cloc
         assert slots[1] == slots[0] + timedelta(seconds=300)
     for d in decks:
         d.store.engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_slot_another_process_took_first_is_not_taken_again(make_deck, clock, backend) -> None:
+    """Two processes both read "no slot yet"; the other one inserts first.
+    Ours must see its INSERT refused and move on from the other's slot, not
+    take the first slot too (on PostgreSQL the INSERT ... ON CONFLICT DO
+    NOTHING answers rowcount -1 either way: every racer sent an alert).
+    PostgreSQL only: on SQLite the write lock is held from the read to the
+    insert, so no other process can come between."""
+    from app.store.alerts import claim_alert_slot
+
+    ours, other = make_deck(clock=clock), make_deck(clock=clock)
+    window = timedelta(seconds=300)
+    theirs = clock.now
+    mine = clock.now + timedelta(seconds=5)
+    asked: list[object] = []
+
+    def slot_for(last):
+        asked.append(last)
+        if last is None and len(asked) == 1:  # between our read and our insert, the other process wins
+            assert claim_alert_slot(other.store, "demo.fail", lambda seen: theirs) == (None, theirs)
+            return mine
+        return None if last >= mine else last + window
+
+    assert claim_alert_slot(ours.store, "demo.fail", slot_for) == (theirs, theirs + window)
+    assert asked == [None, theirs]

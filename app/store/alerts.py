@@ -56,7 +56,10 @@ def claim_alert_slot(
                     .where(maintenance_marks.c.key == key, maintenance_marks.c.value == last)
                     .values(value=slot)
                 )
-            if conn.execute(stmt).rowcount:
+            # RETURNING, not rowcount: on PostgreSQL an INSERT ... ON CONFLICT DO
+            # NOTHING answers rowcount -1 (true) whether or not it inserted, so
+            # every racer "won" the first slot and each sent its own alert.
+            if conn.execute(stmt.returning(maintenance_marks.c.key)).first() is not None:
                 return last, slot
     raise RuntimeError(f"the alert slot of {job_type!r} kept moving under {_TRIES} tries")
 
