@@ -21,3 +21,21 @@ def force_state(deck: Jobdeck, job_id: int, state: State, worker_id: str | None 
         fields.setdefault("claimed_at", deck.clock())
     with deck.store.write() as conn:
         conn.execute(update(jobs).where(jobs.c.id == job_id).values(fields))
+
+
+def settle_failures(deck: Jobdeck, *job_ids: int) -> dict[int, State]:
+    """Run a real pool until every job has failed once (``failed`` or
+    ``dead``); their states."""
+    from app.worker.pool import WorkerPool
+    from tests.conftest import wait_for
+
+    pool = WorkerPool(deck, 2)
+    pool.start()
+    try:
+        wait_for(
+            lambda: all(deck.store.get(i).status in (State.FAILED, State.DEAD) for i in job_ids),
+            message="every job failed once",
+        )
+    finally:
+        pool.stop(grace=5)
+    return {i: deck.store.get(i).status for i in job_ids}

@@ -16,8 +16,7 @@ from app.errors import InvalidField
 from app.handlers import Registry
 from app.states import State
 from app.validation import parse_int
-from app.worker.pool import WorkerPool
-from tests.conftest import wait_for
+from tests.helpers import settle_failures
 
 pytestmark = pytest.mark.backends
 
@@ -31,20 +30,6 @@ def _raising(exc: BaseException) -> Callable[[dict[str, Any], Any], None]:
         raise exc
 
     return handler
-
-
-def _settle(deck: Jobdeck, *job_ids: int) -> dict[int, State]:
-    """Run a pool until every job has left pending/running; their states."""
-    pool = WorkerPool(deck, 2)
-    pool.start()
-    try:
-        wait_for(
-            lambda: all(deck.store.get(i).status in (State.FAILED, State.DEAD) for i in job_ids),
-            message="every job failed once",
-        )
-    finally:
-        pool.stop(grace=5)
-    return {i: deck.store.get(i).status for i in job_ids}
 
 
 def _one_attempt(deck: Jobdeck, job_id: int) -> None:
@@ -62,7 +47,7 @@ def test_a_validation_error_is_not_retried(make_deck, registry: Registry) -> Non
     deck = make_deck(backoff_base=3600)
     bad, _ = deck.enqueue("t.parse", {"n": "twelve"}, max_retries=5)
     other, _ = deck.enqueue("t.value", max_retries=5)
-    states = _settle(deck, bad.id, other.id)
+    states = settle_failures(deck, bad.id, other.id)
     assert states == {bad.id: State.DEAD, other.id: State.FAILED}
     _one_attempt(deck, bad.id)
     assert "n:" in (deck.store.get(bad.id).error or "")
@@ -74,7 +59,7 @@ def test_the_handler_option_names_classes_and_their_bases(make_deck, registry: R
     registry.handler("t.other", non_retryable=["LookupError"])(_raising(ValueError("not listed")))
     deck = make_deck(backoff_base=3600)
     ids = [deck.enqueue(t, max_retries=3)[0].id for t in ("t.base", "t.dotted", "t.other")]
-    assert list(_settle(deck, *ids).values()) == [State.DEAD, State.DEAD, State.FAILED]
+    assert list(settle_failures(deck, *ids).values()) == [State.DEAD, State.DEAD, State.FAILED]
     _one_attempt(deck, ids[0])
     _one_attempt(deck, ids[1])
 
@@ -86,7 +71,7 @@ def test_the_config_lists_classes_per_type(make_deck, registry: Registry) -> Non
     types = {"t.listed": {"non_retryable": ["ValueError"]}, "t.both": {"non_retryable": ["TimeoutError"]}}
     deck = make_deck(backoff_base=3600, types=types)
     ids = [deck.enqueue(t, max_retries=3)[0].id for t in ("t.listed", "t.unlisted", "t.both")]
-    assert list(_settle(deck, *ids).values()) == [State.DEAD, State.FAILED, State.DEAD]
+    assert list(settle_failures(deck, *ids).values()) == [State.DEAD, State.FAILED, State.DEAD]
     _one_attempt(deck, ids[0])
 
 

@@ -9,29 +9,13 @@ from typing import Any
 
 import pytest
 
-from app.deck import Jobdeck
 from app.errors import DeadLetter
 from app.handlers import Registry
 from app.states import State
-from app.worker.pool import WorkerPool
-from tests.conftest import wait_for
 from tests.dashboard_support import make_dash_app
+from tests.helpers import settle_failures
 
 pytestmark = pytest.mark.backends
-
-
-def _settle(deck: Jobdeck, *job_ids: int) -> dict[int, State]:
-    """Run a pool until every job has failed once; their states."""
-    pool = WorkerPool(deck, 2)
-    pool.start()
-    try:
-        wait_for(
-            lambda: all(deck.store.get(i).status in (State.FAILED, State.DEAD) for i in job_ids),
-            message="every job failed once",
-        )
-    finally:
-        pool.stop(grace=5)
-    return {i: deck.store.get(i).status for i in job_ids}
 
 
 def _keeps(name: str, data: str) -> Any:
@@ -54,7 +38,7 @@ def test_a_refused_artifact_is_not_retried(make_deck, registry: Registry) -> Non
     registry.handler("t.flaky")(_raises(OSError("disk busy")))
     deck = make_deck(backoff_base=3600, artifacts={"max_bytes": 10})
     ids = [deck.enqueue(t, max_retries=3)[0].id for t in ("t.huge", "t.badname", "t.flaky")]
-    assert list(_settle(deck, *ids).values()) == [State.DEAD, State.DEAD, State.FAILED]
+    assert list(settle_failures(deck, *ids).values()) == [State.DEAD, State.DEAD, State.FAILED]
     for job_id in ids[:2]:
         assert deck.store.get(job_id).retry_count == 0
         assert [a.outcome for a in deck.store.attempts_of(job_id)] == ["failed"]
@@ -69,7 +53,7 @@ def test_a_non_retryable_error_says_why_it_was_not_retried(make_deck, registry: 
     listed, _ = deck.enqueue("t.listed", max_retries=3)
     artifact, _ = deck.enqueue("t.artifact", max_retries=1)
     plain, _ = deck.enqueue("t.plain", max_retries=3)
-    _settle(deck, listed.id, artifact.id, plain.id)
+    settle_failures(deck, listed.id, artifact.id, plain.id)
     for job_id, cls in ((listed.id, "KeyError"), (artifact.id, "InvalidArtifact")):
         error = deck.store.get(job_id).error or ""
         assert error.split("\n")[-1] == f"(not retried: {cls} is non-retryable)"
@@ -86,6 +70,6 @@ def test_no_note_when_no_retry_was_left_or_the_handler_chose_dead(make_deck, reg
     deck = make_deck(backoff_base=3600)
     last, _ = deck.enqueue("t.last", max_retries=0)
     chosen, _ = deck.enqueue("t.chosen", max_retries=3)
-    assert _settle(deck, last.id, chosen.id) == {last.id: State.DEAD, chosen.id: State.DEAD}
+    assert settle_failures(deck, last.id, chosen.id) == {last.id: State.DEAD, chosen.id: State.DEAD}
     assert deck.store.get(last.id).error == "ValueError: bad row"
     assert deck.store.get(chosen.id).error == "DeadLetter: refund window closed"
