@@ -25,7 +25,7 @@ HOST_USERS = {
 }
 """name: (password, Jobdeck role)."""
 
-LOGIN_FORM = """<!doctype html><title>Host login</title><h1>Host login</h1>
+LOGIN_FORM = """<!doctype html><link rel="icon" href="data:,"><title>Host login</title><h1>Host login</h1>
 <form method="post"><input name="username" aria-label="User"><input name="password" type="password" aria-label="Password">
 <input type="hidden" name="next" value="{next}"><button type="submit">Log in</button></form>"""
 
@@ -49,7 +49,7 @@ def make_host(deck: Jobdeck, *, login_url: str | None = "/login", current_role: 
 
     @host.get("/")
     def home() -> Any:
-        return f'<!doctype html><title>Host home</title><h1>Welcome {host_user() or "guest"}</h1><a href="{PREFIX}/">Jobs</a>'
+        return f'<!doctype html><link rel="icon" href="data:,"><title>Host home</title><h1>Welcome {host_user() or "guest"}</h1><a href="{PREFIX}/">Jobs</a>'
 
     @host.route("/login", methods=["GET", "POST"])
     def login() -> Any:
