@@ -71,18 +71,18 @@ def check_prefix(prefix: Any) -> str:
 
 
 def resolve_dots(path: str) -> str:
-    """``path`` with ``.`` and ``..`` segments resolved and repeated slashes
-    merged (RFC 3986 5.2.4, as a browser resolves a URL): what the request
-    really names."""
+    """``path`` with its ``.`` and ``..`` segments resolved (RFC 3986 5.2.4,
+    as a browser resolves a URL): what the request really names. Empty
+    segments stay, so ``//ops/jobs`` is not ``/ops/jobs``."""
+    parts = path.split("/")[1:] if path.startswith("/") else path.split("/")
     out: list[str] = []
-    parts = path.split("/")
     for part in parts:
         if part == "..":
             if out:
                 out.pop()
-        elif part not in ("", "."):
+        elif part != ".":
             out.append(part)
-    trailing = bool(parts) and parts[-1] in ("", ".", "..") and bool(out)
+    trailing = bool(out) and bool(parts) and parts[-1] in (".", "..")
     return "/" + "/".join(out) + ("/" if trailing else "")
 
 

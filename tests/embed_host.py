@@ -41,7 +41,9 @@ def host_role() -> str | None:
     return HOST_USERS[name][1] if name else None
 
 
-def make_host(deck: Jobdeck, *, login_url: str | None = "/login", current_role: Any = None, **mount: Any) -> Flask:
+def make_host(
+    deck: Jobdeck, *, login_url: str | None = "/login", current_role: Any = None, current_name: Any = host_user
+) -> Flask:
     host = Flask("host_app", static_folder=None)  # not the checkout's static/, found from the cwd
     host.secret_key = "host-secret"
     seen: list[dict[str, Any]] = []
@@ -83,7 +85,7 @@ def make_host(deck: Jobdeck, *, login_url: str | None = "/login", current_role: 
         seen.append({"app": current_app.name, "path": request.path, "user": host_user()})
         return current_role() if current_role is not None else host_role()
 
-    deck.init_app(host, PREFIX, current_role=role, current_name=host_user, login_url=login_url, **mount)
+    deck.init_app(host, PREFIX, current_role=role, current_name=current_name, login_url=login_url)
     return host
 
 
