@@ -14,7 +14,8 @@ host's too.
 Who is asking is the host's business: ``current_role`` is called inside the
 HOST app's request context for the same request (so ``flask_login``'s
 ``current_user`` and the host's session work there) and returns ``"viewer"``,
-``"operator"`` or None. None is refused (403, or a redirect to the host's
+``"operator"`` or None (the host's ``before_request`` functions are not run
+for it: they may refuse or protect what is Jobdeck's). None is refused (403, or a redirect to the host's
 ``login_url``); Jobdeck's own ``[users]`` and login form are not used. The
 API honours the same role for browser calls, and a bearer ``api_token`` (if
 configured) still works for scripts and HTTP workers (``app.web.guard``).
@@ -31,7 +32,7 @@ import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 from flask import Flask, current_app, request
 from flask.sessions import SecureCookieSessionInterface
@@ -146,16 +147,30 @@ class Embedding:
         from flask import redirect, render_template
 
         if self.login_url:
-            back = request.script_root + request.full_path.rstrip("?") if request.method == "GET" else None
+            htmx = request.headers.get("HX-Request") == "true"
+            back = _page_of_fragment() if htmx else None
+            if not htmx and request.method == "GET":
+                back = request.script_root + request.full_path.rstrip("?")
             sep = "&" if "?" in self.login_url else "?"
             target = self.login_url + (sep + urlencode({"next": back}, quote_via=quote) if back else "")
-            if request.headers.get("HX-Request") == "true":
+            if htmx:
                 response = current_app.response_class("", status=401)
                 response.headers["HX-Redirect"] = target
                 return response
             return redirect(target)
         message = "You are signed out of this application, or your account may not see Jobdeck."
         return render_template("error.html", code=403, message=message), 403
+
+
+def _page_of_fragment() -> str:
+    """Where to come back to after the host's login when an htmx request was
+    refused: the page it was made from (``HX-Current-URL``, if it is a
+    Jobdeck page of this host), not the fragment itself."""
+    current = urlsplit(request.headers.get("HX-Current-URL", "")[:2000])
+    root = request.script_root
+    if current.netloc == request.host and (current.path == root or current.path.startswith(root + "/")):
+        return current.path + (f"?{current.query}" if current.query else "")
+    return root + "/"
 
 
 class PrefixSessionInterface(SecureCookieSessionInterface):
