@@ -265,3 +265,40 @@ def test_start_and_stop_run_the_workers_through_the_runtime(live_deck):
         live_deck.stop(grace=2)
     live_deck.stop()  # stopping twice is harmless
     assert not any(t.name.startswith("jobdeck-") for t in threading.enumerate())
+
+
+FORKED_HOST = """
+import os, sys, time
+from app import Jobdeck
+from app.states import State
+
+deck = Jobdeck.from_config(env={}, database_url=sys.argv[1], instance_path=sys.argv[2], workers=2, demo=True)
+job, _ = deck.enqueue("demo.noop", {})  # the parent holds pooled connections now, as gunicorn --preload's master would
+pid = os.fork()
+if pid == 0:  # post_fork
+    deck.start(scheduler=False)
+    deadline = time.monotonic() + 20
+    while deck.store.get(job.id).status is not State.COMPLETED and time.monotonic() < deadline:
+        time.sleep(0.02)
+    done = deck.store.get(job.id).status is State.COMPLETED
+    deck.stop(grace=2)  # worker_exit
+    os._exit(0 if done else 1)
+deadline = time.monotonic() + 20  # the parent reads meanwhile: shared sockets would interleave
+while deck.store.get(job.id).status is not State.COMPLETED and time.monotonic() < deadline:
+    deck.store.counts(deck.clock())
+_, status = os.waitpid(pid, 0)
+print(deck.store.get(job.id).status.value, os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_start_in_a_forked_process_drops_the_inherited_connections(db_url, tmp_path):
+    """gunicorn --preload with a post_fork hook, in a real subprocess that forks."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", FORKED_HOST, db_url, str(tmp_path / "i")],
+        capture_output=True, text=True, timeout=45,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["completed", "0"], result.stderr
