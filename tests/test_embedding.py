@@ -302,3 +302,17 @@ def test_start_in_a_forked_process_drops_the_inherited_connections(db_url, tmp_p
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["completed", "0"], result.stderr
+
+
+def test_middleware_added_after_init_app_wraps_both_apps(host):
+    """A proxy's prefix (``ProxyFix(x_prefix=1)``, installed after ``init_app``
+    as the README says) lands before Jobdeck's: its URLs carry both."""
+    from werkzeug.middleware.proxy_fix import ProxyFix
+
+    host.wsgi_app = ProxyFix(host.wsgi_app, x_prefix=1)
+    client = host.test_client()
+    log_in(client, "ada")
+    html = client.get(f"{PREFIX}/", headers={"X-Forwarded-Prefix": "/app"}).get_data(as_text=True)
+    assert f'href="/app{PREFIX}/static/css/dashboard.css"' in html
+    r = client.get(f"{PREFIX}/jobs", headers={"X-Forwarded-Prefix": "/app"})
+    assert r.status_code == 302 and r.headers["Location"] == f"/app{PREFIX}/jobs/pending"
