@@ -228,7 +228,7 @@ def test_the_signing_key_is_derived_from_the_hosts_not_equal_to_it(make_config, 
 
 
 def test_a_producer_only_enqueues_no_thread_no_web(db_url, tmp_path, registry):
-    before = {t.name for t in threading.enumerate()}
+    before = set(threading.enumerate())
     producer = Jobdeck.from_config(
         env={}, registry=registry, database_url=db_url, instance_path=str(tmp_path / "i"), workers=4
     )
@@ -237,7 +237,7 @@ def test_a_producer_only_enqueues_no_thread_no_web(db_url, tmp_path, registry):
         assert created and job.status is State.PENDING and job.queue == "mail"
         again, created = producer.enqueue("demo.noop", {"order": 7}, idempotency_key="order-7")
         assert producer.enqueue("demo.noop", {"order": 7}, idempotency_key="order-7") == (again, False)
-        assert {t.name for t in threading.enumerate()} == before  # no workers, no scheduler, no server
+        assert set(threading.enumerate()) - before == set()  # no workers, no scheduler, no server
     finally:
         producer.store.engine.dispose()
 
@@ -256,6 +256,7 @@ def test_from_config_reads_a_file_and_names_bad_keys(tmp_path, registry, db_url)
 
 
 def test_start_and_stop_run_the_workers_through_the_runtime(live_deck):
+    before = set(threading.enumerate())
     job, _ = live_deck.enqueue("demo.noop", {})
     runtime = live_deck.start(workers=2, scheduler=False)
     try:
@@ -264,7 +265,7 @@ def test_start_and_stop_run_the_workers_through_the_runtime(live_deck):
     finally:
         live_deck.stop(grace=2)
     live_deck.stop()  # stopping twice is harmless
-    assert not any(t.name.startswith("jobdeck-") for t in threading.enumerate())
+    assert [t.name for t in set(threading.enumerate()) - before] == []  # every thread it started has ended
 
 
 FORKED_HOST = """
@@ -316,3 +317,14 @@ def test_middleware_added_after_init_app_wraps_both_apps(host):
     assert f'href="/app{PREFIX}/static/css/dashboard.css"' in html
     r = client.get(f"{PREFIX}/jobs", headers={"X-Forwarded-Prefix": "/app"})
     assert r.status_code == 302 and r.headers["Location"] == f"/app{PREFIX}/jobs/pending"
+
+
+def test_start_runs_the_scheduler_by_default_and_stop_ends_it(live_deck):
+    before = set(threading.enumerate())
+    runtime = live_deck.start(workers=1)
+    try:
+        assert any(type(s).__name__ == "SchedulerService" for s in runtime.services)
+        assert set(threading.enumerate()) - before  # it did start threads
+    finally:
+        live_deck.stop(grace=2)
+    wait_for(lambda: not (set(threading.enumerate()) - before), timeout=10, message="the runtime's threads ended")
