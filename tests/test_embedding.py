@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from pathlib import Path
 
 import pytest
 from dashboard_support import make_dead
@@ -92,13 +93,37 @@ def test_current_role_runs_in_the_hosts_request_context(client, host):
     assert calls and calls[-1] == {"app": "host_app", "path": f"{PREFIX}/jobs/pending", "user": "bob"}
 
 
-def test_every_url_on_a_page_carries_the_prefix(client):
+URL_ATTRS = re.compile(r'(?:href|src|action|hx-get|hx-post|hx-put|hx-patch|hx-delete)=["\']([^"\'#][^"\']*)["\']')
+
+
+def test_every_url_on_every_page_carries_the_prefix(client, deck):
+    job_id = make_dead(deck)
     log_in(client, "ada")
-    html = client.get(f"{PREFIX}/").get_data(as_text=True)
-    urls = re.findall(r'(?:href|src|action|hx-get|hx-post)="([^"#][^"]*)"', html)
-    assert len(urls) > 8
-    assert all(u.startswith(f"{PREFIX}/") for u in urls), [u for u in urls if not u.startswith(PREFIX)]
+    pages = ["/", "/jobs/pending", "/jobs/dead", f"/jobs/{job_id}", "/errors/dead", "/schedules", "/queues",
+             "/workers", "/audit", f"/fragments/jobs/{job_id}", "/fragments/overview"]  # fmt: skip
+    for path in pages:
+        r = client.get(PREFIX + path, headers=HTMX if "/fragments/" in path else {})
+        assert r.status_code == 200, path
+        urls = URL_ATTRS.findall(r.get_data(as_text=True))
+        assert urls, path
+        assert all(u.startswith(f"{PREFIX}/") for u in urls), (path, [u for u in urls if not u.startswith(PREFIX)])
     assert client.get(PREFIX).status_code == 200  # the bare prefix is the overview too
+
+
+ROOT = Path(__file__).resolve().parents[1]
+ABSOLUTE = re.compile(
+    r'(?:href|src|action|hx-[a-z]+)=["\']/|url\(\s*["\']?/|["\'`]/(?:api|static|actions|fragments|jobs)\b'
+)
+
+
+def test_no_template_script_or_stylesheet_writes_an_absolute_path():
+    """Every URL comes from ``url_for`` (or is relative), so a page mounted
+    under a prefix links inside it: a new template that writes ``href="/..."``
+    breaks embedding, and this says where."""
+    files = [*ROOT.glob("templates/*.html"), *ROOT.glob("static/js/*.js"), *ROOT.glob("static/css/*.css")]
+    assert len(files) > 20
+    found = [f"{f.relative_to(ROOT)}: {m.group(0)}" for f in files for m in ABSOLUTE.finditer(f.read_text())]
+    assert found == []
 
 
 def test_viewer_may_look_but_not_act(client, deck):
