@@ -55,6 +55,9 @@ SESSION_COOKIE = "jobdeck_session"
 DEFAULT_NAME = "host user"
 """Who the audit log names when the host gives no ``current_name``."""
 
+MAX_NAME_CHARS = 200
+"""The audit log's ``actor`` column holds 200 characters."""
+
 _PREFIX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~/")
 
 
@@ -138,8 +141,8 @@ class Embedding:
         if role not in ROLES:
             log.error("current_role returned %r; expected %s or None: refused", role, " or ".join(map(repr, ROLES)))
             return None
-        label = str(name)[:200] if name else DEFAULT_NAME
-        return User(label, "", role)
+        label = "".join(ch for ch in str(name or "")[:1000] if ch.isprintable())[:MAX_NAME_CHARS].strip()
+        return User(label or DEFAULT_NAME, "", role)
 
     def refusal(self) -> Any:
         """The answer to a dashboard request with no role: the host's login
@@ -199,7 +202,9 @@ def mount(
         raise ConfigError("current_role: expected a function returning 'viewer', 'operator' or None")
     if current_name is not None and not callable(current_name):
         raise ConfigError("current_name: expected a function returning the user's name")
-    if login_url is not None and (not isinstance(login_url, str) or not login_url.startswith("/")):
+    if login_url is not None and (
+        not isinstance(login_url, str) or not login_url.startswith("/") or login_url.startswith("//")
+    ):
         raise ConfigError(f"login_url: expected a path on the host such as '/login', got {login_url!r}")
     if host.extensions.get("jobdeck") is not None:
         raise ConfigError("init_app: a Jobdeck is already mounted on this app")

@@ -227,6 +227,8 @@ def test_bad_mount_arguments_are_config_errors(deck):
         deck.init_app(host, PREFIX, current_role="operator")
     with pytest.raises(ConfigError, match="login_url"):
         deck.init_app(host, PREFIX, current_role=lambda: None, login_url="https://evil.example/login")
+    with pytest.raises(ConfigError, match="login_url"):
+        deck.init_app(host, PREFIX, current_role=lambda: None, login_url="//evil.example/login")
     deck.init_app(host, PREFIX, current_role=lambda: None)
     with pytest.raises(ConfigError, match="already mounted"):
         deck.init_app(host, "/other", current_role=lambda: None)

@@ -21,10 +21,11 @@ from urllib.parse import urlsplit
 
 import pytest
 from dashboard_support import make_dead
-from embed_host import PREFIX, log_in, make_host
+from embed_host import PREFIX, csrf_of, log_in, make_host
 from live_server import served
 
 from app.states import State
+from app.store.reads import list_audit
 from tests.conftest import wait_for
 
 
@@ -204,3 +205,18 @@ def test_the_hosts_user_name_is_escaped_and_bounded(deck):
     html = client.get(f"{PREFIX}/").get_data(as_text=True)
     assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)" in html
     assert "x" * 300 not in html
+
+
+@pytest.mark.backends
+def test_a_host_name_with_nul_and_control_bytes_is_cleaned_before_the_audit_log(deck):
+    """PostgreSQL refuses NUL in text: a name straight from the host's user
+    table must not turn an operator's action into a 500."""
+    job_id = make_dead(deck)
+    host = make_host(deck, current_name=lambda: "ada\x00\x1b[31m\u202e" + "y" * 500)
+    client = host.test_client()
+    log_in(client, "ada")
+    token = csrf_of(client.get(f"{PREFIX}/jobs/dead").get_data(as_text=True))
+    r = client.post(f"{PREFIX}/actions/jobs/{job_id}/discard", headers={"HX-Request": "true", "X-CSRFToken": token})
+    assert r.status_code == 200
+    actor = list_audit(deck.store)[0][0].actor
+    assert actor.startswith("ada[31m") and len(actor) == 200 and "\x00" not in actor
