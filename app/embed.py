@@ -134,8 +134,12 @@ class Embedding:
         if host_environ is None:  # served directly, not through the dispatcher: nobody vouched
             return None
         with self.host.request_context(host_environ):
-            role = self.current_role()
-            name = self.current_name() if role is not None and self.current_name is not None else None
+            try:
+                role = self.current_role()
+                name = self.current_name() if role is not None and self.current_name is not None else None
+            except Exception:  # e.g. ``current_user.is_admin`` on an anonymous user: no role, and say why
+                log.exception("current_role raised: refused")
+                return None
         if role is None:
             return None
         if role not in ROLES:

@@ -355,3 +355,17 @@ def test_start_runs_the_scheduler_by_default_and_stop_ends_it(live_deck):
     finally:
         live_deck.stop(grace=2)
     wait_for(lambda: not (set(threading.enumerate()) - before), timeout=10, message="the runtime's threads ended")
+
+
+def test_a_current_role_that_raises_refuses_and_logs(deck, caplog):
+    """The issue's own example, ``current_user.is_admin``, raises for
+    flask-login's anonymous user: that person is refused, not served a 500."""
+
+    def role() -> str:
+        raise AttributeError("'AnonymousUserMixin' object has no attribute 'is_admin'")
+
+    client = make_host(deck, current_role=role).test_client()
+    with caplog.at_level(logging.ERROR, logger="jobdeck.embed"):
+        assert client.get(f"{PREFIX}/jobs/dead").status_code == 302
+        assert client.get(f"{PREFIX}/api/jobs").status_code == 401
+    assert "is_admin" in caplog.text
