@@ -86,6 +86,10 @@ def test_operator_signs_in_with_the_hosts_login_and_retries_a_job(embedded, page
     page.wait_for_url(f"{url}{PREFIX}/jobs/**")
     page.goto(f"{url}{PREFIX}/jobs/completed")
     expect(page.locator(f"#job-{done.id}")).to_be_visible(timeout=15_000)
+    marker = page.evaluate("() => (window.__marker = Math.random())")
+    later, _ = deck.enqueue("demo.noop", {"n": 2})
+    expect(page.locator(f"#job-{later.id}")).to_be_visible(timeout=15_000)  # htmx polled under the prefix
+    assert page.evaluate("() => window.__marker") == marker  # same document: no reload
 
     assert page.evaluate("() => typeof window.htmx") == "object"
     statics = {u.split(PREFIX, 1)[-1] for u, _ in seen["static"]}
