@@ -25,7 +25,7 @@ from app.handlers import registry as default_registry
 from app.store.faults import is_unavailable
 from app.validation import IdConverter, fits_id, max_body_bytes
 
-__all__ = ["create_app", "deck_of"]
+__all__ = ["Jobdeck", "create_app", "deck_of"]
 
 log = logging.getLogger("jobdeck.web")
 _PACKAGE = Path(__file__).resolve().parent

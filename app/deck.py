@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.config import Config, artifact_max_bytes
 from app.errors import InvalidField, PayloadTooLarge, TransitionRefused, UnknownType
@@ -34,6 +35,11 @@ from app.store.enqueue import PlainJob
 from app.store.lifecycle import Edited, JobChanges, Seen
 from app.store.reads import record_action
 from app.validation import check_json, check_text, parse_priority, parse_time
+
+if TYPE_CHECKING:
+    from flask import Flask
+
+    from app.runtime import Runtime
 
 Clock = Callable[[], datetime]
 
@@ -91,6 +97,77 @@ class Jobdeck:
         self.queues: QueueControls = QueueControls(self.store, parse_limits(config), refresh=config.poll_interval)
         self.queues.install()
         self.maintenance: Maintenance = Maintenance(self, parse_retention(config))
+        self._runtime: Runtime | None = None
+        self._built_in = os.getpid()
+
+    @classmethod
+    def from_config(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        registry: Registry | None = None,
+        env: Mapping[str, str] | None = None,
+        init_db: bool = True,
+        **overrides: Any,
+    ) -> Jobdeck:
+        """A Jobdeck for Python callers: the config file (``path``, else
+        ``JOBDECK_CONFIG`` or ./jobdeck.toml), the environment, then keyword
+        overrides; its ``handler_modules`` imported and, with ``init_db``, the
+        schema brought up to date. Starts nothing: a producer only enqueues,
+        ``init_app`` mounts the web, ``start`` runs workers and the scheduler."""
+        from app.config import load
+        from app.handlers import import_modules
+
+        config = load(path, env, overrides)
+        registry = registry if registry is not None else default_registry
+        import_modules(config.handler_modules)
+        if config.demo:
+            from app import demo
+
+            demo.register(registry)
+        deck = cls(config, registry)
+        if init_db:
+            deck.init_db()
+        return deck
+
+    def init_app(
+        self,
+        host: Flask,
+        url_prefix: str,
+        current_role: Callable[[], str | None],
+        *,
+        current_name: Callable[[], str | None] | None = None,
+        login_url: str | None = None,
+    ) -> Flask:
+        """Mount the dashboard and API under ``url_prefix`` of the host Flask
+        app, with the host's login deciding the role (``app.embed``); returns
+        Jobdeck's own Flask app."""
+        from app.embed import mount
+
+        return mount(self, host, url_prefix, current_role, current_name=current_name, login_url=login_url)
+
+    def start(self, *, workers: int | None = None, scheduler: bool = True) -> Runtime:
+        """Start this process's worker pool (``workers`` threads, default the
+        config's) and scheduler through the one runtime object; a second call
+        does nothing. In a process forked after the deck was built (gunicorn's
+        ``post_fork`` with ``--preload``) the inherited database connections
+        are dropped first, never shared with the parent."""
+        from app.runtime import Runtime
+
+        if self._runtime is None:
+            if os.getpid() != self._built_in:
+                self.store.engine.dispose(close=False)
+                self._built_in = os.getpid()
+            self._runtime = Runtime(self, workers=workers, services=scheduler)
+        self._runtime.start()
+        return self._runtime
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop what ``start`` started (running jobs get ``grace`` seconds,
+        default ``shutdown_grace``, then are released)."""
+        if self._runtime is not None:
+            self._runtime.stop(grace)
+            self._runtime = None
 
     def init_db(self) -> None:
         """Bring the schema to the code's revision (Alembic, see app.store.migrate);

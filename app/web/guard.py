@@ -19,7 +19,8 @@ The rules, in order, for every API route but ``/api/health`` and
 3. With users configured, the API honours the dashboard's session and role:
    a signed-in viewer may read, only an operator may act (403 otherwise), and
    without a session the answer is 401. So a viewer cannot do through the
-   API what the dashboard refuses; scripts use the token.
+   API what the dashboard refuses; scripts use the token. Mounted in a host
+   Flask app (``app.embed``), the host's ``current_role`` is the role here.
 4. With an ``api_token`` configured and no users, the token is required (401).
 5. With neither (an open deployment), the call proceeds if it comes from
    this machine (a loopback client address) and is addressed to it (a

@@ -321,4 +321,7 @@ def _operator_action(job_id: int, action: str) -> Any:
 def openapi() -> Any:
     from app.web.api.openapi import document
 
-    return jsonify(document(_deck().type_names()))
+    doc = document(_deck().type_names())
+    if request.script_root:  # mounted under a prefix (app.embed): the paths are below it
+        doc["servers"] = [{"url": request.script_root}]
+    return jsonify(doc)

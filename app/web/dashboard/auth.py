@@ -9,7 +9,8 @@ A session is a row in the database (``app.store.sessions``) named by a token in
 the signed cookie: logout deletes the row, so a copied cookie stops working
 in every process. Logins are throttled before any password is hashed
 (``app.web.dashboard.throttle``). The JSON API honours the same sessions and
-roles when users are configured (``app.web.guard``).
+roles when users are configured (``app.web.guard``). Mounted in a host app
+(``app.embed``), the host's ``current_role`` decides instead of sessions.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from app.web.guard import rebinding_problem
 
 if TYPE_CHECKING:
     from app.deck import Jobdeck
+    from app.embed import Embedding
 
 bp = Blueprint("auth", __name__)
 
@@ -69,6 +71,12 @@ def _deck() -> Jobdeck:
     return deck
 
 
+def embedding() -> Embedding | None:
+    """The host app this Jobdeck is mounted in (``app.embed``), or None."""
+    found: Embedding | None = current_app.extensions.get("jobdeck_embedding")
+    return found
+
+
 def current_user() -> User | None:
     """The signed-in user, OPEN_USER without users, None when signed out.
     A session counts only while its row exists (logout deletes it)."""
@@ -76,7 +84,10 @@ def current_user() -> User | None:
         return g.jobdeck_user  # type: ignore[no-any-return]
     s = settings()
     user: User | None = None
-    if s.open_access:
+    mounted = embedding()
+    if mounted is not None:
+        user = mounted.user()
+    elif s.open_access:
         user = OPEN_USER
     else:
         name, token = session.get("user"), session.get("sid")
@@ -95,6 +106,11 @@ def guard() -> Any:
     endpoint = request.endpoint or ""
     if request.path.startswith("/api/"):
         return None
+    mounted = embedding()
+    if mounted is not None:
+        if endpoint == "static" or current_user() is not None:
+            return None
+        return mounted.refusal()
     if settings().open_access and not is_loopback_host(request.remote_addr):
         # The start-up check trusts ``bind``, which another WSGI server may
         # not honour: an open dashboard also checks who is asking.
@@ -144,7 +160,7 @@ def _safe_next(target: str | None) -> str:
 @bp.route("/login", methods=["GET", "POST"])
 def login() -> Any:
     s = settings()
-    if s.open_access:
+    if s.open_access or s.embedded:  # embedded, the guard let only a host-approved user reach this
         return redirect(url_for("dashboard.overview"))
     if request.method == "GET":
         return render_template("login.html", error=None, username="")

@@ -43,11 +43,14 @@ class DashboardSettings:
     users: dict[str, User] = field(default_factory=dict)
     login_failures: int = 10
     login_window_seconds: float = 60.0
+    embedded: bool = False
+    """Mounted in a host Flask app (``app.embed``): the host's login decides
+    the role, and ``[users]`` is not used."""
 
     @property
     def open_access(self) -> bool:
         """No users configured: everyone is an operator (loopback only)."""
-        return not self.users
+        return not self.users and not self.embedded
 
 
 def _number(table: dict[str, Any], key: str, default: float, low: float, high: float) -> float:
