@@ -90,10 +90,15 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds == int(seconds) else f"{seconds:.3g} s"
 
 
-def seconds_of(snooze: BaseException) -> float:
-    """A caught snooze's delay, checked again: a subclass may set ``seconds``
-    itself (or not at all) instead of going through ``Snooze.__init__``."""
-    return check_seconds(getattr(snooze, "seconds", None))
+def seconds_of(snooze: BaseException) -> tuple[float, str | None]:
+    """A caught snooze's delay and reason, checked again: a subclass may set
+    them itself (or not at all, or as a property that raises) instead of
+    going through ``Snooze.__init__``. Anything wrong is ``InvalidSnooze``."""
+    try:
+        seconds, reason = getattr(snooze, "seconds", None), getattr(snooze, "reason", None)
+    except Exception as exc:  # a handler's subclass whose property raises: its failure, not the pool's
+        raise InvalidSnooze(f"snooze seconds unreadable: {type(exc).__name__}") from None
+    return check_seconds(seconds), (reason[:MAX_REASON_CHARS] if isinstance(reason, str) else None)
 
 
 def max_snoozes(config: Config, registry: Registry, job_type: str) -> int:

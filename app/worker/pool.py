@@ -336,11 +336,9 @@ class WorkerPool(Acknowledging, Monitoring):
         """Make ``outcome`` the snooze the handler asked for (any ``Snooze``,
         subclasses included); a bad delay is returned as the failure."""
         try:
-            outcome.snooze = seconds_of(snooze)
+            outcome.snooze, outcome.snooze_reason = seconds_of(snooze)
         except InvalidSnooze as bad:
             return bad
-        reason = getattr(snooze, "reason", None)
-        outcome.snooze_reason = reason if isinstance(reason, str) else None
         outcome.max_snoozes = max_snoozes(self.deck.config, self.deck.registry, job_type)
         return None
 
