@@ -5,10 +5,17 @@ the timeline and the API, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import func, select
 
 from app.config import ConfigError
 from app.deck import Jobdeck
@@ -16,7 +23,8 @@ from app.errors import NotHeld, TransitionRefused
 from app.handlers import JobContext, Registry, Snooze
 from app.snooze import DEFAULT_MAX_SNOOZES, MAX_SNOOZE_SECONDS, InvalidSnooze, check_seconds, max_snoozes
 from app.states import AttemptOutcome, State
-from app.store import Outcome
+from app.store import NewJob, Outcome
+from app.store.models import attempts, jobs, workers
 from app.store.upkeep import roll_up_minutes, stats_since, whole_minute
 from app.worker.pool import WorkerPool
 from tests.conftest import Clock, wait_for
@@ -317,3 +325,100 @@ def test_the_timeline_shows_the_snooze(dash: Any, deck: Jobdeck, clock: Clock) -
     html = dash.get(f"/jobs/{job.id}").get_data(as_text=True)
     assert 'class="badge badge-outcome-snoozed">snoozed</span>' in html
     assert '<p class="snooze-line">snoozed for 30 s</p>' in html
+
+
+# -- two real processes ------------------------------------------------------------------
+
+ROOT = Path(__file__).parents[1]
+JOBS = 200
+DELAY = 1.0
+
+
+def _start_workers(db_url: str, tmp_path: Path, n: int = 2) -> list[subprocess.Popen[bytes]]:
+    config = tmp_path / "jobdeck.toml"
+    config.write_text(
+        f"database_url = {json.dumps(db_url)}\n"
+        f"instance_path = {json.dumps(str(tmp_path / 'instance'))}\n"
+        'secret_key = "the-same-secret-on-every-host"\n'
+        "demo = true\nworkers = 4\nclaim_batch = 8\npoll_interval = 0.1\nheartbeat_interval = 0.5\n"
+        "stall_timeout = 10\nshutdown_grace = 5.0\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDECK_")}
+    env.update(PYTHONPATH=str(ROOT), JOBDECK_CONFIG=str(config))
+    procs = []
+    for i in range(n):
+        with (tmp_path / f"worker{i}.log").open("wb") as log:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "app.cli", "worker", "--log-level", "warning"],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )  # fmt: skip
+            )
+    return procs
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.slow
+def test_two_processes_run_snoozed_jobs_again_after_their_delay(make_deck: Any, tmp_path: Path, db_url: str) -> None:
+    """200 jobs that snooze their first attempt for 1 s, on two worker
+    processes sharing the database: each job runs exactly twice (snoozed,
+    then completed), never before its delay is over, and no retry is used."""
+    deck = make_deck()
+    procs = _start_workers(db_url, tmp_path)
+    logs = lambda: "\n".join(p.read_text()[-2000:] for p in sorted(tmp_path.glob("worker*.log")))  # noqa: E731
+    try:
+
+        def registered() -> bool:
+            assert all(p.poll() is None for p in procs), logs()
+            with deck.store.read() as conn:
+                live = select(func.count()).select_from(workers).where(workers.c.stopped_at.is_(None))
+                return conn.execute(live).scalar_one() == 2
+
+        wait_for(registered, 60, interval=0.1, message="two worker processes to register")
+        new = [NewJob("demo.snooze", {"seconds": DELAY, "times": 1}, max_retries=0) for _ in range(JOBS)]
+        ids = deck.store.enqueue_many(new, deck.clock())
+
+        def done() -> bool:
+            assert all(p.poll() is None for p in procs), logs()
+            with deck.store.read() as conn:
+                finished = select(func.count()).where(jobs.c.id.in_(ids), jobs.c.status == State.COMPLETED.value)
+                return conn.execute(finished).scalar_one() == JOBS
+
+        wait_for(done, 120, interval=0.2, message=f"{JOBS} snoozed jobs to complete")
+    finally:
+        _stop(procs)
+    with deck.store.read() as conn:
+        rows = conn.execute(
+            select(attempts.c.job_id, attempts.c.attempt, attempts.c.outcome, attempts.c.worker_id,
+                   attempts.c.started_at, attempts.c.finished_at, attempts.c.snooze_seconds)
+            .where(attempts.c.job_id.in_(ids)).order_by(attempts.c.job_id, attempts.c.attempt)
+        ).all()  # fmt: skip
+        retries = conn.execute(select(func.max(jobs.c.retry_count)).where(jobs.c.id.in_(ids))).scalar_one()
+    assert retries == 0
+    by_job: dict[int, list[Any]] = {}
+    for r in rows:
+        by_job.setdefault(r.job_id, []).append(r)
+    assert sorted(by_job) == sorted(ids)
+    early = []
+    for job_id, (snoozed, completed, *more) in ((j, rs) for j, rs in by_job.items()):
+        assert not more and (snoozed.outcome, completed.outcome) == ("snoozed", "completed"), job_id
+        assert (snoozed.attempt, completed.attempt, snoozed.snooze_seconds) == (1, 2, DELAY)
+        if completed.started_at < snoozed.finished_at + timedelta(seconds=DELAY):
+            early.append(job_id)
+    assert early == [], f"{len(early)} jobs ran again before their snooze was over"
+    pids = {r.worker_id.split(":")[1] for r in rows}
+    assert len(pids) == 2, f"only {pids} ran the jobs"
