@@ -25,6 +25,7 @@ from app.snooze import DEFAULT_MAX_SNOOZES, MAX_SNOOZE_SECONDS, InvalidSnooze, c
 from app.states import AttemptOutcome, State
 from app.store import NewJob, Outcome
 from app.store.models import attempts, jobs, workers
+from app.store.reads import throughput
 from app.store.upkeep import roll_up_minutes, stats_since, whole_minute
 from app.worker.pool import WorkerPool
 from tests.conftest import Clock, wait_for
@@ -102,6 +103,8 @@ def test_a_late_snooze_is_refused(deck: Jobdeck, clock: Clock) -> None:
     current = _claim(deck, "w2")
     assert _snooze(deck, stale, 30) == []
     assert deck.store.snooze_many([Outcome(job.id, "w1", attempt=current.attempt, snooze=30)], clock()) == []
+    again = deck.store.snooze_many([Outcome(job.id, "w2", attempt=stale.attempt, snooze=30)], clock())
+    assert again == [], "a late snooze of an earlier attempt ended the current one"
     assert deck.store.get(job.id).status is State.RUNNING
     with pytest.raises(NotHeld):
         deck.store.snooze(job.id, "w1", 30, clock())
@@ -136,6 +139,15 @@ def test_the_roll_up_counts_a_snooze_neither_as_done_nor_failed(deck: Jobdeck, c
     rows = stats_since(deck.store, clock() - timedelta(hours=2))
     assert sum(r["completed"] for r in rows) == 1
     assert sum(r["failed"] for r in rows) == 0
+
+
+def test_the_overview_throughput_counts_a_snooze_neither_as_done_nor_failed(deck: Jobdeck, clock: Clock) -> None:
+    """Minutes not rolled up yet are counted from ``attempts`` directly."""
+    deck.enqueue("demo.noop")
+    _snooze(deck, _claim(deck), 0)
+    deck.store.complete(_claim(deck).id, "w1", clock())
+    series = throughput(deck.store, clock())
+    assert (sum(ok for _, ok, _ in series), sum(failed for _, _, failed in series)) == (1, 0)
 
 
 # -- the pool's result path ----------------------------------------------------------
