@@ -331,6 +331,19 @@ def test_the_api_snooze_of_another_workers_job_or_no_job(client: Any, deck: Jobd
     check(missing, "/api/jobs/{job_id}/snooze", "post")
 
 
+def test_an_http_workers_snooze_past_max_snoozes_fails_the_attempt(make_deck: Any) -> None:
+    from app import create_app
+
+    deck = make_deck(clock=Clock(), types={"demo.noop": {"max_snoozes": 1}})
+    client = create_app(deck=deck).test_client()
+    job, _ = deck.enqueue("demo.noop", max_retries=0)
+    for status in ("pending", "dead"):
+        client.post("/api/jobs/claim", json={"worker_id": "hw"})
+        r = client.post(f"/api/jobs/{job.id}/snooze", json={"worker_id": "hw", "seconds": 0})
+        assert r.status_code == 200 and r.get_json()["status"] == status
+    assert deck.store.get(job.id).error == "Snooze: snoozed 1 time in a row; max_snoozes is 1"
+
+
 def test_the_timeline_shows_the_snooze(dash: Any, deck: Jobdeck, clock: Clock) -> None:
     job, _ = deck.enqueue("demo.noop")
     _snooze(deck, _claim(deck), 30)

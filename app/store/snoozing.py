@@ -96,5 +96,6 @@ class Snoozing(Finishing):
 
 def _over_cap(o: Outcome, attempt: int, taken: int) -> Outcome:
     """The failure a snooze past ``max_snoozes`` becomes."""
-    error = f"Snooze: snoozed {taken} times in a row; max_snoozes is {o.max_snoozes}"
+    times = "time" if taken == 1 else "times"
+    error = f"Snooze: snoozed {taken} {times} in a row; max_snoozes is {o.max_snoozes}"
     return Outcome(o.job_id, o.worker_id, attempt=attempt, started_at=o.started_at, error=error)
