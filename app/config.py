@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from app.artifacts import DEFAULT_MAX_BYTES
+from app.snooze import check_config as check_snooze_config
 
 
 class ConfigError(ValueError):
@@ -265,6 +266,7 @@ def validate(config: Config) -> None:
     if not (url.startswith("sqlite") or url.startswith("postgresql")):
         raise ConfigError(f"database_url: only sqlite:// and postgresql+psycopg:// are supported, got {url!r}")
     _check_non_retryable(config)
+    check_snooze_config(config)
 
 
 def non_retryable(config: Config, job_type: str) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from app.config import Config
 from app.errors import InvalidField
-from app.handlers import JobContext, Registry
+from app.handlers import JobContext, Registry, Snooze
 from app.store.demo_tables import record_demo_charge, send_demo_email
 
 DEMO_CONFIG = Path(__file__).with_name("demo.toml")
@@ -26,6 +26,7 @@ TYPES = (
     "demo.send-email",
     "demo.charge-card",
     "demo.report",
+    "demo.snooze",
 )
 
 
@@ -148,6 +149,17 @@ def report(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     return {"artifact": artifact.name, "rows": rows, "bytes": artifact.size}
 
 
+def snooze(payload: dict[str, Any], ctx: JobContext) -> Snooze | dict[str, int]:
+    """Snoozes its first ``times`` attempts (default 1) for ``seconds``
+    (default 5) each, then completes: the snoozes count neither as retries
+    nor as failures."""
+    times = int(_number(payload, "times", 1))
+    seconds = _number(payload, "seconds", 5.0)
+    if ctx.attempt <= times:
+        return Snooze(seconds, f"demo: snooze {ctx.attempt} of {times}")
+    return {"completed_on_attempt": ctx.attempt}
+
+
 def register(registry: Registry) -> None:
     registry.handler("demo.noop")(noop)
     registry.handler("demo.sleep", timeout=3600)(sleep)
@@ -156,3 +168,4 @@ def register(registry: Registry) -> None:
     registry.handler("demo.send-email")(send_email)
     registry.handler("demo.charge-card")(charge_card)
     registry.handler("demo.report", timeout=600, queue="reports")(report)
+    registry.handler("demo.snooze")(snooze)

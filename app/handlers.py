@@ -23,7 +23,7 @@ import warnings
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from sqlalchemy.exc import OperationalError
 
@@ -36,6 +36,7 @@ from app.artifacts import (
     read_data,
 )
 from app.errors import Cancelled, DeadLetter, EffectInProgress, EffectNotPerformed, EffectOutcomeUnknown, InvalidField
+from app.snooze import Snooze
 from app.states import EffectState
 from app.store import artifacts as artifact_store
 from app.store.artifacts import ArtifactInfo
@@ -43,6 +44,8 @@ from app.store.ledger import storable
 
 if TYPE_CHECKING:
     from app.store import Store
+
+__all__ = ["HandlerSpec", "JobContext", "Registry", "Snooze", "handler", "import_modules", "registry"]
 
 Handler = Callable[[dict[str, Any], "JobContext"], Any]
 F = TypeVar("F", bound=Handler)
@@ -65,6 +68,9 @@ class HandlerSpec:
     ``"requests.HTTPError"``) that can never succeed on a retry: an attempt
     raising one, or a subclass of one, sends the job straight to ``dead``.
     ``[types."T"] non_retryable`` in the config adds to it."""
+    max_snoozes: int | None = None
+    """Snoozes in a row allowed before the next one fails the attempt
+    (``app.snooze``); None: ``[types."T"] max_snoozes`` or the default."""
 
     def retries(self, exc: BaseException, also: Collection[str] = ()) -> bool:
         """Whether the failure ``exc`` is worth a retry. Never for a
@@ -99,6 +105,7 @@ class Registry:
         backoff_cap: float | None = None,
         priority: int | None = None,
         non_retryable: Iterable[str] = (),
+        max_snoozes: int | None = None,
     ) -> Callable[[F], F]:
         if max_retries is not None and max_retries < 0:
             raise ValueError(f"{name}: max_retries must be >= 0")
@@ -107,11 +114,16 @@ class Registry:
         if isinstance(non_retryable, str):
             raise ValueError(f"{name}: non_retryable must be a list of exception class names, not one string")
         names = tuple(non_retryable)
+        if max_snoozes is not None and (
+            isinstance(max_snoozes, bool) or not isinstance(max_snoozes, int) or max_snoozes < 0
+        ):
+            raise ValueError(f"{name}: max_snoozes must be an integer >= 0")
 
         def register(fn: F) -> F:
             self._specs[name] = HandlerSpec(
-                name, fn, max_retries, timeout, queue, backoff_base, backoff_cap, priority, non_retryable=names
-            )
+                name, fn, max_retries, timeout, queue, backoff_base, backoff_cap, priority,
+                non_retryable=names, max_snoozes=max_snoozes,
+            )  # fmt: skip
             return fn
 
         return register
@@ -181,6 +193,12 @@ class JobContext:
         ran: the attempt stops here, the job ends cancelled, never retried."""
         if self.cancelled.is_set():
             raise Cancelled(self.job_id)
+
+    def snooze(self, seconds: float, reason: str | None = None) -> NoReturn:
+        """Stop this attempt and run the job again ``seconds`` from now,
+        without counting a retry or a failure (raises ``Snooze``; returning
+        ``Snooze(seconds)`` from the handler does the same)."""
+        raise Snooze(seconds, reason)
 
     EFFECT_WAIT = 30.0
     """Seconds ``effect`` waits for another job's running attempt that holds

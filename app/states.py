@@ -15,8 +15,9 @@ class State(str, enum.Enum):
 
     PENDING = "pending"
     """Waiting to run. Shown as *scheduled* while ``available_at`` is in the
-    future. Entered by enqueue, release (graceful shutdown) and operator retry;
-    left by claim (when due) or discard."""
+    future. Entered by enqueue, release (graceful shutdown), snooze (the
+    handler asked to run again later) and operator retry; left by claim
+    (when due) or discard."""
 
     RUNNING = "running"
     """Claimed by a worker, which heart-beats it. Left by complete, fail,
@@ -112,6 +113,13 @@ class AttemptOutcome(str, enum.Enum):
     ``cancelled``, not completed or retried. The row's error says how the
     attempt itself ended."""
 
+    SNOOZED = "snoozed"
+    """The handler returned or raised ``Snooze(seconds)`` (``app.snooze``):
+    the job went back to ``pending``, due ``seconds`` later, with no retry
+    counted (``Store.snooze_many``). The row keeps the delay
+    (``snooze_seconds``). Not a failure: the roll-up of failures leaves it
+    out."""
+
     def __str__(self) -> str:
         return self.value
 
@@ -142,6 +150,11 @@ class Transition(str, enum.Enum):
     running one gets a cancel request and ends ``cancelled`` when its attempt
     ends. Dead jobs are discarded instead (Oban's cancel also leaves its
     discarded jobs alone); finished ones have nothing left to cancel."""
+    SNOOZE = "snooze"
+    """The handler asks to run again later (``app.snooze.Snooze``): running
+    -> pending, due ``seconds`` from now, retry count unchanged; fenced by
+    (job, attempt, worker) like complete and fail. A job cancelled while it
+    ran ends ``cancelled`` instead."""
     EDIT = "edit"
     """An operator changes a waiting job's payload, priority, queue or run-at; a dead one is retried too."""
 
@@ -161,6 +174,7 @@ SOURCES: dict[Transition, frozenset[State]] = {
     Transition.RUN_NOW: frozenset({State.PENDING, State.FAILED}),
     Transition.CANCEL: frozenset({State.PENDING, State.RUNNING, State.FAILED}),
     Transition.EDIT: frozenset({State.PENDING, State.FAILED, State.DEAD}),
+    Transition.SNOOZE: frozenset({State.RUNNING}),
 }
 
 # Possible destination states, for documentation and table-driven tests.
@@ -177,6 +191,7 @@ TARGETS: dict[Transition, frozenset[State]] = {
     # A running job stays running (cancel requested) until its attempt ends.
     Transition.CANCEL: frozenset({State.CANCELLED, State.RUNNING}),
     Transition.EDIT: frozenset({State.PENDING, State.FAILED}),
+    Transition.SNOOZE: frozenset({State.PENDING, State.CANCELLED}),
 }
 
 CANCEL_AT_ONCE: frozenset[State] = SOURCES[Transition.CANCEL] - {State.RUNNING}
@@ -212,6 +227,7 @@ _PAST = {
     Transition.RUN_NOW: "run now",
     Transition.CANCEL: "cancelled",
     Transition.EDIT: "edited",
+    Transition.SNOOZE: "snoozed",
 }
 
 

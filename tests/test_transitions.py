@@ -71,6 +71,10 @@ def _edit(deck: Jobdeck, job_id: int) -> State | None:
     return deck.store.edit(job_id, deck.clock(), JobChanges(priority=7)).after.status
 
 
+def _snooze(deck: Jobdeck, job_id: int) -> State | None:
+    return deck.store.snooze(job_id, "w1", 30, deck.clock()).status
+
+
 DO: dict[Transition, Callable[[Jobdeck, int], State | None]] = {
     Transition.CLAIM: _claim,
     Transition.COMPLETE: _complete,
@@ -83,6 +87,7 @@ DO: dict[Transition, Callable[[Jobdeck, int], State | None]] = {
     Transition.RUN_NOW: _run_now,
     Transition.CANCEL: _cancel,
     Transition.EDIT: _edit,
+    Transition.SNOOZE: _snooze,
 }
 # Transitions that report a refusal by doing nothing rather than raising.
 SILENT = {Transition.CLAIM, Transition.RELEASE, Transition.RESCUE}

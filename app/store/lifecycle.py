@@ -25,10 +25,10 @@ from app.states import CLAIMABLE, SOURCES, State, Transition
 from app.store import statements
 from app.store.enqueue import Enqueueing, dumps
 from app.store.faults import is_transient, is_unavailable, storable_text
-from app.store.finish import Finishing
 from app.store.ledger import Ledger
 from app.store.models import ERROR_STATES, attempts, jobs, status_in, workers
 from app.store.records import AttemptRecord, JobFilter, JobRecord, NewJob, Outcome
+from app.store.snoozing import Snoozing
 from app.store.transactions import Backoff
 from app.validation import fits_id
 
@@ -112,7 +112,7 @@ def _when(t: datetime) -> str:
     return t.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-class Store(Enqueueing, Finishing):
+class Store(Enqueueing, Snoozing):
     def __init__(self, engine: Engine, backoff: Backoff | None = None) -> None:
         super().__init__(engine)
         self.backoff: Backoff = backoff or exponential_backoff()

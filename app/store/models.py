@@ -177,6 +177,8 @@ INTERRUPTED = AttemptOutcome.INTERRUPTED.value
 """The outcome of an attempt that shutdown cut short (``app.states.AttemptOutcome``)."""
 CANCELLED = AttemptOutcome.CANCELLED.value
 """The outcome of an attempt whose job a person cancelled while it ran."""
+SNOOZED = AttemptOutcome.SNOOZED.value
+"""The outcome of an attempt whose handler snoozed its job (``app.snooze``)."""
 
 OUTCOMES = tuple(o.value for o in ALL_OUTCOMES)
 """How an attempt can end (``attempts.outcome``)."""
@@ -199,6 +201,8 @@ class Attempt(Base):
     payload: Mapped[str | None] = mapped_column(Text)
     """The payload this attempt ran with, kept only when it differs later
     (edit and retry); NULL means the job's current payload."""
+    snooze_seconds: Mapped[float | None] = mapped_column(Float)
+    """How long a ``snoozed`` attempt put its job off (revision 0016); NULL otherwise."""
 
     __table_args__ = (
         CheckConstraint(f"outcome IN ({', '.join(repr(o) for o in OUTCOMES)})", name="ck_attempts_outcome"),

@@ -226,6 +226,10 @@ def throughput(store: Store, now: datetime) -> list[tuple[datetime, int, int]]:
     return [(m, *per.get(m, (0, 0))) for m in (start + timedelta(minutes=i) for i in range(60))]
 
 
+NOT_RUNS = (AttemptOutcome.INTERRUPTED.value, AttemptOutcome.SNOOZED.value)
+"""Attempts that are neither done nor failed: cut short by shutdown, or put off by their handler."""
+
+
 def _live_throughput(conn: Any, dialect: str, since: datetime, now: datetime) -> dict[datetime, tuple[int, int]]:
     """Per-minute (completed, failed) from ``attempts`` finished since ``since``."""
     if dialect == "postgresql":
@@ -235,7 +239,7 @@ def _live_throughput(conn: Any, dialect: str, since: datetime, now: datetime) ->
     ok: Any = func.sum(case((attempts.c.outcome == AttemptOutcome.COMPLETED.value, 1), else_=0))
     stmt = (
         select(bucket.label("minute"), ok.label("ok"), func.count().label("n"))
-        .where(attempts.c.finished_at >= since, attempts.c.outcome != AttemptOutcome.INTERRUPTED.value)
+        .where(attempts.c.finished_at >= since, attempts.c.outcome.not_in(NOT_RUNS))
         .group_by(bucket)
     )
     per: dict[datetime, tuple[int, int]] = {}

@@ -93,6 +93,8 @@ class AttemptRecord:
     error: str | None
     traceback: str | None
     payload: dict[str, Any] | None
+    snooze_seconds: float | None = None
+    """How long a snoozed attempt put its job off."""
 
     @classmethod
     def from_row(cls, row: Any) -> AttemptRecord:
@@ -107,6 +109,7 @@ class AttemptRecord:
             error=m["error"],
             traceback=m["traceback"],
             payload=None if m["payload"] is None else json.loads(m["payload"]),
+            snooze_seconds=m.get("snooze_seconds"),
         )
 
     @property
@@ -146,10 +149,16 @@ class Outcome:
     retryable: bool = True
     kind: AttemptOutcome | str = AttemptOutcome.FAILED
     """For failures: failed, timed_out or stalled (the attempt's outcome)."""
+    snooze: float | None = None
+    """Seconds the handler snoozed the job for (``app.snooze``); None if it did not."""
+    snooze_reason: str | None = None
+    max_snoozes: int | None = None
+    """Snoozes in a row allowed; past it the snooze fails the attempt. None: no cap."""
 
     @property
     def ok(self) -> bool:
-        return self.error is None
+        """Completed: neither failed nor snoozed."""
+        return self.error is None and self.snooze is None
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
-from app.states import ALL_STATES, CANCEL_AT_ONCE, State, Transition, sources
+from app.states import ALL_STATES, CANCEL_AT_ONCE, AttemptOutcome, State, Transition, sources
 from app.store.models import CLAIMABLE_STATES, attempts, jobs, status_in, workers
 from app.store.sqlite import Prepared
 
@@ -397,6 +397,60 @@ def release(n: int) -> Prepared:
         for by_rowid in (False, True)
     ]
     return Prepared(stmts[0], ["now", "worker", *_pairs(n)], stmts[1])
+
+
+SNOOZE_FIELDS = ("job", "job_attempt", "worker", "now", "snooze_until")
+
+
+@lru_cache(maxsize=1)
+def snooze() -> Prepared:
+    """running -> pending, due at ``snooze_until``, with no retry counted and
+    the worker forgotten as by a release; a job cancelled while it ran goes
+    to cancelled instead. Fenced by (id, attempt, worker) like fail.
+    Returns (id, status). Values: ``SNOOZE_FIELDS``."""
+    until = bindparam("snooze_until", type_=jobs.c.available_at.type)
+    stmt = (
+        update(jobs)
+        .where(
+            jobs.c.id == bindparam("job"),
+            jobs.c.attempt == bindparam("job_attempt"),
+            jobs.c.worker_id == bindparam("worker"),
+            in_states(Transition.SNOOZE),
+        )
+        .values(
+            status=_cancelled_or(State.PENDING),
+            available_at=case((cancel_requested(), jobs.c.available_at), else_=until),
+            finished_at=case((cancel_requested(), NOW), else_=None),
+            updated_at=NOW,
+            **dict.fromkeys(_HOLDER),
+        )
+        .returning(jobs.c.id, jobs.c.status)
+    )
+    return Prepared(stmt, SNOOZE_FIELDS)
+
+
+SNOOZED_ATTEMPT_FIELDS = (*ATTEMPT_FIELDS[:7], "snooze_seconds")
+
+
+@lru_cache(maxsize=1)
+def snoozed_attempt() -> Prepared:
+    """A snoozed attempt's row, with its delay. Values: ``SNOOZED_ATTEMPT_FIELDS``."""
+    fields = SNOOZED_ATTEMPT_FIELDS
+    return Prepared(insert(attempts).values({f: bindparam(f, type_=attempts.c[f].type) for f in fields}), fields)
+
+
+def snoozes_in_a_row() -> Any:
+    """How many attempts of a job were snoozed since its last attempt that
+    was not (what ``max_snoozes`` caps). Values: job."""
+    job = bindparam("job", type_=BigInteger())
+    last_other = (
+        select(func.coalesce(func.max(attempts.c.attempt), 0))
+        .where(attempts.c.job_id == job, attempts.c.outcome != AttemptOutcome.SNOOZED.value)
+        .scalar_subquery()
+    )
+    return select(func.count()).where(
+        attempts.c.job_id == job, attempts.c.outcome == AttemptOutcome.SNOOZED.value, attempts.c.attempt > last_other
+    )
 
 
 # -- operator actions ------------------------------------------------------------

@@ -21,6 +21,7 @@ from app.store import durations
 from app.store.models import (
     CANCELLED,
     INTERRUPTED,
+    SNOOZED,
     attempts,
     job_artifacts,
     jobs,
@@ -159,8 +160,8 @@ def roll_up_minutes(store: Store, until: datetime) -> int:
             .where(attempts.c.finished_at >= mark, attempts.c.finished_at < until)
             .group_by(minute, jobs.c.type, attempts.c.outcome, bucket)
         ):
-            if outcome in (INTERRUPTED, CANCELLED):
-                continue  # cut short by shutdown or by a person: neither done nor a failure
+            if outcome in (INTERRUPTED, CANCELLED, SNOOZED):
+                continue  # cut short by shutdown or by a person, or put off by its handler: neither done nor a failure
             row = counts.setdefault((_parse_minute(m), job_type), [0] * _WIDTH)
             row[0 if outcome == State.COMPLETED.value else 1] += n
             if outcome in RUN_OUTCOMES and b is not None:

@@ -73,6 +73,7 @@ def attempt_json(a: AttemptRecord) -> dict[str, Any]:
         "error": a.error,
         "traceback": a.traceback,
         "payload": a.payload,
+        "snooze_seconds": a.snooze_seconds,
     }
 
 

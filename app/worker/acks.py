@@ -1,6 +1,6 @@
 """The pool's acknowledgements: one acker thread writes the executors'
 outcomes in batches (completions in one statement, failures by the fail
-rule), refills the room the completions free in the same transaction, and
+rule, snoozes each by its own fenced statement), refills the room the completions free in the same transaction, and
 falls back to one outcome at a time when the database refuses a batch, so
 one bad row cannot hold the others."""
 
@@ -38,9 +38,13 @@ class Acknowledging(PoolShared):
             return 0
         now = now or self.deck.clock()
         done = [o for o in batch if o.ok]
-        failed = [o for o in batch if not o.ok]
-        if failed:
-            self._acknowledge(failed, lambda group: self.store.fail_many(group, now), now)
+        if len(done) < len(batch):
+            failed = [o for o in batch if o.error is not None]
+            if failed:
+                self._acknowledge(failed, lambda group: self.store.fail_many(group, now), now)
+            snoozed = [o for o in batch if o.snooze is not None and o.error is None]
+            if snoozed:
+                self._acknowledge(snoozed, lambda group: self.store.snooze_many(group, now), now)
         refilled = self._complete_and_refill(done, len(batch), now) if done and refill else None
         if done and refilled is None:
             self._acknowledge(done, lambda group: self.store.complete_many(group, now), now)

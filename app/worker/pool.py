@@ -28,6 +28,7 @@ from app.crashpoints import crash_point
 from app.deck import Jobdeck
 from app.errors import Cancelled, DeadLetter
 from app.handlers import JobContext
+from app.snooze import InvalidSnooze, Snooze, max_snoozes, seconds_of
 from app.store import JobRecord, Outcome
 from app.store.faults import is_transient
 from app.worker.acks import Acknowledging
@@ -297,18 +298,27 @@ class WorkerPool(Acknowledging, Monitoring):
             ctx = JobContext(
                 self.store, job.id, job.attempt, self.worker_id, job.type, self.deck.clock, cancelled=slot.cancelled
             )
-            outcome.result = spec.fn(job.payload, ctx)
+            result = spec.fn(job.payload, ctx)
+            if isinstance(result, Snooze):
+                raise result  # returned or raised, one path
+            outcome.result = result
         except BaseException as exc:
             # SystemExit and KeyboardInterrupt from a handler (sys.exit() in
             # library code, a stray raise) are the handler's failure like any
             # other: letting them through killed this thread and left the job
             # running forever. The pool stops its executors with a sentinel,
             # never by raising into them, so nothing here is the pool's own.
-            outcome.error = first_line(exc)
-            outcome.traceback = format_traceback()
-            outcome.retryable = spec is not None and spec.retries(exc, non_retryable(self.deck.config, job.type))
-            if spec is not None and not outcome.retryable:
-                outcome.error += not_retried_note(exc, job)
+            failure: BaseException | None = exc
+            if isinstance(exc, Snooze) and spec is not None:
+                failure = self._snoozed(outcome, exc, job.type)
+            if failure is not None:
+                outcome.error = first_line(failure)
+                outcome.traceback = format_traceback()
+                outcome.retryable = spec is not None and spec.retries(
+                    failure, non_retryable(self.deck.config, job.type)
+                )
+                if spec is not None and not outcome.retryable:
+                    outcome.error += not_retried_note(failure, job)
         elapsed = time.monotonic() - mono
         with self._lock:
             if slot.abandoned or self._running.get(job.id) is not slot:
@@ -321,6 +331,16 @@ class WorkerPool(Acknowledging, Monitoring):
             outcome.result = safe_repr(outcome.result)
         self._acks.put(outcome)
         return slot
+
+    def _snoozed(self, outcome: Outcome, snooze: Snooze, job_type: str) -> InvalidSnooze | None:
+        """Make ``outcome`` the snooze the handler asked for (any ``Snooze``,
+        subclasses included); a bad delay is returned as the failure."""
+        try:
+            outcome.snooze, outcome.snooze_reason = seconds_of(snooze)
+        except InvalidSnooze as bad:
+            return bad
+        outcome.max_snoozes = max_snoozes(self.deck.config, self.deck.registry, job_type)
+        return None
 
     # -- introspection --------------------------------------------------------
 

@@ -180,6 +180,21 @@ class Model:
         else:
             job.status = State.DEAD
 
+    def snooze(self, job: Job, worker: str, now: datetime, seconds: float) -> None:
+        """Back to pending, due later, retry count unchanged (or cancelled)."""
+        job.attempts.append((job.attempt, worker, State.CANCELLED.value if job.cancel_requested else "snoozed"))
+        job.worker, job.heartbeat_at = None, None
+        if not job.end_cancelled():
+            job.status, job.available_at = State.PENDING, now + timedelta(seconds=seconds)
+
+    def snoozes_in_a_row(self, job: Job) -> int:
+        n = 0
+        for _, _, outcome in reversed(job.attempts):
+            if outcome != "snoozed":
+                break
+            n += 1
+        return n
+
     def complete(self, job: Job, worker: str) -> None:
         job.attempts.append((job.attempt, worker, State.CANCELLED.value if job.cancel_requested else "completed"))
         if not job.end_cancelled():
@@ -441,7 +456,61 @@ class StoreMachine(RuleBasedStateMachine):
         done = self.store.fail_many(outcomes, self.clock())
         assert sorted(j.id for j in done) == sorted(expected)
 
-    REPORTS = ("complete", "fail", "heartbeat", "complete_batch", "fail_batch", "release")
+    @rule(data=st.data(), seconds=st.sampled_from([0, 2, 30]), cap=st.sampled_from([None, None, 1, 2]))
+    def snooze_batch(self, data: st.DataObject, seconds: float, cap: int | None) -> None:
+        self._snooze_batch(self._tokens(data), seconds, cap)
+
+    def _snooze_batch(self, tokens: list[Token], seconds: float, cap: int | None = None) -> None:
+        """The pool's snoozes, fenced by job, attempt and worker; past ``cap``
+        snoozes in a row the attempt fails instead."""
+        outcomes = [Outcome(t.job_id, t.worker, attempt=t.attempt, snooze=seconds, max_snoozes=cap) for t in tokens]
+        expected = []
+        for t in tokens:
+            if self.model.holds(t):
+                expected.append(t.job_id)
+                job = self.model.jobs[t.job_id]
+                if cap is not None and self.model.snoozes_in_a_row(job) >= cap:
+                    saw("snooze past max_snoozes failed the attempt")
+                    self._fail(job, t.worker, "failed")
+                else:
+                    saw("snoozed" if not job.cancel_requested else "snoozed while cancel requested")
+                    self.model.snooze(job, t.worker, self.clock(), seconds)
+        self._late(tokens, [t for t in tokens if t.job_id in expected])
+        ended = self.store.snooze_many(outcomes, self.clock())
+        assert sorted(ended) == sorted(expected)
+
+    @rule(data=st.data(), cap=st.sampled_from([1, 2]))
+    def snooze_every_time(self, data: st.DataObject, cap: int) -> None:
+        """A handler that snoozes on every attempt: claimed and snoozed
+        again until the snooze past ``cap`` fails the attempt."""
+        token = self._running_token(data)
+        for _ in range(cap + 1):
+            self._snooze_batch([token], 0, cap)
+            self._claim_all_due(token.worker)
+            again = [t for t in self.tokens if t.job_id == token.job_id and self.model.holds(t)]
+            if not again:
+                return
+            token = again[0]
+
+    @rule(data=st.data(), seconds=st.sampled_from([0, 2, 30]))
+    def snooze_single(self, data: st.DataObject, seconds: float) -> None:
+        self._snooze_single(self._token(data), seconds)
+
+    def _snooze_single(self, token: Token, seconds: float) -> None:
+        """The HTTP worker's snooze: fenced by job and worker."""
+        why = self.model.single_refusal(token.job_id, token.worker, Transition.SNOOZE)
+        try:
+            record = self.store.snooze(token.job_id, token.worker, seconds, self.clock())
+        except (JobNotFound, TransitionRefused, NotHeld) as exc:
+            assert why is type(exc), f"refused with {exc!r}; the model expects {why}"
+            saw(f"single call refused: {why.__name__}")
+            return
+        assert why is None, f"accepted; the model expects {why.__name__}"
+        job = self.model.jobs[token.job_id]
+        self.model.snooze(job, token.worker, self.clock(), seconds)
+        assert record.status is job.status and record.retry_count == job.retry_count
+
+    REPORTS = ("complete", "fail", "heartbeat", "complete_batch", "fail_batch", "release", "snooze", "snooze_batch")
 
     def _report(self, token: Token, how: str) -> None:
         """``token``'s holder reports, through one of the paths."""
@@ -455,6 +524,10 @@ class StoreMachine(RuleBasedStateMachine):
             self._complete_batch([token], with_result=False)
         elif how == "fail_batch":
             self._fail_batch([token], kind="timed_out")
+        elif how == "snooze":
+            self._snooze_single(token, 2)
+        elif how == "snooze_batch":
+            self._snooze_batch([token], 0)
         else:
             self._release([token], token.worker)
 
@@ -694,6 +767,9 @@ MUST_SEE = {
     "late result refused, job now cancelled",
     "enqueue: 409 for a known key with another payload",
     "claimed several jobs at once",
+    "snoozed",
+    "snoozed while cancel requested",
+    "snooze past max_snoozes failed the attempt",
 }
 
 

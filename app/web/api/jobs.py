@@ -1,5 +1,5 @@
 """The HTTP JSON API under /api: enqueue, the external-worker protocol
-(claim, heartbeat, complete, fail), reads, and operator actions."""
+(claim, heartbeat, complete, fail, snooze), reads, and operator actions."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from flask import Blueprint, current_app, jsonify, request
 
 from app.deck import MAX_QUEUE_CHARS, MAX_TYPE_CHARS, Jobdeck
 from app.errors import InvalidField, JobdeckError
+from app.snooze import MAX_REASON_CHARS, InvalidSnooze, check_seconds, max_snoozes
 from app.states import State
 from app.store import JobFilter
 from app.store.lifecycle import Seen
@@ -188,6 +189,28 @@ def fail(job_id: int) -> Any:
         check_text(tb, "traceback", 10 * MAX_ERROR_CHARS)
     now = deck.clock()
     job = deck.store.fail(job_id, worker_id, error, now, retryable=retryable, traceback=tb)
+    return jsonify(job_json(job, now))
+
+
+@bp.post("/jobs/<int:job_id>/snooze")
+def snooze(job_id: int) -> Any:
+    """Run the job again ``seconds`` from now, no retry counted (``app.snooze``)."""
+    deck = _deck()
+    data = _body()
+    worker_id = _worker_id(data)
+    try:
+        seconds = check_seconds(data.get("seconds"))
+    except InvalidSnooze as bad:
+        raise InvalidField("seconds", str(bad)) from None
+    reason = data.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise InvalidField("reason", "must be a string")
+    if reason is not None:
+        check_text(reason, "reason", MAX_REASON_CHARS)
+    now = deck.clock()
+    job_type = deck.store.get(job_id).type
+    cap = max_snoozes(deck.config, deck.registry, job_type)
+    job = deck.store.snooze(job_id, worker_id, seconds, now, reason=reason, max_snoozes=cap)
     return jsonify(job_json(job, now))
 
 

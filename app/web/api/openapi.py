@@ -128,6 +128,10 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
                         "error": {"type": ["string", "null"]},
                         "traceback": {"type": ["string", "null"]},
                         "payload": {"type": ["object", "null"]},
+                        "snooze_seconds": {
+                            "type": ["number", "null"],
+                            "description": "how long a `snoozed` attempt put its job off",
+                        },
                     },
                 },
                 "Job": {
@@ -578,6 +582,9 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
     from app.web.api.openapi_errors import paths as error_paths
 
     doc["paths"].update(error_paths())
+    from app.web.api.openapi_snooze import paths as snooze_paths
+
+    doc["paths"].update(snooze_paths())
     for path, operations in doc["paths"].items():
         if path == "/api/openapi.json":
             continue

@@ -14,7 +14,7 @@ from flask import Blueprint, abort, current_app, flash, redirect, render_templat
 
 from app.deck import Jobdeck
 from app.errors import JobNotFound
-from app.states import SOURCES, State, Transition, allowed
+from app.states import SOURCES, AttemptOutcome, State, Transition, allowed
 from app.store import JobRecord
 from app.store.reads import (
     MAX_ERROR_GROUPS,
@@ -110,6 +110,7 @@ def _layout() -> dict[str, Any]:
         "tabs": TABS,
         "Transition": Transition,
         "State": State,
+        "AttemptOutcome": AttemptOutcome,
         "SOURCES": SOURCES,
         "tab_of": tab_of,
         "allowed": allowed,

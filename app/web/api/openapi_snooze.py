@@ -1,0 +1,35 @@
+"""OpenAPI path of the HTTP worker's snooze (``/api/jobs/{job_id}/snooze``),
+merged into ``app.web.api.openapi.document``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.snooze import MAX_REASON_CHARS, MAX_SNOOZE_SECONDS
+from app.web.api.openapi import _JOB_ERRORS, _JOB_ID, _WORKER_ID, _body, _json, _ref, _text
+
+
+def paths() -> dict[str, Any]:
+    return {
+        "/api/jobs/{job_id}/snooze": {
+            "post": {
+                "summary": "Snooze a running job: run it again later, no retry or failure counted",
+                "description": "The job goes back to pending, due `seconds` from now, its retry count unchanged; "
+                "the attempt is recorded `snoozed` with `snooze_seconds`. A job cancelled while it ran ends "
+                "cancelled. Past the type's `max_snoozes` in a row the attempt fails instead (the fail rule).",
+                "parameters": [_JOB_ID],
+                "requestBody": _body(
+                    {
+                        "type": "object",
+                        "required": ["worker_id", "seconds"],
+                        "properties": {
+                            "worker_id": _WORKER_ID,
+                            "seconds": {"type": "number", "minimum": 0, "maximum": MAX_SNOOZE_SECONDS},
+                            "reason": _text(MAX_REASON_CHARS, 0),
+                        },
+                    }
+                ),
+                "responses": {"200": _json(_ref("Job"), "The job as it now stands (pending)"), **_JOB_ERRORS},
+            }
+        }
+    }
