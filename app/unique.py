@@ -124,12 +124,19 @@ def parse_unique(value: Any, field: str, error: type[Exception] = InvalidField) 
     on_duplicate = value.get("on_duplicate", "keep")
     if on_duplicate not in ON_DUPLICATE:
         raise bad(f"{field}.on_duplicate", f'must be "keep" or "replace", got {_short(on_duplicate)}')
+    debounce = _seconds(value.get("debounce"), lambda why: bad(f"{field}.debounce", why))
+    if debounce is not None and SCHEDULED not in states:
+        raise bad(f"{field}.debounce", 'a debounced job is scheduled: add "scheduled" to states')
+    if on_duplicate == "replace" and not {State.PENDING.value, SCHEDULED} & set(states):
+        raise bad(
+            f"{field}.on_duplicate", 'replace changes a job not yet started: add "pending" or "scheduled" to states'
+        )
     return Unique(
         by=by,
         period=_seconds(value.get("period"), lambda why: bad(f"{field}.period", why)),
         states=frozenset(states),
         replace=on_duplicate == "replace",
-        debounce=_seconds(value.get("debounce"), lambda why: bad(f"{field}.debounce", why)),
+        debounce=debounce,
     )
 
 
