@@ -319,3 +319,17 @@ def test_fifty_racing_enqueues_in_three_processes_make_exactly_one_job(deck: Job
 
     noop = deck.store.list_jobs(JobFilter(type="demo.noop", limit=100), deck.clock())
     assert len(noop) == 1 and noop[0].id == results[0][0]
+
+
+def test_the_job_page_shows_the_unique_key_escaped_and_whether_it_is_held(dash: Any, deck: Jobdeck) -> None:
+    plain = deck.enqueue("demo.noop", {})
+    html = dash.get(f"/jobs/{plain.job.id}").get_data(as_text=True)
+    assert "Unique key" not in html, "shown only when set"
+    deck.store.discard(plain.job.id, deck.clock())
+    made = deck.enqueue("demo.noop", {"order_id": "<b>x</b>"}, unique=ORDER)
+    html = dash.get(f"/jobs/{made.job.id}").get_data(as_text=True)
+    assert "Unique key" in html and "<b>x</b>" not in html
+    assert "&lt;b&gt;x&lt;/b&gt;" in html and "held until" in html
+    _run(deck, made.job.id)
+    html = dash.get(f"/jobs/{made.job.id}").get_data(as_text=True)
+    assert "released: the next enqueue of it makes a new job" in html
