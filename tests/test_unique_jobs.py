@@ -333,3 +333,32 @@ def test_the_job_page_shows_the_unique_key_escaped_and_whether_it_is_held(dash: 
     _run(deck, made.job.id)
     html = dash.get(f"/jobs/{made.job.id}").get_data(as_text=True)
     assert "released: the next enqueue of it makes a new job" in html
+
+
+def test_bulk_enqueues_sharing_keys_in_opposite_orders_neither_deadlock_nor_double(make_deck: Any) -> None:
+    decks = [make_deck(), make_deck()]
+    rounds, keys = 15, 8
+    gate = threading.Barrier(2)
+    errors: list[BaseException] = []
+    got: list[list[list[int]]] = [[], []]
+
+    def run(side: int) -> None:
+        try:
+            for r in range(rounds):
+                order = range(keys) if side == 0 else reversed(range(keys))
+                items = [{"type": "demo.noop", "payload": {"order_id": f"{r}-{k}"}, "unique": ORDER} for k in order]
+                gate.wait(timeout=30)
+                ids = decks[side].enqueue_many(items)
+                got[side].append(ids if side == 0 else ids[::-1])
+        except BaseException as exc:  # reported below: a deadlock shows as the other side's barrier timeout
+            errors.append(exc)
+            gate.abort()
+
+    threads = [threading.Thread(target=run, args=(side,)) for side in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert got[0] == got[1], "both sides got the same job for every key"
+    assert _count(decks[0]) == rounds * keys

@@ -139,19 +139,23 @@ class Enqueueing(Transactions):
     def _enqueue_many_unique(self, news: Sequence[NewJob], now: datetime) -> list[int]:
         """A bulk enqueue with unique jobs: one transaction, each job in turn
         (a unique one sees the jobs before it, so two with one key make one
-        job, and both slots hold its id)."""
-        ids: list[int] = []
+        job, and both slots hold its id). The unique jobs go last, in key
+        order: two bulk enqueues on PostgreSQL sharing keys then wait for
+        each other's keys in one order, never in a deadlock."""
+        ids: list[int] = [0] * len(news)
         stamp = self._t(now)
+        unique = sorted((n.unique.key, i) for i, n in enumerate(news) if n.unique is not None)
         with self.write() as conn:
-            for new in news:
+            for i, new in enumerate(news):
                 if new.unique is not None:
-                    ids.append(enqueue_unique(conn, self.dialect, new, payload_json(new), now)[0].id)
                     continue
                 values = self._row(new, now, stamp, self.sqlite)
                 if new.idempotency_key is None:
-                    ids.append(self._run(conn, statements.enqueue("row"), values).one().id)
+                    ids[i] = self._run(conn, statements.enqueue("row"), values).one().id
                 else:
-                    ids.append(self._enqueue_keyed(conn, new, values).id)
+                    ids[i] = self._enqueue_keyed(conn, new, values).id
+            for _, i in unique:
+                ids[i] = enqueue_unique(conn, self.dialect, news[i], payload_json(news[i]), now)[0].id
             self._notify_other_processes(conn)
         self._notify_enqueued()
         return ids
