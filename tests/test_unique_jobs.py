@@ -60,6 +60,12 @@ def test_the_api_answers_201_then_200_with_duplicate(client: Any, deck: Jobdeck)
     body = {"type": "demo.noop", "payload": {"order_id": 1}, "unique": ORDER}
     made = client.post("/api/jobs", json=body)
     dup = client.post("/api/jobs", json=body)
+    from tests.openapi_check import check
+
+    check(made, "/api/jobs", "post")
+    check(dup, "/api/jobs", "post")
+    refused = client.post("/api/jobs", json={**body, "unique": {"by": ["payload.nope"]}})
+    assert refused.status_code == 422 and check(refused, "/api/jobs", "post")["field"] == "unique"
     assert made.status_code == 201 and "duplicate" not in made.get_json()
     assert dup.status_code == 200
     assert dup.get_json()["duplicate"] is True and dup.get_json()["replaced"] is False
