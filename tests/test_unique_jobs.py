@@ -368,3 +368,20 @@ def test_bulk_enqueues_sharing_keys_in_opposite_orders_neither_deadlock_nor_doub
     assert not errors, errors
     assert got[0] == got[1], "both sides got the same job for every key"
     assert _count(decks[0]) == rounds * keys
+
+
+def test_the_cli_says_a_duplicate_is_one(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from app.cli import main
+    from tests.test_cli import jobdeck_env
+
+    config = tmp_path / "jobdeck.toml"
+    config.write_text('[types."demo.noop"]\nunique = { by = ["payload.order_id"], period = 60 }\n')
+    env = jobdeck_env(tmp_path, JOBDECK_CONFIG=str(config))
+    runner = CliRunner()
+    args = ["enqueue", "demo.noop", "--payload", '{"order_id": 5}', "--demo", "--create"]
+    first = runner.invoke(main, args, env=env)
+    again = runner.invoke(main, args, env=env)
+    assert first.exit_code == 0 and "a duplicate: job" not in first.output, first.output
+    assert again.exit_code == 0 and "a duplicate: job" in again.output and "already existed" not in again.output
