@@ -52,7 +52,8 @@ Fixed numbers, not positions in ``State``: a state added later must not
 change what stored masks mean (until it has a bit, no job holds its key in it)."""
 
 DEFAULT_BY = ("type", "queue", "payload")
-DEFAULT_STATES = ("pending", "scheduled", "running", "failed")
+DEFAULT_STATES = (State.PENDING.value, SCHEDULED, State.RUNNING.value, State.FAILED.value)
+"""Waiting, scheduled, running or waiting for a retry: until it is done, dead, discarded or cancelled."""
 ON_DUPLICATE = ("keep", "replace")
 OPTIONS = ("by", "period", "states", "on_duplicate", "debounce")
 MAX_BY = 10

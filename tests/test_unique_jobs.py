@@ -178,6 +178,7 @@ def test_replace_gives_a_kept_job_that_has_not_started_the_new_payload_and_run_a
     assert kept.payload == {"order_id": 1, "v": 2} and kept.available_at == T0 + _s(5)
     clock.advance(5)
     (claimed,) = deck.store.claim("w1", clock(), limit=1)
+    assert claimed.unique_key == first.job.unique_key and claimed.unique_states == 1 | 2 | 4 | 8, "the claim's rows too"
     late = deck.enqueue("demo.noop", {"order_id": 1, "v": 3}, unique=unique)
     assert late.duplicate and not late.changed, "running: started, so not replaced"
     assert deck.store.get(first.job.id).payload == {"order_id": 1, "v": 2}
