@@ -263,9 +263,7 @@ class Jobdeck:
         """Validate an enqueue request; raise InvalidField naming the field."""
         if not isinstance(data, Mapping):
             raise InvalidField("body", "expected a JSON object")
-        allowed = {"type", "payload", "priority", "max_retries", "idempotency_key", "run_at", "delay_seconds", "queue"}
-        allowed.add("unique")
-        unknown = sorted(set(data) - allowed)
+        unknown = sorted(set(data) - _FIELDS)
         if unknown:
             raise InvalidField(unknown[0], "unknown field")
         job_type = data.get("type")
@@ -334,6 +332,10 @@ class Jobdeck:
 
 
 _PLAIN = frozenset({"type", "payload"})
+_FIELDS = frozenset(
+    {"type", "payload", "priority", "max_retries", "idempotency_key", "unique", "run_at", "delay_seconds", "queue"}
+)
+"""What an enqueue request may carry (``Jobdeck.new_job``)."""
 
 EDITABLE = ("payload", "priority", "queue", "run_at")
 """What an edit may set (``Jobdeck.job_changes``)."""
