@@ -386,3 +386,45 @@ def test_the_cli_says_a_duplicate_is_one(tmp_path: Path) -> None:
     again = runner.invoke(main, args, env=env)
     assert first.exit_code == 0 and "a duplicate: job" not in first.output, first.output
     assert again.exit_code == 0 and "a duplicate: job" in again.output and "already existed" not in again.output
+
+
+def test_an_operators_retry_back_into_the_states_keeps_the_key(deck: Jobdeck) -> None:
+    unique = {**ORDER, "states": ["pending", "running"]}
+    first = deck.enqueue("demo.noop", {"order_id": 1}, unique=unique, max_retries=0)
+    _run(deck, first.job.id, ok=False)
+    assert deck.store.get(first.job.id).status is State.DEAD
+    deck.store.retry(first.job.id, deck.clock())
+    again = deck.enqueue("demo.noop", {"order_id": 1}, unique=unique)
+    assert again.duplicate and again.job.id == first.job.id, "pending again before anyone took the key"
+
+
+def test_the_sql_and_the_job_page_agree_on_who_holds_a_key(deck: Jobdeck, clock: Clock) -> None:
+    """``app.store.unique.holding`` (what frees a key) and
+    ``JobRecord.holds_unique_key`` (what the job page says), over every
+    state, due or not, inside and past the period, and several masks."""
+    from sqlalchemy import select, update
+
+    from app.store.models import jobs
+    from app.store.unique import holding
+    from app.unique import STATE_BITS
+
+    made = deck.enqueue("demo.noop", {"order_id": 1}, unique=ORDER).job
+    now = clock()
+    masks = [STATE_BITS["pending"], STATE_BITS["scheduled"], 1 | 2 | 4 | 8, 16 | 32 | 64 | 128, 255]
+    checked = 0
+    for state in State:
+        for at in (now - _s(1), now, now + _s(1)):
+            for until in (None, now + _s(1), now, now - _s(1)):
+                for mask in masks:
+                    with deck.store.write() as conn:
+                        conn.execute(
+                            update(jobs)
+                            .where(jobs.c.id == made.id)
+                            .values(status=state.value, available_at=at, unique_until=until, unique_states=mask)
+                        )
+                    with deck.store.read() as conn:
+                        in_sql = conn.execute(select(holding(now)).where(jobs.c.id == made.id)).scalar_one()
+                    job = deck.store.get(made.id)
+                    assert bool(in_sql) == job.holds_unique_key(now), (state, at > now, until, mask)
+                    checked += 1
+    assert checked == len(State) * 3 * 4 * len(masks)
