@@ -237,17 +237,20 @@ def enqueue(job_type: str, payload: str, priority: str | None, delay: float | No
         raise click.BadParameter("must be a JSON object", param_hint="--payload")
     with operator_deck(demo=demo, create=create) as deck:
         try:
-            job, created = deck.enqueue(
+            enqueued = deck.enqueue(
                 job_type, data, priority=priority, queue=queue, max_retries=max_retries,
                 idempotency_key=key, delay_seconds=delay,
             )  # fmt: skip
+            job, created = enqueued
         except UnknownType as exc:
             needs_demo = job_type.startswith("demo.") and not deck.config.demo
             raise click.ClickException(f"{exc} (the demo types need --demo)" if needs_demo else str(exc)) from None
         except JobdeckError as exc:
             raise click.ClickException(str(exc)) from None
         click.echo(json.dumps(job_json(job, deck.clock()), indent=2))
-    if not created:
+    if enqueued.duplicate:
+        click.echo(f"a duplicate: job {job.id} holds the unique key {job.unique_key}; this is that job", err=True)
+    elif not created:
         click.echo(f"idempotency key {key!r} already existed: this is the existing job", err=True)
 
 

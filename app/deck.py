@@ -34,6 +34,8 @@ from app.store.engine import make_engine
 from app.store.enqueue import PlainJob
 from app.store.lifecycle import Edited, JobChanges, Seen
 from app.store.reads import record_action
+from app.store.records import Enqueued
+from app.unique import Unique, claim_for, parse_unique, parse_unique_types
 from app.validation import check_json, check_text, parse_priority, parse_time
 
 if TYPE_CHECKING:
@@ -83,6 +85,8 @@ class Jobdeck:
         self.store = store
         self.store.backoff = self.backoff
         self.store.artifact_max_bytes = artifact_max_bytes(config)
+        self.unique_types: dict[str, Unique] = parse_unique_types(config)
+        """``[types."T"] unique`` (``app.unique``), checked at start-up."""
 
         # Imported here: the parts import this module for Jobdeck and its parsers.
 
@@ -254,13 +258,17 @@ class Jobdeck:
         idempotency_key: str | None = None,
         run_at: datetime | str | None = None,
         delay_seconds: float | None = None,
-    ) -> tuple[JobRecord, bool]:
-        """Enqueue one job (durable when this returns). Returns (job, created);
-        created is False when ``idempotency_key`` named an existing job."""
+        unique: Unique | Mapping[str, Any] | bool | None = None,
+    ) -> Enqueued:
+        """Enqueue one job (durable when this returns). Returns (job, created)
+        as an ``Enqueued``; created is False when ``idempotency_key`` named an
+        existing job, or when ``unique`` (or the type's ``unique``) found a job
+        holding the key: then ``.duplicate`` is True and the job is the kept one."""
         data: dict[str, Any] = {"type": type, "payload": dict(payload or {})}
         for key, value in (
             ("priority", priority), ("queue", queue), ("max_retries", max_retries),
             ("idempotency_key", idempotency_key), ("run_at", run_at), ("delay_seconds", delay_seconds),
+            ("unique", unique),
         ):  # fmt: skip
             if value is not None:
                 data[key] = value
@@ -293,6 +301,8 @@ class Jobdeck:
             d = defaults.get(job_type) if type(job_type) is str else None
             if d is None:
                 new = self.new_job(item, now)
+                if new.unique is not None:
+                    return None  # a unique type: each job is checked against the others
                 d = defaults[new.type] = (new.queue, new.priority, new.max_retries)
                 append((new.type, d[0], new.payload_json or "{}", d[1], d[2]))
             else:
@@ -330,8 +340,7 @@ class Jobdeck:
         """Validate an enqueue request; raise InvalidField naming the field."""
         if not isinstance(data, Mapping):
             raise InvalidField("body", "expected a JSON object")
-        allowed = {"type", "payload", "priority", "max_retries", "idempotency_key", "run_at", "delay_seconds", "queue"}
-        unknown = sorted(set(data) - allowed)
+        unknown = sorted(set(data) - _FIELDS)
         if unknown:
             raise InvalidField(unknown[0], "unknown field")
         job_type = data.get("type")
@@ -369,6 +378,12 @@ class Jobdeck:
         queue = queue_name(queue)
 
         available_at = _available_at(data.get("run_at"), data.get("delay_seconds"), now)
+        once = self._unique_of(job_type, data, key)
+        unique = None
+        if once is not None:
+            if once.debounce is not None:
+                available_at = max(available_at, now + timedelta(seconds=once.debounce))
+            unique = claim_for(once, job_type, queue, payload, now)
         return NewJob(
             type=job_type,
             payload=payload,
@@ -378,10 +393,26 @@ class Jobdeck:
             idempotency_key=key,
             available_at=available_at,
             payload_json=payload_json,
+            unique=unique,
         )
+
+    def _unique_of(self, job_type: str, data: Mapping[str, Any], key: str | None) -> Unique | None:
+        """The enqueue's own ``unique`` (``false``: none), else the type's.
+        An explicit ``idempotency_key`` takes the type's place."""
+        if "unique" not in data:
+            return None if key is not None else self.unique_types.get(job_type)
+        value = data["unique"]
+        spec = value if isinstance(value, Unique) else parse_unique(value, "unique")
+        if spec is not None and key is not None:
+            raise InvalidField("unique", "give unique or idempotency_key, not both")
+        return spec
 
 
 _PLAIN = frozenset({"type", "payload"})
+_FIELDS = frozenset(
+    {"type", "payload", "priority", "max_retries", "idempotency_key", "unique", "run_at", "delay_seconds", "queue"}
+)
+"""What an enqueue request may carry (``Jobdeck.new_job``)."""
 
 EDITABLE = ("payload", "priority", "queue", "run_at")
 """What an edit may set (``Jobdeck.job_changes``)."""

@@ -12,9 +12,10 @@ from sqlalchemy import Connection
 from app.errors import IdempotencyConflict
 from app.store import statements
 from app.store.group_commit import GroupCommitter
-from app.store.records import JobRecord, NewJob
+from app.store.records import Enqueued, JobRecord, NewJob
 from app.store.sqlite import db_time, translated_errors
 from app.store.transactions import Transactions
+from app.store.unique import enqueue_unique
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
@@ -48,19 +49,23 @@ class Enqueueing(Transactions):
             at = db_time(at)
         return statements.job_row(new, payload_json(new), stamp, at)
 
-    def enqueue(self, new: NewJob, now: datetime) -> tuple[JobRecord, bool]:
-        """Insert a job; with a known idempotency key return the existing one.
+    def enqueue(self, new: NewJob, now: datetime) -> Enqueued:
+        """Insert a job; with a known idempotency key return the existing one,
+        and with a unique key still held (``app.store.unique``) the job that
+        holds it (a duplicate).
 
-        Returns (job, created). The UNIQUE constraint decides under concurrency:
+        Returns (job, created) as an ``Enqueued``. The UNIQUE constraint decides under concurrency:
         the insert does nothing on conflict and the existing row is read back.
         On PostgreSQL the read sees a newer snapshot than the insert did: if
         retention deleted the job in between, the key is free and the insert
         runs again (it read nothing and answered 500).
         """
+        if new.unique is not None:
+            return self._enqueue_unique(new, now)
         if self._enqueuer is not None and new.idempotency_key is None:
             row = self._enqueuer.submit(self._row(new, now, db_time(now), True))
             self._notify_enqueued()
-            return JobRecord.from_sqlite(row), True
+            return Enqueued(JobRecord.from_sqlite(row), True)
         values = self._row(new, now, self._t(now), self.sqlite)
         with self.write() as conn:
             if new.idempotency_key is None:
@@ -68,11 +73,20 @@ class Enqueueing(Transactions):
             else:
                 found = self._enqueue_keyed(conn, new, values)
                 if isinstance(found, JobRecord):
-                    return found, False
+                    return Enqueued(found, False)
                 row = found
             self._notify_other_processes(conn)
         self._notify_enqueued()
-        return self._record(row), True
+        return Enqueued(self._record(row), True)
+
+    def _enqueue_unique(self, new: NewJob, now: datetime) -> Enqueued:
+        with self.write() as conn:
+            job, created, changed = enqueue_unique(conn, self.dialect, new, payload_json(new), now)
+            if created or changed:
+                self._notify_other_processes(conn)
+        if created or changed:
+            self._notify_enqueued()
+        return Enqueued(job, created, duplicate=not created, changed=changed)
 
     def _enqueue_keyed(self, conn: Connection, new: NewJob, values: tuple[Any, ...]) -> Any:
         """The inserted row, or the key's existing job."""
@@ -96,6 +110,8 @@ class Enqueueing(Transactions):
         """
         if not news:
             return []
+        if any(n.unique is not None for n in news):
+            return self._enqueue_many_unique(news, now)
         if not any(n.idempotency_key is not None for n in news):
             stamp = self._t(now)
             return self._insert_plain([self._row(n, now, stamp, self.sqlite) for n in news])
@@ -116,6 +132,30 @@ class Enqueueing(Transactions):
             plain.sort()
             it = iter(plain)
             ids = [by_key[n.idempotency_key] if n.idempotency_key else next(it) for n in news]
+            self._notify_other_processes(conn)
+        self._notify_enqueued()
+        return ids
+
+    def _enqueue_many_unique(self, news: Sequence[NewJob], now: datetime) -> list[int]:
+        """A bulk enqueue with unique jobs: one transaction, each job in turn
+        (a unique one sees the jobs before it, so two with one key make one
+        job, and both slots hold its id). The unique jobs go last, in key
+        order: two bulk enqueues on PostgreSQL sharing keys then wait for
+        each other's keys in one order, never in a deadlock."""
+        ids: list[int] = [0] * len(news)
+        stamp = self._t(now)
+        unique = sorted((n.unique.key, i) for i, n in enumerate(news) if n.unique is not None)
+        with self.write() as conn:
+            for i, new in enumerate(news):
+                if new.unique is not None:
+                    continue
+                values = self._row(new, now, stamp, self.sqlite)
+                if new.idempotency_key is None:
+                    ids[i] = self._run(conn, statements.enqueue("row"), values).one().id
+                else:
+                    ids[i] = self._enqueue_keyed(conn, new, values).id
+            for _, i in unique:
+                ids[i] = enqueue_unique(conn, self.dialect, news[i], payload_json(news[i]), now)[0].id
             self._notify_other_processes(conn)
         self._notify_enqueued()
         return ids

@@ -125,6 +125,14 @@ class Job(Base):
     error_fingerprint: Mapped[str | None] = mapped_column(String(255))
     """The error's group (``app.fingerprint``), set by the fail statement;
     after cancel_requested_at (0009), last, so rows decoded by position keep their order (revision 0012)."""
+    unique_key: Mapped[str | None] = mapped_column(String(255))
+    """The unique key of a unique job (``app.unique``), UNIQUE among rows
+    (``ux_jobs_unique_key``); freed by the next enqueue of the key once this
+    job no longer holds it (revision 0015, after the columns before it)."""
+    unique_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    """The end of the key's period; NULL: no end."""
+    unique_states: Mapped[int | None] = mapped_column(Integer)
+    """The states the job holds its key in, a mask of ``app.unique.STATE_BITS``."""
 
     __table_args__ = (
         CheckConstraint(f"status IN ({_state_list})", name="ck_jobs_status"),
@@ -169,6 +177,9 @@ class Job(Base):
         # The overview's "died last" (revision 0013): dead jobs by when they
         # died, so its top few are read from the index, not sorted from all.
         Index("ix_jobs_dead_finished", "finished_at", "id", sqlite_where=_dead_where, postgresql_where=_dead_where),
+        # Unique jobs (revision 0015): the database decides between racing enqueues.
+        # NULLs are distinct, so jobs without a key are all in it and never collide.
+        Index("ux_jobs_unique_key", "unique_key", unique=True),
         {"sqlite_autoincrement": True},
     )
 

@@ -8,10 +8,13 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.states import AttemptOutcome, State
 from app.store import sqlite
+
+if TYPE_CHECKING:
+    from app.unique import UniqueClaim
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,11 @@ class JobRecord:
     finished_at: datetime | None
     cancel_requested_at: datetime | None = None
     """Set by a cancel; a running job with it set ends ``cancelled``."""
+    unique_key: str | None = None
+    """The unique key it was enqueued with (``app.unique``); it holds it
+    while in its unique states and period (``holds_unique_key``)."""
+    unique_until: datetime | None = None
+    unique_states: int | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> JobRecord:
@@ -66,6 +74,9 @@ class JobRecord:
             updated_at=m["updated_at"],
             finished_at=m["finished_at"],
             cancel_requested_at=m["cancel_requested_at"],
+            unique_key=m.get("unique_key"),
+            unique_until=m.get("unique_until"),
+            unique_states=m.get("unique_states"),
         )
 
     @classmethod
@@ -76,10 +87,23 @@ class JobRecord:
             r[0], r[1], r[2], sqlite.loads(r[3]), r[4], sqlite.STATE_OF[r[5]], r[6], r[7], r[8], r[9],
             req(r[10]), t(r[11]), t(r[12]), r[13], r[14], None if r[15] is None else json.loads(r[15]),
             r[16], r[17], req(r[18]), req(r[19]), t(r[20]), t(r[21]),
+            *((r[23], t(r[24]), r[25]) if len(r) > 25 else ()),
         )  # fmt: skip
 
     def is_scheduled(self, now: datetime) -> bool:
         return self.status is State.PENDING and self.available_at > now
+
+    def holds_unique_key(self, now: datetime) -> bool:
+        """The job still holds its unique key: in one of its unique states
+        and inside its period. A key no longer held is freed by the next
+        enqueue of it (``app.store.unique``), which then makes a new job."""
+        from app.unique import SCHEDULED, STATE_BITS
+
+        if self.unique_key is None or self.unique_states is None:
+            return False
+        state = SCHEDULED if self.is_scheduled(now) else self.status.value
+        in_states = bool(self.unique_states & STATE_BITS.get(state, 0))
+        return in_states and (self.unique_until is None or self.unique_until > now)
 
 
 @dataclass(frozen=True)
@@ -119,6 +143,31 @@ class AttemptRecord:
         return (self.finished_at - self.started_at).total_seconds()
 
 
+class Enqueued(tuple[JobRecord, bool]):
+    """What an enqueue returns: ``(job, created)`` as it always was (callers
+    unpack it), and more by name. ``duplicate``: a unique job's key was held,
+    ``job`` is the kept job (``app.unique``); ``changed``: that duplicate's
+    replace or debounce was applied to it. An idempotency key's existing job
+    is ``created`` False, not a duplicate: it is the same request again."""
+
+    duplicate: bool
+    changed: bool
+
+    def __new__(cls, job: JobRecord, created: bool, *, duplicate: bool = False, changed: bool = False) -> Enqueued:
+        self = super().__new__(cls, (job, created))
+        self.duplicate = duplicate
+        self.changed = changed
+        return self
+
+    @property
+    def job(self) -> JobRecord:
+        return self[0]
+
+    @property
+    def created(self) -> bool:
+        return self[1]
+
+
 @dataclass
 class NewJob:
     """A validated job to enqueue (see ``app.deck.Jobdeck.new_job``)."""
@@ -132,6 +181,8 @@ class NewJob:
     available_at: datetime | None = None
     payload_json: str | None = None
     """``payload`` already serialized (by validation), so it is not done twice."""
+    unique: UniqueClaim | None = None
+    """A unique job's key and what a duplicate does (``app.unique``)."""
 
 
 @dataclass

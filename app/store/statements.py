@@ -127,6 +127,20 @@ def enqueue_keyed(dialect: str, returning: str = "row") -> Prepared:
     return Prepared(stmt.returning(jobs.c.id, jobs.c.idempotency_key), JOB_FIELDS)
 
 
+UNIQUE_FIELDS = ("unique_key", "unique_until", "unique_states")
+"""What a unique enqueue stores besides ``JOB_FIELDS`` (``app.store.unique``)."""
+
+
+@lru_cache(maxsize=4)
+def enqueue_unique(dialect: str) -> Prepared:
+    """Insert a unique job, doing nothing when its unique key is taken: the
+    UNIQUE index decides between concurrent enqueues. Values: ``JOB_FIELDS``
+    then ``UNIQUE_FIELDS``."""
+    values = {**_job_values(), **{f: bindparam(f, type_=jobs.c[f].type) for f in UNIQUE_FIELDS}}
+    stmt = dialect_insert(dialect)(jobs).values(values).on_conflict_do_nothing(index_elements=["unique_key"])
+    return Prepared(stmt.returning(*JOB_COLUMNS), JOB_FIELDS + UNIQUE_FIELDS)
+
+
 def job_by_key() -> Select[Any]:
     return select(jobs).where(jobs.c.idempotency_key == bindparam("key"))
 

@@ -42,6 +42,7 @@ def job_json(job: JobRecord, now: datetime, attempts: list[AttemptRecord] | None
         "retry_count": job.retry_count,
         "max_retries": job.max_retries,
         "idempotency_key": job.idempotency_key,
+        "unique_key": job.unique_key,
         "available_at": iso(job.available_at),
         "claimed_at": iso(job.claimed_at),
         "heartbeat_at": iso(job.heartbeat_at),

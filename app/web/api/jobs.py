@@ -122,8 +122,11 @@ def enqueue() -> Any:
     deck = _deck()
     now = deck.clock()
     new = deck.new_job(_body(), now)
-    job, created = deck.store.enqueue(new, now)
-    return _job_response(job_json(job, now), 201 if created else 200)
+    enqueued = deck.store.enqueue(new, now)
+    data = job_json(enqueued.job, now)
+    if enqueued.duplicate:
+        data.update(duplicate=True, replaced=enqueued.changed)
+    return _job_response(data, 201 if enqueued.created else 200)
 
 
 _JOB_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))

@@ -585,6 +585,9 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
     from app.web.api.openapi_snooze import paths as snooze_paths
 
     doc["paths"].update(snooze_paths())
+    from app.web.api.openapi_unique import install as install_unique
+
+    install_unique(doc)
     for path, operations in doc["paths"].items():
         if path == "/api/openapi.json":
             continue

@@ -1,7 +1,7 @@
 """attempts may end "snoozed", and keep how long
 
 Revision ID: 0016
-Revises: 0013
+Revises: 0015
 Create Date: 2026-12-01 19:00:00
 
 A handler that returns or raises ``Snooze(seconds)`` puts its job back to
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0016"
-down_revision: str | Sequence[str] | None = "0013"
+down_revision: str | Sequence[str] | None = "0015"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
