@@ -116,7 +116,9 @@ class WorkerPool(Acknowledging, Monitoring):
         if self._started:
             raise RuntimeError("worker pool already started")
         self._started = True
-        self.store.register_worker(self.worker_id, socket.gethostname(), os.getpid(), self.threads, self.deck.clock())
+        self.store.register_worker(
+            self.worker_id, socket.gethostname(), os.getpid(), self.threads, self.deck.clock(), queues=self.queues
+        )
         for name, target in (("fetcher", self._fetch_loop), ("acker", self._ack_loop), ("monitor", self._monitor_loop)):
             t = threading.Thread(target=target, name=f"jobdeck-{name}", daemon=True)
             t.start()
