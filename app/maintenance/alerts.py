@@ -101,8 +101,9 @@ class Alerts:
         the sweeper, which must not stop over an alert."""
         for job in dead:
             log.error(
-                "job %s (%s) is dead after %d attempt(s): %s", job.id, job.type, job.attempt, job.error or "no error"
-            )
+                "job %s (%s) is dead after %d attempt(s): %s", job.id, job.type, job.attempt, job.error or "no error",
+                extra={"event": "job.dead", "job_id": job.id, "job_type": job.type, "attempts": job.attempt},
+            )  # fmt: skip
         if not self.settings.webhook_url:
             return
         latest: dict[str, datetime] = {}

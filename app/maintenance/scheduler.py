@@ -69,7 +69,10 @@ class SchedulerService:
                           next_run_time=datetime.now(UTC))  # fmt: skip
         sched.start()
         self.scheduler = sched
-        log.info("scheduler started with %d schedule(s)", len(self.deck.schedules.schedules))
+        count = len(self.deck.schedules.schedules)
+        log.info(
+            "scheduler started with %d schedule(s)", count, extra={"event": "scheduler.started", "schedules": count}
+        )
 
     def _shell(self, name: str, body: Callable[[datetime], Any]) -> Callable[[], None]:
         def run() -> None:
