@@ -578,6 +578,9 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
     from app.web.api.openapi_errors import paths as error_paths
 
     doc["paths"].update(error_paths())
+    from app.web.api.openapi_metrics import paths as metrics_paths
+
+    doc["paths"].update(metrics_paths())
     for path, operations in doc["paths"].items():
         if path == "/api/openapi.json":
             continue
