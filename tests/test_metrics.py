@@ -223,3 +223,28 @@ def test_with_users_a_viewer_session_may_scrape(deck):
     assert refused.status_code == 401 and "sign in" in refused.get_json()["error"]
     assert login(client, "victor", "victor-secret").status_code == 302
     assert value(scrape(client), "jobdeck_workers_live") == 0
+
+
+def test_revision_0019_fills_the_totals_from_the_minutes_kept(db_url, clock):
+    from sqlalchemy import select
+
+    from app.store import Store, migrate
+    from app.store.engine import make_engine
+    from app.store.metrics import type_totals
+    from app.store.models import stats_minutely
+
+    engine = make_engine(db_url, pool_size=2)
+    try:
+        migrate.upgrade(engine, "0013")
+        store = Store(engine)
+        rows = [{"minute": clock.now + timedelta(minutes=i), "type": t, "completed": c, "failed": f, "dead": d,
+                 "dur_05": c} for i, (t, c, f, d) in enumerate([("a", 3, 1, 0), ("a", 2, 0, 1), ("b", 7, 0, 0)])]  # fmt: skip
+        with store.write() as conn:
+            conn.execute(stats_minutely.insert(), rows)
+        migrate.upgrade(engine)
+        totals = {t.type: (t.completed, t.failed, t.dead, t.durations[5]) for t in type_totals(store)}
+        assert totals == {"a": (5, 1, 1, 5), "b": (7, 0, 0, 7)}
+        with store.read() as conn:
+            assert len(conn.execute(select(stats_minutely)).all()) == 3
+    finally:
+        engine.dispose()
