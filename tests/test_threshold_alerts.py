@@ -223,3 +223,17 @@ def test_the_window_reads_only_its_minutes(make_deck, clock, port):
     assert deck.thresholds.check_once(clock.now) == [("failure_rate:demo.fail", True)]
     clock.advance(timedelta(minutes=12).total_seconds())  # the failures left the window
     assert deck.thresholds.check_once(clock.now) == [("failure_rate:demo.fail", False)]
+
+
+def test_due_queues_is_a_seek_per_queue(make_deck, clock):
+    from app.store.metrics import due_queues
+
+    deck = make_deck(clock=clock)
+    for name in ["b", "a", "a", "c", "z"]:
+        deck.enqueue("demo.noop", queue=name)
+    deck.enqueue("demo.noop", queue="later", delay_seconds=60)
+    [running] = deck.store.claim("w", clock.now, queues=["z"])
+    assert running.queue == "z"
+    found = due_queues(deck.store, clock.now)
+    assert found == ["a", "b", "c"]  # not "later" (not due yet), nor "z" (its job runs)
+    assert due_queues(deck.store, clock.now, limit=2) == found[:2]

@@ -37,7 +37,7 @@ from app.config import Config, ConfigError
 from app.handlers import JobContext
 from app.maintenance.alerts import ALERT_QUEUE, AlertSettings, _stamp
 from app.store import NewJob
-from app.store.metrics import active_by_queue, live_workers, paused_queues, queue_latencies
+from app.store.metrics import due_queues, live_workers, paused_queues, queue_latencies
 from app.store.thresholds import move_threshold, stored_key, threshold_states
 from app.store.upkeep import type_health
 
@@ -136,8 +136,8 @@ class ThresholdAlerts:
         found: list[Breach] = []
         if s.queue_latency is not None:
             paused = paused_queues(self.store)
-            queues = sorted(q for q in active_by_queue(self.store, now) if q not in paused)
-            for queue, seconds in queue_latencies(self.store, now, queues[:MAX_QUEUES]).items():
+            queues = [q for q in due_queues(self.store, now) if q not in paused]
+            for queue, seconds in queue_latencies(self.store, now, queues).items():
                 if seconds > s.queue_latency:
                     found.append(Breach(f"{QUEUE_LATENCY}:{queue}", QUEUE_LATENCY, {"queue": queue}, seconds,
                                         s.queue_latency, f"queue {queue}: the next job has waited {seconds:.0f} s "
