@@ -9,7 +9,7 @@ The fields beyond time, level, logger and message are the ``extra=`` of the
 log call: ``event`` names what happened (``worker.started``,
 ``worker.stopped``, ``scheduler.started``, ``job.dead``, ``job.rescued``,
 ``threshold.firing``, ``threshold.recovered``, ``audit``), with ``job_id``,
-``job_type``, ``worker_id``, ``actor``, ``action`` where they apply. A
+``job_type``, ``queue``, ``worker_id``, ``actor``, ``action`` where they apply. A
 traceback is the ``exception`` field. JSON escapes newlines and control
 characters, so a job's error text cannot forge a line. The default,
 ``text``, stays the one-line text format.

@@ -66,7 +66,7 @@ def test_dead_jobs_alerts_and_audit_carry_their_fields(make_deck, clock):
     assert dead["job_type"] == "demo.fail" and isinstance(dead["job_id"], int) and dead["attempts"] == 1
     assert "boom\nERROR forged" in dead["message"]  # kept, but inside one JSON string
     firing = next(r for r in records if r.get("event") == "threshold.firing")
-    assert firing["alert"] == "no_live_workers" and firing["alert_queue"] == "default"
+    assert firing["alert"] == "no_live_workers" and firing["queue"] == "default"
     audit = next(r for r in records if r.get("event") == "audit" and r["action"] == "cancel")
     assert audit["actor"] == "alice" and isinstance(audit["job_id"], int) and audit["count"] == 1
     assert all(r["time"].endswith("Z") for r in records)

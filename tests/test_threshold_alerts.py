@@ -183,7 +183,7 @@ def test_without_a_webhook_the_moves_are_logged(make_deck, clock, caplog):
         deck.store.register_worker("p", "h", 1, 1, clock.now)
         assert deck.thresholds.check_once(clock.now) == [("no_live_workers:default", False)]
     assert [r.levelname for r in caplog.records] == ["WARNING", "INFO"]
-    assert caplog.records[0].alert == "no_live_workers" and caplog.records[0].alert_queue == "default"
+    assert caplog.records[0].alert == "no_live_workers" and caplog.records[0].queue == "default"
     assert deck.store.list_jobs(JobFilter(type=THRESHOLD_TYPE), clock.now) == []
 
 

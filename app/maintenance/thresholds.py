@@ -184,7 +184,8 @@ class ThresholdAlerts:
     def _send(self, breach: Breach, firing: bool, now: datetime, since: datetime) -> None:
         event = "threshold.firing" if firing else "threshold.recovered"
         text = breach.text if firing else f"recovered: {breach.text}"
-        fields = {"alert": breach.kind, "event": event, **{f"alert_{k}": v for k, v in breach.subject.items()}}
+        names = {"type": "job_type"}  # the log field every other Jobdeck line uses for a type
+        fields = {"alert": breach.kind, "event": event, **{names.get(k, k): v for k, v in breach.subject.items()}}
         if firing:
             log.warning("threshold alert %s: %s", breach.key, text, extra=fields)
         else:
