@@ -115,6 +115,7 @@ def test_the_histogram_buckets_hold_the_run_times(make_deck, clock):
     buckets = {dict(k)["le"]: v for k, v in of(m, "jobdeck_job_duration_seconds_bucket").items()}
     ordered = sorted(((float(le), n) for le, n in buckets.items()), key=lambda p: p[0])
     assert [n for _, n in ordered] == sorted(n for _, n in ordered)  # cumulative
+    assert [le for le, _ in ordered[:3]] == [0.001, 0.002, 0.004] and ordered[-2][0] == pytest.approx(8388.608)
     assert all(n == 0 for le, n in ordered if le < 3) and all(n == 1 for le, n in ordered if le >= 4.1)
     assert 3 * 2**-0.25 <= value(m, "jobdeck_job_duration_seconds_sum", type="demo.noop") <= 3 * 2**0.25
 

@@ -65,7 +65,7 @@ ALL_QUEUES = "*"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The classic text format, which every Prometheus reads (prometheus_client
 0.26 labels the same bytes ``version=1.0.0``, which Prometheus 2 does not know)."""
-HISTOGRAM_EDGES = tuple(range(1, durations.BUCKETS - 1, 2))
+HISTOGRAM_EDGES = tuple(range(0, durations.BUCKETS - 1, 2))
 """Indexes into ``durations.EDGES`` used as ``le`` bounds: 1 ms, 2 ms, 4 ms, ... about 2.3 h."""
 
 
