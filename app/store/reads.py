@@ -42,7 +42,7 @@ from app.store.models import (
 from app.store.upkeep import STATS_MARK
 
 log = logging.getLogger("jobdeck.dashboard")
-audit_log_ = logging.getLogger("jobdeck.audit")
+audit_logger = logging.getLogger("jobdeck.audit")
 
 
 BATCH = 500
@@ -362,9 +362,9 @@ def record_action(
             ).scalar_one()
         )
     target = f"job {job_id}" if job_id is not None else f"{count} job(s)"
-    audit_log_.info("%s by %s: %s%s", action, actor, target, f" ({detail})" if detail else "",
-                    extra={"event": "audit", "actor": actor, "action": action, "job_id": job_id, "count": count,
-                           "audit_id": entry})  # fmt: skip
+    audit_logger.info("%s by %s: %s%s", action, actor, target, f" ({detail})" if detail else "",
+                      extra={"event": "audit", "actor": actor, "action": action, "job_id": job_id, "count": count,
+                             "audit_id": entry})  # fmt: skip
     return entry
 
 
