@@ -71,6 +71,9 @@ def create_app(
     for blueprint in (jobs.bp, effects.bp, queues.bp, schedules.bp, schedules.api_bp, artifacts.bp, errors.bp):
         app.register_blueprint(blueprint)
     app.register_blueprint(dashboard_artifacts.bp)
+    from app.web import metrics
+
+    app.register_blueprint(metrics.bp)
 
     from app.web import dashboard
 

@@ -32,8 +32,10 @@ class Action:
 def record(actor: str, verb: str, target: str, at: datetime, *, store: Store | None = None, **detail: Any) -> Action:
     """Log the action and write it to the audit log (when given the store)."""
     action = Action(actor, verb, target, at, detail)
-    log.info("%s by %s: %s %s", verb, actor, target, detail or "")
-    if store is not None:
+    if store is None:
+        log.info("%s by %s: %s %s", verb, actor, target, detail or "",
+                 extra={"event": "audit", "actor": actor, "action": verb, "target": target})  # fmt: skip
+    else:  # record_action logs it (jobdeck.audit)
         from app.store.reads import record_action
 
         job_id = detail.get("job_id")

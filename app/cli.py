@@ -19,6 +19,7 @@ import click
 
 from app.config import Config, ConfigError, load
 from app.states import ALL_STATES, CLAIMABLE, SOURCES, State, Transition
+from app.structured_logs import use_log_format
 
 if TYPE_CHECKING:
     from app.deck import Jobdeck
@@ -146,6 +147,7 @@ def serve(demo: bool, bind: str | None, workers: int | None, log_level: str) -> 
 
     _logging(log_level)
     config = _config(demo, bind=bind, workers=workers)
+    use_log_format(config.log_format)
     refuse_exposed(config)
     app = _app(config)
     runtime = Runtime.for_app(app)
@@ -197,6 +199,7 @@ def worker(demo: bool, workers: int | None, log_level: str) -> None:
 
     _logging(log_level)
     config = _config(demo, workers=workers)
+    use_log_format(config.log_format)
     if config.workers <= 0:
         raise click.ClickException("workers: must be > 0 for `jobdeck worker`")
     app = _app(config)

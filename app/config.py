@@ -89,6 +89,9 @@ class Config:
     deployment (no ``[users]``) answers to. A web page that rebinds its own
     name to 127.0.0.1 reaches the socket as if from this machine, but its
     requests name its own host: an open deployment refuses them (403)."""
+    log_format: str = "text"
+    """``text`` (one line per record) or ``json`` (one JSON object per line,
+    with job ids and types as fields: ``app.structured_logs``)."""
     auto_migrate: bool = True
     """Upgrade the database schema at start-up (``jobdeck db upgrade``).
     Off: start-up refuses to run on a schema older than the code."""
@@ -141,7 +144,7 @@ ENV_KEYS = (
     "poll_interval", "heartbeat_interval", "stall_timeout", "sweep_interval",
     "shutdown_grace", "claim_batch",
     "auto_migrate", "max_abandoned_threads", "exit_when_unhealthy", "sqlite_busy_timeout",
-    "allowed_hosts",
+    "allowed_hosts", "log_format",
 )  # fmt: skip
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Config) if f.name != "extra"}
@@ -253,6 +256,8 @@ def validate(config: Config) -> None:
     if config.sqlite_synchronous.upper() not in {"FULL", "NORMAL"}:
         raise ConfigError(f"sqlite_synchronous: must be FULL or NORMAL, got {config.sqlite_synchronous!r}")
     config.sqlite_synchronous = config.sqlite_synchronous.upper()
+    if config.log_format not in ("text", "json"):
+        raise ConfigError(f"log_format: must be text or json, got {config.log_format!r}")
     host, sep, port = config.bind.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"bind: expected HOST:PORT, got {config.bind!r}")

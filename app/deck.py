@@ -5,7 +5,7 @@ A deck owns its parts, built (and their config checked) when it is, so a bad
 schedule, queue limit, alert or retention entry stops start-up with a
 ConfigError naming it: ``deck.schedules`` (the configured recurring jobs),
 ``deck.queues`` (pause/resume and concurrency limits, installed as the
-store's claim policy), ``deck.alerts`` (dead-letter alerts),
+store's claim policy), ``deck.alerts`` (dead-letter alerts), ``deck.thresholds`` (threshold alerts),
 ``deck.maintenance`` (sweeper, retention, roll-up) and ``deck.health`` (what
 makes this process unhealthy).
 """
@@ -26,6 +26,7 @@ from app.handlers import registry as default_registry
 from app.health import Health
 from app.maintenance.alerts import Alerts, parse_alerts
 from app.maintenance.cron import Periodic, parse_schedules
+from app.maintenance.thresholds import ThresholdAlerts, parse_thresholds
 from app.maintenance.upkeep import Maintenance, parse_retention
 from app.queues import QueueControls, parse_limits
 from app.states import State
@@ -97,6 +98,8 @@ class Jobdeck:
         self.health: Health = Health()
         self.alerts: Alerts = Alerts(self, parse_alerts(config))
         self.alerts.install()  # registers jobdeck.alert before the schedules are checked against the types
+        self.thresholds: ThresholdAlerts = ThresholdAlerts(self, parse_thresholds(config), self.alerts.settings)
+        self.thresholds.install()
         self.schedules: Periodic = Periodic(self, parse_schedules(config.extra.get("schedules"), self))
         self.queues: QueueControls = QueueControls(self.store, parse_limits(config), refresh=config.poll_interval)
         self.queues.install()

@@ -12,9 +12,11 @@ import atexit
 from app import create_app
 from app.config import load
 from app.runtime import Runtime
+from app.structured_logs import use_log_format
 from app.web.exposure import exposure_problem
 
 config = load()
+use_log_format(config.log_format)
 problem = exposure_problem(config)
 if problem:
     raise SystemExit(f"jobdeck: {problem}")

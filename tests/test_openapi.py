@@ -12,7 +12,7 @@ from app.web.api.openapi import document
 def _served(app) -> set[tuple[str, str]]:
     routes = set()
     for rule in app.url_map.iter_rules():
-        if not rule.rule.startswith("/api/"):
+        if not rule.rule.startswith("/api/") and rule.rule != "/metrics":  # /metrics: guarded like the API
             continue
         path = re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule.rule)
         for method in rule.methods - {"HEAD", "OPTIONS"}:

@@ -61,6 +61,8 @@ def parse_alerts(config: Config) -> AlertSettings:
         raise ConfigError("alerts: expected a table")
     values: dict[str, Any] = {}
     for key, value in raw.items():
+        if key == "thresholds":
+            continue  # [alerts.thresholds]: app.maintenance.thresholds
         if key not in AlertSettings.__dataclass_fields__:
             raise ConfigError(f"alerts.{key}: unknown key")
         if key in ("webhook_url", "dashboard_url"):
@@ -99,8 +101,9 @@ class Alerts:
         the sweeper, which must not stop over an alert."""
         for job in dead:
             log.error(
-                "job %s (%s) is dead after %d attempt(s): %s", job.id, job.type, job.attempt, job.error or "no error"
-            )
+                "job %s (%s) is dead after %d attempt(s): %s", job.id, job.type, job.attempt, job.error or "no error",
+                extra={"event": "job.dead", "job_id": job.id, "job_type": job.type, "attempts": job.attempt},
+            )  # fmt: skip
         if not self.settings.webhook_url:
             return
         latest: dict[str, datetime] = {}
@@ -180,6 +183,11 @@ class Alerts:
         body = self.message(payload)
         if body is None:
             return {"sent": False, "reason": "no dead jobs left in the window"}
+        return {"sent": True, "status": self.post(body), "count": body["count"]}
+
+    def post(self, body: dict[str, Any]) -> int:
+        """POST ``body`` as JSON to the webhook; its HTTP status, or a
+        RuntimeError (the alert job then retries with backoff)."""
         request = urllib.request.Request(
             self.settings.webhook_url,
             data=json.dumps(body).encode(),
@@ -193,7 +201,7 @@ class Alerts:
             raise RuntimeError(f"webhook answered HTTP {exc.code}") from None
         except (urllib.error.URLError, OSError) as exc:
             raise RuntimeError(f"webhook unreachable: {getattr(exc, 'reason', exc)}") from None
-        return {"sent": True, "status": status, "count": body["count"]}
+        return int(status)
 
 
 def _stamp(t: datetime) -> str:

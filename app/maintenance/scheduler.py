@@ -6,7 +6,8 @@ that ``app.runtime.Runtime`` starts and stops (never at import time, never in
 - schedules: ``deck.schedules.enqueue_due_once`` every second;
 - sweeper: ``deck.maintenance.sweep_once`` every ``sweep_interval`` seconds;
 - counters: ``deck.maintenance.rollup_once`` every 15 seconds;
-- retention: ``deck.maintenance.prune_once`` every minute.
+- retention: ``deck.maintenance.prune_once`` every minute;
+- thresholds: ``deck.thresholds.check_once`` every 15 seconds.
 
 Any number of processes may run this against one database: every body is
 deduplicated by the database (unique keys, conditional updates).
@@ -31,6 +32,7 @@ log = logging.getLogger("jobdeck.scheduler")
 SCHEDULE_TICK = 1.0
 STATS_TICK = 15.0
 PRUNE_TICK = 60.0
+THRESHOLD_TICK = 15.0
 
 _running: SchedulerService | None = None
 _running_lock = threading.Lock()
@@ -61,12 +63,16 @@ class SchedulerService:
             ("sweeper", self.deck.config.sweep_interval, m.sweep_once),
             ("stats", STATS_TICK, m.rollup_once),
             ("retention", PRUNE_TICK, m.prune_once),
+            ("thresholds", THRESHOLD_TICK, self.deck.thresholds.check_once),
         ):
             sched.add_job(self._shell(name, body), "interval", seconds=seconds, id=name, name=f"jobdeck {name}",
                           next_run_time=datetime.now(UTC))  # fmt: skip
         sched.start()
         self.scheduler = sched
-        log.info("scheduler started with %d schedule(s)", len(self.deck.schedules.schedules))
+        count = len(self.deck.schedules.schedules)
+        log.info(
+            "scheduler started with %d schedule(s)", count, extra={"event": "scheduler.started", "schedules": count}
+        )
 
     def _shell(self, name: str, body: Callable[[datetime], Any]) -> Callable[[], None]:
         def run() -> None:

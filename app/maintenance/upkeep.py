@@ -92,7 +92,9 @@ class Maintenance:
         timeout = self.deck.config.stall_timeout
         rescued = self.store.rescue_stalled(now, timeout)
         for job in rescued:
-            log.warning("rescued job %s (%s) -> %s: %s", job.id, job.type, job.status.value, job.error)
+            log.warning("rescued job %s (%s) -> %s: %s", job.id, job.type, job.status.value, job.error,
+                        extra={"event": "job.rescued", "job_id": job.id, "job_type": job.type,
+                               "state": job.status.value})  # fmt: skip
         for worker_id in mark_silent_workers(self.store, now, now - timedelta(seconds=timeout)):
             log.warning("worker %s stopped heart-beating; marked gone", worker_id)
         return [j.id for j in rescued]

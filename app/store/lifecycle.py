@@ -11,6 +11,7 @@ rows and the reads the API and the pool make.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -257,12 +258,16 @@ class Store(Enqueueing, Snoozing):
 
     # -- workers ----------------------------------------------------------------
 
-    def register_worker(self, worker_id: str, host: str, pid: int, threads: int, now: datetime) -> None:
+    def register_worker(
+        self, worker_id: str, host: str, pid: int, threads: int, now: datetime, queues: Sequence[str] | None = None
+    ) -> None:
+        """Record a starting pool; ``queues`` it claims from (None: every queue)."""
+        served = None if queues is None else json.dumps(sorted(queues))
         with self.write() as conn:
             conn.execute(delete(workers).where(workers.c.id == worker_id))
             conn.execute(
                 insert(workers).values(
-                    id=worker_id, host=host, pid=pid, threads=threads, started_at=now, heartbeat_at=now
+                    id=worker_id, host=host, pid=pid, threads=threads, started_at=now, heartbeat_at=now, queues=served
                 )
             )
 

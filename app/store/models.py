@@ -275,6 +275,9 @@ class Worker(Base):
     unhealthy: Mapped[str | None] = mapped_column(Text)
     """Why the pool reports itself unhealthy (and claims nothing); None when healthy.
     Stored so that every process's dashboard shows every pool's health."""
+    queues: Mapped[str | None] = mapped_column(Text)
+    """The queues the pool claims from, as a JSON list; None for every queue
+    (revision 0019: the "no live workers for a queue" threshold reads it)."""
 
 
 jobs = cast(Table, Job.__table__)
@@ -394,6 +397,42 @@ for _bucket in DURATION_COLUMNS:
     # rather than mapped attributes, since the store reads them through Core.
     stats_minutely.append_column(Column(_bucket, Integer, nullable=False, default=0, server_default="0"))
 maintenance_marks = cast(Table, MaintenanceMark.__table__)
+
+
+class StatsTotal(Base):
+    """All-time sums of ``stats_minutely`` per job type (revision 0019): the
+    roll-up adds to both in one transaction and retention prunes only the
+    minutes, so the Prometheus counters read from here never go down."""
+
+    __tablename__ = "stats_totals"
+
+    type: Mapped[str] = mapped_column(String(200), primary_key=True)
+    completed: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    failed: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    dead: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+
+
+stats_totals = cast(Table, StatsTotal.__table__)
+for _bucket in DURATION_COLUMNS:
+    stats_totals.append_column(Column(_bucket, BigInteger, nullable=False, default=0, server_default="0"))
+
+
+class ThresholdAlert(Base):
+    """Whether one threshold alert (``app.maintenance.thresholds``) is firing,
+    moved by compare-and-set on ``firing`` so exactly one process sends each
+    start and each recovery (revision 0019)."""
+
+    __tablename__ = "threshold_alerts"
+
+    key: Mapped[str] = mapped_column(String(400), primary_key=True)
+    """``<kind>:<subject>``, e.g. ``queue_latency:reports``."""
+    firing: Mapped[bool] = mapped_column(Boolean)
+    changed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    value: Mapped[float | None] = mapped_column(Float)
+    """The measured value at the last change (seconds, a rate, a count)."""
+
+
+threshold_alerts = cast(Table, ThresholdAlert.__table__)
 
 
 class AuditEntry(Base):

@@ -42,6 +42,7 @@ from app.store.models import (
 from app.store.upkeep import STATS_MARK
 
 log = logging.getLogger("jobdeck.dashboard")
+audit_logger = logging.getLogger("jobdeck.audit")
 
 
 BATCH = 500
@@ -354,15 +355,21 @@ def record_action(
     store: Store, actor: str, action: str, now: datetime, *, count: int, job_id: int | None = None,
     detail: str | None = None,
 ) -> int:  # fmt: skip
-    """Append one operator action to the audit log; returns its id."""
+    """Append one operator action to the audit log, and log it (INFO,
+    ``jobdeck.audit``); returns its id."""
     with store.write() as conn:
-        return int(
+        entry = int(
             conn.execute(
                 insert(audit_log)
                 .values(at=now, actor=actor, action=action, job_id=job_id, count=count, detail=detail)
                 .returning(audit_log.c.id)
             ).scalar_one()
         )
+    target = f"job {job_id}" if job_id is not None else f"{count} job(s)"
+    audit_logger.info("%s by %s: %s%s", action, actor, target, f" ({detail})" if detail else "",
+                      extra={"event": "audit", "actor": actor, "action": action, "job_id": job_id, "count": count,
+                             "audit_id": entry})  # fmt: skip
+    return entry
 
 
 def add_to_action(store: Store, entry_id: int, moved: int, detail: str | None = None) -> None:

@@ -27,6 +27,7 @@ from app.store.models import (
     jobs,
     maintenance_marks,
     stats_minutely,
+    stats_totals,
     workers,
 )
 from app.store.statements import dialect_insert
@@ -182,7 +183,24 @@ def roll_up_minutes(store: Store, until: datetime) -> int:
             conn.execute(
                 stmt, [{"minute": m, "type": t, **dict(zip(_COUNTERS, c, strict=True))} for (m, t), c in counts.items()]
             )
+            _add_to_totals(conn, store.dialect, counts)
     return int((until - mark).total_seconds() // 60)
+
+
+def _add_to_totals(conn: Any, dialect: str, counts: dict[tuple[datetime, str], list[int]]) -> None:
+    """Add the minutes just closed to ``stats_totals``, in the roll-up's own
+    transaction: the all-time sums the Prometheus counters are read from,
+    which pruning old minutes never lowers."""
+    per_type: dict[str, list[int]] = {}
+    for (_, job_type), row in counts.items():
+        total = per_type.setdefault(job_type, [0] * _WIDTH)
+        for i, n in enumerate(row):
+            total[i] += n
+    insert = dialect_insert(dialect)(stats_totals)
+    stmt = insert.on_conflict_do_update(
+        index_elements=["type"], set_={name: stats_totals.c[name] + insert.excluded[name] for name in _COUNTERS}
+    )
+    conn.execute(stmt, [{"type": t, **dict(zip(_COUNTERS, c, strict=True))} for t, c in sorted(per_type.items())])
 
 
 def stats_since(store: Store, since: datetime, job_type: str | None = None) -> list[dict[str, Any]]:

@@ -117,7 +117,9 @@ class WorkerPool(Acknowledging, Monitoring):
         if self._started:
             raise RuntimeError("worker pool already started")
         self._started = True
-        self.store.register_worker(self.worker_id, socket.gethostname(), os.getpid(), self.threads, self.deck.clock())
+        self.store.register_worker(
+            self.worker_id, socket.gethostname(), os.getpid(), self.threads, self.deck.clock(), queues=self.queues
+        )
         for name, target in (("fetcher", self._fetch_loop), ("acker", self._ack_loop), ("monitor", self._monitor_loop)):
             t = threading.Thread(target=target, name=f"jobdeck-{name}", daemon=True)
             t.start()
@@ -125,7 +127,8 @@ class WorkerPool(Acknowledging, Monitoring):
         for _ in range(self.threads):
             self._spawn_executor()
         health.register(self.deck, self.unhealthy_reason)
-        log.info("worker pool %s started with %d threads", self.worker_id, self.threads)
+        log.info("worker pool %s started with %d threads", self.worker_id, self.threads,
+                 extra={"event": "worker.started", "worker_id": self.worker_id, "threads": self.threads})  # fmt: skip
 
     def wake(self) -> None:
         """Something was enqueued in this process: claim now, not at the next poll."""
@@ -191,7 +194,9 @@ class WorkerPool(Acknowledging, Monitoring):
             log.error("worker pool %s stopped without writing its last state (%s)", self.worker_id, first_line(exc))
         health.unregister(self.deck, self.unhealthy_reason)
         self._stopped.set()
-        log.info("worker pool %s stopped", self.worker_id)
+        log.info(
+            "worker pool %s stopped", self.worker_id, extra={"event": "worker.stopped", "worker_id": self.worker_id}
+        )
 
     def _time_left(self) -> float:
         return 30.0 if self._give_up_at is None else max(0.0, self._give_up_at - time.monotonic())

@@ -99,12 +99,16 @@ def current_user() -> User | None:
     return user
 
 
+API_GUARDED_ENDPOINTS = {"metrics.metrics"}
+"""Endpoints outside /api/ that the API's own guard (``app.web.guard``) protects."""
+
+
 def guard() -> Any:
     """before_request: everything but the API, static files and the login
     form needs a signed-in user when users are configured; without users,
     only clients on this machine are answered."""
     endpoint = request.endpoint or ""
-    if request.path.startswith("/api/"):
+    if request.path.startswith("/api/") or endpoint in API_GUARDED_ENDPOINTS:
         return None
     mounted = embedding()
     if mounted is not None:
