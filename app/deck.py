@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from app.config import Config, artifact_max_bytes
+from app.config import Config, artifact_max_bytes, log_limits
 from app.errors import InvalidField, PayloadTooLarge, TransitionRefused, UnknownType
 from app.handlers import Registry
 from app.handlers import registry as default_registry
@@ -77,6 +77,8 @@ class Jobdeck:
         self.store = store
         self.store.backoff = self.backoff
         self.store.artifact_max_bytes = artifact_max_bytes(config)
+        self.log_limits = log_limits(config)
+        """``[logs]``: the caps and flush interval of per-job logs (``app.joblogs``)."""
 
         # Imported here: the parts import this module for Jobdeck and its parsers.
 
