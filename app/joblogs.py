@@ -187,7 +187,21 @@ class AttemptLog:
         self.dropped = 0
         """Lines dropped past a cap so far (this process's count)."""
 
+    @property
+    def full(self) -> bool:
+        """No more lines fit this attempt: a line now is only counted."""
+        return self._kept >= self.limits.max_lines_per_attempt
+
+    def drop(self) -> None:
+        """Count a line dropped past the cap without building it."""
+        with self._lock:
+            self._pending.dropped += 1
+            self.dropped += 1
+
     def add(self, level: str, message: object, at: datetime | None = None) -> None:
+        if self.full:
+            self.drop()
+            return
         text = clean_message(message)
         size = len(text.encode("utf-8"))
         line = LogLine(level, text, at or self._clock())
@@ -262,6 +276,10 @@ class JobLog:
         self._log("error", message, args, exc_info=True)
 
     def _log(self, level: str, message: object, args: tuple[Any, ...], exc_info: bool = False) -> None:
+        buffer = self.buffer
+        if buffer is not None and buffer.full and not self.logger.isEnabledFor(_STD_LEVEL[level]):
+            buffer.drop()  # a flood past the cap: not even formatted
+            return
         text = _format(message, args)
         if exc_info:
             import traceback
