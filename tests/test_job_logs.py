@@ -182,33 +182,6 @@ def test_past_max_lines_an_attempt_keeps_one_truncated_marker(make_deck, registr
         assert "more than 5 lines" in lines[5].message and "max_lines_per_attempt" in lines[5].message
 
 
-def test_the_per_job_byte_cap_counts_every_attempt_and_flush(make_deck) -> None:
-    deck = make_deck()
-    job, _ = deck.enqueue("demo.noop", {})
-    limits = LogLimits(max_lines_per_attempt=100, max_bytes_per_job=100)
-    now = deck.clock()
-    line = LogLine("info", "x" * 30, now)
-    assert append_lines(deck.store, job.id, 1, [line, line], 0, limits) == 2
-    assert append_lines(deck.store, job.id, 2, [line, line], 0, limits) == 1  # 90 of 100 bytes
-    assert append_lines(deck.store, job.id, 2, [line], 0, limits) == 0
-    assert append_lines(deck.store, job.id, 3, [LogLine("info", "é" * 6, now)], 0, limits) == 0  # 12 bytes
-    levels = [(x.attempt, x.level) for x in lines_of(deck.store, job.id)]
-    assert levels == [(1, "info"), (1, "info"), (2, "info"), (2, TRUNCATED), (3, TRUNCATED)]
-    assert "max_bytes_per_job" in lines_of(deck.store, job.id, attempt=3)[0].message
-
-
-def test_a_buffer_that_dropped_lines_gets_the_marker_once(make_deck) -> None:
-    deck = make_deck()
-    job, _ = deck.enqueue("demo.noop", {})
-    limits = LogLimits(max_lines_per_attempt=3)
-    line = LogLine("info", "a", deck.clock())
-    append_lines(deck.store, job.id, 1, [line], 7, limits)
-    append_lines(deck.store, job.id, 1, [line, line, line], 2, limits)
-    append_lines(deck.store, job.id, 1, [], 5, limits)
-    assert [x.level for x in lines_of(deck.store, job.id)] == ["info", TRUNCATED, "info", "info"]
-    assert append_lines(deck.store, 10**9, 1, [line], 0, limits) == 0  # no such job: nothing stored
-
-
 def test_log_config_is_checked(make_config) -> None:
     for bad, key in (
         ({"max_lines_per_attempt": 0}, "logs.max_lines_per_attempt"),

@@ -88,3 +88,17 @@ def test_the_poll_fragment_refuses_bad_arguments(dash, deck) -> None:
     assert dash.get(f"/fragments/jobs/{job_id}/logs?attempt=1&after=-3").status_code == 400
     assert dash.get(f"/fragments/jobs/{job_id}/logs?attempt=1").status_code == 400
     assert dash.get("/fragments/jobs/999999/logs?attempt=1&after=0").status_code == 404
+
+
+def test_the_log_and_its_poll_need_a_login(deck) -> None:
+    from dashboard_support import make_dash_app
+    from werkzeug.security import generate_password_hash
+
+    users = {"vera": {"password_hash": generate_password_hash("vera-secret"), "role": "viewer"}}
+    client = make_dash_app(deck, users=users).test_client()
+    job_id = _running(deck)
+    _log(deck, job_id, 1, "secret line")
+    for url in (f"/jobs/{job_id}", f"/fragments/jobs/{job_id}/logs?attempt=1&after=0"):
+        r = client.get(url)
+        assert r.status_code == 302 and "/login?next=" in r.headers["Location"]
+        assert "secret line" not in r.get_data(as_text=True)
