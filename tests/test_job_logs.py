@@ -292,6 +292,22 @@ def test_http_workers_send_lines_with_the_heartbeat(api) -> None:
     assert r.status_code == 200 and "logs_kept" not in r.get_json()
 
 
+def test_http_workers_send_their_last_lines_with_complete_or_fail(api) -> None:
+    deck, client = api
+    done = _claimed(deck, client)
+    body = {"worker_id": "http-w", "result": 1, "logs": [{"message": "the end"}]}
+    assert client.post(f"/api/jobs/{done}/complete", json=body, headers=AUTH).status_code == 200
+    failed = _claimed(deck, client)
+    body = {"worker_id": "http-w", "error": "boom", "logs": [{"level": "error", "message": "it broke"}]}
+    assert client.post(f"/api/jobs/{failed}/fail", json=body, headers=AUTH).status_code == 200
+    assert _messages(deck, done) == [(1, "info", "the end")]
+    assert _messages(deck, failed) == [(1, "error", "it broke")]
+    stranger = _claimed(deck, client)
+    body = {"worker_id": "not-the-holder", "logs": [{"message": "mine?"}]}
+    assert client.post(f"/api/jobs/{stranger}/complete", json=body, headers=AUTH).status_code == 409
+    assert _messages(deck, stranger) == []
+
+
 @pytest.mark.parametrize(
     ("logs", "why"),
     [

@@ -171,12 +171,25 @@ def heartbeat(job_id: int) -> Any:
     return jsonify(answer)
 
 
+def _last_lines(deck: Jobdeck, job_id: int, worker_id: str, data: dict[str, Any], now: Any) -> None:
+    """``logs`` sent with complete or fail: the attempt's last lines, kept
+    before the outcome (the beat checks the worker still holds the job)."""
+    if data.get("logs") is None:
+        return
+    lines = parse_lines(data["logs"], now)
+    job = deck.store.heartbeat(job_id, worker_id, now)
+    if lines:
+        append_lines(deck.store, job_id, job.attempt, lines, 0, deck.log_limits)
+
+
 @bp.post("/jobs/<int:job_id>/complete")
 def complete(job_id: int) -> Any:
     deck = _deck()
     data = _body()
     now = deck.clock()
-    job = deck.store.complete(job_id, _worker_id(data), now, result=data.get("result"))
+    worker_id = _worker_id(data)
+    _last_lines(deck, job_id, worker_id, data, now)
+    job = deck.store.complete(job_id, worker_id, now, result=data.get("result"))
     return jsonify(job_json(job, now))
 
 
@@ -198,6 +211,7 @@ def fail(job_id: int) -> Any:
     if tb is not None:
         check_text(tb, "traceback", 10 * MAX_ERROR_CHARS)
     now = deck.clock()
+    _last_lines(deck, job_id, worker_id, data, now)
     job = deck.store.fail(job_id, worker_id, error, now, retryable=retryable, traceback=tb)
     return jsonify(job_json(job, now))
 

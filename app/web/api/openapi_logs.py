@@ -115,6 +115,14 @@ def amend(doc: dict[str, Any]) -> None:
             },
         },
     }
+    for action in ("complete", "fail"):
+        body = doc["paths"][f"/api/jobs/{{job_id}}/{action}"]["post"]["requestBody"]["content"]["application/json"]
+        body["schema"]["properties"]["logs"] = {
+            "type": "array",
+            "maxItems": MAX_LINES_PER_BEAT,
+            "items": SENT_LINE,
+            "description": "the attempt's last lines, kept before the outcome, as with the heartbeat",
+        }
     answer = beat["responses"]["200"]["content"]["application/json"]["schema"]["allOf"][1]
     answer["properties"]["logs_kept"] = {
         "type": "integer",
