@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -89,7 +90,10 @@ def clean_message(message: object) -> str:
             message = f"<unprintable {type(message).__name__}>"
     if len(message) > MAX_LINE_CHARS:
         message = message[: MAX_LINE_CHARS - 1] + "…"
-    return storable_text(message) or ""
+    message = storable_text(message) or ""
+    if len(message) > MAX_LINE_CHARS:  # the escapes made it longer
+        message = message[: MAX_LINE_CHARS - 1] + "…"
+    return message
 
 
 def parse_lines(value: Any, now: datetime) -> list[LogLine]:
@@ -282,8 +286,6 @@ class JobLog:
             return
         text = _format(message, args)
         if exc_info:
-            import traceback
-
             text = f"{text}\n{traceback.format_exc().rstrip()}"
         if self.buffer is not None:
             self.buffer.add(level, text)

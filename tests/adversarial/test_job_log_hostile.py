@@ -62,6 +62,7 @@ def test_nul_surrogates_huge_and_odd_messages_are_kept_safely(make_deck, registr
         ctx.log("%d items", "not a number")  # wrong argument: kept, not raised
         ctx.log.info("%s", Unprintable())
         ctx.log(12345)
+        ctx.log("\x00" * MAX_LINE_CHARS)  # escaped, then still cut
 
     deck = make_deck()
     job_id = _run(deck, "h.odd")
@@ -74,6 +75,7 @@ def test_nul_surrogates_huge_and_odd_messages_are_kept_safely(make_deck, registr
     assert got[5].startswith("%d items")
     assert got[6].startswith("<unprintable") or got[6].startswith("%s")
     assert got[7] == "12345"
+    assert len(got[8]) == MAX_LINE_CHARS and got[8].startswith("\\x00\\x00")
     html = make_dash_app(deck).test_client().get(f"/jobs/{job_id}").get_data(as_text=True)
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
 

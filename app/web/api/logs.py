@@ -31,20 +31,17 @@ def _deck() -> Jobdeck:
     return deck
 
 
-def _arg(name: str, low: int, default: int | None, high: int = INT64_MAX) -> int | None:
+def _arg(name: str, low: int, high: int = INT64_MAX) -> int | None:
     raw = request.args.get(name)
-    if raw is None or raw == "":
-        return default
-    return parse_int(raw, name, low, high)
+    return None if raw is None or raw == "" else parse_int(raw, name, low, high)
 
 
 @bp.get("/<int:job_id>/logs")
 def job_logs(job_id: int) -> Any:
     deck = _deck()
-    attempt = _arg("attempt", 1, None, 2**31 - 1)
-    after = _arg("after", 0, 0)
-    limit = _arg("limit", 1, MAX_PAGE, MAX_PAGE)
-    assert after is not None and limit is not None
+    attempt = _arg("attempt", 1, 2**31 - 1)
+    after = _arg("after", 0) or 0
+    limit = _arg("limit", 1, MAX_PAGE) or MAX_PAGE
     deck.store.get(job_id)  # 404 for an unknown job
     lines = lines_of(deck.store, job_id, attempt=attempt, after=after, limit=limit + 1)
     more = len(lines) > limit

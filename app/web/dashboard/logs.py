@@ -12,7 +12,7 @@ from typing import Any
 
 from flask import Blueprint, abort, render_template, request
 
-from app.errors import JobNotFound
+from app.errors import InvalidField, JobNotFound
 from app.states import State
 from app.store import JobRecord
 from app.store.joblogs import StoredLine, lines_of
@@ -74,8 +74,8 @@ def _arg(name: str, high: int) -> int:
     raw = request.args.get(name, "")
     try:
         return parse_int(raw, name, 0, high)
-    except Exception:
-        abort(400, f"{name}: expected a number")
+    except InvalidField:
+        abort(400, f"{name}: expected a number from 0 to {high}")
 
 
 @bp.get("/fragments/jobs/<int:job_id>/logs")
