@@ -23,14 +23,14 @@ def test_a_running_jobs_log_streams_into_its_page(make_live, page, width, dialog
         ctx.log("<img src=x onerror=alert(1)> is text")
 
     live = make_live(logs={"flush_interval": 0.2})
-    r = page.request.post(f"{live.url}/api/jobs", data={"type": "demo.sleep", "payload": {"seconds": 5}})
+    r = page.request.post(f"{live.url}/api/jobs", data={"type": "demo.sleep", "payload": {"seconds": 8}})
     assert r.status == 201, r.text()
     job_id = r.json()["id"]
     wait_for(lambda: live.deck.store.get(job_id).status is State.RUNNING, timeout=10, message="the job starts")
     page.goto(f"{live.url}/jobs/{job_id}")
     lines = page.locator('#job-logs ol.log-lines[data-attempt="1"] li.log-line')
     expect(page.locator("#job-logs summary")).to_contain_text("running")
-    expect(lines.first).to_contain_text("sleeping 5 s in 20 steps", timeout=5000)
+    expect(lines.first).to_contain_text("sleeping 8 s in 20 steps", timeout=5000)
     expect(lines.nth(2)).to_contain_text("step 2/20")
     # Lines keep arriving while it still runs: the page holds some, not all.
     shown_while_running = lines.count()
@@ -42,7 +42,7 @@ def test_a_running_jobs_log_streams_into_its_page(make_live, page, width, dialog
 
     expect(page.locator("#job-live .badge")).to_have_text("Completed", timeout=15000)
     expect(lines).to_have_count(21)
-    expect(lines.last).to_contain_text("step 20/20: slept 5.0 of 5 s")
+    expect(lines.last).to_contain_text("step 20/20: slept 8.0 of 8 s")
     texts = lines.locator(".log-msg").all_inner_texts()
     assert texts == [x.message for x in lines_of(live.deck.store, job_id)]  # each once, in order
     expect(page.locator("li.log-poll")).to_have_count(0)  # the polling stopped
