@@ -4,9 +4,10 @@ buffer, the monitor writes the buffers that have lines every
 when the handler returns, before the outcome is queued for the acker (so
 the job's log is complete by the time it shows as finished).
 
-A write that fails is logged and its lines stay buffered for the next
-flush; at the attempt's end there is no next one, so a database outage
-then (or the process dying) loses the unflushed tail, never more.
+A write that fails is logged; if the failure may pass (an outage) its
+lines stay buffered for the next flush, otherwise they are dropped. At the
+attempt's end there is no next flush, so a database outage then (or the
+process dying at any time) loses the unflushed tail, never more.
 """
 
 from __future__ import annotations
