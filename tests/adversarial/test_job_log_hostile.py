@@ -2,8 +2,9 @@
 DataError on every try): NUL bytes and lone surrogates are kept escaped,
 huge lines cut, control characters and HTML kept as text and escaped on
 the page, broken ``__str__`` and format arguments never raise into the
-handler, and a flood of lines costs neither memory nor one write per line
-(the caps drop it in memory, with one marker)."""
+handler, a flood of lines costs neither memory nor one write per line
+(the caps drop it in memory, with one marker), and a worker process that
+dies keeps every line flushed before it died."""
 
 from __future__ import annotations
 
@@ -138,3 +139,50 @@ def test_hostile_heartbeat_lines(make_deck) -> None:
                     headers=AUTH)  # fmt: skip
     assert r.status_code == 422 and "logs[0].at" in r.get_json()["error"]
     assert len(lines_of(deck.store, job_id)) == 3
+
+
+CRASHING_WORKER = """
+import os, sys, time
+from app.config import load
+from app.deck import Jobdeck
+from app.handlers import Registry
+from app.store.joblogs import lines_of
+from app.worker.pool import WorkerPool
+
+url, instance = sys.argv[1], sys.argv[2]
+config = load(path=None, env={}, overrides={"database_url": url, "instance_path": instance, "workers": 0,
+              "secret_key": "x", "poll_interval": 0.05, "logs": {"flush_interval": 0.1}})
+registry = Registry()
+
+@registry.handler("crash.logs")
+def crash(payload, ctx):
+    ctx.log("kept 1")
+    ctx.log.warning("kept 2")
+    deadline = time.monotonic() + 20
+    while len(lines_of(ctx.store, ctx.job_id)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)  # the monitor's flush, seen from the handler: a poll with a deadline
+    ctx.log("after the last flush")
+    os._exit(3)  # the process dies: no end-of-attempt flush
+
+deck = Jobdeck(config, registry)
+WorkerPool(deck, 1).start()
+time.sleep(60)
+"""
+
+
+def test_a_crash_loses_only_the_lines_logged_since_the_last_flush(make_deck, db_url, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    deck = make_deck(external_types=["crash.logs"])  # the handler lives in the child only
+    job, _ = deck.enqueue("crash.logs", {})
+    script = tmp_path / "crashing_worker.py"
+    script.write_text(CRASHING_WORKER)
+    run = subprocess.run(
+        [sys.executable, str(script), db_url, str(tmp_path / "instance")], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 3, run.stderr[-3000:]
+    got = [(x.level, x.message) for x in lines_of(deck.store, job.id)]
+    assert got[:2] == [("info", "kept 1"), ("warning", "kept 2")]
+    assert got[2:] in ([], [("info", "after the last flush")])  # unflushed when it died: may be lost
+    assert deck.store.get(job.id).status is State.RUNNING  # the stalled sweep rescues it later
