@@ -64,16 +64,18 @@ def create_app(
     app.extensions["jobdeck"] = deck
     Htmx(app)
 
-    from app.web.api import artifacts, effects, errors, jobs, queues
+    from app.web.api import artifacts, effects, errors, jobs, logs, queues
     from app.web.dashboard import artifacts as dashboard_artifacts
+    from app.web.dashboard import logs as dashboard_logs
     from app.web.dashboard import schedules
 
-    for blueprint in (jobs.bp, effects.bp, queues.bp, schedules.bp, schedules.api_bp, artifacts.bp, errors.bp):
+    for blueprint in (jobs.bp, effects.bp, queues.bp, schedules.bp, schedules.api_bp, artifacts.bp, errors.bp, logs.bp):
         app.register_blueprint(blueprint)
     app.register_blueprint(dashboard_artifacts.bp)
     from app.web import metrics
 
     app.register_blueprint(metrics.bp)
+    app.register_blueprint(dashboard_logs.bp)
 
     from app.web import dashboard
 

@@ -15,10 +15,13 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.artifacts import DEFAULT_MAX_BYTES
 from app.snooze import check_config as check_snooze_config
+
+if TYPE_CHECKING:
+    from app.joblogs import LogLimits
 
 
 class ConfigError(ValueError):
@@ -149,7 +152,7 @@ ENV_KEYS = (
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Config) if f.name != "extra"}
 # Tables owned by other parts of Jobdeck; kept as-is in ``Config.extra``.
-EXTRA_TABLES = ("schedules", "queues", "types", "alerts", "retention", "dashboard", "users", "artifacts")
+EXTRA_TABLES = ("schedules", "queues", "types", "alerts", "retention", "dashboard", "users", "artifacts", "logs")
 
 
 def load(
@@ -267,6 +270,7 @@ def validate(config: Config) -> None:
             f"({config.heartbeat_interval}), got {config.stall_timeout}"
         )
     artifact_max_bytes(config)
+    log_limits(config)
     url = config.resolved_database_url()
     if not (url.startswith("sqlite") or url.startswith("postgresql")):
         raise ConfigError(f"database_url: only sqlite:// and postgresql+psycopg:// are supported, got {url!r}")
@@ -340,3 +344,53 @@ def _size(value: Any) -> int | None:
     if match is None or factor is None:
         return None
     return int(float(match.group(1)) * factor)
+
+
+# -- [logs] -----------------------------------------------------------------------
+
+
+def log_limits(config: Config) -> LogLimits:
+    """``[logs]``: the caps of per-job logs (``app.joblogs``)::
+
+        [logs]
+        max_lines_per_attempt = 1000   # then one "truncated" marker
+        max_bytes_per_job = "1 MiB"    # every attempt's lines together
+        flush_interval = 1.0           # seconds between batched writes
+        capture_logging = false        # keep logging calls made on the handler's thread
+
+    ``[types."T"] capture_logging = true`` captures for one type only."""
+    from app.joblogs import limits_from
+
+    table = config.extra.get("logs", {})
+    if not isinstance(table, dict):
+        raise ConfigError("logs: expected a table ([logs])")
+    known = {"max_lines_per_attempt", "max_bytes_per_job", "flush_interval", "capture_logging"}
+    unknown = set(table) - known
+    if unknown:
+        raise ConfigError(f"logs.{sorted(unknown)[0]}: unknown key (only {', '.join(sorted(known))})")
+    checked = dict(table)
+    lines = table.get("max_lines_per_attempt")
+    if lines is not None and (isinstance(lines, bool) or not isinstance(lines, int) or not 1 <= lines <= 1_000_000):
+        raise ConfigError(f"logs.max_lines_per_attempt: expected an integer from 1 to 1000000, got {lines!r}")
+    if "max_bytes_per_job" in table:
+        size = _size(table["max_bytes_per_job"])
+        if size is None or size <= 0 or size > MAX_ARTIFACT_BYTES:
+            raise ConfigError(
+                'logs.max_bytes_per_job: expected a positive number of bytes or a size like "1 MiB" '
+                f"(at most 1 GiB), got {table['max_bytes_per_job']!r}"
+            )
+        checked["max_bytes_per_job"] = size
+    interval = table.get("flush_interval")
+    if interval is not None and (
+        isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0.05 <= interval <= 3600
+    ):
+        raise ConfigError(f"logs.flush_interval: expected seconds from 0.05 to 3600, got {interval!r}")
+    capture = table.get("capture_logging", False)
+    if not isinstance(capture, bool):
+        raise ConfigError(f"logs.capture_logging: expected true or false, got {capture!r}")
+    types = config.extra.get("types")
+    if isinstance(types, dict):
+        for name, options in types.items():
+            if isinstance(options, dict) and not isinstance(options.get("capture_logging", False), bool):
+                raise ConfigError(f"types.{name}.capture_logging: expected true or false")
+    return limits_from(checked, types if isinstance(types, dict) else None)

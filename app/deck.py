@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from app.config import Config, artifact_max_bytes
+from app.config import Config, artifact_max_bytes, log_limits
 from app.errors import InvalidField, PayloadTooLarge, TransitionRefused, UnknownType
 from app.handlers import Registry
 from app.handlers import registry as default_registry
@@ -88,6 +88,8 @@ class Jobdeck:
         self.store.artifact_max_bytes = artifact_max_bytes(config)
         self.unique_types: dict[str, Unique] = parse_unique_types(config)
         """``[types."T"] unique`` (``app.unique``), checked at start-up."""
+        self.log_limits = log_limits(config)
+        """``[logs]``: the caps and flush interval of per-job logs (``app.joblogs``)."""
 
         # Imported here: the parts import this module for Jobdeck and its parsers.
 

@@ -53,14 +53,19 @@ def noop(payload: dict[str, Any], ctx: JobContext) -> None:
 
 
 def sleep(payload: dict[str, Any], ctx: JobContext) -> dict[str, float]:
-    """Sleeps ``seconds`` (default 1), reporting progress as it goes; a
-    cancel stops it at once (it waits on ``ctx.cancelled``)."""
+    """Sleeps ``seconds`` (default 1), reporting progress and logging each
+    step as it goes (the job page streams the log); a cancel stops it at
+    once (it waits on ``ctx.cancelled``)."""
     seconds = _number(payload, "seconds", 1.0)
     steps = max(1, min(20, int(seconds * 4)))
+    ctx.log("sleeping %g s in %d steps", seconds, steps)
     for step in range(steps):
         if ctx.cancelled.wait(seconds / steps):
+            ctx.log.warning("cancelled after %d of %d steps", step, steps)
             ctx.check_cancelled()
-        ctx.progress((step + 1) / steps, f"slept {seconds * (step + 1) / steps:.1f} of {seconds:g} s")
+        slept = f"slept {seconds * (step + 1) / steps:.1f} of {seconds:g} s"
+        ctx.progress((step + 1) / steps, slept)
+        ctx.log("step %d/%d: %s", step + 1, steps, slept)
     return {"slept": seconds}
 
 
@@ -72,6 +77,7 @@ def flaky(payload: dict[str, Any], ctx: JobContext) -> dict[str, int]:
     """Fails its first ``failures`` attempts, then succeeds."""
     failures = int(_number(payload, "failures", 1))
     if ctx.attempt <= failures:
+        ctx.log.warning("attempt %d: failing as planned (%d planned failures)", ctx.attempt, failures)
         raise RuntimeError(f"flaky: attempt {ctx.attempt} of {failures} planned failures")
     return {"succeeded_on_attempt": ctx.attempt}
 
@@ -137,6 +143,7 @@ def report(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     name = str(payload.get("name") or "report")
     safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:80] or "report"
     rows = int(_number(payload, "rows", 100))
+    ctx.log("building %s.csv with %d rows", safe, rows)
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(["row", "value"])
@@ -146,6 +153,7 @@ def report(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
             ctx.progress(i / rows, f"wrote {i} of {rows} rows")
     artifact = ctx.artifact(f"{safe}.csv", out.getvalue())
     ctx.progress(1.0, f"wrote {rows} rows")
+    ctx.log("kept %s (%d bytes)", artifact.name, artifact.size)
     return {"artifact": artifact.name, "rows": rows, "bytes": artifact.size}
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import logging
 import os
 import sys
 import threading
@@ -36,6 +35,7 @@ from app.artifacts import (
     read_data,
 )
 from app.errors import Cancelled, DeadLetter, EffectInProgress, EffectNotPerformed, EffectOutcomeUnknown, InvalidField
+from app.joblogs import AttemptLog, JobLog
 from app.snooze import Snooze
 from app.states import EffectState
 from app.store import artifacts as artifact_store
@@ -173,13 +173,18 @@ class JobContext:
         job_type: str,
         clock: Callable[[], datetime] | None = None,
         cancelled: threading.Event | None = None,
+        log: AttemptLog | None = None,
     ) -> None:
         self.store = store
         self.job_id = job_id
         self.attempt = attempt
         self.worker_id = worker_id
         self.type = job_type
-        self.log = logging.getLogger(f"jobdeck.job.{job_type}")
+        self.log = JobLog(job_type, log)
+        """The attempt's log (``app.joblogs``): ``ctx.log("copied %d rows", n)``,
+        ``ctx.log("slow", level="warning")`` or ``ctx.log.warning(...)``. Kept
+        with the job per attempt (the pool passes ``log``, its buffer) and
+        sent to the logger ``jobdeck.job.<type>`` too."""
         self._clock = clock or (lambda: datetime.now(UTC))
         self.cancelled = cancelled if cancelled is not None else threading.Event()
         """Set when the job is cancelled while this attempt runs (the pool

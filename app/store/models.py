@@ -503,3 +503,33 @@ class JobArtifact(Base):
 
 
 job_artifacts = cast(Table, JobArtifact.__table__)
+
+
+class JobLogLine(Base):
+    """One line a handler logged (``ctx.log``, captured ``logging`` calls, an
+    HTTP worker's heartbeat), kept per attempt. ``level`` is one of
+    ``app.joblogs.LEVELS`` or ``truncated``: the one marker an attempt gets
+    when its lines went past ``[logs]``'s caps. It goes with its job (the
+    foreign key cascades, and retention deletes it explicitly too)."""
+
+    __tablename__ = "job_logs"
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    """The order lines are read in (the live poll's cursor)."""
+    job_id: Mapped[int] = mapped_column(BigID, ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    seq: Mapped[int] = mapped_column(Integer)
+    """The line's number in its attempt, from 1."""
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    level: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str] = mapped_column(Text)
+    size: Mapped[int] = mapped_column(Integer)
+    """The message's UTF-8 bytes: what ``max_bytes_per_job`` adds up."""
+
+    __table_args__ = (
+        UniqueConstraint("job_id", "attempt", "seq", name="uq_job_logs_line"),
+        Index("ix_job_logs_job", "job_id", "id"),
+    )
+
+
+job_logs = cast(Table, JobLogLine.__table__)

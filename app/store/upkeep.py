@@ -24,6 +24,7 @@ from app.store.models import (
     SNOOZED,
     attempts,
     job_artifacts,
+    job_logs,
     jobs,
     maintenance_marks,
     stats_minutely,
@@ -81,7 +82,7 @@ def prune_finished(
     store: Store, states: Iterable[State], before: datetime, *, batch: int = 1000, max_batches: int = 20
 ) -> int:
     """Delete jobs in ``states`` that finished before ``before``, with their
-    attempts and artifacts (explicitly: the foreign keys cascade only where
+    attempts, artifacts and log lines (explicitly: the foreign keys cascade only where
     the connection enforces them), ``batch`` jobs per transaction and at most ``max_batches``
     transactions per call, so one prune never holds the database for long.
     Returns how many jobs went."""
@@ -107,6 +108,7 @@ def prune_finished(
             # Only the jobs really deleted (one retried meanwhile keeps its rows).
             conn.execute(delete(attempts).where(attempts.c.job_id.in_(gone)))
             conn.execute(delete(job_artifacts).where(job_artifacts.c.job_id.in_(gone)))
+            conn.execute(delete(job_logs).where(job_logs.c.job_id.in_(gone)))
             total += len(gone)
         if len(ids) < batch:
             break

@@ -13,12 +13,14 @@ from datetime import datetime
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from app.store import Outcome
+from app.worker.logs import Logging
 from app.worker.results import first_line
-from app.worker.shared import PoolShared, Slot, log
+from app.worker.shared import Slot, log
 
 
-class Monitoring(PoolShared):
-    """Timeouts, heartbeats, shedding and health; part of ``WorkerPool``."""
+class Monitoring(Logging):
+    """Timeouts, heartbeats, shedding, health and the log flushes; part of
+    ``WorkerPool``."""
 
     on_unhealthy: Callable[[str], None] | None
     heartbeat_interval: float
@@ -42,6 +44,7 @@ class Monitoring(PoolShared):
                     if slot.thread is not threading.current_thread():
                         self._abandoned.append(slot.thread)
         for slot in expired:
+            self.flush_log(slot.log)  # what it logged lands before its failure
             spec = self.deck.registry.get(slot.job.type)
             seconds = spec.timeout if spec else 0
             self._acks.put(
@@ -96,6 +99,7 @@ class Monitoring(PoolShared):
         next_beat = time.monotonic() + self.heartbeat_interval
         while not self._acker_stop.wait(0.1):
             self.check_timeouts_once()
+            self.flush_logs_due()
             try:
                 self.health_once()
             except Exception as exc:

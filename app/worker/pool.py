@@ -180,6 +180,7 @@ class WorkerPool(Acknowledging, Monitoring):
         try:
             self.flush_acks_once()
             if leftover:
+                self.flush_slots(leftover)
                 held = [(s.job.id, s.job.attempt) for s in leftover]
                 started = {s.job.id: s.started for s in leftover}
                 released = self._retrying(
@@ -289,6 +290,7 @@ class WorkerPool(Acknowledging, Monitoring):
         mono = time.monotonic()
         timeout = spec.timeout if spec else None
         slot = Slot(job, started, mono, mono + timeout if timeout else None, thread or threading.current_thread())
+        slot.log = buffer = self.new_log(job)
         with self._lock:
             self._running[job.id] = slot
             if job.id in self._cancel_before_start or job.cancel_requested_at is not None:
@@ -301,9 +303,11 @@ class WorkerPool(Acknowledging, Monitoring):
             if slot.cancelled.is_set():
                 raise Cancelled(job.id)  # cancelled while it waited here: the handler never starts
             ctx = JobContext(
-                self.store, job.id, job.attempt, self.worker_id, job.type, self.deck.clock, cancelled=slot.cancelled
-            )
-            result = spec.fn(job.payload, ctx)
+                self.store, job.id, job.attempt, self.worker_id, job.type, self.deck.clock,
+                cancelled=slot.cancelled, log=buffer,
+            )  # fmt: skip
+            with self.capturing(job, buffer):
+                result = spec.fn(job.payload, ctx)
             if isinstance(result, Snooze):
                 raise result  # returned or raised, one path
             outcome.result = result
@@ -325,6 +329,7 @@ class WorkerPool(Acknowledging, Monitoring):
                 if spec is not None and not outcome.retryable:
                     outcome.error += not_retried_note(failure, job)
         elapsed = time.monotonic() - mono
+        self.flush_log(buffer)  # the log is complete before the outcome is written
         with self._lock:
             if slot.abandoned or self._running.get(job.id) is not slot:
                 log.warning("late result of job %s attempt %s refused (timed out or released)", job.id, job.attempt)

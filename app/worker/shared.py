@@ -2,10 +2,10 @@
 queues between the fetcher, the executors and the acker, and the few steps
 every loop takes (the room to claim into, a retried write, the health check).
 
-``WorkerPool`` is built from ``PoolShared`` and two parts: ``Acknowledging``
+``WorkerPool`` is built from ``PoolShared`` and its parts: ``Acknowledging``
 (``app.worker.acks``: outcomes written in batches, with the refill) and
 ``Monitoring`` (``app.worker.monitor``: timeouts, heartbeats, shedding and
-health). The state is declared here once and set in ``WorkerPool.__init__``.
+health), on ``Logging`` (``app.worker.logs``: the attempts' log buffers). The state is declared here once and set in ``WorkerPool.__init__``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from app.deck import Jobdeck
+from app.joblogs import AttemptLog
 from app.store import JobRecord, Outcome, Store
 from app.store.faults import is_transient
 
@@ -40,7 +41,8 @@ once the database is back, work resumes within about this long."""
 class Slot:
     """A job an executor is running: the monitor times it out by ``deadline``,
     ``abandoned`` refuses the late result of one it gave up on, and
-    ``cancelled`` is the handler's ``ctx.cancelled``, set on a cancel."""
+    ``cancelled`` is the handler's ``ctx.cancelled``, set on a cancel;
+    ``log`` buffers what the handler logs (``ctx.log``)."""
 
     job: JobRecord
     started: datetime
@@ -49,6 +51,8 @@ class Slot:
     thread: threading.Thread
     abandoned: bool = field(default=False)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    log: AttemptLog | None = field(default=None)
+    """The attempt's log buffer, flushed by the monitor and at the end."""
 
 
 class PoolShared:

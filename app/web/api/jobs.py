@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from flask import Blueprint, current_app, jsonify, request
+from flask import Blueprint, current_app, jsonify, request, url_for
 
 from app.deck import MAX_QUEUE_CHARS, MAX_TYPE_CHARS, Jobdeck
 from app.errors import InvalidField, JobdeckError
+from app.joblogs import parse_lines
 from app.snooze import MAX_REASON_CHARS, InvalidSnooze, check_seconds, max_snoozes
 from app.states import State
 from app.store import JobFilter
+from app.store.joblogs import append_lines, count_lines
 from app.store.lifecycle import Seen
 from app.store.reads import record_action
 from app.store.upkeep import HEALTH_WINDOWS, type_health
@@ -157,11 +159,31 @@ def claim() -> Any:
 
 @bp.post("/jobs/<int:job_id>/heartbeat")
 def heartbeat(job_id: int) -> Any:
+    """Beat for a held job; ``logs`` (optional) carries the lines the
+    worker logged since its last beat, kept in the attempt's log under the
+    same caps as ``ctx.log`` (``logs_kept`` says how many fitted)."""
     deck = _deck()
+    data = _body()
+    worker_id = _worker_id(data)
     now = deck.clock()
-    job = deck.store.heartbeat(job_id, _worker_id(_body()), now)
+    lines = parse_lines(data["logs"], now) if data.get("logs") is not None else None
+    job = deck.store.heartbeat(job_id, worker_id, now)
     # The worker's cue to stop: the job was cancelled while it ran.
-    return jsonify({**job_json(job, now), "cancel": job.cancel_requested_at is not None})
+    answer = {**job_json(job, now), "cancel": job.cancel_requested_at is not None}
+    if lines is not None:
+        answer["logs_kept"] = append_lines(deck.store, job_id, job.attempt, lines, 0, deck.log_limits) if lines else 0
+    return jsonify(answer)
+
+
+def _last_lines(deck: Jobdeck, job_id: int, worker_id: str, data: dict[str, Any], now: Any) -> None:
+    """``logs`` sent with complete or fail: the attempt's last lines, kept
+    before the outcome (the beat checks the worker still holds the job)."""
+    if data.get("logs") is None:
+        return
+    lines = parse_lines(data["logs"], now)
+    job = deck.store.heartbeat(job_id, worker_id, now)
+    if lines:
+        append_lines(deck.store, job_id, job.attempt, lines, 0, deck.log_limits)
 
 
 @bp.post("/jobs/<int:job_id>/complete")
@@ -169,7 +191,9 @@ def complete(job_id: int) -> Any:
     deck = _deck()
     data = _body()
     now = deck.clock()
-    job = deck.store.complete(job_id, _worker_id(data), now, result=data.get("result"))
+    worker_id = _worker_id(data)
+    _last_lines(deck, job_id, worker_id, data, now)
+    job = deck.store.complete(job_id, worker_id, now, result=data.get("result"))
     return jsonify(job_json(job, now))
 
 
@@ -191,6 +215,7 @@ def fail(job_id: int) -> Any:
     if tb is not None:
         check_text(tb, "traceback", 10 * MAX_ERROR_CHARS)
     now = deck.clock()
+    _last_lines(deck, job_id, worker_id, data, now)
     job = deck.store.fail(job_id, worker_id, error, now, retryable=retryable, traceback=tb)
     return jsonify(job_json(job, now))
 
@@ -221,7 +246,10 @@ def snooze(job_id: int) -> Any:
 def show(job_id: int) -> Any:
     deck = _deck()
     job = deck.store.get(job_id)
-    return jsonify(job_json(job, deck.clock(), deck.store.attempts_of(job_id)))
+    shown = job_json(job, deck.clock(), deck.store.attempts_of(job_id))
+    lines = sum(count_lines(deck.store, job_id).values())
+    shown["logs"] = {"lines": lines, "url": url_for("api_logs.job_logs", job_id=job_id)}
+    return jsonify(shown)
 
 
 @bp.patch("/jobs/<int:job_id>")

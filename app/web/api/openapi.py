@@ -591,6 +591,10 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
     from app.web.api.openapi_metrics import paths as metrics_paths
 
     doc["paths"].update(metrics_paths())
+    from app.web.api import openapi_logs
+
+    doc["paths"].update(openapi_logs.paths())
+    openapi_logs.amend(doc)
     for path, operations in doc["paths"].items():
         if path == "/api/openapi.json":
             continue

@@ -1,0 +1,136 @@
+"""OpenAPI of a job's log: ``GET /api/jobs/{job_id}/logs``, the heartbeat's
+``logs`` field and ``logs_kept`` answer, and the ``logs`` summary of
+``GET /api/jobs/{job_id}``; merged into ``app.web.api.openapi.document``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.joblogs import LEVELS, MAX_LINE_CHARS, MAX_LINES_PER_BEAT, TRUNCATED
+from app.validation import INT64_MAX
+from app.web.api.logs import MAX_PAGE
+from app.web.api.openapi import _ERRORS, _JOB_ID, _NO_JOB, _WORKER_ID, _json
+
+LINE = {
+    "type": "object",
+    "required": ["id", "attempt", "seq", "at", "level", "message"],
+    "properties": {
+        "id": {"type": "integer", "description": "the line's place in the job's log; page on with `after`"},
+        "attempt": {"type": "integer", "minimum": 1},
+        "seq": {"type": "integer", "minimum": 1, "description": "the line's number in its attempt"},
+        "at": {"type": "string", "format": "date-time"},
+        "level": {
+            "type": "string",
+            "enum": [*LEVELS, TRUNCATED],
+            "description": f"`{TRUNCATED}` marks the one line an attempt gets when it went past `[logs]`'s caps",
+        },
+        "message": {"type": "string", "maxLength": MAX_LINE_CHARS},
+    },
+}
+SENT_LINE = {
+    "type": "object",
+    "required": ["message"],
+    "additionalProperties": False,
+    "properties": {
+        "level": {"type": "string", "enum": [*LEVELS, "warn"], "default": "info"},
+        "message": {
+            "type": "string",
+            "description": f"kept like a `ctx.log` line: NUL written as `\\x00`, cut at {MAX_LINE_CHARS} characters",
+        },
+        "at": {"type": "string", "format": "date-time", "description": "when it was logged; default: the beat's time"},
+    },
+}
+SUMMARY = {
+    "type": "object",
+    "required": ["lines", "url"],
+    "properties": {
+        "lines": {"type": "integer", "minimum": 0, "description": "lines kept, every attempt's"},
+        "url": {"type": "string", "description": "GET it for the lines"},
+    },
+}
+
+
+def _param(name: str, low: int, high: int, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": {"type": "integer", "minimum": low, "maximum": high},
+        "description": description,
+    }
+
+
+def paths() -> dict[str, Any]:
+    return {
+        "/api/jobs/{job_id}/logs": {
+            "get": {
+                "summary": "What the job's handler logged (ctx.log, captured logging, heartbeat lines), per attempt",
+                "description": (
+                    "Lines in the order they were stored. Page on with `after` = `next_after` while it is "
+                    "not null; poll with the last `id` seen to follow a running job."
+                ),
+                "parameters": [
+                    _JOB_ID,
+                    _param("attempt", 1, 2**31 - 1, "only this attempt's lines"),
+                    _param("after", 0, INT64_MAX, "only lines after this `id` (default 0: from the first)"),
+                    _param("limit", 1, MAX_PAGE, f"at most this many lines (default {MAX_PAGE})"),
+                ],
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "required": ["logs", "next_after"],
+                            "properties": {
+                                "logs": {"type": "array", "items": LINE},
+                                "next_after": {
+                                    "type": ["integer", "null"],
+                                    "description": "pass as `after` for the next page; null when this was the last",
+                                },
+                            },
+                        },
+                        "The lines",
+                    ),
+                    "401": _ERRORS["401"],
+                    "422": _json({"$ref": "#/components/schemas/Error"}, "A query parameter out of range"),
+                    **_NO_JOB,
+                },
+            }
+        }
+    }
+
+
+def amend(doc: dict[str, Any]) -> None:
+    """The heartbeat's ``logs`` and ``logs_kept``, and the job's ``logs``."""
+    beat = doc["paths"]["/api/jobs/{job_id}/heartbeat"]["post"]
+    beat["requestBody"]["content"]["application/json"]["schema"] = {
+        "type": "object",
+        "required": ["worker_id"],
+        "properties": {
+            "worker_id": _WORKER_ID,
+            "logs": {
+                "type": "array",
+                "maxItems": MAX_LINES_PER_BEAT,
+                "items": SENT_LINE,
+                "description": "lines logged since the last beat, kept in the attempt's log under `[logs]`'s caps",
+            },
+        },
+    }
+    for action in ("complete", "fail"):
+        body = doc["paths"][f"/api/jobs/{{job_id}}/{action}"]["post"]["requestBody"]["content"]["application/json"]
+        body["schema"]["properties"]["logs"] = {
+            "type": "array",
+            "maxItems": MAX_LINES_PER_BEAT,
+            "items": SENT_LINE,
+            "description": "the attempt's last lines, kept before the outcome, as with the heartbeat",
+        }
+    answer = beat["responses"]["200"]["content"]["application/json"]["schema"]["allOf"][1]
+    answer["properties"]["logs_kept"] = {
+        "type": "integer",
+        "minimum": 0,
+        "description": "with `logs`: how many of them were kept (the rest went past a cap)",
+    }
+    shown = doc["paths"]["/api/jobs/{job_id}"]["get"]["responses"]["200"]
+    job = shown["content"]["application/json"]["schema"]
+    shown["content"]["application/json"]["schema"] = {
+        "allOf": [job, {"type": "object", "required": ["logs"], "properties": {"logs": SUMMARY}}]
+    }

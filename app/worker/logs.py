@@ -1,0 +1,81 @@
+"""The pool's side of per-job logs (``app.joblogs``): each attempt gets a
+buffer, the monitor writes the buffers that have lines every
+``[logs] flush_interval`` seconds, and the executor writes what is left
+when the handler returns, before the outcome is queued for the acker (so
+the job's log is complete by the time it shows as finished).
+
+A write that fails is logged; if the failure may pass (an outage) its
+lines stay buffered for the next flush, otherwise they are dropped. At the
+attempt's end there is no next flush, so a database outage then (or the
+process dying at any time) loses the unflushed tail, never more.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from app.joblogs import AttemptLog, Pending, install_capture
+from app.store import JobRecord
+from app.store.joblogs import append_lines
+from app.worker.results import first_line
+from app.worker.shared import PoolShared, Slot, log
+
+
+class Logging(PoolShared):
+    """Buffers and flushes the attempts' logs; part of ``WorkerPool``."""
+
+    _next_log_flush: float = 0.0
+
+    def new_log(self, job: JobRecord) -> AttemptLog:
+        """The buffer of ``job``'s attempt: no database work until it has lines."""
+        return AttemptLog(job.id, job.attempt, self.deck.log_limits, self.deck.clock, self._write_log)
+
+    def _write_log(self, buffer: AttemptLog, pending: Pending) -> None:
+        append_lines(self.store, buffer.job_id, buffer.attempt, pending.lines, pending.dropped, buffer.limits)
+
+    @contextmanager
+    def capturing(self, job: JobRecord, buffer: AttemptLog) -> Iterator[None]:
+        """While the handler runs: its thread's ``logging`` records go into
+        ``buffer`` if its type captures (``[logs] capture_logging``)."""
+        if not self.deck.log_limits.captures(job.type):
+            yield
+            return
+        capture = install_capture()
+        capture.bind(buffer)
+        try:
+            yield
+        finally:
+            capture.bind(None)
+
+    def flush_log(self, buffer: AttemptLog | None) -> int:
+        """Write ``buffer``'s lines now; a failure is logged, not raised."""
+        if buffer is None or not buffer.has_pending():
+            return 0
+        try:
+            return buffer.flush()
+        except Exception as exc:
+            log.warning(
+                "job %s attempt %s: writing its log failed (%s)", buffer.job_id, buffer.attempt, first_line(exc)
+            )
+            return 0
+
+    def flush_logs_once(self) -> int:
+        """Write the buffered lines of every running attempt; returns how many."""
+        with self._lock:
+            buffers = [s.log for s in self._running.values() if s.log is not None and s.log.has_pending()]
+        return sum(self.flush_log(b) for b in buffers)
+
+    def flush_logs_due(self, mono_now: float | None = None) -> int:
+        """``flush_logs_once`` when ``flush_interval`` has passed (the monitor's tick)."""
+        mono_now = time.monotonic() if mono_now is None else mono_now
+        if mono_now < self._next_log_flush:
+            return 0
+        self._next_log_flush = mono_now + self.deck.log_limits.flush_interval
+        return self.flush_logs_once()
+
+    def flush_slots(self, slots: list[Slot]) -> None:
+        """Write what released attempts had buffered (shutdown)."""
+        for slot in slots:
+            self.flush_log(slot.log)
