@@ -145,7 +145,10 @@ class Alerts:
 
     def message(self, payload: dict[str, Any]) -> dict[str, Any] | None:
         """The JSON body for one alert slot, or None when no job of the type
-        is still dead in it (a person retried them meanwhile)."""
+        is still dead in it (a person retried them meanwhile). An alert
+        planned whole elsewhere (schedule health) carries its ``body``."""
+        if isinstance(payload.get("body"), dict):
+            return dict(payload["body"])
         job_type = str(payload["type"])
         until = parse_time(payload["until"], "until")
         since = (
@@ -193,7 +196,7 @@ class Alerts:
             raise RuntimeError(f"webhook answered HTTP {exc.code}") from None
         except (urllib.error.URLError, OSError) as exc:
             raise RuntimeError(f"webhook unreachable: {getattr(exc, 'reason', exc)}") from None
-        return {"sent": True, "status": status, "count": body["count"]}
+        return {"sent": True, "status": status, "count": body.get("count", 1)}
 
 
 def _stamp(t: datetime) -> str:
