@@ -266,7 +266,7 @@ class Periodic:
         self.runtime: dict[str, Schedule] = {}
         self.invalid: dict[str, str] = {}
         """Runtime schedules that no longer parse (e.g. their handler is gone): name -> why."""
-        self._version: tuple[int, datetime | None] | None = None
+        self._stored: dict[str, dict[str, Any]] = {}
         self._loaded_at = -math.inf
 
     @property
@@ -280,30 +280,32 @@ class Periodic:
         return self.schedules
 
     def refresh(self, force: bool = False) -> None:
-        """Reload the runtime schedules when they changed (checked at most once
-        per ``poll_interval`` unless ``force``). One that no longer parses is
-        kept out and listed in ``invalid``."""
-        from app.store.runtime_schedules import load_runtime_schedules, runtime_schedules_version
+        """Pick up the runtime schedules' changes (read at most once per
+        ``poll_interval`` unless ``force``; only changed ones are parsed again).
+        One that no longer parses is kept out and listed in ``invalid``."""
+        from app.store.runtime_schedules import load_runtime_schedules
 
         if not force and time.monotonic() - self._loaded_at < self.deck.config.poll_interval:
             return
         self._loaded_at = time.monotonic()
-        version = runtime_schedules_version(self.store)
-        if version == self._version and not force:
+        stored = {s.name: s.definition for s in load_runtime_schedules(self.store) if s.name not in self.configured}
+        if stored == self._stored:
             return
         runtime: dict[str, Schedule] = {}
         invalid: dict[str, str] = {}
-        for stored in load_runtime_schedules(self.store):
-            if stored.name in self.configured:
-                continue  # config is the source of truth for its names
+        for name, entry in stored.items():
+            if self._stored.get(name) == entry and name in self.runtime:
+                runtime[name] = self.runtime[name]
+                continue
             try:
-                runtime[stored.name] = parse_schedule(stored.definition, self.deck)
+                runtime[name] = parse_schedule(entry, self.deck)
             except ConfigError as exc:
-                invalid[stored.name] = str(exc)
-        for name, why in invalid.items():
-            if name not in self.invalid:
-                log.warning("runtime schedule %s is not fired: %s", name, why)
-        self.runtime, self.invalid, self._version = runtime, invalid, version
+                invalid[name] = str(exc)
+                if name not in self.invalid:
+                    log.warning("runtime schedule %s is not fired: %s", name, exc)
+        changed = sorted(n for n in set(stored) | set(self._stored) if stored.get(n) != self._stored.get(n))
+        log.info("runtime schedules picked up: %d in all; changed: %s", len(stored), ", ".join(changed)[:500])
+        self.runtime, self.invalid, self._stored = runtime, invalid, stored
 
     def get(self, name: str) -> Schedule:
         try:

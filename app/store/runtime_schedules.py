@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 
 from app.store.models import runtime_schedules, schedule_health, schedule_state
 from app.store.statements import dialect_insert
@@ -26,13 +26,6 @@ class StoredSchedule:
     definition: dict[str, Any]
     updated_at: datetime
     updated_by: str
-
-
-def runtime_schedules_version(store: Store) -> tuple[int, datetime | None]:
-    """(how many, latest change): a cheap test of whether to reload them."""
-    with store.read() as conn:
-        row = conn.execute(select(func.count(), func.max(runtime_schedules.c.updated_at))).one()
-    return int(row[0]), row[1]
 
 
 def load_runtime_schedules(store: Store) -> list[StoredSchedule]:
