@@ -135,7 +135,12 @@ def judge(s: Schedule, row: HealthRow, runs: list[RunOutcome], now: datetime) ->
         latest = runs[0] if runs and runs[0].status != State.COMPLETED.value else None
         if latest is not None and latest.fire_time <= episode and latest.status not in _IN_FLIGHT:
             latest = None  # an old outcome, from before this stretch: the fires since were missed
-        return Verdict(last_success, episode, f"{head}: {_about(latest, episode)}")
+        why = _about(latest, episode)
+        if latest is not None and latest.status in _IN_FLIGHT:
+            prior = next((r for r in runs[1:] if r.status not in _IN_FLIGHT), None)
+            if prior is not None and prior.status in _FAILED:
+                why += f"; before it, {_about(prior, episode)}"
+        return Verdict(last_success, episode, f"{head}: {why}")
     return Verdict(last_success, episode, None)
 
 
