@@ -37,6 +37,7 @@ from cron_descriptor import ExpressionDescriptor, Options
 from app import actions
 from app.config import ConfigError
 from app.errors import JobdeckError
+from app.maintenance.crontab import make_trigger
 from app.maintenance.schedule_health import MAX_SECONDS, parse_health_options
 from app.store import JobRecord, NewJob
 from app.store.schedules import (
@@ -61,7 +62,6 @@ _KEYS = {"name", "cron", "timezone", "type", "payload", "priority", "queue", "ma
          "misfire", "misfire_grace", "expect_success_within", "alert_after_failures"}  # fmt: skip
 MAX_NAME_CHARS = 200
 MAX_CRON_CHARS = 200
-_CRON_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 
 
 class UnknownSchedule(JobdeckError):
@@ -144,39 +144,6 @@ def fire_key(name: str, fire_time: datetime) -> str:
     return f"schedule:{name}:{fire_time.astimezone(UTC).isoformat()}"
 
 
-def make_trigger(cron: str, tz: ZoneInfo) -> CronTrigger:
-    """Five crontab fields, or six with seconds first. Day-of-week numbers are
-    crontab's (0 or 7 = Sunday), not APScheduler 3's (0 = Monday)."""
-    fields = cron.split()
-    if len(fields) not in (5, 6):
-        raise ValueError(f"expected 5 fields (or 6 with seconds first), got {len(fields)}")
-    second = fields.pop(0) if len(fields) == 6 else "0"
-    minute, hour, day, month, dow = fields
-    return CronTrigger(
-        second=second, minute=minute, hour=hour, day=day, month=month, day_of_week=_crontab_dow(dow), timezone=tz
-    )
-
-
-def _crontab_dow(text: str) -> str:
-    if not all(c.isdigit() or c in "*,-/" for c in text):
-        return text  # names (mon-fri) mean the same to both
-    days: set[int] = set()
-    for part in text.split(","):
-        rng, _, step_text = part.partition("/")
-        step = int(step_text) if step_text else 1
-        if rng == "*":
-            lo, hi = 0, 6
-        elif "-" in rng:
-            lo, hi = (int(x) for x in rng.split("-", 1))
-        else:
-            lo = int(rng)
-            hi = 6 if step_text else lo
-        if not (0 <= lo <= 7 and 0 <= hi <= 7 and lo <= hi and step >= 1):
-            raise ValueError(f"day of week {part!r} out of range 0-7")
-        days.update(d % 7 for d in range(lo, hi + 1, step))
-    return "*" if len(days) == 7 else ",".join(_CRON_DAYS[d] for d in sorted(days))
-
-
 def parse_schedules(raw: Any, deck: Jobdeck) -> list[Schedule]:
     """Validate the ``[[schedules]]`` array; a bad entry stops start-up with a
     ConfigError naming the schedule and the problem."""
@@ -224,10 +191,15 @@ def parse_schedule(entry: Any, deck: Jobdeck, label: str = "schedule") -> Schedu
     cron = entry.get("cron")
     if not isinstance(cron, str) or len(cron) > MAX_CRON_CHARS:
         raise ConfigError(f'{where}: cron: required, a string of at most {MAX_CRON_CHARS} characters, e.g. "0 2 * * *"')
+    if not cron.isascii():  # int() reads "٣" as 3: a look-alike digit would fire at a time nobody wrote
+        raise ConfigError(f"{where}: invalid cron expression {cron!r}: ASCII digits, letters and * / , - only")
     try:
         trigger = make_trigger(cron, tz)
     except (ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
         raise ConfigError(f"{where}: invalid cron expression {cron!r}: {exc}") from None
+    if trigger.get_next_fire_time(None, datetime.now(UTC)) is None:
+        # Refused once here: every tick and page would pay APScheduler's search to year 9999 again.
+        raise ConfigError(f"{where}: cron {cron!r} never fires (a date that does not exist, such as 30 February)")
     job_type = entry.get("type")
     if not isinstance(job_type, str) or not deck.known_type(job_type):
         raise ConfigError(f"{where}: unknown job type {str(job_type)[:200]!r} (no handler registered)")
