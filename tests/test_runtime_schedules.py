@@ -219,3 +219,24 @@ def test_fires_once_per_fire_time_across_two_real_processes(db_url, tmp_path):
     finally:
         procs.stop()
         engine.dispose()
+
+
+def test_a_viewer_can_look_but_not_change_schedules(make_config, registry, clock):
+    from dashboard_support import make_dash_app
+    from werkzeug.security import generate_password_hash
+
+    users = {"victor": {"password_hash": generate_password_hash("victor-secret"), "role": "viewer"}}
+    deck = Jobdeck(make_config(), registry, clock=clock)
+    deck.init_db()
+    client = make_dash_app(deck, users=users).test_client()
+    page = client.get("/login").get_data(as_text=True)
+    client.post("/login", data={"username": "victor", "password": "victor-secret", "csrf_token": _token(page)})
+    listing = client.get("/schedules").get_data(as_text=True)
+    assert "New schedule" not in listing
+    refused = client.post("/api/schedules", json=TICK, headers={"Origin": "http://localhost"})
+    assert refused.status_code == 403 and "viewer" in refused.get_json()["error"]
+    form = client.post("/schedules/new", data={**TICK, "payload": "{}", "csrf_token": _token(listing)},
+                       headers={"HX-Request": "true"})  # fmt: skip
+    assert form.status_code == 403 and "only operators can act" in form.get_data(as_text=True)
+    assert deck.schedules.all() == {} and _audit(deck) == []
+    deck.store.engine.dispose()
