@@ -56,12 +56,15 @@ def test_create_edit_delete_through_the_api_with_the_audit_diff(rt, clock):
     assert edited["health"] == {**edited["health"], "watched": True, "healthy": True, "expect_success_within": 93600}
     action, detail = _audit(deck)[0]
     assert action == "schedule.update"
-    assert 'cron: "*/5 * * * *" → "0 3 * * *"' in detail and 'payload: {"n": 1} → {}' in detail
-    assert 'timezone: "UTC" → "Europe/Paris"' in detail and "expect_success_within: (none) → 93600.0" in detail
+    assert 'cron: "*/5 * * * *" → "0 3 * * *"' in detail and 'payload: {"n": 1} → (none)' in detail
+    assert 'timezone: (none) → "Europe/Paris"' in detail and 'expect_success_within: (none) → "26h"' in detail
 
     assert check(client.delete("/api/schedules/tick"), "/api/schedules/{name}", "delete") == {"deleted": "tick"}
     assert [a for a, _ in _audit(deck)] == ["schedule.delete", "schedule.update", "schedule.create"]
-    assert 'cron: (none) → "*/5 * * * *"' in _audit(deck)[2][1]
+    assert (
+        _audit(deck)[2][1]
+        == 'tick: cron: (none) → "*/5 * * * *"; payload: (none) → {"n": 1}; type: (none) → "demo.noop"'
+    )
     assert deck.schedules.enqueue_due_once(clock.advance(3600)) == []  # gone: it fires no more
     for method in ("put", "delete"):
         r = getattr(client, method)("/api/schedules/tick", json=TICK)
@@ -155,7 +158,7 @@ def test_the_dashboard_creates_edits_and_deletes_with_csrf(rt, clock):
     edit_url = "/schedules/reports/%C3%BC%20nightly/edit"
     assert f'href="{edit_url}"' in listing
     page = client.get(edit_url).get_data(as_text=True)
-    assert "&#34;x&#34;: &#34;&lt;b&gt;&#34;" in page and 'value="7200.0"' in page
+    assert "&#34;x&#34;: &#34;&lt;b&gt;&#34;" in page and 'value="2h"' in page
     r = client.post(edit_url, data={**form, "cron": "45 1 * * *", "csrf_token": _token(page)})
     assert r.status_code == 303 and deck.schedules.get("reports/ü nightly").cron == "45 1 * * *"
     assert client.get("/schedules/nightly/edit").status_code == 409

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from app import actions
 from app.config import ConfigError
 from app.errors import JobdeckError
-from app.maintenance.cron import Schedule, UnknownSchedule, definition, parse_schedule
+from app.maintenance.cron import Schedule, UnknownSchedule, parse_schedule
 from app.store.runtime_schedules import (
     delete_runtime_schedule,
     get_runtime_schedule,
@@ -77,7 +77,7 @@ class RuntimeSchedules:
         schedule = self.validate(data)
         if schedule.name in self.periodic.configured:
             raise config_owned(schedule.name)
-        entry = definition(schedule)
+        entry = dict(data)  # as the operator wrote it ("26h", not 93600.0): the diff and the form read it
         if not insert_runtime_schedule(self.store, schedule.name, entry, actor, now):
             raise ScheduleConflict(f"a schedule named {schedule.name!r} exists already: edit it (PUT) instead")
         self._record(actor, "schedule.create", schedule.name, now, {}, entry)
@@ -96,7 +96,7 @@ class RuntimeSchedules:
                 raise ScheduleInvalid("name: a schedule cannot be renamed; create the new one and delete this one")
             data = {**data, "name": name}
         schedule = self.validate(data)
-        entry = definition(schedule)
+        entry = dict(data)
         if not replace_runtime_schedule(self.store, name, stored.definition, entry, actor, now):
             raise ScheduleConflict(f"schedule {name!r} changed while it was being edited: look again and redo the edit")
         self._record(actor, "schedule.update", name, now, stored.definition, entry)

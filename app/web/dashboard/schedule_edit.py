@@ -18,7 +18,7 @@ from flask import Blueprint, abort, current_app, flash, jsonify, redirect, rende
 
 from app.deck import Jobdeck
 from app.errors import InvalidField, JobdeckError
-from app.maintenance.cron import UnknownSchedule, definition
+from app.store.runtime_schedules import get_runtime_schedule
 from app.validation import loads
 from app.web.api import jobs as api
 from app.web.dashboard.auth import require_operator
@@ -137,11 +137,10 @@ def edit(name: str) -> Any:
     deck = _deck()
     if name in deck.schedules.configured:
         abort(409, f"schedule {name!r} comes from the configuration file: change it there")
-    try:
-        schedule = deck.schedules.get(name)
-    except UnknownSchedule:
+    stored = get_runtime_schedule(deck.store, name)
+    if stored is None:
         abort(404, f"no runtime schedule named {name!r}")
-    return _form_page(name, _values(definition(schedule)))
+    return _form_page(name, _values(stored.definition))
 
 
 @bp.post("/schedules/<path:name>/edit")
