@@ -189,3 +189,24 @@ def test_the_schedules_page_marks_the_unhealthy_one(make_deck, clock):
     )
     assert ">unhealthy</span>" in row and "no run fired since 2026-01-01T12:00:00Z" in row
     assert ">healthy</span>" in html[html.index('data-schedule="fine"') :]
+
+
+def test_a_process_dying_between_the_alert_and_the_flip_loses_nothing_and_sends_once(make_deck, clock, monkeypatch):
+    import app.maintenance.schedule_health as health
+
+    port = free_port()
+    a = make_deck(clock, schedules=[HOURLY], alerts=_hook_config(port))
+    b = make_deck(clock, schedules=[HOURLY], alerts=_hook_config(port))
+    a.schedule_health.check_once(clock.now)
+    clock.advance(2 * 3600)
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt("killed after enqueueing the alert")
+
+    with monkeypatch.context() as m:
+        m.setattr(health, "mark_unhealthy", crash)
+        with pytest.raises(KeyboardInterrupt):
+            a.schedule_health.check_once(clock.now)
+    assert len(_alerts(a, clock)) == 1 and a.schedule_health.view()["hourly"]["healthy"] is True
+    assert b.schedule_health.check_once(clock.advance(1)) == [(UNHEALTHY, "hourly")]
+    assert len(_alerts(a, clock)) == 1  # the same job, found by its key

@@ -25,6 +25,7 @@ many runs fail in one episode, it is one alert and one recovery.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import re
@@ -33,6 +34,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from app.config import ConfigError
+from app.errors import IdempotencyConflict
 from app.states import State
 from app.store import NewJob
 from app.store.schedule_health import (
@@ -249,7 +251,9 @@ class ScheduleHealth:
             idempotency_key=f"{event}:{who}:{stamp}",
             available_at=now,
         )
-        self.store.enqueue(new, now)
+        # Another process may have enqueued this flip's message first, its "at" a moment apart: one message.
+        with contextlib.suppress(IdempotencyConflict):
+            self.store.enqueue(new, now)
 
     def view(self) -> dict[str, dict[str, Any]]:
         """The health of every watched schedule, for the Schedules page and API."""
