@@ -305,7 +305,7 @@ demo_charges = cast(Table, DemoCharge.__table__)
 
 
 class ScheduleState(Base):
-    """What the database knows of a schedule defined in config: the operator's
+    """What the database knows of a schedule (from config or runtime): the operator's
     pause flag and the watermark up to which fire times were enqueued. The row
     outlives the schedule's removal from config, so its history stays."""
 
