@@ -67,9 +67,10 @@ def create_app(
     from app.web.api import artifacts, effects, errors, jobs, logs, queues
     from app.web.dashboard import artifacts as dashboard_artifacts
     from app.web.dashboard import logs as dashboard_logs
-    from app.web.dashboard import schedules
+    from app.web.dashboard import schedule_edit, schedules
 
-    for blueprint in (jobs.bp, effects.bp, queues.bp, schedules.bp, schedules.api_bp, artifacts.bp, errors.bp, logs.bp):
+    for blueprint in (jobs.bp, effects.bp, queues.bp, schedules.bp, schedules.api_bp, schedule_edit.bp,
+                      schedule_edit.api_bp, artifacts.bp, errors.bp, logs.bp):  # fmt: skip
         app.register_blueprint(blueprint)
     app.register_blueprint(dashboard_artifacts.bp)
     from app.web import metrics

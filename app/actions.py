@@ -1,4 +1,5 @@
-"""Operator actions on schedules and queues (pause, resume, run now),
+"""Operator actions on schedules and queues (pause, resume, run now, and
+creating, editing and deleting runtime schedules with what changed),
 recorded in one place: each is logged at INFO on the ``jobdeck.audit``
 logger and written to the audit log (``app.store.reads.record_action``).
 """
@@ -22,15 +23,28 @@ class Action:
     """Who: a dashboard user name, ``api`` or ``cli``."""
     verb: str
     """What: ``schedule.pause``, ``schedule.resume``, ``schedule.run``,
-    ``queue.pause``, ``queue.resume``."""
+    ``queue.pause``, ``queue.resume``, ``schedule.create``, ``schedule.update``,
+    ``schedule.delete``."""
     target: str
     """The schedule's or queue's name."""
     at: datetime
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-def record(actor: str, verb: str, target: str, at: datetime, *, store: Store | None = None, **detail: Any) -> Action:
-    """Log the action and write it to the audit log (when given the store)."""
+def record(
+    actor: str,
+    verb: str,
+    target: str,
+    at: datetime,
+    *,
+    store: Store | None = None,
+    changes: str | None = None,
+    **detail: Any,
+) -> Action:
+    """Log the action and write it to the audit log (when given the store);
+    ``changes`` is the before/after diff of an edit, kept after the target."""
+    if changes is not None:
+        detail["changes"] = changes
     action = Action(actor, verb, target, at, detail)
     if store is None:
         log.info("%s by %s: %s %s", verb, actor, target, detail or "",
@@ -39,5 +53,6 @@ def record(actor: str, verb: str, target: str, at: datetime, *, store: Store | N
         from app.store.reads import record_action
 
         job_id = detail.get("job_id")
-        record_action(store, actor, verb, at, count=1 if job_id else 0, job_id=job_id, detail=target)
+        text = target if changes is None else f"{target}: {changes}"
+        record_action(store, actor, verb, at, count=1 if job_id else 0, job_id=job_id, detail=text)
     return action

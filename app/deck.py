@@ -3,7 +3,9 @@ way in for new jobs (shared by the API, the CLI and Python callers).
 
 A deck owns its parts, built (and their config checked) when it is, so a bad
 schedule, queue limit, alert or retention entry stops start-up with a
-ConfigError naming it: ``deck.schedules`` (the configured recurring jobs),
+ConfigError naming it: ``deck.schedules`` (the recurring jobs: configured, and made at runtime
+through ``deck.runtime_schedules``), ``deck.schedule_health`` (their dead
+man's switch),
 ``deck.queues`` (pause/resume and concurrency limits, installed as the
 store's claim policy), ``deck.alerts`` (dead-letter alerts), ``deck.thresholds`` (threshold alerts),
 ``deck.maintenance`` (sweeper, retention, roll-up) and ``deck.health`` (what
@@ -26,6 +28,8 @@ from app.handlers import registry as default_registry
 from app.health import Health
 from app.maintenance.alerts import Alerts, parse_alerts
 from app.maintenance.cron import Periodic, parse_schedules
+from app.maintenance.runtime_schedules import RuntimeSchedules
+from app.maintenance.schedule_health import ScheduleHealth
 from app.maintenance.thresholds import ThresholdAlerts, parse_thresholds
 from app.maintenance.upkeep import Maintenance, parse_retention
 from app.queues import QueueControls, parse_limits
@@ -103,6 +107,8 @@ class Jobdeck:
         self.thresholds: ThresholdAlerts = ThresholdAlerts(self, parse_thresholds(config), self.alerts.settings)
         self.thresholds.install()
         self.schedules: Periodic = Periodic(self, parse_schedules(config.extra.get("schedules"), self))
+        self.runtime_schedules: RuntimeSchedules = RuntimeSchedules(self)
+        self.schedule_health: ScheduleHealth = ScheduleHealth(self)
         self.queues: QueueControls = QueueControls(self.store, parse_limits(config), refresh=config.poll_interval)
         self.queues.install()
         self.maintenance: Maintenance = Maintenance(self, parse_retention(config))

@@ -148,7 +148,10 @@ class Alerts:
 
     def message(self, payload: dict[str, Any]) -> dict[str, Any] | None:
         """The JSON body for one alert slot, or None when no job of the type
-        is still dead in it (a person retried them meanwhile)."""
+        is still dead in it (a person retried them meanwhile). An alert
+        planned whole elsewhere (schedule health) carries its ``body``."""
+        if isinstance(payload.get("body"), dict):
+            return dict(payload["body"])
         job_type = str(payload["type"])
         until = parse_time(payload["until"], "until")
         since = (
@@ -183,7 +186,7 @@ class Alerts:
         body = self.message(payload)
         if body is None:
             return {"sent": False, "reason": "no dead jobs left in the window"}
-        return {"sent": True, "status": self.post(body), "count": body["count"]}
+        return {"sent": True, "status": self.post(body), "count": body.get("count", 1)}
 
     def post(self, body: dict[str, Any]) -> int:
         """POST ``body`` as JSON to the webhook; its HTTP status, or a

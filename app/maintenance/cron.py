@@ -10,6 +10,8 @@ Config::
     payload = {region = "emea"}
     misfire = "run_once"        # or "skip"
     misfire_grace = 3600        # seconds (run_once only)
+    expect_success_within = "26h"   # schedule health: alert when no run succeeded for this long
+    alert_after_failures = 2        # ... or when this many runs in a row failed
 
 Each fire time becomes a one-off job with the idempotency key
 ``schedule:<name>:<fire time in UTC, ISO 8601>``: the database's UNIQUE key
@@ -22,6 +24,8 @@ the operator's pause flag and the watermark ``checked_until`` live in the
 from __future__ import annotations
 
 import logging
+import math
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -33,6 +37,8 @@ from cron_descriptor import ExpressionDescriptor, Options
 from app import actions
 from app.config import ConfigError
 from app.errors import JobdeckError
+from app.maintenance.crontab import make_trigger
+from app.maintenance.schedule_health import MAX_SECONDS, parse_health_options
 from app.store import JobRecord, NewJob
 from app.store.schedules import (
     Fire,
@@ -42,7 +48,7 @@ from app.store.schedules import (
     schedule_states,
     set_schedule_paused,
 )
-from app.validation import parse_priority
+from app.validation import check_text, parse_priority
 
 if TYPE_CHECKING:
     from app.deck import Jobdeck
@@ -53,15 +59,16 @@ ON_TIME = timedelta(seconds=15)
 """A fire time found later than this is a misfire (the process was down)."""
 MISFIRE_POLICIES = ("run_once", "skip")
 _KEYS = {"name", "cron", "timezone", "type", "payload", "priority", "queue", "max_retries", "enabled",
-         "misfire", "misfire_grace"}  # fmt: skip
-_CRON_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+         "misfire", "misfire_grace", "expect_success_within", "alert_after_failures"}  # fmt: skip
+MAX_NAME_CHARS = 200
+MAX_CRON_CHARS = 200
 
 
 class UnknownSchedule(JobdeckError):
     status_code = 404
 
     def __init__(self, name: str) -> None:
-        super().__init__(f"no schedule named {name!r} in the configuration")
+        super().__init__(f"no schedule named {name!r}")
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,10 @@ class Schedule:
     enabled: bool = True
     misfire: str = "run_once"
     misfire_grace: float = 3600.0
+    expect_success_within: float | None = None
+    """Seconds: alert when no run succeeded for this long (``app.maintenance.schedule_health``)."""
+    alert_after_failures: int | None = None
+    """Alert when this many runs in a row failed."""
     trigger: CronTrigger = field(default=None, compare=False, repr=False)
 
     def next_fire(self, after: datetime) -> datetime | None:
@@ -122,45 +133,15 @@ class Schedule:
             return f"every day at {int(fields[1]):02d}:{int(fields[0]):02d} {self.timezone}"
         options = Options()
         options.use_24hour_time_format = True
-        words = ExpressionDescriptor(self.cron, options).get_description()
+        try:
+            words = ExpressionDescriptor(self.cron, options).get_description()
+        except Exception:  # cron_descriptor reads fewer forms than APScheduler accepts
+            return f"{self.cron} ({self.timezone})"
         return f"{words[:1].lower()}{words[1:]} ({self.timezone})"
 
 
 def fire_key(name: str, fire_time: datetime) -> str:
     return f"schedule:{name}:{fire_time.astimezone(UTC).isoformat()}"
-
-
-def make_trigger(cron: str, tz: ZoneInfo) -> CronTrigger:
-    """Five crontab fields, or six with seconds first. Day-of-week numbers are
-    crontab's (0 or 7 = Sunday), not APScheduler 3's (0 = Monday)."""
-    fields = cron.split()
-    if len(fields) not in (5, 6):
-        raise ValueError(f"expected 5 fields (or 6 with seconds first), got {len(fields)}")
-    second = fields.pop(0) if len(fields) == 6 else "0"
-    minute, hour, day, month, dow = fields
-    return CronTrigger(
-        second=second, minute=minute, hour=hour, day=day, month=month, day_of_week=_crontab_dow(dow), timezone=tz
-    )
-
-
-def _crontab_dow(text: str) -> str:
-    if not all(c.isdigit() or c in "*,-/" for c in text):
-        return text  # names (mon-fri) mean the same to both
-    days: set[int] = set()
-    for part in text.split(","):
-        rng, _, step_text = part.partition("/")
-        step = int(step_text) if step_text else 1
-        if rng == "*":
-            lo, hi = 0, 6
-        elif "-" in rng:
-            lo, hi = (int(x) for x in rng.split("-", 1))
-        else:
-            lo = int(rng)
-            hi = 6 if step_text else lo
-        if not (0 <= lo <= 7 and 0 <= hi <= 7 and lo <= hi and step >= 1):
-            raise ValueError(f"day of week {part!r} out of range 0-7")
-        days.update(d % 7 for d in range(lo, hi + 1, step))
-    return "*" if len(days) == 7 else ",".join(_CRON_DAYS[d] for d in sorted(days))
 
 
 def parse_schedules(raw: Any, deck: Jobdeck) -> list[Schedule]:
@@ -173,67 +154,134 @@ def parse_schedules(raw: Any, deck: Jobdeck) -> list[Schedule]:
     found: list[Schedule] = []
     seen: set[str] = set()
     for i, entry in enumerate(raw):
-        if not isinstance(entry, dict):
-            raise ConfigError(f"schedules[{i}]: expected a table")
-        name = entry.get("name")
-        if not isinstance(name, str) or not name.strip() or len(name) > 200:
-            raise ConfigError(f"schedules[{i}]: name: required, a string of 1 to 200 characters")
-        where = f"schedule {name!r}"
-        if name in seen:
-            raise ConfigError(f"{where}: the name is used twice")
-        seen.add(name)
-        unknown = sorted(set(entry) - _KEYS)
-        if unknown:
-            raise ConfigError(f"{where}: unknown key {unknown[0]!r}")
-        tz_name = entry.get("timezone", "UTC")
-        try:
-            tz = ZoneInfo(str(tz_name))
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ConfigError(f"{where}: unknown timezone {tz_name!r}") from None
-        cron = entry.get("cron")
-        if not isinstance(cron, str):
-            raise ConfigError(f'{where}: cron: required, e.g. "0 2 * * *"')
-        try:
-            trigger = make_trigger(cron, tz)
-        except ValueError as exc:
-            raise ConfigError(f"{where}: invalid cron expression {cron!r}: {exc}") from None
-        job_type = entry.get("type")
-        if not isinstance(job_type, str) or not deck.known_type(job_type):
-            raise ConfigError(f"{where}: unknown job type {job_type!r} (no handler registered)")
-        misfire = entry.get("misfire", "run_once")
-        if misfire not in MISFIRE_POLICIES:
-            raise ConfigError(f"{where}: misfire: must be one of {', '.join(MISFIRE_POLICIES)}, got {misfire!r}")
-        grace = entry.get("misfire_grace", 3600)
-        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
-            raise ConfigError(f"{where}: misfire_grace: must be a number of seconds >= 0")
-        enabled = entry.get("enabled", True)
-        if not isinstance(enabled, bool):
-            raise ConfigError(f"{where}: enabled: must be true or false")
-        schedule = Schedule(
-            name=name, cron=cron, timezone=str(tz_name), type=job_type, payload=entry.get("payload", {}),
-            priority=entry.get("priority"), queue=entry.get("queue"), max_retries=entry.get("max_retries"),
-            enabled=enabled, misfire=misfire, misfire_grace=float(grace), trigger=trigger,
-        )  # fmt: skip
-        try:
-            parse_priority(schedule.priority)
-            deck.new_job(schedule.job_data(fire_key(name, datetime.now(UTC))), datetime.now(UTC))
-        except JobdeckError as exc:
-            raise ConfigError(f"{where}: {exc}") from None
+        schedule = parse_schedule(entry, deck, f"schedules[{i}]")
+        if schedule.name in seen:
+            raise ConfigError(f"schedule {schedule.name!r}: the name is used twice")
+        seen.add(schedule.name)
         found.append(schedule)
     return found
 
 
+def parse_schedule(entry: Any, deck: Jobdeck, label: str = "schedule") -> Schedule:
+    """One schedule entry, validated: the rule for config schedules and for
+    the ones made at runtime (``app.maintenance.runtime_schedules``). A bad
+    entry raises ConfigError naming the schedule and the problem."""
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{label}: expected a table")
+    name = entry.get("name")
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_CHARS:
+        raise ConfigError(f"{label}: name: required, a string of 1 to {MAX_NAME_CHARS} characters")
+    if not name.isprintable():
+        raise ConfigError(f"{label}: name: must not contain control characters (NUL, newlines, ...)")
+    where = f"schedule {name!r}"
+    try:
+        check_text(name, "name", MAX_NAME_CHARS)
+    except JobdeckError as exc:
+        raise ConfigError(f"{label}: {exc}") from None
+    unknown = sorted(set(entry) - _KEYS, key=str)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {str(unknown[0])[:80]!r}")
+    tz_name = entry.get("timezone", "UTC")
+    if not isinstance(tz_name, str) or not tz_name or len(tz_name) > 100:
+        raise ConfigError(f"{where}: timezone: expected an IANA zone name such as 'Europe/Paris'")
+    try:
+        tz = ZoneInfo(tz_name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise ConfigError(f"{where}: unknown timezone {tz_name!r}") from None
+    cron = entry.get("cron")
+    if not isinstance(cron, str) or len(cron) > MAX_CRON_CHARS:
+        raise ConfigError(f'{where}: cron: required, a string of at most {MAX_CRON_CHARS} characters, e.g. "0 2 * * *"')
+    if not cron.isascii():  # int() reads "٣" as 3: a look-alike digit would fire at a time nobody wrote
+        raise ConfigError(f"{where}: invalid cron expression {cron!r}: ASCII digits, letters and * / , - only")
+    try:
+        trigger = make_trigger(cron, tz)
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
+        raise ConfigError(f"{where}: invalid cron expression {cron!r}: {exc}") from None
+    if trigger.get_next_fire_time(None, datetime.now(UTC)) is None:
+        # Refused once here: every tick and page would pay APScheduler's search to year 9999 again.
+        raise ConfigError(f"{where}: cron {cron!r} never fires (a date that does not exist, such as 30 February)")
+    job_type = entry.get("type")
+    if not isinstance(job_type, str) or not deck.known_type(job_type):
+        raise ConfigError(f"{where}: unknown job type {str(job_type)[:200]!r} (no handler registered)")
+    misfire = entry.get("misfire", "run_once")
+    if misfire not in MISFIRE_POLICIES:
+        raise ConfigError(f"{where}: misfire: must be one of {', '.join(MISFIRE_POLICIES)}, got {misfire!r}")
+    grace = entry.get("misfire_grace", 3600)
+    if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0 <= grace <= MAX_SECONDS:
+        raise ConfigError(f"{where}: misfire_grace: must be a number of seconds >= 0")
+    enabled = entry.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"{where}: enabled: must be true or false")
+    within, failures = parse_health_options(entry, where)
+    schedule = Schedule(
+        name=name, cron=cron, timezone=tz_name, type=job_type, payload=entry.get("payload", {}),
+        priority=entry.get("priority"), queue=entry.get("queue"), max_retries=entry.get("max_retries"),
+        enabled=enabled, misfire=misfire, misfire_grace=float(grace), expect_success_within=within,
+        alert_after_failures=failures, trigger=trigger,
+    )  # fmt: skip
+    try:
+        parse_priority(schedule.priority)
+        deck.new_job(schedule.job_data(fire_key(name, datetime.now(UTC))), datetime.now(UTC))
+    except JobdeckError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return schedule
+
+
 class Periodic:
-    """The configured schedules of one deck, and their state in the database."""
+    """The schedules of one deck, from config and made at runtime (in the
+    database, reloaded within ``poll_interval``), and their state in the database."""
 
     def __init__(self, deck: Jobdeck, schedules: list[Schedule]) -> None:
         self.deck = deck
         self.store = deck.store
-        self.schedules = {s.name: s for s in schedules}
+        self.configured: dict[str, Schedule] = {s.name: s for s in schedules}
+        self.runtime: dict[str, Schedule] = {}
+        self.invalid: dict[str, str] = {}
+        """Runtime schedules that no longer parse (e.g. their handler is gone): name -> why."""
+        self._stored: dict[str, dict[str, Any]] = {}
+        self._loaded_at = -math.inf
+
+    @property
+    def schedules(self) -> dict[str, Schedule]:
+        """Every schedule this process fires: config first, then runtime ones."""
+        return {**self.configured, **self.runtime}
+
+    def all(self) -> dict[str, Schedule]:
+        """``schedules`` after picking up runtime changes made by any process."""
+        self.refresh()
+        return self.schedules
+
+    def refresh(self, force: bool = False) -> None:
+        """Pick up the runtime schedules' changes (read at most once per
+        ``poll_interval`` unless ``force``; only changed ones are parsed again).
+        One that no longer parses is kept out and listed in ``invalid``."""
+        from app.store.runtime_schedules import load_runtime_schedules
+
+        if not force and time.monotonic() - self._loaded_at < self.deck.config.poll_interval:
+            return
+        self._loaded_at = time.monotonic()
+        stored = {s.name: s.definition for s in load_runtime_schedules(self.store) if s.name not in self.configured}
+        if stored == self._stored:
+            return
+        runtime: dict[str, Schedule] = {}
+        invalid: dict[str, str] = {}
+        for name, entry in stored.items():
+            if self._stored.get(name) == entry and name in self.runtime:
+                runtime[name] = self.runtime[name]
+                continue
+            try:
+                runtime[name] = parse_schedule(entry, self.deck)
+            except ConfigError as exc:
+                invalid[name] = str(exc)
+                if name not in self.invalid:
+                    log.warning("runtime schedule %s is not fired: %s", name, exc)
+        changed = sorted(n for n in set(stored) | set(self._stored) if stored.get(n) != self._stored.get(n))
+        log.info("runtime schedules picked up: %d in all; changed: %s", len(stored), ", ".join(changed)[:500])
+        self.runtime, self.invalid, self._stored = runtime, invalid, stored
 
     def get(self, name: str) -> Schedule:
         try:
-            return self.schedules[name]
+            return self.all()[name]
         except KeyError:
             raise UnknownSchedule(name) from None
 
@@ -243,7 +291,7 @@ class Periodic:
         """Enqueue every due fire time of every enabled, unpaused schedule;
         returns the ids of the jobs for them (new or already enqueued by
         another process). A schedule seen for the first time starts at ``now``."""
-        if not self.schedules:
+        if not self.all():
             return []
         states = self._states(now)
         fires: list[tuple[Schedule, datetime]] = []
@@ -292,23 +340,41 @@ class Periodic:
     # -- reads ------------------------------------------------------------------
 
     def overview(self, now: datetime, recent: int = 10) -> list[dict[str, Any]]:
-        """Every configured schedule with its next run, last runs and their
-        outcomes, then schedules removed from config that left history."""
-        paused, history = schedule_history(self.store, list(self.schedules), recent)
+        """Every schedule (config, then runtime) with its source, next run,
+        last runs and their outcomes, and its health; then schedules removed
+        that left history."""
+        schedules = self.all()
+        paused, history = schedule_history(self.store, list(schedules) + sorted(self.invalid), recent)
+        health = self.deck.schedule_health.view()
         out: list[dict[str, Any]] = []
         for name, runs in history.items():
-            s = self.schedules.get(name)
+            s = schedules.get(name)
             is_paused = paused.get(name, False)
+            source = "config" if name in self.configured else "runtime" if s or name in self.invalid else None
             out.append({
                 "name": name,
                 "configured": s is not None,
+                "source": source,
                 "cron": s.cron if s else None,
-                "description": s.describe() if s else "removed from the configuration",
+                "description": s.describe() if s else self.invalid.get(name, "removed"),
                 "timezone": s.timezone if s else None,
                 "type": s.type if s else None,
                 "enabled": bool(s and s.enabled),
                 "paused": is_paused,
                 "next_run": s.next_fire(now) if s and s.enabled and not is_paused else None,
                 "runs": [{**r, "status": r["status"] if r["status"] is not None else "pruned"} for r in runs],
+                "health": health.get(name, {"watched": False, "healthy": True}),
+                "definition": definition(s) if s is not None and source == "runtime" else None,
             })  # fmt: skip
         return out
+
+
+def definition(s: Schedule) -> dict[str, Any]:
+    """A schedule as its config entry (what a runtime schedule's edit form shows)."""
+    entry: dict[str, Any] = {"name": s.name, "cron": s.cron, "timezone": s.timezone, "type": s.type,
+                             "payload": s.payload, "enabled": s.enabled, "misfire": s.misfire,
+                             "misfire_grace": s.misfire_grace}  # fmt: skip
+    for key in ("priority", "queue", "max_retries", "expect_success_within", "alert_after_failures"):
+        if getattr(s, key) is not None:
+            entry[key] = getattr(s, key)
+    return entry

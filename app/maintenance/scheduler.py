@@ -4,6 +4,7 @@ that ``app.runtime.Runtime`` starts and stops (never at import time, never in
 ``*_once(now)`` bodies:
 
 - schedules: ``deck.schedules.enqueue_due_once`` every second;
+- schedule health: ``deck.schedule_health.check_once`` every second;
 - sweeper: ``deck.maintenance.sweep_once`` every ``sweep_interval`` seconds;
 - counters: ``deck.maintenance.rollup_once`` every 15 seconds;
 - retention: ``deck.maintenance.prune_once`` every minute;
@@ -60,6 +61,7 @@ class SchedulerService:
         m = self.deck.maintenance
         for name, seconds, body in (
             ("schedules", SCHEDULE_TICK, self.deck.schedules.enqueue_due_once),
+            ("schedule_health", SCHEDULE_TICK, self.deck.schedule_health.check_once),
             ("sweeper", self.deck.config.sweep_interval, m.sweep_once),
             ("stats", STATS_TICK, m.rollup_once),
             ("retention", PRUNE_TICK, m.prune_once),

@@ -323,7 +323,7 @@ demo_charges = cast(Table, DemoCharge.__table__)
 
 
 class ScheduleState(Base):
-    """What the database knows of a schedule defined in config: the operator's
+    """What the database knows of a schedule (from config or runtime): the operator's
     pause flag and the watermark up to which fire times were enqueued. The row
     outlives the schedule's removal from config, so its history stays."""
 
@@ -352,6 +352,40 @@ class ScheduleRun(Base):
         UniqueConstraint("schedule", "fire_time", name="uq_schedule_runs_fire"),
         Index("ix_schedule_runs_recent", "schedule", "id"),
     )
+
+
+class RuntimeSchedule(Base):
+    """A schedule an operator made at runtime (dashboard or API), kept as the
+    same table a ``[[schedules]]`` entry is, so every process parses it with
+    ``parse_schedule`` and fires it through the same ``fire_key``. A config
+    schedule's name is never stored here."""
+
+    __tablename__ = "runtime_schedules"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    definition: Mapped[str] = mapped_column(Text)
+    """The entry as JSON, in config form (``cron``, ``type``, ``payload``, ...)."""
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_by: Mapped[str] = mapped_column(String(200))
+
+
+class ScheduleHealthRow(Base):
+    """The dead man's switch of one watched schedule (``expect_success_within``,
+    ``alert_after_failures``): since when it is watched, its last success, and
+    whether it is unhealthy. ``unhealthy`` flips by conditional UPDATE, so of
+    several processes checking at once one records each alert and recovery."""
+
+    __tablename__ = "schedule_health"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    watched_since: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_success_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    unhealthy: Mapped[bool] = mapped_column(Boolean, default=False)
+    episode: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    """While unhealthy: the success (or the start of watching) it is counted from."""
+    reason: Mapped[str | None] = mapped_column(Text)
+    changed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class QueueState(Base):
@@ -391,6 +425,8 @@ class MaintenanceMark(Base):
 schedule_state = cast(Table, ScheduleState.__table__)
 schedule_runs = cast(Table, ScheduleRun.__table__)
 queue_state = cast(Table, QueueState.__table__)
+runtime_schedules = cast(Table, RuntimeSchedule.__table__)
+schedule_health = cast(Table, ScheduleHealthRow.__table__)
 stats_minutely = cast(Table, StatsMinute.__table__)
 for _bucket in DURATION_COLUMNS:
     # One counter per run-time bucket (``app.store.durations``); columns

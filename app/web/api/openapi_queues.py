@@ -48,12 +48,12 @@ SCHEDULE = {
         "runs": {"type": "array", "items": RUN, "description": "most recent first"},
     },
 }
-_UNKNOWN = {"404": _json(_ref("Error"), "No such schedule in the configuration")}
+_UNKNOWN = {"404": _json(_ref("Error"), "No such schedule")}
 _ACTION_ERRORS = {**_UNAUTHORIZED, **_UNSUPPORTED}
 """An action without a body: a body, if any, must still be JSON (415)."""
 
 
-def paths() -> dict[str, Any]:
+def paths(schedule: dict[str, Any] = SCHEDULE) -> dict[str, Any]:
     def queue_action(summary: str) -> dict[str, Any]:
         return {"post": {"summary": summary, "parameters": [_QUEUE_NAME],
                          "responses": {"200": _json(QUEUE, "The queue"), **_ACTION_ERRORS,
@@ -61,7 +61,7 @@ def paths() -> dict[str, Any]:
 
     def schedule_action(summary: str) -> dict[str, Any]:
         return {"post": {"summary": summary, "parameters": [_NAME],
-                         "responses": {"200": _json(SCHEDULE, "The schedule"), **_ACTION_ERRORS, **_UNKNOWN}}}  # fmt: skip
+                         "responses": {"200": _json(schedule, "The schedule"), **_ACTION_ERRORS, **_UNKNOWN}}}  # fmt: skip
 
     return {
         "/api/queues": {
@@ -84,13 +84,14 @@ def paths() -> dict[str, Any]:
         "/api/queues/{name}/resume": queue_action("Resume a paused queue"),
         "/api/schedules": {
             "get": {
-                "summary": "Configured schedules (and removed ones with history), their next and recent runs",
+                "summary": "Schedules (from config and made at runtime, and removed ones with history), their "
+                "next and recent runs and their health",
                 "responses": {
                     "200": _json(
                         {
                             "type": "object",
                             "required": ["schedules"],
-                            "properties": {"schedules": {"type": "array", "items": SCHEDULE}},
+                            "properties": {"schedules": {"type": "array", "items": schedule}},
                         },
                         "Schedules",
                     ),

@@ -1,7 +1,8 @@
 """The Schedules and Queues pages (and the schedules' JSON twin under
 /api/schedules).
 
-Schedules: each schedule's cron in words, next run, last run with its job and
+Schedules: each schedule's source (config or runtime, the runtime ones
+edited in ``schedule_edit``), its health (``app.maintenance.schedule_health``), its cron in words, next run, last run with its job and
 outcome, the last successful run's artifacts (the nightly report, one click
 away), the recent outcomes at a glance, and Run now / Pause / Resume.
 Queues: each queue's waiting and running jobs, paused state and concurrency
@@ -15,6 +16,7 @@ the audit log by the operation itself.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from flask import Blueprint, abort, current_app, flash, jsonify, redirect, render_template, url_for
@@ -54,7 +56,8 @@ def _json_run(run: dict[str, Any]) -> dict[str, Any]:
 
 def _json(s: dict[str, Any]) -> dict[str, Any]:
     """A schedule for the API, its times in ``iso`` like a job's."""
-    return {**s, "next_run": iso(s["next_run"]), "runs": [_json_run(r) for r in s["runs"]]}
+    health = {k: iso(v) if isinstance(v, datetime) else v for k, v in s["health"].items()}
+    return {**s, "next_run": iso(s["next_run"]), "runs": [_json_run(r) for r in s["runs"]], "health": health}
 
 
 def _answer(page: str, template: str, context: dict[str, Any], message: str, kind: str = "success") -> Any:
@@ -94,8 +97,8 @@ def schedules_live() -> Any:
 def act(name: str, action: str) -> Any:
     deck = _deck()
     schedules = deck.schedules
-    if name not in schedules.schedules:
-        abort(404, f"no schedule named {name!r} in the configuration")
+    if name not in schedules.all():
+        abort(404, f"no schedule named {name!r}")
     now = deck.clock()
     if action == "run":
         job = schedules.run_now(name, now, _actor())

@@ -1,7 +1,7 @@
 """metrics and threshold alerts: stats_totals, threshold_alerts, workers.queues
 
 Revision ID: 0019
-Revises: 0017
+Revises: 0018
 Create Date: 2026-12-01 19:00:00
 
 - ``stats_totals``: one row per job type holding the all-time sums of the
@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0019"
-down_revision: str | Sequence[str] | None = "0017"
+down_revision: str | Sequence[str] | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

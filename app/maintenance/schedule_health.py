@@ -1,0 +1,274 @@
+"""Schedule health: a dead man's switch per schedule.
+
+Config (on a ``[[schedules]]`` entry, or a runtime schedule)::
+
+    expect_success_within = "26h"   # alert when no run succeeded for this long
+    alert_after_failures = 2        # alert when this many runs in a row failed
+
+``check_once(now)`` (every second, in the scheduler) looks at each watched,
+enabled, unpaused schedule: its last success (kept in ``schedule_health``, so
+it outlives retention) and its recent runs. No success within the window
+covers every way a nightly job goes quiet: a fire time missed while Jobdeck
+was down (no run at all), a run still pending or running, a run that failed
+or went dead. The first check that finds a schedule unhealthy records it, the
+first one that finds a success after that records the recovery: each is a
+conditional UPDATE, so of several processes exactly one wins each flip.
+
+With ``[alerts] webhook_url`` set, each flip becomes one webhook message
+(``event`` ``schedule.unhealthy`` then ``schedule.recovered``) delivered as a
+``jobdeck.alert`` job like the dead-letter alerts, so it is retried while the
+webhook is down. The job is keyed by the schedule and the success the episode
+counts from, and enqueued *before* the flip: a process that dies in between
+leaves the flip to the next check, whose enqueue finds the same job. However
+many runs fail in one episode, it is one alert and one recovery.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from app.config import ConfigError
+from app.errors import IdempotencyConflict
+from app.states import State
+from app.store import NewJob
+from app.store.schedule_health import (
+    HealthRow,
+    RunOutcome,
+    health_rows,
+    mark_recovered,
+    mark_unhealthy,
+    note_success,
+    read_health,
+    recent_outcomes,
+)
+
+if TYPE_CHECKING:
+    from app.deck import Jobdeck
+    from app.maintenance.cron import Schedule
+
+log = logging.getLogger("jobdeck.schedule_health")
+
+MAX_SECONDS = 10 * 365 * 86400
+MAX_FAILURES = 1000
+UNHEALTHY = "schedule.unhealthy"
+RECOVERED = "schedule.recovered"
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)([smhdw]))+")
+_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_FAILED = frozenset({State.FAILED.value, State.DEAD.value})
+_IN_FLIGHT = frozenset({State.PENDING.value, State.RUNNING.value})
+
+
+def parse_duration(value: Any, key: str) -> float:
+    """Seconds from a number or a string such as ``"26h"``, ``"90m"``,
+    ``"1h30m"``, ``"3s"``, ``"2d"``; more than 0 and at most ten years."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ConfigError(f'{key}: expected a duration such as "26h", "90m" or a number of seconds')
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if len(text) > 40 or not _DURATION.fullmatch(text):
+            raise ConfigError(f'{key}: expected a duration such as "26h", "90m" or "1h30m", got {value[:40]!r}')
+        seconds = sum(float(n) * _UNITS[u] for n, u in _PART.findall(text))
+    else:
+        seconds = float(value)
+    if not 0 < seconds <= MAX_SECONDS:
+        raise ConfigError(f"{key}: must be more than 0 seconds and at most ten years")
+    return seconds
+
+
+def parse_health_options(entry: dict[str, Any], where: str) -> tuple[float | None, int | None]:
+    """A schedule entry's ``expect_success_within`` (seconds) and ``alert_after_failures``."""
+    within = entry.get("expect_success_within")
+    seconds = None if within is None else parse_duration(within, f"{where}: expect_success_within")
+    failures = entry.get("alert_after_failures")
+    if failures is not None and (
+        isinstance(failures, bool) or not isinstance(failures, int) or not 1 <= failures <= MAX_FAILURES
+    ):
+        raise ConfigError(f"{where}: alert_after_failures: must be a whole number from 1 to {MAX_FAILURES}")
+    return seconds, failures
+
+
+def words(seconds: float) -> str:
+    """A duration as a person says it: 26h, 90m, 3s, 1d2h."""
+    left = int(seconds)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if left >= size:
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return "".join(parts) or f"{seconds:g}s"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one check found for one schedule."""
+
+    last_success: datetime | None
+    episode: datetime
+    """The success (or the start of watching) the current stretch counts from."""
+    problem: str | None
+
+
+def judge(s: Schedule, row: HealthRow, runs: list[RunOutcome], now: datetime) -> Verdict:
+    """Healthy or not, and why, from the schedule's options and its runs."""
+    successes = [r.finished_at for r in runs if r.status == State.COMPLETED.value and r.finished_at]
+    known = [t for t in (row.last_success_at, *successes) if t is not None]
+    last_success = max(known) if known else None
+    episode = last_success or row.watched_since
+    if s.alert_after_failures:
+        failed: list[RunOutcome] = []
+        for r in runs:
+            if r.status == State.COMPLETED.value or r.status is None:
+                break
+            if r.status in _FAILED:
+                failed.append(r)
+        if len(failed) >= s.alert_after_failures:
+            first = failed[0]
+            problem = f"the last {len(failed)} runs failed; latest #{first.job_id}: {_short(first.error)}"
+            return Verdict(last_success, episode, problem)
+    if s.expect_success_within and now - episode > timedelta(seconds=s.expect_success_within):
+        head = f"no successful run within {words(s.expect_success_within)}"
+        latest = runs[0] if runs and runs[0].status != State.COMPLETED.value else None
+        if latest is not None and latest.fire_time <= episode and latest.status not in _IN_FLIGHT:
+            latest = None  # an old outcome, from before this stretch: the fires since were missed
+        why = _about(latest, episode)
+        if latest is not None and latest.status in _IN_FLIGHT:
+            prior = next((r for r in runs[1:] if r.status not in _IN_FLIGHT), None)
+            if prior is not None and prior.status in _FAILED:
+                why += f"; before it, {_about(prior, episode)}"
+        return Verdict(last_success, episode, f"{head}: {why}")
+    return Verdict(last_success, episode, None)
+
+
+def _about(run: RunOutcome | None, episode: datetime) -> str:
+    if run is None:
+        return f"no run fired since {_iso(episode)} (a missed fire: was Jobdeck down?)"
+    if run.status == State.PENDING.value:
+        return f"run #{run.job_id} (fired {_iso(run.fire_time)}) is still waiting to start"
+    if run.status == State.RUNNING.value:
+        return f"run #{run.job_id} is still running (since {_iso(run.claimed_at or run.fire_time)})"
+    if run.status == State.FAILED.value:
+        return f"run #{run.job_id} failed and waits for a retry: {_short(run.error)}"
+    if run.status == State.DEAD.value:
+        return f"run #{run.job_id} is dead: {_short(run.error)}"
+    if run.status is None:
+        return f"the last run (fired {_iso(run.fire_time)}) was pruned by retention"
+    return f"run #{run.job_id} is {run.status}"
+
+
+def _short(error: str | None) -> str:
+    text = (error or "no error message").strip().splitlines()[-1:] or ["no error message"]
+    return text[0][:300]
+
+
+def _iso(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ScheduleHealth:
+    """The dead man's switch of a deck's schedules (config and runtime)."""
+
+    def __init__(self, deck: Jobdeck) -> None:
+        self.deck = deck
+        self.store = deck.store
+
+    def watched(self) -> list[Schedule]:
+        return [
+            s
+            for s in self.deck.schedules.all().values()
+            if s.enabled and (s.expect_success_within or s.alert_after_failures)
+        ]
+
+    def check_once(self, now: datetime) -> list[tuple[str, str]]:
+        """Check every watched schedule; returns the flips this call won as
+        (event, schedule name)."""
+        from app.store.schedules import schedule_states
+
+        watched = self.watched()
+        if not watched:
+            return []
+        names = [s.name for s in watched]
+        states = schedule_states(self.store, names, now)
+        rows = health_rows(self.store, names, now)
+        runs = recent_outcomes(self.store, names)
+        won: list[tuple[str, str]] = []
+        for s in watched:
+            if states[s.name][0]:
+                continue  # paused by an operator: silence is expected
+            row = rows[s.name]
+            verdict = judge(s, row, runs[s.name], now)
+            if verdict.last_success and (row.last_success_at is None or verdict.last_success > row.last_success_at):
+                note_success(self.store, s.name, verdict.last_success)
+            if row.unhealthy and row.episode is not None:
+                if verdict.last_success and verdict.last_success > row.episode:
+                    text = f"schedule {s.name} recovered: a run succeeded at {_iso(verdict.last_success)}"
+                    self._send(RECOVERED, s.name, row.episode, text, now)
+                    if mark_recovered(self.store, s.name, row.episode, now):
+                        log.info("%s", text)
+                        won.append((RECOVERED, s.name))
+            elif not row.unhealthy and verdict.problem:
+                text = f"schedule {s.name} is unhealthy: {verdict.problem}"
+                self._send(UNHEALTHY, s.name, verdict.episode, text, now, verdict.problem)
+                if mark_unhealthy(self.store, s.name, verdict.episode, verdict.problem, now):
+                    log.error("%s", text)
+                    won.append((UNHEALTHY, s.name))
+        return won
+
+    def _send(
+        self, event: str, name: str, episode: datetime, text: str, now: datetime, reason: str | None = None
+    ) -> None:
+        """Enqueue the webhook message (when one is configured), keyed so that
+        every process checking at once enqueues the same one job."""
+        alerts = self.deck.alerts
+        settings = alerts.settings
+        if not settings.webhook_url:
+            return
+        from app.maintenance.alerts import ALERT_QUEUE, ALERT_TYPE
+
+        body = {
+            "event": event,
+            "schedule": name,
+            "reason": reason,
+            "since": _iso(episode),
+            "at": _iso(now),
+            "dashboard": f"{settings.dashboard_url}/schedules",
+            "text": text,
+        }
+        who = name if len(name) <= 150 else "sha256:" + hashlib.sha256(name.encode()).hexdigest()
+        stamp = episode.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        new = NewJob(
+            type=ALERT_TYPE,
+            payload={"body": body},
+            queue=ALERT_QUEUE,
+            priority=20,
+            max_retries=settings.max_retries,
+            idempotency_key=f"{event}:{who}:{stamp}",
+            available_at=now,
+        )
+        # Another process may have enqueued this flip's message first, its "at" a moment apart: one message.
+        with contextlib.suppress(IdempotencyConflict):
+            self.store.enqueue(new, now)
+
+    def view(self) -> dict[str, dict[str, Any]]:
+        """The health of every watched schedule, for the Schedules page and API."""
+        watched = {s.name: s for s in self.watched()}
+        rows = read_health(self.store, list(watched))
+        out: dict[str, dict[str, Any]] = {}
+        for name, s in watched.items():
+            row = rows.get(name)
+            out[name] = {
+                "watched": True,
+                "healthy": not (row and row.unhealthy),
+                "reason": row.reason if row and row.unhealthy else None,
+                "unhealthy_since": row.changed_at if row and row.unhealthy else None,
+                "last_success": row.last_success_at if row else None,
+                "expect_success_within": s.expect_success_within,
+                "alert_after_failures": s.alert_after_failures,
+            }
+        return out
