@@ -194,21 +194,37 @@ def unique_key(spec: Unique, job_type: str, queue: str, payload: Mapping[str, An
     """The key of a job: its ``by`` fields and their values as canonical
     JSON (``{"payload.order_id":42,"type":"report.build"}``), or
     ``sha256:<hex>`` of that when longer than ``MAX_READABLE_KEY``. A path
-    the payload lacks, or whose value is an object or a list, is refused."""
-    fields: dict[str, Any] = {}
+    the payload lacks, or whose value is an object or a list, is refused.
+
+    The type is always part of the key, listed in ``by`` or not: a
+    duplicate of one type must never be answered with, or replace the
+    payload of, another type's job. Numbers are compared by value (``1``,
+    ``1.0`` and ``-0.0`` vs ``0`` make one key), as JSON from another
+    language may write them either way."""
+    fields: dict[str, Any] = {"type": job_type}
     for name in spec.by:
-        if name == "type":
-            fields[name] = job_type
-        elif name == "queue":
+        if name == "queue":
             fields[name] = queue
         elif name == "payload":
-            fields[name] = dict(payload)
-        else:
-            fields[name] = _at(payload, name)
+            fields[name] = _by_value(dict(payload))
+        elif name != "type":
+            fields[name] = _by_value(_at(payload, name))
     text = _ENCODER.encode(fields)
     if len(text) > MAX_READABLE_KEY:
         return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
     return text
+
+
+def _by_value(value: Any) -> Any:
+    """``value`` with every integral float written as an integer (``1.0`` is
+    ``1``, ``-0.0`` is ``0``), so numerically equal payloads make one key."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _by_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_by_value(v) for v in value]
+    return value
 
 
 def _at(payload: Mapping[str, Any], path: str) -> Any:

@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,29 @@ def test_the_default_key_is_type_queue_and_the_whole_payload(deck: Jobdeck) -> N
     assert deck.enqueue("demo.report", {"x": 1, "y": [1, 2]}, unique=True).created
     assert not deck.enqueue("demo.noop", {"x": 1, "y": [1, 2]}).duplicate, "no unique, no key: a new job"
     assert a.job.unique_key is not None
+
+
+def test_a_key_without_type_in_by_is_still_scoped_to_its_type(deck: Jobdeck, clock: Clock) -> None:
+    """Two types keyed on the same payload field never share a key: a
+    duplicate of one is never answered with, nor replaces, the other's job."""
+    by = {"by": ["payload.a"], "on_duplicate": "replace"}
+    noop = deck.enqueue("demo.noop", {"a": 1}, unique=by, run_at=clock() + timedelta(seconds=50))
+    other = deck.enqueue("demo.fail", {"a": 1, "message": "x"}, unique=by)
+    assert other.created and other.job.id != noop.job.id and other.job.type == "demo.fail"
+    kept = deck.store.get(noop.job.id)
+    assert kept is not None and kept.type == "demo.noop" and kept.payload == {"a": 1}
+    assert deck.enqueue("demo.noop", {"a": 1}, unique=by).duplicate
+
+
+def test_numerically_equal_values_make_one_key(deck: Jobdeck) -> None:
+    first = deck.enqueue("demo.noop", {"n": 1, "z": 0, "f": 2.5}, unique=True)
+    assert first.created
+    assert deck.enqueue("demo.noop", {"n": 1.0, "z": -0.0, "f": 2.5}, unique=True).duplicate
+    assert deck.enqueue("demo.noop", {"n": True, "z": 0, "f": 2.5}, unique=True).created, "true is not 1"
+    assert deck.enqueue("demo.noop", {"n": 1, "z": 0, "f": 2.25}, unique=True).created
+    keyed = {"by": ["payload.order"]}
+    assert deck.enqueue("demo.noop", {"order": 42}, unique=keyed).created
+    assert deck.enqueue("demo.noop", {"order": 42.0}, unique=keyed).duplicate
 
 
 def test_the_types_config_makes_every_enqueue_unique(make_deck: Any) -> None:
