@@ -60,7 +60,9 @@ def append_lines(
     """Store what fits of ``lines`` for ``job_id``'s ``attempt``; returns how
     many were stored. ``dropped`` says the caller already dropped lines
     past a cap: the attempt gets its marker even if all of ``lines`` fit.
-    A job that no longer exists stores nothing."""
+    Once an attempt has its marker it stores nothing more, however small
+    (the marker says later lines were dropped). A job that no longer exists
+    stores nothing."""
     with store.write() as conn:
         exists = select(jobs.c.id).where(jobs.c.id == job_id)
         if not store.sqlite:
@@ -75,6 +77,8 @@ def append_lines(
                 func.count().filter(job_logs.c.level == TRUNCATED),
             ).where(mine)
         ).one()
+        if marked:  # the marker says the rest of this attempt was dropped: keep it true
+            return 0
         used = conn.execute(
             select(func.coalesce(func.sum(job_logs.c.size), 0)).where(
                 job_logs.c.job_id == job_id, job_logs.c.level != TRUNCATED

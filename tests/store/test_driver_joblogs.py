@@ -38,10 +38,24 @@ def test_a_buffer_that_dropped_lines_gets_the_marker_once(make_deck) -> None:
     limits = LogLimits(max_lines_per_attempt=3)
     line = LogLine("info", "a", deck.clock())
     append_lines(deck.store, job.id, 1, [line], 7, limits)
-    append_lines(deck.store, job.id, 1, [line, line, line], 2, limits)
+    assert append_lines(deck.store, job.id, 1, [line, line, line], 2, limits) == 0
     append_lines(deck.store, job.id, 1, [], 5, limits)
-    assert [x.level for x in lines_of(deck.store, job.id)] == ["info", TRUNCATED, "info", "info"]
+    assert [x.level for x in lines_of(deck.store, job.id)] == ["info", TRUNCATED]
     assert append_lines(deck.store, 10**9, 1, [line], 0, limits) == 0  # no such job: nothing stored
+
+
+def test_after_the_marker_an_attempt_stores_nothing_even_a_line_that_would_fit(make_deck) -> None:
+    """The marker says the rest was dropped: a short line sent after a long
+    one hit the byte cap must not appear after it (a gap the marker denies)."""
+    deck = make_deck()
+    job, _ = deck.enqueue("demo.noop", {})
+    limits = LogLimits(max_lines_per_attempt=100, max_bytes_per_job=100)
+    now = deck.clock()
+    assert append_lines(deck.store, job.id, 1, [LogLine("info", "short", now)], 0, limits) == 1
+    assert append_lines(deck.store, job.id, 1, [LogLine("info", "x" * 500, now)], 0, limits) == 0
+    assert append_lines(deck.store, job.id, 1, [LogLine("info", "l1", now)], 0, limits) == 0
+    assert [x.level for x in lines_of(deck.store, job.id)] == ["info", TRUNCATED]
+    assert append_lines(deck.store, job.id, 2, [LogLine("info", "l1", now)], 0, limits) == 1, "a new attempt logs"
 
 
 def test_concurrent_batches_for_one_attempt_number_their_lines_in_turn(make_deck) -> None:
