@@ -303,8 +303,23 @@ def test_http_workers_send_their_last_lines_with_complete_or_fail(api) -> None:
     assert _messages(deck, failed) == [(1, "error", "it broke")]
     stranger = _claimed(deck, client)
     body = {"worker_id": "not-the-holder", "logs": [{"message": "mine?"}]}
-    assert client.post(f"/api/jobs/{stranger}/complete", json=body, headers=AUTH).status_code == 409
+    r = client.post(f"/api/jobs/{stranger}/complete", json=body, headers=AUTH)
+    assert r.status_code == 409 and "held by worker" in r.get_json()["error"], r.get_json()
     assert _messages(deck, stranger) == []
+    late = {"worker_id": "http-w", "error": "late", "logs": [{"message": "too late"}]}
+    r = client.post(f"/api/jobs/{done}/fail", json=late, headers=AUTH)
+    assert r.status_code == 409 and "completed; only running jobs can be failed" in r.get_json()["error"], r.get_json()
+    assert _messages(deck, done) == [(1, "info", "the end")]
+
+
+def test_http_workers_send_their_last_lines_with_a_snooze(api) -> None:
+    deck, client = api
+    job_id = _claimed(deck, client)
+    body = {"worker_id": "http-w", "seconds": 100, "logs": [{"message": "429, later"}]}
+    r = client.post(f"/api/jobs/{job_id}/snooze", json=body, headers=AUTH)
+    assert r.status_code == 200, r.get_json()
+    check(r, "/api/jobs/{job_id}/snooze", "post")
+    assert _messages(deck, job_id) == [(1, "info", "429, later")]
 
 
 @pytest.mark.parametrize(

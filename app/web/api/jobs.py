@@ -9,7 +9,7 @@ from typing import Any
 from flask import Blueprint, current_app, jsonify, request, url_for
 
 from app.deck import MAX_QUEUE_CHARS, MAX_TYPE_CHARS, Jobdeck
-from app.errors import InvalidField, JobdeckError
+from app.errors import InvalidField, JobdeckError, TransitionRefused
 from app.joblogs import parse_lines
 from app.snooze import MAX_REASON_CHARS, InvalidSnooze, check_seconds, max_snoozes
 from app.states import State
@@ -176,12 +176,17 @@ def heartbeat(job_id: int) -> Any:
 
 
 def _last_lines(deck: Jobdeck, job_id: int, worker_id: str, data: dict[str, Any], now: Any) -> None:
-    """``logs`` sent with complete or fail: the attempt's last lines, kept
-    before the outcome (the beat checks the worker still holds the job)."""
+    """``logs`` sent with complete, fail or snooze: the attempt's last
+    lines, kept before the outcome (the beat checks the worker still holds
+    the job). When it does not, the lines are dropped and the outcome's own
+    call refuses in its own words ("only running jobs can be completed")."""
     if data.get("logs") is None:
         return
     lines = parse_lines(data["logs"], now)
-    job = deck.store.heartbeat(job_id, worker_id, now)
+    try:
+        job = deck.store.heartbeat(job_id, worker_id, now)
+    except TransitionRefused:
+        return
     if lines:
         append_lines(deck.store, job_id, job.attempt, lines, 0, deck.log_limits)
 
@@ -222,7 +227,8 @@ def fail(job_id: int) -> Any:
 
 @bp.post("/jobs/<int:job_id>/snooze")
 def snooze(job_id: int) -> Any:
-    """Run the job again ``seconds`` from now, no retry counted (``app.snooze``)."""
+    """Run the job again ``seconds`` from now, no retry counted (``app.snooze``);
+    ``logs`` (optional) carries the attempt's last lines, as with complete."""
     deck = _deck()
     data = _body()
     worker_id = _worker_id(data)
@@ -236,6 +242,7 @@ def snooze(job_id: int) -> Any:
     if reason is not None:
         check_text(reason, "reason", MAX_REASON_CHARS)
     now = deck.clock()
+    _last_lines(deck, job_id, worker_id, data, now)
     job_type = deck.store.get(job_id).type
     cap = max_snoozes(deck.config, deck.registry, job_type)
     job = deck.store.snooze(job_id, worker_id, seconds, now, reason=reason, max_snoozes=cap)

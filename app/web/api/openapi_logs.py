@@ -115,7 +115,7 @@ def amend(doc: dict[str, Any]) -> None:
             },
         },
     }
-    for action in ("complete", "fail"):
+    for action in ("complete", "fail", "snooze"):
         body = doc["paths"][f"/api/jobs/{{job_id}}/{action}"]["post"]["requestBody"]["content"]["application/json"]
         body["schema"]["properties"]["logs"] = {
             "type": "array",
