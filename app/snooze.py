@@ -86,8 +86,12 @@ def describe(seconds: float, reason: str | None = None) -> str:
 
 
 def format_seconds(seconds: float) -> str:
-    """30 -> "30 s", 1.5 -> "1.5 s", 0.25 -> "0.25 s"."""
-    return f"{seconds:.0f} s" if seconds == int(seconds) else f"{seconds:.3g} s"
+    """30 -> "30 s", 1.5 -> "1.5 s", 0.25 -> "0.25 s", 86400.5 -> "86400.5 s",
+    1e-9 -> "under 1 ms": never in scientific notation."""
+    if seconds == int(seconds):
+        return f"{seconds:.0f} s"
+    text = f"{seconds:.3f}".rstrip("0").rstrip(".")
+    return "under 1 ms" if text == "0" else f"{text} s"
 
 
 def seconds_of(snooze: BaseException) -> tuple[float, str | None]:

@@ -447,3 +447,13 @@ def test_two_processes_run_snoozed_jobs_again_after_their_delay(make_deck: Any, 
     assert early == [], f"{len(early)} jobs ran again before their snooze was over"
     pids = {r.worker_id.split(":")[1] for r in rows}
     assert len(pids) == 2, f"only {pids} ran the jobs"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [(30, "30 s"), (1.5, "1.5 s"), (0.25, "0.25 s"), (86400.5, "86400.5 s"), (1e-9, "under 1 ms"), (0.0015, "0.002 s")],
+)
+def test_a_snooze_is_worded_without_scientific_notation(seconds: float, shown: str) -> None:
+    from app.snooze import format_seconds
+
+    assert format_seconds(seconds) == shown
