@@ -15,6 +15,7 @@ makes this process unhealthy).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -57,6 +58,8 @@ refuses NaN and Infinity, which are not JSON and break strict clients."""
 
 MAX_TYPE_CHARS = 200
 MAX_QUEUE_CHARS = 100
+log = logging.getLogger("jobdeck")
+
 MAX_KEY_CHARS = 255
 MAX_RETRIES = 1000
 """The most retries a job can ask for."""
@@ -112,6 +115,7 @@ class Jobdeck:
         self.queues: QueueControls = QueueControls(self.store, parse_limits(config), refresh=config.poll_interval)
         self.queues.install()
         self.maintenance: Maintenance = Maintenance(self, parse_retention(config))
+        self._warn_unknown_types()
         self._runtime: Runtime | None = None
         self._built_in = os.getpid()
 
@@ -208,6 +212,22 @@ class Jobdeck:
 
     def known_type(self, name: str) -> bool:
         return name in self.registry or name in self.config.external_types
+
+    def _warn_unknown_types(self) -> None:
+        """A ``[types."X"]`` table whose X no handler here registers and
+        ``external_types`` does not list is most likely a typo: its options
+        (limits, unique, snoozes, log capture) would silently never apply.
+        Said at start-up; not refused, as another process may run that
+        type's handler."""
+        types = self.config.extra.get("types")
+        for name in sorted(types) if isinstance(types, dict) else ():
+            if not self.known_type(name):
+                log.warning(
+                    '[types."%s"]: no handler for this type is registered here and external_types does not list it;'
+                    " check the name (known: %s)",
+                    name,
+                    ", ".join(self.type_names()[:20]) or "none",
+                )
 
     # -- operator actions -----------------------------------------------------
 

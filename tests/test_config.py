@@ -48,3 +48,11 @@ def test_invalid_values_name_the_key(tmp_path, text, env, message) -> None:
 def test_missing_file_is_an_error(tmp_path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load(path=tmp_path / "nope.toml", env={})
+
+
+def test_a_types_table_naming_no_known_type_is_warned_about_at_start(make_deck, caplog) -> None:
+    """[types."demo.nop"] (a typo) would silently never apply: said at start-up."""
+    with caplog.at_level("WARNING", logger="jobdeck"):
+        make_deck(types={"demo.nop": {"max_snoozes": 3}, "demo.noop": {"concurrency": 2}})
+    warned = [r.getMessage() for r in caplog.records if r.name == "jobdeck" and "[types." in r.getMessage()]
+    assert len(warned) == 1 and '[types."demo.nop"]' in warned[0] and "demo.noop" in warned[0], warned
