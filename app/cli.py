@@ -398,10 +398,13 @@ def _ids(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) ->
 @click.argument("job_id", metavar="ID", callback=_one_id)
 @click.option("--json", "as_json", is_flag=True, help="The API's JSON for the job (GET /api/jobs/ID).")
 @click.option("--tracebacks", is_flag=True, help="Each failed attempt's traceback too.")
-def show(job_id: int, as_json: bool, tracebacks: bool) -> None:
+@click.option("--logs", "with_logs", is_flag=True, help="Each attempt's log lines (ctx.log) too, up to 1,000.")
+def show(job_id: int, as_json: bool, tracebacks: bool, with_logs: bool) -> None:
     """Show one job: its fields, payload and result, and every attempt with
     its outcome and error."""
     from app.errors import JobNotFound
+    from app.store.joblogs import count_lines, lines_of
+    from app.waiting import for_deck
     from app.web.serialize import job_json
 
     with operator_deck() as deck:
@@ -411,11 +414,23 @@ def show(job_id: int, as_json: bool, tracebacks: bool) -> None:
         except JobNotFound as exc:
             raise click.ClickException(str(exc)) from None
         attempts = deck.store.attempts_of(job_id)
-    if as_json:
-        click.echo(json.dumps(job_json(job, now, attempts), indent=2))
+        counted = sum(count_lines(deck.store, job_id).values())
+        logs = lines_of(deck.store, job_id) if with_logs and not as_json else []
+        reason = for_deck(deck, now).of(job) if as_json else None
+    if as_json:  # the fields of GET /api/jobs/ID
+        shown_json = job_json(job, now, attempts)
+        shown_json["waiting_reason"] = reason
+        shown_json["logs"] = {"lines": counted, "url": f"/api/jobs/{job_id}/logs"}
+        click.echo(json.dumps(shown_json, indent=2))
         return
     for line in job_page(job, attempts, now, tracebacks):
         click.echo(line)
+    if with_logs:
+        click.echo(f"log ({counted} lines):" if counted else "log: none")
+        for entry in logs:
+            click.echo(f"  #{entry.attempt:<3} {when(entry.at)}  {entry.level:<9} {shown(entry.message)}")
+    elif counted:
+        click.echo(f"log: {counted} lines (--logs shows them)")
 
 
 def job_page(job: JobRecord, attempts: list[AttemptRecord], now: datetime, tracebacks: bool) -> list[str]:
@@ -428,6 +443,8 @@ def job_page(job: JobRecord, attempts: list[AttemptRecord], now: datetime, trace
         ("priority", priority_text(job.priority)),
         ("attempts", f"{attempts_text(job)} made / allowed"),
         ("key", shown(job.idempotency_key or "-")),
+        *([("unique", shown(job.unique_key) + ("" if job.holds_unique_key(now) else " (released)"))]
+          if job.unique_key else []),
         ("created", when(job.created_at)), ("updated", when(job.updated_at)),
         ("claimed", when(job.claimed_at)), ("worker", shown(job.worker_id or "-")),
         ("finished", when(job.finished_at)),

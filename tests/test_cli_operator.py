@@ -15,7 +15,7 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from app import cli
+from app import cli, create_app
 from app.cli import main
 from app.deck import Jobdeck
 from app.handlers import Registry
@@ -195,8 +195,27 @@ def test_show_json_is_the_apis_shape(run, live_deck: Jobdeck) -> None:
     assert result.exit_code == 0, result.output
     now = live_deck.clock()
     expected = job_json(live_deck.store.get(job_id), now, live_deck.store.attempts_of(job_id))
-    assert json.loads(result.stdout) == expected
-    assert json.loads(result.stdout)["attempts"][0]["error"] == "boom\nsecond line"
+    shown = json.loads(result.stdout)
+    assert shown.pop("logs") == {"lines": 0, "url": f"/api/jobs/{job_id}/logs"}
+    assert shown.pop("waiting_reason") is None  # dead: not waiting to run
+    assert shown == expected
+    assert shown["attempts"][0]["error"] == "boom\nsecond line"
+    api = create_app(deck=live_deck, init_db=False).test_client().get(f"/api/jobs/{job_id}").get_json()
+    assert set(api) == set(json.loads(result.stdout)), "the same fields as GET /api/jobs/ID"
+
+
+def test_show_prints_the_unique_key_and_with_logs_the_lines(run, live_deck: Jobdeck) -> None:
+    from app.joblogs import LogLimits, LogLine
+    from app.store.joblogs import append_lines
+
+    job, _ = live_deck.enqueue("demo.noop", {"order": 7}, unique={"by": ["payload.order"]})
+    line = LogLine("warning", "fetched <3 pages>", live_deck.clock())
+    assert append_lines(live_deck.store, job.id, 1, [line], 0, LogLimits()) == 1
+    plain = run("show", str(job.id)).stdout
+    assert re.search(r'\n  unique +\{"payload.order":7,"type":"demo.noop"\}\n', plain), plain
+    assert "log: 1 lines (--logs shows them)" in plain
+    with_logs = run("show", str(job.id), "--logs").stdout
+    assert re.search(r"\n  #1 .* warning +fetched <3 pages>\n", with_logs), with_logs
 
 
 def test_show_a_missing_job(run, live_deck: Jobdeck) -> None:
