@@ -20,6 +20,7 @@ from typing import Any
 
 from app.config import Config, artifact_max_bytes
 from app.errors import InvalidField, PayloadTooLarge, TransitionRefused, UnknownType
+from app.flow import Flow, parse_flow
 from app.handlers import Registry
 from app.handlers import registry as default_registry
 from app.health import Health
@@ -88,7 +89,9 @@ class Jobdeck:
         self.alerts: Alerts = Alerts(self, parse_alerts(config))
         self.alerts.install()  # registers jobdeck.alert before the schedules are checked against the types
         self.schedules: Periodic = Periodic(self, parse_schedules(config.extra.get("schedules"), self))
-        self.queues: QueueControls = QueueControls(self.store, parse_limits(config), refresh=config.poll_interval)
+        self.queues: QueueControls = QueueControls(
+            self.store, parse_limits(config), refresh=config.poll_interval, flow=Flow(parse_flow(config))
+        )
         self.queues.install()
         self.maintenance: Maintenance = Maintenance(self, parse_retention(config))
 
@@ -204,7 +207,10 @@ class Jobdeck:
         cost more than the insert): each type is checked, and its defaults
         found, once by ``new_job`` itself, and each payload by
         ``payload_json``, the check ``new_job`` makes. None when an item has
-        any other shape: then every item goes through ``new_job``."""
+        any other shape, or when keyed flow limits are configured (the keys
+        are computed by ``new_job``): then every item goes through ``new_job``."""
+        if self.queues.flow.keyed_columns:
+            return None
         defaults: dict[str, tuple[str, int, int]] = {}
         jobs: list[PlainJob] = []
         append = jobs.append
@@ -292,6 +298,7 @@ class Jobdeck:
         queue = queue_name(queue)
 
         available_at = _available_at(data.get("run_at"), data.get("delay_seconds"), now)
+        rate_key, concurrency_key = self.queues.flow.keys(job_type, queue, payload)
         return NewJob(
             type=job_type,
             payload=payload,
@@ -301,6 +308,8 @@ class Jobdeck:
             idempotency_key=key,
             available_at=available_at,
             payload_json=payload_json,
+            rate_key=rate_key,
+            concurrency_key=concurrency_key,
         )
 
 

@@ -129,6 +129,9 @@ class NewJob:
     available_at: datetime | None = None
     payload_json: str | None = None
     """``payload`` already serialized (by validation), so it is not done twice."""
+    rate_key: str | None = None
+    concurrency_key: str | None = None
+    """The job's keys for the keyed flow limits (``app.flow.Flow.keys``)."""
 
 
 @dataclass
