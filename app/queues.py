@@ -128,7 +128,7 @@ class QueueControls:
             by_queue = {q["name"]: q for q in found}
             for entry in self.flow_limits():
                 if entry["scope"] == "queue":
-                    by_queue[entry["name"]]["limits"].append(entry)
+                    by_queue[entry["name"]].setdefault("limits", []).append(entry)
         return found
 
     def flow_limits(self, now: datetime | None = None) -> list[dict[str, Any]]:
@@ -148,7 +148,6 @@ class QueueControls:
             "waiting": counts.get(State.PENDING.value, 0) + counts.get(State.FAILED.value, 0),
             "running": counts.get(_RUNNING, 0),
             "concurrency": self.limits.queues.get(name),
-            "limits": [],
         }
 
     # -- the claim ----------------------------------------------------------------
