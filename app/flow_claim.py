@@ -185,11 +185,42 @@ class FlowClaim:
                     "limit": f.concurrency, "key": f.concurrency_key, "keys_running": len(per), "keys_at_limit": full,
                     "text": f"{full} key{'s' if full != 1 else ''} at their limit of {f.concurrency} running",
                 }  # fmt: skip
-            entry["closed_until"] = max(shut) if shut else None
-            if shut:
-                entry["closed_text"] = f"closed until {max(shut).isoformat()} (rate limited by handler)"
+            until = _z(max(shut)) if shut else None
+            entry["closed_until"] = until
+            entry["closed_text"] = f"closed until {until} (rate limited by handler)" if until else None
             out.append(entry)
         return out
+
+
+def waiting_check(flow_claim: FlowClaim, store: Store, now: datetime) -> Any:
+    """``held(job)`` for the waiting reasons: the flow reads made once (running
+    jobs by key, closed limits, the windows' starts by key), then pure."""
+    by_type: Counter[str] = Counter()
+    by_queue: Counter[str] = Counter()
+    by_key: Counter[tuple[str, str]] = Counter()
+    for r in store_flow.running_by_key(store):
+        by_type[r.type] += r.count
+        by_queue[r.queue] += r.count
+        for f in flow_claim.flow.for_job(r.type, r.queue):
+            if f.concurrency_key:
+                by_key[(f.ident, _key(r.key))] += r.count
+    windows = [(f.ident, flow_claim._window_start(f, now), f.rate.count) for f in flow_claim.flow.rated if f.rate]
+    starts: Counter[tuple[str, str]] = Counter()
+    for name, use in (store_flow.window_use(store, windows, now) if windows else {}).items():
+        for k, n in use["starts"].items():
+            starts[(name, k)] = n
+    closed = store_flow.closed_limits(store, now)
+
+    def held(job: JobRecord) -> dict[str, Any] | None:
+        return flow_claim.held(
+            job.type, job.queue, job.rate_key, job.concurrency_key, by_type, by_queue, by_key, starts, closed
+        )
+
+    return held
+
+
+def _z(when: datetime) -> str:
+    return when.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _reason(kind: str, scope: str, name: str, limit: int | None, key: str | None = None) -> dict[str, Any]:
@@ -205,5 +236,5 @@ def reason_message(held: dict[str, Any]) -> str:
     if held["kind"] == "concurrency_key":
         return f"concurrency limit of {what}: {held['limit']} running{key}"
     if held["kind"] == "closed":
-        return f"rate limit of {what} closed{key} until {held['until'].isoformat()} (rate limited by handler)"
+        return f"rate limit of {what} closed{key} until {_z(held['until'])} (rate limited by handler)"
     return f"concurrency limit of {what}: {held['limit']} running"

@@ -118,15 +118,16 @@ class QueueControls:
 
     # -- reads ------------------------------------------------------------------
 
-    def list_queues(self) -> list[dict[str, Any]]:
-        """Every queue with jobs waiting or running, paused or limited."""
+    def list_queues(self, now: datetime | None = None) -> list[dict[str, Any]]:
+        """Every queue with jobs waiting or running, paused or limited; a queue
+        with flow limits (``app.flow``) lists them with their use as of ``now``."""
         counts, paused = controls.queue_counts(self.store)
         flow_queues = {f.name for f in self.flow.limits if f.scope == "queue"}
         names = sorted(set(counts) | set(paused) | set(self.limits.queues) | flow_queues | {"default"})
         found = [self._describe(n, counts.get(n, {}), bool(paused.get(n))) for n in names]
         if self.flow:
             by_queue = {q["name"]: q for q in found}
-            for entry in self.flow_limits():
+            for entry in self.flow_limits(now):
                 if entry["scope"] == "queue":
                     by_queue[entry["name"]].setdefault("limits", []).append(entry)
         return found

@@ -39,6 +39,9 @@ class JobRecord:
     finished_at: datetime | None
     cancel_requested_at: datetime | None = None
     """Set by a cancel; a running job with it set ends ``cancelled``."""
+    rate_key: str | None = None
+    concurrency_key: str | None = None
+    """The job's keys for the keyed flow limits (``app.flow``), set at enqueue."""
 
     @classmethod
     def from_row(cls, row: Any) -> JobRecord:
@@ -66,6 +69,8 @@ class JobRecord:
             updated_at=m["updated_at"],
             finished_at=m["finished_at"],
             cancel_requested_at=m["cancel_requested_at"],
+            rate_key=m.get("rate_key"),
+            concurrency_key=m.get("concurrency_key"),
         )
 
     @classmethod
@@ -76,6 +81,7 @@ class JobRecord:
             r[0], r[1], r[2], sqlite.loads(r[3]), r[4], sqlite.STATE_OF[r[5]], r[6], r[7], r[8], r[9],
             req(r[10]), t(r[11]), t(r[12]), r[13], r[14], None if r[15] is None else json.loads(r[15]),
             r[16], r[17], req(r[18]), req(r[19]), t(r[20]), t(r[21]),
+            *((r[23], r[24]) if len(r) > 24 else ()),
         )  # fmt: skip
 
     def is_scheduled(self, now: datetime) -> bool:

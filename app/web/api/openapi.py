@@ -566,9 +566,11 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
             },
         },
     }
+    from app.web.api.openapi_queues import FLOW_LIMIT
     from app.web.api.openapi_queues import paths as control_paths
 
     doc["paths"].update(control_paths())
+    doc["components"]["schemas"]["FlowLimit"] = FLOW_LIMIT
     from app.web.api.openapi_effects import paths as effect_paths
 
     doc["paths"].update(effect_paths())
