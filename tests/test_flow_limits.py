@@ -1,0 +1,223 @@
+"""Flow limits across real processes (``app.flow``): a rate never exceeded
+in any window of the attempts' start times, a concurrency of one per key
+never two at once while other keys flow, on one SQLite file and on
+PostgreSQL; plus the API and page figures and the handler's 429."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import defaultdict
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from app.deck import Jobdeck
+from app.flow import RateLimited
+from app.handlers import JobContext
+from app.states import State
+from app.store.models import attempts, jobs
+from tests.conftest import Clock, wait_for
+
+pytestmark = pytest.mark.backends
+ROOT = Path(__file__).parents[1]
+
+
+def _workers(db_url: str, tmp_path: Path, toml: str, n: int = 3) -> list[subprocess.Popen[bytes]]:
+    """``n`` ``python -m app.cli worker`` processes on one database and config."""
+    config = tmp_path / "jobdeck.toml"
+    config.write_text(
+        f"database_url = {json.dumps(db_url)}\n"
+        f"instance_path = {json.dumps(str(tmp_path / 'instance'))}\n"
+        'secret_key = "s"\ndemo = true\nworkers = 4\npoll_interval = 0.05\nheartbeat_interval = 0.5\n'
+        "stall_timeout = 10\nshutdown_grace = 5.0\n" + toml
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDECK_")}
+    env.update(PYTHONPATH=str(ROOT), JOBDECK_CONFIG=str(config))
+    procs = []
+    for i in range(n):
+        with (tmp_path / f"worker{i}.log").open("wb") as log:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "app.cli", "worker", "--log-level", "warning"],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )  # fmt: skip
+            )
+    return procs
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _finished(deck: Jobdeck, n: int) -> bool:
+    with deck.store.read() as conn:
+        done = conn.execute(select(func.count()).where(jobs.c.status == State.COMPLETED.value)).scalar_one()
+    return done >= n
+
+
+def _intervals(deck: Jobdeck) -> list[tuple[Any, Any, dict[str, Any]]]:
+    stmt = select(attempts.c.started_at, attempts.c.finished_at, jobs.c.payload).join(
+        jobs, jobs.c.id == attempts.c.job_id
+    )
+    with deck.store.read() as conn:
+        return [(s, f, json.loads(p)) for s, f, p in conn.execute(stmt)]
+
+
+@pytest.mark.slow
+def test_a_rate_of_20_per_second_is_never_exceeded_across_three_processes(db_url, tmp_path, make_deck):
+    deck = make_deck(**{"types": {"demo.noop": {"rate": "20/1s"}}})
+    deck.enqueue_many([{"type": "demo.noop", "payload": {"i": i}} for i in range(90)])
+    procs = _workers(db_url, tmp_path, '[types."demo.noop"]\nrate = "20/1s"\n')
+    try:
+        wait_for(lambda: _finished(deck, 90), timeout=60, message="90 rate-limited jobs done")
+    finally:
+        _stop(procs)
+    starts = sorted(s for s, _, _ in _intervals(deck))
+    assert len(starts) == 90
+    worst = max(sum(1 for t in starts[i:] if t - s < timedelta(seconds=1)) for i, s in enumerate(starts))
+    took = (starts[-1] - starts[0]).total_seconds()
+    print(f"max starts in any 1 s window: {worst}; 90 starts over {took:.2f} s")
+    assert worst <= 20
+    assert worst >= 10, "the limit should let about 20 a second through"
+    assert took >= 3.5, "90 jobs at 20/s take at least 4 windows"
+
+
+@pytest.mark.slow
+def test_one_running_job_per_key_across_three_processes_while_other_keys_flow(db_url, tmp_path, make_deck):
+    option = {"concurrency": 1, "concurrency_key": "payload.customer"}
+    deck = make_deck(**{"types": {"demo.sleep": option}})
+    keys = [f"c{i}" for i in range(6)]
+    deck.enqueue_many([{"type": "demo.sleep", "payload": {"customer": k, "seconds": 0.05}} for k in keys * 8])
+    toml = '[types."demo.sleep"]\nconcurrency = 1\nconcurrency_key = "payload.customer"\n'
+    procs = _workers(db_url, tmp_path, toml)
+    try:
+        wait_for(lambda: _finished(deck, 48), timeout=90, message="48 keyed jobs done")
+    finally:
+        _stop(procs)
+    by_key: dict[str, list[tuple[Any, Any]]] = defaultdict(list)
+    spans = _intervals(deck)
+    for s, f, payload in spans:
+        by_key[payload["customer"]].append((s, f))
+    for key, runs in by_key.items():
+        runs.sort()
+        for (_, end), (start, _) in zip(runs, runs[1:]):
+            assert start >= end, f"two jobs of {key} ran at once"
+    # Other keys flowed meanwhile: at some start, jobs of several keys were running.
+    overlap = max(sum(1 for s2, f2, _ in spans if s2 <= s < f2) for s, _, _ in spans)
+    print(f"most keys running at once: {overlap}")
+    assert overlap >= 2
+
+
+def test_the_api_and_the_page_show_each_limit_with_its_use(make_deck):
+    clock = Clock()
+    flow = {
+        "types": {"demo.noop": {"rate": "2/60s"}, "demo.sleep": {"concurrency": 1, "concurrency_key": "payload.c"}},
+        "queues": {"mail": {"rate": "5/1m", "rate_key": "payload.account"}},
+    }
+    deck = make_deck(clock, **flow)
+    for i in range(3):
+        deck.enqueue("demo.noop", {"i": i})
+    for c in ("a", "a", "b"):
+        deck.enqueue("demo.sleep", {"c": c, "seconds": 1})
+    claimed = deck.store.claim("w1", clock.now, limit=10)
+    assert sorted(j.type for j in claimed) == ["demo.noop"] * 2 + ["demo.sleep"] * 2
+
+    from app import create_app
+
+    app = create_app(deck=deck)
+    body = app.test_client().get("/api/queues").get_json()
+    limits = {(f["scope"], f["name"]): f for f in body["limits"]}
+    assert limits[("type", "demo.noop")]["rate"]["text"] == "2 of 2 in the last 60 s"
+    assert limits[("type", "demo.sleep")]["concurrency_per_key"]["text"] == "2 keys at their limit of 1 running"
+    assert limits[("queue", "mail")]["rate"]["text"] == "0 keys at their limit of 5 per 60 s"
+    mail = next(q for q in body["queues"] if q["name"] == "mail")
+    assert mail["limits"][0]["rate"]["key"] == "payload.account"
+
+    from app.waiting import for_deck
+
+    reasons = for_deck(deck, clock.now)
+    held = [j for j in _pending(deck)]
+    messages = sorted(reasons.of(j)["message"] for j in held)
+    assert messages == [
+        "Concurrency limit of type demo.sleep: 1 running for key a",
+        "Rate limit of type demo.noop: 2/60s reached",
+    ]
+
+    from dashboard_support import make_dash_app
+
+    page = make_dash_app(deck).test_client().get("/queues").get_data(as_text=True)
+    assert "2 of 2 in the last 60 s" in page
+    assert "2 keys at their limit of 1 running" in page
+
+
+def _pending(deck: Jobdeck) -> list[Any]:
+    from app.store.records import JobRecord
+
+    with deck.store.read() as conn:
+        rows = conn.execute(select(jobs).where(jobs.c.status == State.PENDING.value).order_by(jobs.c.id)).all()
+    return [JobRecord.from_row(r) for r in rows]
+
+
+def test_a_handler_429_closes_the_limit_for_every_process_until_its_time(make_deck):
+    clock = Clock()
+    flow = {"types": {"demo.noop": {"rate": "100/1s", "rate_key": "payload.account"}}}
+    deck = make_deck(clock, **flow)
+    other = make_deck(clock, **flow)  # another process on the same database
+    for account in ("a", "a", "b"):
+        deck.enqueue("demo.noop", {"account": account})
+    (first,) = deck.store.claim("w1", clock.now, limit=1)
+    ctx = JobContext(deck.store, first.id, first.attempt, "w1", first.type, clock)
+    with pytest.raises(RateLimited) as raised:
+        ctx.rate_limited(30)
+    assert raised.value.seconds == 30
+    claimed = other.store.claim("w2", clock.now, limit=10)
+    assert [j.payload["account"] for j in claimed] == ["b"]  # account a is closed, b flows
+    body = create_app_client(other).get("/api/queues").get_json()
+    (limit,) = body["limits"]
+    assert limit["closed_until"] == (clock.now + timedelta(seconds=30)).isoformat().replace("+00:00", "Z")
+    assert "rate limited by handler" in limit["closed_text"]
+    reason = other_reason(other, clock)
+    assert reason["code"] == "flow_limit" and reason["limit_kind"] == "closed" and reason["key"] == "a"
+    clock.advance(29)
+    assert other.store.claim("w2", clock.now, limit=10) == []
+    clock.advance(2)
+    assert [j.payload["account"] for j in other.store.claim("w2", clock.now, limit=10)] == ["a"]
+
+
+def create_app_client(deck: Jobdeck) -> Any:
+    from app import create_app
+
+    return create_app(deck=deck).test_client()
+
+
+def other_reason(deck: Jobdeck, clock: Clock) -> Any:
+    from app.waiting import for_deck
+
+    (job,) = _pending(deck)
+    return for_deck(deck, clock.now).of(job)
+
+
+def test_rate_limited_refuses_a_bad_duration(deck):
+    job, _ = deck.enqueue("demo.noop")
+    ctx = JobContext(deck.store, job.id, 1, "w", job.type)
+    for bad in (0, -1, float("nan"), float("inf"), True, "5"):
+        with pytest.raises(ValueError, match="seconds"):
+            ctx.rate_limited(bad)  # type: ignore[arg-type]
