@@ -85,12 +85,14 @@ class Jobdeck:
             from app.demo import add_demo_config
 
             add_demo_config(config)
+        self.flow: Flow = Flow(parse_flow(config))
+        """Rate limits and concurrency per key (``app.flow``): the enqueue computes the keys."""
         self.health: Health = Health()
         self.alerts: Alerts = Alerts(self, parse_alerts(config))
         self.alerts.install()  # registers jobdeck.alert before the schedules are checked against the types
         self.schedules: Periodic = Periodic(self, parse_schedules(config.extra.get("schedules"), self))
         self.queues: QueueControls = QueueControls(
-            self.store, parse_limits(config), refresh=config.poll_interval, flow=Flow(parse_flow(config))
+            self.store, parse_limits(config), refresh=config.poll_interval, flow=self.flow
         )
         self.queues.install()
         self.maintenance: Maintenance = Maintenance(self, parse_retention(config))
@@ -209,7 +211,7 @@ class Jobdeck:
         ``payload_json``, the check ``new_job`` makes. None when an item has
         any other shape, or when keyed flow limits are configured (the keys
         are computed by ``new_job``): then every item goes through ``new_job``."""
-        if self.queues.flow.keyed_columns:
+        if self.flow.keyed_columns:
             return None
         defaults: dict[str, tuple[str, int, int]] = {}
         jobs: list[PlainJob] = []
@@ -298,7 +300,7 @@ class Jobdeck:
         queue = queue_name(queue)
 
         available_at = _available_at(data.get("run_at"), data.get("delay_seconds"), now)
-        rate_key, concurrency_key = self.queues.flow.keys(job_type, queue, payload)
+        rate_key, concurrency_key = self.flow.keys(job_type, queue, payload)
         return NewJob(
             type=job_type,
             payload=payload,

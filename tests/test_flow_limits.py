@@ -22,7 +22,7 @@ from app.deck import Jobdeck
 from app.flow import RateLimited
 from app.handlers import JobContext
 from app.states import State
-from app.store.models import attempts, jobs
+from app.store.models import attempts, jobs, workers
 from tests.conftest import Clock, wait_for
 
 pytestmark = pytest.mark.backends
@@ -67,6 +67,20 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
             p.wait()
 
 
+def _wait_started(deck: Jobdeck, procs: list[subprocess.Popen[bytes]]) -> None:
+    """Until every process's pool heart-beats: a process still starting up
+    runs what it claimed late, which would bunch the attempts' start times."""
+
+    def up() -> bool:
+        for p in procs:
+            assert p.poll() is None, f"worker {p.pid} exited with {p.returncode}"
+        with deck.store.read() as conn:
+            live = conn.execute(select(func.count()).where(workers.c.stopped_at.is_(None))).scalar_one()
+        return live >= len(procs)
+
+    wait_for(up, timeout=60, interval=0.1, message="the worker processes up")
+
+
 def _finished(deck: Jobdeck, n: int) -> bool:
     with deck.store.read() as conn:
         done = conn.execute(select(func.count()).where(jobs.c.status == State.COMPLETED.value)).scalar_one()
@@ -84,9 +98,10 @@ def _intervals(deck: Jobdeck) -> list[tuple[Any, Any, dict[str, Any]]]:
 @pytest.mark.slow
 def test_a_rate_of_20_per_second_is_never_exceeded_across_three_processes(db_url, tmp_path, make_deck):
     deck = make_deck(**{"types": {"demo.noop": {"rate": "20/1s"}}})
-    deck.enqueue_many([{"type": "demo.noop", "payload": {"i": i}} for i in range(90)])
     procs = _workers(db_url, tmp_path, '[types."demo.noop"]\nrate = "20/1s"\n')
     try:
+        _wait_started(deck, procs)
+        deck.enqueue_many([{"type": "demo.noop", "payload": {"i": i}} for i in range(90)])
         wait_for(lambda: _finished(deck, 90), timeout=60, message="90 rate-limited jobs done")
     finally:
         _stop(procs)
@@ -95,6 +110,7 @@ def test_a_rate_of_20_per_second_is_never_exceeded_across_three_processes(db_url
     worst = max(sum(1 for t in starts[i:] if t - s < timedelta(seconds=1)) for i, s in enumerate(starts))
     took = (starts[-1] - starts[0]).total_seconds()
     print(f"max starts in any 1 s window: {worst}; 90 starts over {took:.2f} s")
+
     assert worst <= 20
     assert worst >= 10, "the limit should let about 20 a second through"
     assert took >= 3.5, "90 jobs at 20/s take at least 4 windows"
@@ -109,6 +125,7 @@ def test_one_running_job_per_key_across_three_processes_while_other_keys_flow(db
     toml = '[types."demo.sleep"]\nconcurrency = 1\nconcurrency_key = "payload.customer"\n'
     procs = _workers(db_url, tmp_path, toml)
     try:
+        _wait_started(deck, procs)
         wait_for(lambda: _finished(deck, 48), timeout=90, message="48 keyed jobs done")
     finally:
         _stop(procs)
