@@ -1,0 +1,151 @@
+"""The flow claim (``app.store.flow``) on both databases: the rate window's
+edges, keys and the null bucket, per-key concurrency combined with a global
+limit, racing claimers, and a hot key's 90k backlog that must cost a claim
+nothing."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select, text
+
+from app.deck import Jobdeck
+from app.store import NewJob
+from app.store.models import flow_starts
+from tests.conftest import Clock
+
+pytestmark = pytest.mark.backends
+
+RATE = {"types": {"demo.noop": {"rate": "3/10s"}}}
+
+
+def test_the_rate_window_slides_start_by_start(make_deck: Callable[..., Jobdeck]) -> None:
+    clock = Clock()
+    deck = make_deck(clock=clock, **RATE)
+    deck.enqueue_many([{"type": "demo.noop", "payload": {"i": i}} for i in range(8)])
+    assert len(deck.store.claim("w", clock.now, limit=2)) == 2
+    clock.advance(4)
+    assert len(deck.store.claim("w", clock.now, limit=5)) == 1  # 3 in the window
+    clock.advance(5.9)
+    assert deck.store.claim("w", clock.now, limit=5) == []  # the first two are 9.9 s old
+    clock.advance(0.25)  # 10.15 s: past the window and its 0.1 s slack
+    assert len(deck.store.claim("w", clock.now, limit=5)) == 2
+    assert deck.store.claim("w", clock.now, limit=5) == []
+    clock.advance(4)
+    assert len(deck.store.claim("w", clock.now, limit=5)) == 1
+
+
+def test_a_claim_with_an_older_clock_still_sees_newer_starts(make_deck: Callable[..., Jobdeck]) -> None:
+    """A claimer that read its clock before waiting for the lock claims at
+    an earlier ``now`` than the claim that committed first: the window
+    counts every start after its beginning, later ones included."""
+    clock = Clock()
+    deck = make_deck(clock=clock, **RATE)
+    deck.enqueue_many([{"type": "demo.noop"} for _ in range(6)])
+    assert len(deck.store.claim("w", clock.now, limit=3)) == 3
+    assert deck.store.claim("w", clock.now - timedelta(seconds=5)) == []
+
+
+def test_a_keyed_rate_counts_each_key_and_the_missing_key_as_one_bucket(make_deck: Callable[..., Jobdeck]) -> None:
+    clock = Clock()
+    deck = make_deck(clock=clock, types={"demo.noop": {"rate": "2/60s", "rate_key": "payload.account"}})
+    payloads = [{"account": "a"}] * 3 + [{"account": 7}] * 3 + [{"account": "7"}] * 3 + [{}] * 2 + [{"account": None}]
+    deck.enqueue_many([{"type": "demo.noop", "payload": p} for p in payloads])
+    claimed = deck.store.claim("w", clock.now, limit=50)
+    got = Counter(repr(j.payload.get("account")) for j in claimed)
+    assert got == {"'a'": 2, "7": 2, "'7'": 2, "None": 2}  # 7 and "7" differ; missing and null share a bucket
+    assert deck.store.claim("w", clock.now, limit=50) == []
+    with deck.store.read() as conn:
+        assert conn.execute(select(func.count()).select_from(flow_starts)).scalar_one() == 8
+
+
+def test_concurrency_per_key_combines_with_the_queue_limit(make_deck: Callable[..., Jobdeck]) -> None:
+    clock = Clock()
+    deck = make_deck(
+        clock=clock,
+        types={"demo.sleep": {"concurrency": 2, "concurrency_key": "payload.c"}},
+        queues={"default": {"concurrency": 5}},
+    )
+    deck.enqueue_many([{"type": "demo.sleep", "payload": {"c": c}} for c in "aaaabbbbcccc"])
+    first = deck.store.claim("w", clock.now, limit=50)
+    assert len(first) == 5  # the queue's 5, at most 2 per key
+    assert max(Counter(j.payload["c"] for j in first).values()) == 2
+    deck.store.complete(first[0].id, "w", clock.now)
+    more = deck.store.claim("w", clock.now, limit=50)
+    running = Counter(j.payload["c"] for j in first[1:] + more)
+    assert len(more) == 1 and max(running.values()) == 2
+
+
+def test_racing_claimers_never_run_two_jobs_of_one_key(make_deck: Callable[..., Jobdeck]) -> None:
+    """Four threads, two decks (two processes' policies) claiming at once."""
+    option = {"types": {"demo.sleep": {"concurrency": 1, "concurrency_key": "payload.c"}}}
+    decks = [make_deck(**option), make_deck(**option)]
+    decks[0].enqueue_many([{"type": "demo.sleep", "payload": {"c": f"k{i % 5}"}} for i in range(60)])
+    claimed: list[Any] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(4)
+
+    def claim(deck: Jobdeck, name: str) -> None:
+        barrier.wait()
+        for _ in range(10):
+            got = deck.store.claim(name, deck.clock(), limit=3)
+            with lock:
+                claimed.extend(got)
+
+    threads = [threading.Thread(target=claim, args=(decks[i % 2], f"w{i}")) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    keys = Counter(j.payload["c"] for j in claimed)
+    assert keys == dict.fromkeys([f"k{i}" for i in range(5)], 1)
+
+
+def _fill(deck: Jobdeck, key: str, n: int, priority: int) -> None:
+    news = [NewJob("demo.sleep", {"c": key}, priority=priority, concurrency_key=f'"{key}"') for _ in range(n)]
+    for i in range(0, n, 10_000):
+        deck.store.enqueue_many(news[i : i + 10_000], deck.clock())
+
+
+def _timed_claims(deck: Jobdeck, clock: Clock, n: int = 5) -> list[float]:
+    took = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        got = deck.store.claim("w", clock.now, limit=10)
+        took.append(time.perf_counter() - t0)
+        assert len(got) == 10 and not any(j.payload["c"] == "hot" for j in got), [j.payload for j in got]
+    return took
+
+
+@pytest.mark.slow
+def test_a_hot_keys_backlog_of_90k_costs_a_claim_nothing(make_deck: Callable[..., Jobdeck]) -> None:
+    """One key holds 90% of the jobs, all ahead of the others in claim order
+    (a higher priority), and one of them runs: the claim still finds ten
+    other keys' jobs, as fast as with a backlog a hundred times smaller."""
+    clock = Clock()
+    deck = make_deck(clock=clock, types={"demo.sleep": {"concurrency": 1, "concurrency_key": "payload.c"}})
+    _fill(deck, "hot", 900, priority=10)
+    for i in range(100):
+        _fill(deck, f"a{i:02}", 1, priority=0)
+    (hot,) = deck.store.claim("w", clock.now, limit=1)
+    assert hot.payload["c"] == "hot"
+    small = _timed_claims(deck, clock)
+    _fill(deck, "hot", 89_100, priority=10)
+    for i in range(100):
+        _fill(deck, f"b{i:02}", 99, priority=0)
+    if deck.store.dialect == "postgresql":
+        with deck.store.write() as conn:
+            conn.execute(text("ANALYZE jobs"))
+    with deck.store.read() as conn:
+        assert conn.execute(select(func.count()).select_from(text("jobs"))).scalar_one() == 100_000
+    big = _timed_claims(deck, clock)
+    a, b = statistics.median(small), statistics.median(big)
+    print(f"{deck.store.dialect}: claim of 10 with a 900-job hot key {a * 1000:.1f} ms, with 90k {b * 1000:.1f} ms")
+    assert b < 3 * a + 0.010
