@@ -238,3 +238,45 @@ def test_rate_limited_refuses_a_bad_duration(deck):
     for bad in (0, -1, float("nan"), float("inf"), True, "5"):
         with pytest.raises(ValueError, match="seconds"):
             ctx.rate_limited(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"types": {"t": {"rate": "100"}}}, 'types.t.rate: expected "COUNT/WINDOW"'),
+        ({"types": {"t": {"rate": "0/1s"}}}, "types.t.rate: the count must be between 1"),
+        ({"types": {"t": {"rate": "-5/1s"}}}, 'types.t.rate: expected "COUNT/WINDOW"'),
+        ({"types": {"t": {"rate": "5/0s"}}}, "types.t.rate: the window must be between"),
+        ({"types": {"t": {"rate": "5/1d"}}}, 'types.t.rate: expected "COUNT/WINDOW"'),
+        ({"types": {"t": {"rate": "5/200h"}}}, "types.t.rate: the window must be between"),
+        ({"types": {"t": {"rate": 100}}}, 'types.t.rate: expected "COUNT/WINDOW"'),
+        (
+            {"queues": {"q": {"rate": "1/1s", "rate_key": "account_id"}}},
+            'queues.q.rate_key: expected "payload.<field>"',
+        ),
+        ({"queues": {"q": {"rate": "1/1s", "rate_key": "payload."}}}, "queues.q.rate_key"),
+        ({"queues": {"q": {"rate": "1/1s", "rate_key": "payload..a"}}}, "queues.q.rate_key"),
+        ({"queues": {"q": {"rate": "1/1s", "rate_key": "payload.a\x00"}}}, "queues.q.rate_key"),
+        ({"queues": {"q": {"rate": "1/1s", "rate_key": "payload" + ".a" * 9}}}, "queues.q.rate_key"),
+        ({"queues": {"q": {"rate": "1/1s", "rate_key": ["payload.a"]}}}, "queues.q.rate_key"),
+        ({"queues": {"q": {"rate_key": "payload.a"}}}, "queues.q.rate_key: needs a rate"),
+        ({"types": {"t": {"concurrency_key": "payload.c"}}}, "types.t.concurrency_key: needs a concurrency"),
+        ({"types": {"t": {"concurrency": 0, "concurrency_key": "payload.c"}}}, "types.t.concurrency: must be"),
+        ({"types": {"t": {"concurrency": True, "concurrency_key": "payload.c"}}}, "types.t.concurrency: must be"),
+        ({"types": {"t": {"concurrency": 1, "concurrency_key": "c"}}}, "types.t.concurrency_key: expected"),
+    ],
+)
+def test_every_bad_flow_option_is_a_config_error_naming_its_key(make_config, registry, table, message):
+    from app.config import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        Jobdeck(make_config(**table), registry)
+    assert message in str(info.value)
+
+
+def test_the_rate_syntax_accepts_seconds_minutes_and_hours():
+    from app.flow import parse_rate
+
+    assert [(r.count, r.window) for r in map(lambda v: parse_rate(v, "x"), ["100/60s", "10/1s", "5/1m", "100/1h", "3/s"])] == [
+        (100, 60.0), (10, 1.0), (5, 60.0), (100, 3600.0), (3, 1.0),
+    ]  # fmt: skip
