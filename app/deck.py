@@ -87,6 +87,8 @@ class Jobdeck:
             add_demo_config(config)
         self.flow: Flow = Flow(parse_flow(config))
         """Rate limits and concurrency per key (``app.flow``): the enqueue computes the keys."""
+        if self.flow.keyed_columns:
+            self.store.flow_keys = self.flow.keys
         self.health: Health = Health()
         self.alerts: Alerts = Alerts(self, parse_alerts(config))
         self.alerts.install()  # registers jobdeck.alert before the schedules are checked against the types

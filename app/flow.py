@@ -191,6 +191,7 @@ class Flow:
     """The flow limits of a deployment, with the lookups the enqueue and the claim need."""
 
     limits: list[FlowLimit] = field(default_factory=list)
+    _for_job: dict[tuple[str, str], list[FlowLimit]] = field(default_factory=dict, repr=False, compare=False)
 
     def __bool__(self) -> bool:
         return bool(self.limits)
@@ -202,9 +203,13 @@ class Flow:
         return None
 
     def for_job(self, job_type: str, queue: str) -> list[FlowLimit]:
-        """The type's limit first, then the queue's."""
-        found = [self.of("type", job_type), self.of("queue", queue)]
-        return [f for f in found if f is not None]
+        """The type's limit first, then the queue's (cached: the claim asks per candidate)."""
+        found = self._for_job.get((job_type, queue))
+        if found is None:
+            found = [f for f in (self.of("type", job_type), self.of("queue", queue)) if f is not None]
+            if len(self._for_job) < 10_000:
+                self._for_job[(job_type, queue)] = found
+        return found
 
     def keys(self, job_type: str, queue: str, payload: Mapping[str, Any] | None) -> tuple[str | None, str | None]:
         """(rate_key, concurrency_key) to store on a new job: the type's path first, then the queue's."""

@@ -59,6 +59,11 @@ RateWindow = tuple[str, datetime, bool]
 """(limit name, window start, keyed)."""
 
 
+MAX_PICK = 128
+"""The candidates a claim reads are bounded by this, not by its ``limit``
+(a pool asks for up to ``claim_batch``): the head of the line reads twice
+as many rows and each key walk as many keys, plus 16."""
+
 _STATES = ", ".join(f"'{s}'" for s in CLAIMABLE_STATES)
 
 
@@ -150,12 +155,12 @@ def claim_flow(
         head = statements.due(n_types, n_queues, len(skip), columns=CANDIDATE_COLUMNS)
         values = statements.due_order(n_types, n_queues, len(skip))
         params = dict(zip(values, (now, *(type_list or ()), *(queue_list or ()), *skip), strict=True))
-        rows = {r.id: r for r in conn.execute(head.limit(limit * 4 + 16), params)}
+        rows = {r.id: r for r in conn.execute(head.limit(min(limit, MAX_PICK) * 2 + 16), params)}
         cursors: dict[str, str] = {}
         extra: list[int] = []
         for column, after in walks.items():
             ids, cursors[column] = _walk_keys(
-                conn, store.dialect, column, after, limit * 2 + 16, now, type_list, queue_list, skip
+                conn, store.dialect, column, after, min(limit, MAX_PICK) + 16, now, type_list, queue_list, skip
             )
             extra += [i for i in ids if i not in rows]
         if extra:

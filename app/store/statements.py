@@ -429,6 +429,15 @@ def keep_old_payload() -> Any:
     )
 
 
+def set_flow_keys() -> Any:
+    """An edited job's flow keys (``app.flow``), in the edit's transaction. Values: job, rk, ck."""
+    return (
+        update(jobs)
+        .where(jobs.c.id == bindparam("job"))
+        .values(rate_key=bindparam("rk", type_=jobs.c.rate_key.type), concurrency_key=bindparam("ck"))
+    )
+
+
 def payload_of() -> Any:
     return select(jobs.c.payload).where(jobs.c.id == bindparam("job"))
 

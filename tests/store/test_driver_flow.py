@@ -149,3 +149,19 @@ def test_a_hot_keys_backlog_of_90k_costs_a_claim_nothing(make_deck: Callable[...
     a, b = statistics.median(small), statistics.median(big)
     print(f"{deck.store.dialect}: claim of 10 with a 900-job hot key {a * 1000:.1f} ms, with 90k {b * 1000:.1f} ms")
     assert b < 3 * a + 0.010
+
+
+def test_an_edit_of_the_payload_or_queue_recomputes_the_keys(make_deck: Callable[..., Jobdeck]) -> None:
+    clock = Clock()
+    deck = make_deck(
+        clock=clock,
+        types={"demo.sleep": {"concurrency": 1, "concurrency_key": "payload.c"}},
+        queues={"slow": {"rate": "5/1s", "rate_key": "payload.a"}},
+    )
+    job, _ = deck.enqueue("demo.sleep", {"c": "x", "a": 1})
+    assert (job.rate_key, job.concurrency_key) == (None, '"x"')
+    edited = deck.edit(job.id, {"payload": {"c": "y", "a": 2}, "queue": "slow"}).after
+    assert (edited.rate_key, edited.concurrency_key) == ("2", '"y"')
+    running, _ = deck.enqueue("demo.sleep", {"c": "y"})
+    assert [j.id for j in deck.store.claim("w", clock.now, limit=1)] == [job.id]  # first in line
+    assert deck.store.claim("w", clock.now, limit=5) == []  # the other "y" waits for the edited one
