@@ -116,7 +116,7 @@ class FlowClaim:
             return _reason("concurrency", "type", job_type, self.limits.types[job_type])
         if queue in self.limits.queues and by_queue[queue] >= self.limits.queues[queue]:
             return _reason("concurrency", "queue", queue, self.limits.queues[queue])
-        for scope, name in (("type", job_type), ("queue", queue)):
+        for scope, name in (("type", job_type), ("queue", queue)) if closed else ():
             ident = f"{scope}:{name}"
             for k in (NO_KEY, _key(rate_key)):
                 if (ident, k) in closed:

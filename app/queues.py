@@ -21,6 +21,11 @@ every write transaction is ``BEGIN IMMEDIATE`` (one writer at a time); on
 PostgreSQL the limited claim takes a transaction-scoped advisory lock
 (``pg_advisory_xact_lock``) before counting. With no limits configured the
 claim is the store's ordinary single statement, minus the paused queues.
+
+Rate limits and concurrency per key (``app.flow``) are parsed beside these;
+with any configured, ``app.flow_claim`` claims instead, under every limit at
+once, in the same kind of serialized transaction (``app.store.flow``). A
+``concurrency`` with a ``concurrency_key`` is per key, not global.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ key gets its turn however many jobs one key holds.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -61,8 +62,8 @@ RateWindow = tuple[str, datetime, bool]
 
 MAX_PICK = 128
 """The candidates a claim reads are bounded by this, not by its ``limit``
-(a pool asks for up to ``claim_batch``): the head of the line reads twice
-as many rows and each key walk as many keys, plus 16."""
+(a pool asks for up to ``claim_batch``): the head of the line reads as many
+rows and each key walk as many keys, plus 16."""
 
 _STATES = ", ".join(f"'{s}'" for s in CLAIMABLE_STATES)
 
@@ -155,7 +156,7 @@ def claim_flow(
         head = statements.due(n_types, n_queues, len(skip), columns=CANDIDATE_COLUMNS)
         values = statements.due_order(n_types, n_queues, len(skip))
         params = dict(zip(values, (now, *(type_list or ()), *(queue_list or ()), *skip), strict=True))
-        rows = {r.id: r for r in conn.execute(head.limit(min(limit, MAX_PICK) * 2 + 16), params)}
+        rows = {r.id: r for r in conn.execute(head.limit(min(limit, MAX_PICK) + 16), params)}
         cursors: dict[str, str] = {}
         extra: list[int] = []
         for column, after in walks.items():
@@ -173,9 +174,10 @@ def claim_flow(
             return [], cursors
         claimed = store.claim_ids(conn, worker_id, now, [i for i, _ in chosen])
         got = {j.id for j in claimed}
-        started = [{"limit_name": n, "key": k, "started_at": now} for i, s in chosen if i in got for n, k in s]
+        started = Counter(start for i, starts in chosen if i in got for start in starts)
         if started:
-            conn.execute(insert(flow_starts), started)
+            rows = [{"limit_name": n, "key": k, "started_at": now, "count": c} for (n, k), c in started.items()]
+            conn.execute(insert(flow_starts), rows)
         return claimed, cursors
 
 
@@ -204,7 +206,7 @@ def _starts(conn: Connection, rated: Sequence[RateWindow], candidates: list[Any]
             if not keys:
                 continue
             where.append(flow_starts.c.key.in_(keys))
-        stmt = select(flow_starts.c.key, func.count()).where(*where).group_by(flow_starts.c.key)
+        stmt = select(flow_starts.c.key, func.sum(flow_starts.c.count)).where(*where).group_by(flow_starts.c.key)
         found.update({(name, k): int(n) for k, n in conn.execute(stmt)})
     return found
 
@@ -221,7 +223,7 @@ def window_use(store: Store, windows: Sequence[tuple[str, datetime, int]], now: 
         for name, since, count in windows:
             by_key = dict(
                 conn.execute(
-                    select(flow_starts.c.key, func.count())
+                    select(flow_starts.c.key, func.sum(flow_starts.c.count))
                     .where(flow_starts.c.limit_name == name, flow_starts.c.started_at > since)
                     .group_by(flow_starts.c.key)
                 ).all()

@@ -489,6 +489,8 @@ class FlowStart(Base):
     key: Mapped[str] = mapped_column(String(255))
     """The job's key, or "" for an unkeyed limit."""
     started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    count: Mapped[int] = mapped_column(Integer, default=1)
+    """Starts of this limit and key at this time: one claim's are one row."""
 
     __table_args__ = (Index("ix_flow_starts_window", "limit_name", "key", "started_at"),)
 

@@ -9,7 +9,7 @@ limit (``app.flow``), computed at enqueue. ``ix_jobs_rate_key`` and
 ``ix_jobs_concurrency_key`` hold only waiting jobs with a key, in claim
 order per key: the claim walks them key by key, so a hot key's backlog is
 one seek, not a scan. ``flow_starts`` is the rate limits' sliding window
-log; ``flow_closed`` holds the limits a handler closed (``ctx.rate_limited``).
+log (one row per limit, key and claim, with its count); ``flow_closed`` holds the limits a handler closed (``ctx.rate_limited``).
 
 Rolling deploy: the previous release neither reads nor writes the new
 columns and tables; the jobs it enqueues have no key (an unkeyed job is
@@ -50,6 +50,7 @@ def upgrade() -> None:
         sa.Column("limit_name", sa.String(length=320), nullable=False),
         sa.Column("key", sa.String(length=255), nullable=False),
         sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("count", sa.Integer(), nullable=False),
     )
     op.create_index("ix_flow_starts_window", "flow_starts", ["limit_name", "key", "started_at"])
     op.create_table(
