@@ -66,11 +66,32 @@ class FlowClaim:
             walks = dict(self._cursors)
         claimed, cursors = store_flow.claim_flow(
             store, worker_id, now, limit=limit, types=types, queues=queues, skip_queues=sorted(paused),
-            walks=walks, rated=rated, prune=self._to_prune(now), pick=lambda r, c: self.pick(r, c, limit),
+            walks=walks, rated=rated, prune=self._to_prune(now), blocked=self.blocked,
+            pick=lambda r, c: self.pick(r, c, limit),
         )  # fmt: skip
         with self._lock:
             self._cursors.update(cursors)
         return claimed
+
+    def blocked(self, reads: store_flow.FlowReads) -> tuple[list[str], list[str]]:
+        """The types and the queues no job of can start now: a global
+        concurrency reached, an unkeyed rate used up, or closed as a whole."""
+        by_type: Counter[str] = Counter()
+        by_queue: Counter[str] = Counter()
+        for r in reads.running:
+            by_type[r.type] += r.count
+            by_queue[r.queue] += r.count
+        types = {t for t, n in self.limits.types.items() if by_type[t] >= n}
+        queues = {q for q, n in self.limits.queues.items() if by_queue[q] >= n}
+        for f in self.flow.limits:
+            full = f.rate is not None and not f.rate_key and reads.starts.get((f.ident, NO_KEY), 0) >= f.rate.count
+            if full or (f.ident, NO_KEY) in reads.closed:
+                (types if f.scope == "type" else queues).add(f.name)
+        for name, key in reads.closed:
+            scope, _, target = name.partition(":")
+            if key == NO_KEY:
+                (types if scope == "type" else queues).add(target)
+        return sorted(types), sorted(queues)
 
     def pick(self, reads: store_flow.FlowReads, rows: list[Any], limit: int) -> list[tuple[int, list[tuple[str, str]]]]:
         """The candidates (claim order) that every limit allows, up to ``limit``,

@@ -135,14 +135,18 @@ def claim_flow(
     walks: dict[str, str],
     rated: Sequence[RateWindow],
     prune: Sequence[tuple[str, datetime]],
+    blocked: Callable[[FlowReads], tuple[list[str], list[str]]],
     pick: Pick,
 ) -> tuple[list[JobRecord], dict[str, str]]:
     """The flow claim, in one write transaction no other limited claim
     interleaves with (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: the queue
     policy's advisory lock, taken first). ``walks``: key column -> the key
     its walk starts after; ``rated``: the rate limits whose starts to
-    count; ``prune``: (limit, before) starts to delete. Returns the claimed
-    jobs and where the next walks start."""
+    count; ``prune``: (limit, before) starts to delete. ``blocked`` names,
+    from the running jobs, the closed limits and the unkeyed rates, the
+    types and queues nothing of can start (left out of the reads in SQL, so
+    a full type's backlog at the head does not hide the rest). Returns the
+    claimed jobs and where the next walks start."""
     type_list = None if types is None else list(types)
     queue_list = None if queues is None else list(queues)
     skip = list(skip_queues)
@@ -153,9 +157,16 @@ def claim_flow(
             conn.execute(postgres.lock_limited_claims())
         for name, before in prune:
             conn.execute(delete(flow_starts).where(flow_starts.c.limit_name == name, flow_starts.c.started_at < before))
+        running, closed = _running(conn), _closed(conn, now)
+        unkeyed = _starts(conn, [r for r in rated if not r[2]], [])
+        full_types, full_queues = blocked(FlowReads(running, closed, unkeyed))
+        skip += [q for q in full_queues if q not in skip]
         head = statements.due(n_types, n_queues, len(skip), columns=CANDIDATE_COLUMNS)
         values = statements.due_order(n_types, n_queues, len(skip))
         params = dict(zip(values, (now, *(type_list or ()), *(queue_list or ()), *skip), strict=True))
+        if full_types:  # named apart from the due list's type_N binds (as in app.store.controls)
+            head = head.where(jobs.c.type.not_in(bindparam("full_types", expanding=True)))
+            params["full_types"] = full_types
         rows = {r.id: r for r in conn.execute(head.limit(min(limit, MAX_PICK) + 16), params)}
         cursors: dict[str, str] = {}
         extra: list[int] = []
@@ -168,7 +179,8 @@ def claim_flow(
             stmt = select(*CANDIDATE_COLUMNS).where(jobs.c.id.in_(bindparam("ids", expanding=True)))
             rows.update({r.id: r for r in conn.execute(stmt, {"ids": sorted(set(extra))})})
         candidates = sorted(rows.values(), key=lambda r: (-r.priority, r.available_at, r.id))
-        reads = FlowReads(_running(conn), _closed(conn, now), _starts(conn, rated, candidates))
+        starts = {**unkeyed, **_starts(conn, [r for r in rated if r[2]], candidates)}
+        reads = FlowReads(running, closed, starts)
         chosen = pick(reads, candidates)
         if not chosen:
             return [], cursors

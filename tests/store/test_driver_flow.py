@@ -165,3 +165,16 @@ def test_an_edit_of_the_payload_or_queue_recomputes_the_keys(make_deck: Callable
     running, _ = deck.enqueue("demo.sleep", {"c": "y"})
     assert [j.id for j in deck.store.claim("w", clock.now, limit=1)] == [job.id]  # first in line
     assert deck.store.claim("w", clock.now, limit=5) == []  # the other "y" waits for the edited one
+
+
+def test_a_full_types_backlog_at_the_head_does_not_hide_the_rest(make_deck: Callable[..., Jobdeck]) -> None:
+    """500 jobs of a type whose rate is used up, ahead of one other job (a
+    higher priority): the claim leaves the full type out in SQL and takes the other."""
+    clock = Clock()
+    deck = make_deck(clock=clock, types={"demo.noop": {"rate": "1/60s"}, "demo.sleep": {"concurrency": 1}})
+    deck.store.enqueue_many([NewJob("demo.noop", {"i": i}, priority=10) for i in range(500)], clock.now)
+    deck.store.enqueue_many([NewJob("demo.sleep", {"i": i}, priority=5) for i in range(300)], clock.now)
+    other, _ = deck.enqueue("demo.fail", {})
+    assert [j.type for j in deck.store.claim("w", clock.now, limit=1)] == ["demo.noop"]
+    assert [j.type for j in deck.store.claim("w", clock.now, limit=1)] == ["demo.sleep"]
+    assert [j.id for j in deck.store.claim("w", clock.now, limit=5)] == [other.id]
