@@ -188,8 +188,8 @@ def claim_flow(
         got = {j.id for j in claimed}
         started = Counter(start for i, starts in chosen if i in got for start in starts)
         if started:
-            rows = [{"limit_name": n, "key": k, "started_at": now, "count": c} for (n, k), c in started.items()]
-            conn.execute(insert(flow_starts), rows)
+            log = [{"limit_name": n, "key": k, "started_at": now, "count": c} for (n, k), c in started.items()]
+            conn.execute(insert(flow_starts), log)
         return claimed, cursors
 
 
