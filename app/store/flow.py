@@ -3,12 +3,14 @@ limits need and claims what they allow in one serialized write
 transaction, the starts log, and the limits a handler closed.
 
 The claim reads its candidates two bounded ways, so a hot key's backlog
-never costs a scan: the head of the line (``HEAD_ROWS``-ish rows of the
-claim index, whatever their keys), and, for each key column a limit uses,
-a walk over the distinct keys of waiting jobs (``ix_jobs_<column>``, one
-index seek per key, a recursive CTE) taking each key's first due job. The
-walk starts after the key the last one ended at, so over a few claims every
-key gets its turn however many jobs one key holds.
+never costs a scan: the head of the line (``MAX_PICK`` + 16 rows of the
+claim index at most, whatever their keys), and, when the head is jammed
+(it yields less than half of what the claim could take) by keys at their
+limit, for each key column a limit uses, a walk over the distinct keys of
+waiting jobs (``ix_jobs_<column>``, one index seek per key, a recursive
+CTE) taking each key's first due job. The walk starts after the key the
+last one ended at, so over a few claims every key gets its turn however
+many jobs one key holds.
 """
 
 from __future__ import annotations
@@ -167,21 +169,28 @@ def claim_flow(
         if full_types:  # named apart from the due list's type_N binds (as in app.store.controls)
             head = head.where(jobs.c.type.not_in(bindparam("full_types", expanding=True)))
             params["full_types"] = full_types
-        rows = {r.id: r for r in conn.execute(head.limit(min(limit, MAX_PICK) + 16), params)}
+        want = min(limit, MAX_PICK) + 16
+        rows = {r.id: r for r in conn.execute(head.limit(want), params)}
+        keyed = [r for r in rated if r[2]]
+
+        def decide() -> list[tuple[int, list[tuple[str, str]]]]:
+            candidates = sorted(rows.values(), key=lambda r: (-r.priority, r.available_at, r.id))
+            return pick(FlowReads(running, closed, {**unkeyed, **_starts(conn, keyed, candidates)}), candidates)
+
+        chosen = decide()
         cursors: dict[str, str] = {}
-        extra: list[int] = []
-        for column, after in walks.items():
-            ids, cursors[column] = _walk_keys(
-                conn, store.dialect, column, after, min(limit, MAX_PICK) + 16, now, type_list, queue_list, skip
-            )
-            extra += [i for i in ids if i not in rows]
-        if extra:
-            stmt = select(*CANDIDATE_COLUMNS).where(jobs.c.id.in_(bindparam("ids", expanding=True)))
-            rows.update({r.id: r for r in conn.execute(stmt, {"ids": sorted(set(extra))})})
-        candidates = sorted(rows.values(), key=lambda r: (-r.priority, r.available_at, r.id))
-        starts = {**unkeyed, **_starts(conn, [r for r in rated if r[2]], candidates)}
-        reads = FlowReads(running, closed, starts)
-        chosen = pick(reads, candidates)
+        if walks and len(rows) >= want and len(chosen) < min(limit, len(rows)) / 2:
+            # The head is jammed by keys at their limit: walk the keys for the rest.
+            extra: list[int] = []
+            for column, after in walks.items():
+                ids, cursors[column] = _walk_keys(
+                    conn, store.dialect, column, after, want, now, type_list, queue_list, skip
+                )
+                extra += [i for i in ids if i not in rows]
+            if extra:
+                stmt = select(*CANDIDATE_COLUMNS).where(jobs.c.id.in_(bindparam("ids", expanding=True)))
+                rows.update({r.id: r for r in conn.execute(stmt, {"ids": sorted(set(extra))})})
+                chosen = decide()
         if not chosen:
             return [], cursors
         claimed = store.claim_ids(conn, worker_id, now, [i for i, _ in chosen])
