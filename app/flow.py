@@ -103,10 +103,11 @@ class FlowLimit:
     ``concurrency`` stays in ``app.queues.Limits``)."""
     concurrency_key: str | None = None
 
-    @property
-    def ident(self) -> str:
-        """The limit's name in ``flow_starts`` and ``flow_closed``."""
-        return f"{self.scope}:{self.name}"
+    ident: str = field(init=False)
+    """The limit's name in ``flow_starts`` and ``flow_closed``: ``type:T`` or ``queue:Q``."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ident", f"{self.scope}:{self.name}")
 
     def applies(self, job_type: str, queue: str) -> bool:
         return self.name == (job_type if self.scope == "type" else queue)

@@ -107,12 +107,12 @@ class FlowClaim:
                     by_key[(f.ident, _key(r.key))] += r.count
         starts: Counter[tuple[str, str]] = Counter(reads.starts)
         chosen: list[tuple[int, list[tuple[str, str]]]] = []
+        held, closed, for_job = self.held, reads.closed, self.flow.for_job
         for row in rows:
-            if self.held(row.type, row.queue, row.rate_key, row.concurrency_key, by_type, by_queue, by_key, starts,
-                         reads.closed) is not None:  # fmt: skip
+            if held(row.type, row.queue, row.rate_key, row.concurrency_key, by_type, by_queue, by_key, starts, closed):
                 continue
             recorded = []
-            for f in self.flow.for_job(row.type, row.queue):
+            for f in for_job(row.type, row.queue):
                 if f.concurrency_key:
                     by_key[(f.ident, _key(row.concurrency_key))] += 1
                 if f.rate is not None:
@@ -133,10 +133,11 @@ class FlowClaim:
     ) -> dict[str, Any] | None:  # fmt: skip
         """The first limit that holds this job back (a waiting reason's
         fields), or None."""
-        if job_type in self.limits.types and by_type[job_type] >= self.limits.types[job_type]:
-            return _reason("concurrency", "type", job_type, self.limits.types[job_type])
-        if queue in self.limits.queues and by_queue[queue] >= self.limits.queues[queue]:
-            return _reason("concurrency", "queue", queue, self.limits.queues[queue])
+        types, queues = self.limits.types, self.limits.queues
+        if types and job_type in types and by_type[job_type] >= types[job_type]:
+            return _reason("concurrency", "type", job_type, types[job_type])
+        if queues and queue in queues and by_queue[queue] >= queues[queue]:
+            return _reason("concurrency", "queue", queue, queues[queue])
         for scope, name in (("type", job_type), ("queue", queue)) if closed else ():
             ident = f"{scope}:{name}"
             for k in (NO_KEY, _key(rate_key)):
