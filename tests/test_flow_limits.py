@@ -294,3 +294,35 @@ def test_the_rate_syntax_accepts_seconds_minutes_and_hours():
     assert [(r.count, r.window) for r in map(lambda v: parse_rate(v, "x"), ["100/60s", "10/1s", "5/1m", "100/1h", "3/s"])] == [
         (100, 60.0), (10, 1.0), (5, 60.0), (100, 3600.0), (3, 1.0),
     ]  # fmt: skip
+
+
+def test_a_handler_that_gets_a_429_holds_its_key_in_a_real_pool(make_config, registry):
+    """A real pool and handler: the first call for account a answers 429, so
+    the handler closes the key for 60 s; account b's jobs keep flowing, a's
+    wait (on this branch the 429'd attempt fails like any error)."""
+    from app.worker.pool import WorkerPool
+
+    seen: list[str] = []
+
+    @registry.handler("flow.call", max_retries=0)
+    def call(payload: dict[str, Any], ctx: JobContext) -> None:
+        seen.append(payload["account"])
+        if payload["account"] == "a":
+            ctx.rate_limited(60)
+
+    deck = Jobdeck(make_config(types={"flow.call": {"rate": "1000/1s", "rate_key": "payload.account"}}), registry)
+    deck.init_db()
+    first, _ = deck.enqueue("flow.call", {"account": "a"})
+    pool = WorkerPool(deck, 2)
+    pool.start()
+    try:
+        wait_for(lambda: deck.store.get(first.id).status is State.DEAD, message="the 429'd attempt ends")
+        later = [deck.enqueue("flow.call", {"account": k})[0] for k in ("a", "b", "b", "a", "b")]
+        wait_for(lambda: sum(deck.store.get(j.id).status is State.COMPLETED for j in later) == 3, message="b flows")
+        assert [deck.store.get(j.id).status for j in later if j.payload["account"] == "a"] == [State.PENDING] * 2
+        assert seen.count("a") == 1
+        limit = create_app_client(deck).get("/api/queues").get_json()["limits"][0]
+        assert "rate limited by handler" in limit["closed_text"]
+    finally:
+        pool.stop(grace=5)
+        deck.store.engine.dispose()
