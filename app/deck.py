@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.config import Config, artifact_max_bytes, log_limits
 from app.errors import InvalidField, PayloadTooLarge, TransitionRefused, UnknownType
+from app.flow import Flow, parse_flow
 from app.handlers import Registry
 from app.handlers import registry as default_registry
 from app.health import Health
@@ -104,6 +105,10 @@ class Jobdeck:
             from app.demo import add_demo_config
 
             add_demo_config(config)
+        self.flow: Flow = Flow(parse_flow(config))
+        """Rate limits and concurrency per key (``app.flow``): the enqueue computes the keys."""
+        if self.flow.keyed_columns:
+            self.store.flow_keys = self.flow.keys
         self.health: Health = Health()
         self.alerts: Alerts = Alerts(self, parse_alerts(config))
         self.alerts.install()  # registers jobdeck.alert before the schedules are checked against the types
@@ -112,7 +117,9 @@ class Jobdeck:
         self.schedules: Periodic = Periodic(self, parse_schedules(config.extra.get("schedules"), self))
         self.runtime_schedules: RuntimeSchedules = RuntimeSchedules(self)
         self.schedule_health: ScheduleHealth = ScheduleHealth(self)
-        self.queues: QueueControls = QueueControls(self.store, parse_limits(config), refresh=config.poll_interval)
+        self.queues: QueueControls = QueueControls(
+            self.store, parse_limits(config), refresh=config.poll_interval, flow=self.flow
+        )
         self.queues.install()
         self.maintenance: Maintenance = Maintenance(self, parse_retention(config))
         self._warn_unknown_types()
@@ -320,7 +327,10 @@ class Jobdeck:
         cost more than the insert): each type is checked, and its defaults
         found, once by ``new_job`` itself, and each payload by
         ``payload_json``, the check ``new_job`` makes. None when an item has
-        any other shape: then every item goes through ``new_job``."""
+        any other shape, or when keyed flow limits are configured (the keys
+        are computed by ``new_job``): then every item goes through ``new_job``."""
+        if self.flow.keyed_columns:
+            return None
         defaults: dict[str, tuple[str, int, int]] = {}
         jobs: list[PlainJob] = []
         append = jobs.append
@@ -415,6 +425,7 @@ class Jobdeck:
             if once.debounce is not None:
                 available_at = max(available_at, now + timedelta(seconds=once.debounce))
             unique = claim_for(once, job_type, queue, payload, now)
+        rate_key, concurrency_key = self.flow.keys(job_type, queue, payload)
         return NewJob(
             type=job_type,
             payload=payload,
@@ -425,6 +436,8 @@ class Jobdeck:
             available_at=available_at,
             payload_json=payload_json,
             unique=unique,
+            rate_key=rate_key,
+            concurrency_key=concurrency_key,
         )
 
     def _unique_of(self, job_type: str, data: Mapping[str, Any], key: str | None) -> Unique | None:

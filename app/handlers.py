@@ -193,6 +193,35 @@ class JobContext:
         ``check_cancelled`` between steps. A handler that ignores it runs on
         until its timeout; either way the job ends ``cancelled``."""
 
+    MAX_RATE_LIMITED = 7 * 24 * 3600.0
+
+    def rate_limited(self, seconds: float) -> NoReturn:
+        """The downstream answered 429: close this job's rate limits (for its
+        key, if keyed; its type when it has none) for ``seconds`` in every
+        process, then raise ``RateLimited`` (``app.flow``). Nothing of the
+        limit is claimed until then::
+
+            if response.status_code == 429:
+                ctx.rate_limited(float(response.headers.get("Retry-After", 30)))
+        """
+        from app.flow import Flow, RateLimited
+        from app.flow_claim import FlowClaim
+        from app.queues import Limits
+
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not 0 < seconds <= self.MAX_RATE_LIMITED
+        ):
+            raise ValueError(
+                f"rate_limited: seconds must be a number in (0, {self.MAX_RATE_LIMITED:g}], got {seconds!r}"
+            )
+        flow_claim = getattr(self.store.claim_policy, "flow_claim", None)
+        if not isinstance(flow_claim, FlowClaim):
+            flow_claim = FlowClaim(Flow(), Limits({}, {}))
+        flow_claim.close(self.store, self.job_id, float(seconds), self._clock())
+        raise RateLimited(float(seconds))
+
     def check_cancelled(self) -> None:
         """Raise ``Cancelled`` if the job was cancelled while this attempt
         ran: the attempt stops here, the job ends cancelled, never retried."""

@@ -21,6 +21,11 @@ every write transaction is ``BEGIN IMMEDIATE`` (one writer at a time); on
 PostgreSQL the limited claim takes a transaction-scoped advisory lock
 (``pg_advisory_xact_lock``) before counting. With no limits configured the
 claim is the store's ordinary single statement, minus the paused queues.
+
+Rate limits and concurrency per key (``app.flow``) are parsed beside these;
+with any configured, ``app.flow_claim`` claims instead, under every limit at
+once, in the same kind of serialized transaction (``app.store.flow``). A
+``concurrency`` with a ``concurrency_key`` is per key, not global.
 """
 
 from __future__ import annotations
@@ -29,11 +34,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from app import actions
 from app.config import Config, ConfigError
+from app.flow import Flow
+from app.flow_claim import FlowClaim
 from app.states import State
 from app.store import JobRecord, Store, controls
 
@@ -64,7 +71,8 @@ def parse_limits(config: Config) -> Limits:
             value = options["concurrency"]
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{table}.{name}.concurrency: must be an integer >= 1, got {value!r}")
-            found[table][name] = value
+            if "concurrency_key" not in options:  # with a key it is per key (app.flow)
+                found[table][name] = value
     return Limits(found["queues"], found["types"])
 
 
@@ -72,10 +80,18 @@ class QueueControls:
     """The claim policy installed on the store, and pause/resume."""
 
     def __init__(
-        self, store: Store, limits: Limits, refresh: float = 1.0, monotonic: Callable[[], float] = time.monotonic
+        self,
+        store: Store,
+        limits: Limits,
+        refresh: float = 1.0,
+        monotonic: Callable[[], float] = time.monotonic,
+        flow: Flow | None = None,
     ) -> None:
         self.store = store
         self.limits = limits
+        self.flow = flow if flow is not None else Flow()
+        """Rate limits and concurrency per key (``app.flow``); with any, ``flow_claim`` claims."""
+        self.flow_claim = FlowClaim(self.flow, limits)
         self.refresh = refresh
         self._monotonic = monotonic
         self._paused: frozenset[str] = frozenset()
@@ -107,11 +123,23 @@ class QueueControls:
 
     # -- reads ------------------------------------------------------------------
 
-    def list_queues(self) -> list[dict[str, Any]]:
-        """Every queue with jobs waiting or running, paused or limited."""
+    def list_queues(self, now: datetime | None = None) -> list[dict[str, Any]]:
+        """Every queue with jobs waiting or running, paused or limited; a queue
+        with flow limits (``app.flow``) lists them with their use as of ``now``."""
         counts, paused = controls.queue_counts(self.store)
-        names = sorted(set(counts) | set(paused) | set(self.limits.queues) | {"default"})
-        return [self._describe(n, counts.get(n, {}), bool(paused.get(n))) for n in names]
+        flow_queues = {f.name for f in self.flow.limits if f.scope == "queue"}
+        names = sorted(set(counts) | set(paused) | set(self.limits.queues) | flow_queues | {"default"})
+        found = [self._describe(n, counts.get(n, {}), bool(paused.get(n))) for n in names]
+        if self.flow:
+            by_queue = {q["name"]: q for q in found}
+            for entry in self.flow_limits(now):
+                if entry["scope"] == "queue":
+                    by_queue[entry["name"]].setdefault("limits", []).append(entry)
+        return found
+
+    def flow_limits(self, now: datetime | None = None) -> list[dict[str, Any]]:
+        """Each rate or per-key limit with its current use (``app.flow_claim``)."""
+        return self.flow_claim.describe(self.store, now or datetime.now(UTC))
 
     def describe(self, name: str) -> dict[str, Any]:
         for queue in self.list_queues():
@@ -141,6 +169,8 @@ class QueueControls:
         queues: Iterable[str] | None = None,
     ) -> list[JobRecord]:
         paused = self.paused()
+        if self.flow:
+            return self.flow_claim.claim(store, worker_id, now, limit, types, queues, paused)
         if not self.limits:
             return store.claim(
                 worker_id, now, limit=limit, types=types, queues=queues, exclude_queues=paused, controlled=False

@@ -9,6 +9,9 @@ The reasons are checked in this order, and the first that holds is given:
 1. ``queue_paused``: its queue is paused (the claim skips the queue).
 2. ``concurrency_limit``: its queue's limit, then its type's, is reached
    (``scope`` "queue" or "type", ``name``, ``running``, ``limit``).
+   ``flow_limit``: a rate limit, a concurrency per key or a limit a handler
+   closed holds it (``app.flow``; ``limit_kind`` rate, concurrency_key or
+   closed, ``scope``, ``name``, ``limit``, ``rate``, ``key``, ``until``).
 3. ``scheduled`` (pending) or ``retry_backoff`` (failed): not due until ``at``.
 4. ``no_worker``: nothing live serves its type. A registered type is served
    by any worker pool (every pool serves every queue) that heart-beats within
@@ -44,7 +47,9 @@ if TYPE_CHECKING:
 WAITING_STATES = SOURCES[Transition.CLAIM]
 """Only a job the claim could take can be waiting for something."""
 
-WAITING_CODES = ("queue_paused", "concurrency_limit", "scheduled", "retry_backoff", "no_worker", "workers_busy")
+WAITING_CODES = (
+    "queue_paused", "concurrency_limit", "flow_limit", "scheduled", "retry_backoff", "no_worker", "workers_busy",
+)  # fmt: skip
 """Every reason's ``code``, in the order they are checked (the API's enum)."""
 
 Reason = dict[str, Any]
@@ -76,6 +81,8 @@ class Situation:
     """Types with a handler registered: served by the worker pools."""
     http_types: frozenset[str]
     """External types an HTTP worker is known to be serving now."""
+    flow_held: Callable[[JobRecord], dict[str, Any] | None] | None = None
+    """The flow limit holding a job back (``app.flow_claim.waiting_check``), when any are configured."""
 
 
 def waiting_reason(job: JobRecord, s: Situation) -> Reason | None:
@@ -118,6 +125,22 @@ def _queue_limit(job: JobRecord, s: Situation) -> Reason | None:
 
 def _type_limit(job: JobRecord, s: Situation) -> Reason | None:
     return _limit("type", job.type, s.type_limits, s.running_by_type)
+
+
+def _flow_limit(job: JobRecord, s: Situation) -> Reason | None:
+    held = s.flow_held(job) if s.flow_held is not None else None
+    if held is None or held["kind"] == "concurrency":
+        return None  # the global limits have their own reason, checked before
+    from app.flow import shown_key
+    from app.flow_claim import reason_message
+
+    until = held.get("until")
+    return _reason(
+        "flow_limit", reason_message(held)[:1].upper() + reason_message(held)[1:], limit_kind=held["kind"],
+        scope=held["scope"], name=held["name"], limit=held["limit"], rate=held.get("rate"),
+        key=None if held["key"] is None else shown_key(held["key"]),
+        until=None if until is None else until.isoformat().replace("+00:00", "Z"),
+    )  # fmt: skip
 
 
 def _not_due(job: JobRecord, s: Situation) -> Reason | None:
@@ -167,6 +190,7 @@ _CHECKS: tuple[Callable[[JobRecord, Situation], Reason | None], ...] = (
     _paused,
     _queue_limit,
     _type_limit,
+    _flow_limit,
     _not_due,
     _no_worker,
     _all_busy,
@@ -239,10 +263,17 @@ def for_deck(deck: Jobdeck, now: datetime) -> WaitingReasons:
         external = frozenset(deck.config.external_types) - local
         stall = float(deck.config.stall_timeout)
         reads = read_waiting(deck.store, now - timedelta(seconds=stall), external)
-        return situation(
+        found = situation(
             reads, now=now, stall_timeout=stall, paused=deck.queues.paused(),
             queue_limits=deck.queues.limits.queues, type_limits=deck.queues.limits.types,
             local_types=local, external_types=external,
         )  # fmt: skip
+        if not deck.queues.flow:
+            return found
+        from dataclasses import replace
+
+        from app.flow_claim import waiting_check
+
+        return replace(found, flow_held=waiting_check(deck.queues.flow_claim, deck.store, now))
 
     return WaitingReasons(load)

@@ -84,6 +84,11 @@ def table(result: dict[str, Any]) -> str:
                      f"{_ok(http['ratio'] >= 0.9 and e['errors'] == 0)} |")  # fmt: skip
     elif http:
         lines.append(f"| 3. HTTP | skipped: {http['skipped']} | | | | | | |")
+    flow = j.get("flow_sqlite")
+    if flow:
+        lines.append(f"| 8. drain {flow['jobs']:,} jobs over 100 keys, concurrency 1 per key + a rate limit (jobs/s) | "
+                     f"{_n(flow['limited'])} | unlimited {_n(flow['unlimited'])} ({flow['kept']:.0%} kept) | – | – | – "
+                     f"| >= 50% of unlimited | {_ok(flow['kept'] >= 0.5)} |")  # fmt: skip
     lat = j.get("latency_inproc")
     if lat:
         lines.append(f"| 4. latency enqueue→start, in-process ({lat['n']} jobs) | p50 {lat['p50_ms']:.2f} ms, "

@@ -27,3 +27,12 @@ def test_raw_ceiling_drains_every_row(tmp_path: Path) -> None:
 
 def test_drain_checks_every_job_completed(tmp_path: Path) -> None:
     assert jb.drain(tmp_path, 120, "NORMAL", threads=2) > 0  # raises unless 120 completed
+
+
+def test_the_flow_limits_scenario_runs_and_renders(tmp_path: Path) -> None:
+    result = jobdeck_scenarios(dict(TINY), {"8"}, tmp_path, log=lambda _m: None)
+    flow = result["flow_sqlite"]
+    assert flow["limited"] > 0 and flow["unlimited"] > 0 and flow["jobs"] == TINY["flow"]
+    text = table({"machine": {"cores": 2, "python": "3", "sqlite": "3", "loadavg_at_start": [0, 0, 0]},
+                  "mode": "tiny", "counts": {**TINY, "runs": 1}, "jobdeck": result})  # fmt: skip
+    assert "| 8. drain 200 jobs over 100 keys" in text

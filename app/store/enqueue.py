@@ -22,7 +22,7 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 PlainJob = tuple[str, str, str, int, int]
 """(type, queue, payload JSON, priority, max_retries): a job without a key,
 due now, as the deck's bulk enqueue hands it over already checked (the head
-of ``statements.JOB_FIELDS``)."""
+of ``statements.JOB_FIELDS``); never for a job a keyed flow limit applies to."""
 
 
 def dumps(value: Any) -> str:
@@ -165,7 +165,7 @@ class Enqueueing(Transactions):
         bulk enqueue checked (``Jobdeck.enqueue_many``); returns their ids in
         order. The rows get the times here, like ``enqueue_many``'s."""
         stamp = self._t(now)
-        tail = (None, stamp, stamp, stamp)
+        tail = (None, stamp, stamp, stamp, None, None)  # no idempotency key, no flow keys
         return self._insert_plain([job + tail for job in jobs])
 
     def _insert_plain(self, rows: list[tuple[Any, ...]]) -> list[int]:

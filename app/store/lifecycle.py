@@ -122,6 +122,9 @@ class Store(Enqueueing, Snoozing):
         self.artifact_max_bytes: int = DEFAULT_MAX_BYTES
         """``[artifacts] max_bytes`` of the deck that owns this store (set by
         ``Jobdeck``): every ``ctx.artifact`` on it is held to this."""
+        self.flow_keys: Callable[[str, str, Any], tuple[str | None, str | None]] | None = None
+        """Installed by the deck when keyed flow limits are configured (``app.flow.Flow.keys``):
+        an edit of a job's payload or queue recomputes its keys."""
         self._cancel_listeners: list[Callable[[list[int]], object]] = []
 
     # -- operator actions -----------------------------------------------------
@@ -170,6 +173,10 @@ class Store(Enqueueing, Snoozing):
             after = JobRecord.from_row(edited)
             if after.payload != before.payload:
                 conn.execute(statements.keep_old_payload(), {"job": job_id, "old": row.payload})
+            if self.flow_keys is not None and (after.payload != before.payload or after.queue != before.queue):
+                rate_key, concurrency_key = self.flow_keys(after.type, after.queue, after.payload)
+                conn.execute(statements.set_flow_keys(), {"job": job_id, "rk": rate_key, "ck": concurrency_key})
+                after = replace(after, rate_key=rate_key, concurrency_key=concurrency_key)
             due = after.status in CLAIMABLE and after.available_at <= now
             if due:
                 self._notify_other_processes(conn)

@@ -21,6 +21,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    and_,
     column,
     literal_column,
     text,
@@ -88,6 +89,13 @@ _error_index_where = status_in(column("status"), ERROR_STATES)
 _dead_where = column("status") == State.DEAD.value
 
 
+FLOW_KEY_COLUMNS = ("rate_key", "concurrency_key")
+
+
+def _keyed_where(name: str) -> ColumnElement[bool]:
+    return and_(status_in(column("status"), CLAIMABLE_STATES), column(name).is_not(None))
+
+
 class Base(DeclarativeBase):
     pass
 
@@ -125,6 +133,10 @@ class Job(Base):
     error_fingerprint: Mapped[str | None] = mapped_column(String(255))
     """The error's group (``app.fingerprint``), set by the fail statement;
     after cancel_requested_at (0009), last, so rows decoded by position keep their order (revision 0012)."""
+    rate_key: Mapped[str | None] = mapped_column(String(255))
+    """The job's key for a keyed rate limit (``app.flow``), computed at enqueue (revision 0014)."""
+    concurrency_key: Mapped[str | None] = mapped_column(String(255))
+    """The job's key for a keyed concurrency limit (``app.flow``), computed at enqueue (revision 0014)."""
     unique_key: Mapped[str | None] = mapped_column(String(255))
     """The unique key of a unique job (``app.unique``), UNIQUE among rows
     (``ux_jobs_unique_key``); freed by the next enqueue of the key once this
@@ -177,6 +189,20 @@ class Job(Base):
         # The overview's "died last" (revision 0013): dead jobs by when they
         # died, so its top few are read from the index, not sorted from all.
         Index("ix_jobs_dead_finished", "finished_at", "id", sqlite_where=_dead_where, postgresql_where=_dead_where),
+        # The flow claim's walk key by key (revision 0014): only waiting jobs
+        # with a key are in them, so a hot key's backlog is skipped in one seek.
+        *(
+            Index(
+                f"ix_jobs_{name}",
+                name,
+                text("priority DESC"),
+                "available_at",
+                "id",
+                sqlite_where=_keyed_where(name),
+                postgresql_where=_keyed_where(name),
+            )
+            for name in FLOW_KEY_COLUMNS
+        ),
         # Unique jobs (revision 0015): the database decides between racing enqueues.
         # NULLs are distinct, so jobs without a key are all in it and never collide.
         Index("ux_jobs_unique_key", "unique_key", unique=True),
@@ -539,6 +565,42 @@ class JobArtifact(Base):
 
 
 job_artifacts = cast(Table, JobArtifact.__table__)
+
+
+class FlowStart(Base):
+    """One start of a rate-limited job: the sliding window log of ``app.flow``
+    (revision 0014). The claims prune rows older than their window."""
+
+    __tablename__ = "flow_starts"
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    limit_name: Mapped[str] = mapped_column(String(320))
+    """``type:T`` or ``queue:Q``."""
+    key: Mapped[str] = mapped_column(String(255))
+    """The job's key, or "" for an unkeyed limit."""
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    count: Mapped[int] = mapped_column(Integer, default=1)
+    """Starts of this limit and key at this time: one claim's are one row."""
+
+    __table_args__ = (Index("ix_flow_starts_window", "limit_name", "key", "started_at"),)
+
+
+flow_starts = cast(Table, FlowStart.__table__)
+
+
+class FlowClosed(Base):
+    """A rate limit a handler closed (``ctx.rate_limited``) until a time (revision 0014)."""
+
+    __tablename__ = "flow_closed"
+
+    limit_name: Mapped[str] = mapped_column(String(320), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    until: Mapped[datetime] = mapped_column(UTCDateTime)
+    job_id: Mapped[int | None] = mapped_column(BigID)
+    """The job whose handler closed it."""
+
+
+flow_closed = cast(Table, FlowClosed.__table__)
 
 
 class JobLogLine(Base):

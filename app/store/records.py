@@ -42,6 +42,9 @@ class JobRecord:
     finished_at: datetime | None
     cancel_requested_at: datetime | None = None
     """Set by a cancel; a running job with it set ends ``cancelled``."""
+    rate_key: str | None = None
+    concurrency_key: str | None = None
+    """The job's keys for the keyed flow limits (``app.flow``), set at enqueue."""
     unique_key: str | None = None
     """The unique key it was enqueued with (``app.unique``); it holds it
     while in its unique states and period (``holds_unique_key``)."""
@@ -74,6 +77,8 @@ class JobRecord:
             updated_at=m["updated_at"],
             finished_at=m["finished_at"],
             cancel_requested_at=m["cancel_requested_at"],
+            rate_key=m.get("rate_key"),
+            concurrency_key=m.get("concurrency_key"),
             unique_key=m.get("unique_key"),
             unique_until=m.get("unique_until"),
             unique_states=m.get("unique_states"),
@@ -87,7 +92,7 @@ class JobRecord:
             r[0], r[1], r[2], sqlite.loads(r[3]), r[4], sqlite.STATE_OF[r[5]], r[6], r[7], r[8], r[9],
             req(r[10]), t(r[11]), t(r[12]), r[13], r[14], None if r[15] is None else json.loads(r[15]),
             r[16], r[17], req(r[18]), req(r[19]), t(r[20]), t(r[21]),
-            *((r[23], t(r[24]), r[25]) if len(r) > 25 else ()),
+            *((r[23], r[24], r[25], t(r[26]), r[27]) if len(r) > 27 else ()),
         )  # fmt: skip
 
     def is_scheduled(self, now: datetime) -> bool:
@@ -181,6 +186,9 @@ class NewJob:
     available_at: datetime | None = None
     payload_json: str | None = None
     """``payload`` already serialized (by validation), so it is not done twice."""
+    rate_key: str | None = None
+    concurrency_key: str | None = None
+    """The job's keys for the keyed flow limits (``app.flow.Flow.keys``)."""
     unique: UniqueClaim | None = None
     """A unique job's key and what a duplicate does (``app.unique``)."""
 

@@ -80,6 +80,7 @@ def _names(prefix: str, n: int | None) -> list[str]:
 
 JOB_FIELDS = (
     "type", "queue", "payload", "priority", "max_retries", "idempotency_key", "available_at", "created_at", "updated_at",
+    "rate_key", "concurrency_key",
 )  # fmt: skip
 """The order of an enqueue's values (``job_row``), the table's: on SQLite the
 rows of a bulk insert go to the driver as they are. The rest of a new row
@@ -89,7 +90,10 @@ is fixed (``NEW_JOB``)."""
 def job_row(new: Any, payload_json: str, now: Any, at: Any) -> tuple[Any, ...]:
     """An enqueue's values, in ``JOB_FIELDS`` order, for a ``NewJob``: the one
     place they are built (``at``, ``now``: times as the dialect's path takes them)."""
-    return (new.type, new.queue, payload_json, new.priority, new.max_retries, new.idempotency_key, at, now, now)
+    return (
+        new.type, new.queue, payload_json, new.priority, new.max_retries, new.idempotency_key, at, now, now,
+        new.rate_key, new.concurrency_key,
+    )  # fmt: skip
 
 
 NEW_JOB: dict[str, Any] = {"status": State.PENDING.value, "attempt": 0, "retry_count": 0}
@@ -490,6 +494,15 @@ def keep_old_payload() -> Any:
         update(attempts)
         .where(attempts.c.job_id == bindparam("job"), attempts.c.payload.is_(None))
         .values(payload=bindparam("old"))
+    )
+
+
+def set_flow_keys() -> Any:
+    """An edited job's flow keys (``app.flow``), in the edit's transaction. Values: job, rk, ck."""
+    return (
+        update(jobs)
+        .where(jobs.c.id == bindparam("job"))
+        .values(rate_key=bindparam("rk", type_=jobs.c.rate_key.type), concurrency_key=bindparam("ck"))
     )
 
 

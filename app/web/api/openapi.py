@@ -570,7 +570,7 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
             },
         },
     }
-    from app.web.api.openapi_queues import SCHEDULE
+    from app.web.api.openapi_queues import FLOW_LIMIT, SCHEDULE
     from app.web.api.openapi_queues import paths as control_paths
     from app.web.api.openapi_schedules import paths as schedule_paths
     from app.web.api.openapi_schedules import schedule_schema
@@ -578,6 +578,7 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
     doc["paths"].update(control_paths(schedule_schema(SCHEDULE)))
     for path, ops in schedule_paths(schedule_schema(SCHEDULE)).items():
         doc["paths"].setdefault(path, {}).update(ops)
+    doc["components"]["schemas"]["FlowLimit"] = FLOW_LIMIT
     from app.web.api.openapi_effects import paths as effect_paths
 
     doc["paths"].update(effect_paths())

@@ -20,6 +20,42 @@ QUEUE = {
         "waiting": {"type": "integer", "description": "pending (due or scheduled) and failed awaiting retry"},
         "running": {"type": "integer"},
         "concurrency": {"type": ["integer", "null"], "description": "the queue's limit, if any"},
+        "limits": {"type": "array", "items": _ref("FlowLimit"), "description": "its flow limits, when it has any"},
+    },
+}
+_USE_TEXT = {"type": "string", "description": 'the use in words: "37 of 100 in the last 60 s", "3 keys at their limit"'}
+FLOW_LIMIT = {
+    "type": "object",
+    "description": "A rate limit and/or a concurrency per key of one queue or job type (app.flow), with its use now",
+    "required": ["scope", "name", "closed_until"],
+    "properties": {
+        "scope": {"enum": ["queue", "type"]},
+        "name": {"type": "string"},
+        "rate": {
+            "type": "object",
+            "required": ["limit", "window_seconds", "key", "used", "keys_at_limit", "text"],
+            "properties": {
+                "limit": {"type": "integer", "description": "starts allowed per window"},
+                "window_seconds": {"type": "number"},
+                "key": {"type": ["string", "null"], "description": "the payload path it is per, if keyed"},
+                "used": {"type": ["integer", "null"], "description": "starts in the last window (unkeyed)"},
+                "keys_at_limit": {"type": ["integer", "null"], "description": "keys with no start left (keyed)"},
+                "text": _USE_TEXT,
+            },
+        },
+        "concurrency_per_key": {
+            "type": "object",
+            "required": ["limit", "key", "keys_running", "keys_at_limit", "text"],
+            "properties": {
+                "limit": {"type": "integer", "description": "running jobs allowed per key"},
+                "key": {"type": "string"},
+                "keys_running": {"type": "integer"},
+                "keys_at_limit": {"type": "integer"},
+                "text": _USE_TEXT,
+            },
+        },
+        "closed_until": {**_TIME, "description": "closed by a handler (ctx.rate_limited) until then, if so"},
+        "closed_text": {"type": ["string", "null"]},
     },
 }
 RUN = {
@@ -71,8 +107,11 @@ def paths(schedule: dict[str, Any] = SCHEDULE) -> dict[str, Any]:
                     "200": _json(
                         {
                             "type": "object",
-                            "required": ["queues"],
-                            "properties": {"queues": {"type": "array", "items": QUEUE}},
+                            "required": ["queues", "limits"],
+                            "properties": {
+                                "queues": {"type": "array", "items": QUEUE},
+                                "limits": {"type": "array", "items": _ref("FlowLimit")},
+                            },
                         },
                         "Queues",
                     ),

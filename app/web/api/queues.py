@@ -1,6 +1,7 @@
 """Queue controls over JSON: list queues, pause and resume one.
 
-    GET  /api/queues                  -> {"queues": [{name, paused, waiting, running, concurrency}]}
+    GET  /api/queues                  -> {"queues": [{name, paused, waiting, running, concurrency, [limits]}],
+                                          "limits": [every rate or per-key limit with its use (app.flow_claim)]}
     POST /api/queues/<name>/pause     -> the queue; paused queues are not claimed from
     POST /api/queues/<name>/resume    -> the queue
 
@@ -37,7 +38,9 @@ def _name(name: str) -> str:
 
 @bp.get("")
 def index() -> Any:
-    return jsonify({"queues": _deck().queues.list_queues()})
+    deck = _deck()
+    now = deck.clock()
+    return jsonify({"queues": deck.queues.list_queues(now), "limits": deck.queues.flow_limits(now)})
 
 
 @bp.post("/<path:name>/pause")

@@ -119,7 +119,8 @@ def _queues() -> dict[str, Any]:
     running = running_by_type(deck.store, list(type_limits))
     now = deck.clock()
     return {
-        "queues": controls.list_queues(),
+        "queues": controls.list_queues(now),
+        "flow_limits": controls.flow_limits(now) if controls.flow else [],
         "type_limits": [(t, running.get(t, 0), n) for t, n in sorted(type_limits.items())],
         "now": now,
         "type_health": [(label, type_health(deck.store, now, window)) for label, window in HEALTH_WINDOWS],

@@ -1,7 +1,7 @@
 """unique jobs: jobs.unique_key (UNIQUE), unique_until, unique_states
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0014
 Create Date: 2026-12-01 19:00:00
 
 A unique job (``app.unique``) stores its key, the end of its period and
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0015"
-down_revision: str | Sequence[str] | None = "0013"
+down_revision: str | Sequence[str] | None = "0014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

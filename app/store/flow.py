@@ -1,0 +1,286 @@
+"""The flow limits' SQL (``app.flow``): the claim that reads what the
+limits need and claims what they allow in one serialized write
+transaction, the starts log, and the limits a handler closed.
+
+The claim reads its candidates two bounded ways, so a hot key's backlog
+never costs a scan: the head of the line (``MAX_PICK`` + 16 rows of the
+claim index at most, whatever their keys), and, when the head is jammed
+(it yields less than half of what the claim could take) by keys at their
+limit, for each key column a limit uses, a walk over the distinct keys of
+waiting jobs (``ix_jobs_<column>``, one index seek per key, a recursive
+CTE) taking each key's first due job. The walk starts after the key the
+last one ended at, so over a few claims every key gets its turn however
+many jobs one key holds.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import Connection, TextClause, bindparam, delete, func, insert, select, text
+
+from app.store import postgres, statements
+from app.store.lifecycle import Store
+from app.store.models import CLAIMABLE_STATES, UTCDateTime, flow_closed, flow_starts, jobs
+from app.store.records import JobRecord
+
+CANDIDATE_COLUMNS = (
+    jobs.c.id, jobs.c.type, jobs.c.queue, jobs.c.priority, jobs.c.available_at, jobs.c.rate_key, jobs.c.concurrency_key,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Running:
+    """Running jobs of one (type, queue, concurrency key)."""
+
+    type: str
+    queue: str
+    key: str | None
+    count: int
+
+
+@dataclass
+class FlowReads:
+    """What a flow claim decides from, read in its transaction."""
+
+    running: list[Running]
+    closed: dict[tuple[str, str], datetime]
+    """(limit, key) -> until, for the limits closed now."""
+    starts: dict[tuple[str, str], int]
+    """(limit, key) -> starts in the limit's window (only the keys asked about)."""
+
+
+Pick = Callable[[FlowReads, list[Any]], list[tuple[int, list[tuple[str, str]]]]]
+"""Given the reads and the candidates in claim order: the ids to claim,
+each with the (limit, key) starts its claim records."""
+RateWindow = tuple[str, datetime, bool]
+"""(limit name, window start, keyed)."""
+
+
+MAX_PICK = 128
+"""The candidates a claim reads are bounded by this, not by its ``limit``
+(a pool asks for up to ``claim_batch``): the head of the line reads as many
+rows and each key walk as many keys, plus 16."""
+
+_STATES = ", ".join(f"'{s}'" for s in CLAIMABLE_STATES)
+
+
+@lru_cache(maxsize=64)
+def _walk(dialect: str, column: str, types: bool, queues: bool, skip: bool) -> TextClause:
+    """The distinct keys after ``:after`` (at most ``:keys``), each with its
+    first due job in claim order (NULL when none of its jobs is due or
+    served). Text, not Core: a recursive CTE of scalar subqueries, the same
+    on both dialects; each step is one seek in ``ix_jobs_<column>`` (named
+    on SQLite, whose planner otherwise takes the status index for ``min``
+    and reads every waiting job: 2 s a claim with 100k of them)."""
+    assert column in ("rate_key", "concurrency_key")
+    hint = f" INDEXED BY ix_jobs_{column}" if dialect == "sqlite" else ""
+    held = f"status IN ({_STATES})"
+    served = [f"j.{column} = k.key", f"j.{held}", "j.available_at <= :now"]
+    if types:
+        served.append("j.type IN :types")
+    if queues:
+        served.append("j.queue IN :queues")
+    if skip:
+        served.append("j.queue NOT IN :skip")
+    sql = f"""
+        WITH RECURSIVE k(key, n) AS (
+            SELECT (SELECT min({column}) FROM jobs{hint} WHERE {held} AND {column} > :after), 1
+            UNION ALL
+            SELECT (SELECT min({column}) FROM jobs{hint} WHERE {held} AND {column} > k.key), k.n + 1
+            FROM k WHERE k.key IS NOT NULL AND k.n < :keys
+        )
+        SELECT k.key, (
+            SELECT j.id FROM jobs j{hint} WHERE {" AND ".join(served)}
+            ORDER BY j.priority DESC, j.available_at, j.id LIMIT 1
+        ) AS head
+        FROM k WHERE k.key IS NOT NULL
+    """
+    binds = [bindparam("now", type_=UTCDateTime()), bindparam("after"), bindparam("keys")]
+    binds += [bindparam(n, expanding=True) for n, on in (("types", types), ("queues", queues), ("skip", skip)) if on]
+    return text(sql).bindparams(*binds)
+
+
+def _walk_keys(
+    conn: Connection, dialect: str, column: str, after: str, n: int, now: datetime, types: list[str] | None,
+    queues: list[str] | None, skip: list[str],
+) -> tuple[list[int], str]:  # fmt: skip
+    """The head job ids of up to ``n`` keys after ``after`` (wrapping around
+    to the first key), and the key to start the next walk after."""
+    stmt = _walk(dialect, column, types is not None, queues is not None, bool(skip))
+    params: dict[str, Any] = {"now": now, "after": after, "keys": n}
+    for name, value in (("types", types), ("queues", queues), ("skip", skip or None)):
+        if value is not None:
+            params[name] = value
+    rows = list(conn.execute(stmt, params))
+    if len(rows) < n and after:
+        seen = {r[0] for r in rows}
+        rows += [r for r in conn.execute(stmt, {**params, "after": "", "keys": n - len(rows)}) if r[0] not in seen]
+    cursor = rows[-1][0] if len(rows) >= n else ""
+    return [r[1] for r in rows if r[1] is not None], cursor
+
+
+def claim_flow(
+    store: Store,
+    worker_id: str,
+    now: datetime,
+    *,
+    limit: int,
+    types: Iterable[str] | None,
+    queues: Iterable[str] | None,
+    skip_queues: Sequence[str],
+    walks: dict[str, str],
+    rated: Sequence[RateWindow],
+    prune: Sequence[tuple[str, datetime]],
+    blocked: Callable[[FlowReads], tuple[list[str], list[str]]],
+    pick: Pick,
+) -> tuple[list[JobRecord], dict[str, str]]:
+    """The flow claim, in one write transaction no other limited claim
+    interleaves with (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: the queue
+    policy's advisory lock, taken first). ``walks``: key column -> the key
+    its walk starts after; ``rated``: the rate limits whose starts to
+    count; ``prune``: (limit, before) starts to delete. ``blocked`` names,
+    from the running jobs, the closed limits and the unkeyed rates, the
+    types and queues nothing of can start (left out of the reads in SQL, so
+    a full type's backlog at the head does not hide the rest). Returns the
+    claimed jobs and where the next walks start."""
+    type_list = None if types is None else list(types)
+    queue_list = None if queues is None else list(queues)
+    skip = list(skip_queues)
+    n_types = None if type_list is None else len(type_list)
+    n_queues = None if queue_list is None else len(queue_list)
+    with store.write() as conn:
+        if store.dialect == "postgresql":
+            conn.execute(postgres.lock_limited_claims())
+        for name, before in prune:
+            conn.execute(delete(flow_starts).where(flow_starts.c.limit_name == name, flow_starts.c.started_at < before))
+        running, closed = _running(conn), _closed(conn, now)
+        unkeyed = _starts(conn, [r for r in rated if not r[2]], [])
+        full_types, full_queues = blocked(FlowReads(running, closed, unkeyed))
+        skip += [q for q in full_queues if q not in skip]
+        head = statements.due(n_types, n_queues, len(skip), columns=CANDIDATE_COLUMNS)
+        values = statements.due_order(n_types, n_queues, len(skip))
+        params = dict(zip(values, (now, *(type_list or ()), *(queue_list or ()), *skip), strict=True))
+        if full_types:  # named apart from the due list's type_N binds (as in app.store.controls)
+            head = head.where(jobs.c.type.not_in(bindparam("full_types", expanding=True)))
+            params["full_types"] = full_types
+        want = min(limit, MAX_PICK) + 16
+        rows = {r.id: r for r in conn.execute(head.limit(want), params)}
+        keyed = [r for r in rated if r[2]]
+
+        def decide() -> list[tuple[int, list[tuple[str, str]]]]:
+            candidates = sorted(rows.values(), key=lambda r: (-r.priority, r.available_at, r.id))
+            return pick(FlowReads(running, closed, {**unkeyed, **_starts(conn, keyed, candidates)}), candidates)
+
+        chosen = decide()
+        cursors: dict[str, str] = {}
+        if walks and len(rows) >= want and len(chosen) < min(limit, len(rows)) / 2:
+            # The head is jammed by keys at their limit: walk the keys for the rest.
+            extra: list[int] = []
+            for column, after in walks.items():
+                ids, cursors[column] = _walk_keys(
+                    conn, store.dialect, column, after, want, now, type_list, queue_list, skip
+                )
+                extra += [i for i in ids if i not in rows]
+            if extra:
+                stmt = select(*CANDIDATE_COLUMNS).where(jobs.c.id.in_(bindparam("ids", expanding=True)))
+                rows.update({r.id: r for r in conn.execute(stmt, {"ids": sorted(set(extra))})})
+                chosen = decide()
+        if not chosen:
+            return [], cursors
+        claimed = store.claim_ids(conn, worker_id, now, [i for i, _ in chosen])
+        got = {j.id for j in claimed}
+        started = Counter(start for i, starts in chosen if i in got for start in starts)
+        if started:
+            log = [{"limit_name": n, "key": k, "started_at": now, "count": c} for (n, k), c in started.items()]
+            conn.execute(insert(flow_starts), log)
+        return claimed, cursors
+
+
+def _running(conn: Connection) -> list[Running]:
+    stmt = (
+        select(jobs.c.type, jobs.c.queue, jobs.c.concurrency_key, func.count())
+        .where(statements.running())
+        .group_by(jobs.c.type, jobs.c.queue, jobs.c.concurrency_key)
+    )
+    return [Running(t, q, k, int(n)) for t, q, k, n in conn.execute(stmt)]
+
+
+def _closed(conn: Connection, now: datetime) -> dict[tuple[str, str], datetime]:
+    stmt = select(flow_closed.c.limit_name, flow_closed.c.key, flow_closed.c.until).where(flow_closed.c.until > now)
+    return {(n, k): u for n, k, u in conn.execute(stmt)}
+
+
+def _starts(conn: Connection, rated: Sequence[RateWindow], candidates: list[Any]) -> dict[tuple[str, str], int]:
+    """Starts since each window's start: of the unkeyed limits, and of the
+    candidates' keys of the keyed ones (a bounded set)."""
+    found: dict[tuple[str, str], int] = {}
+    keys = sorted({c.rate_key if c.rate_key is not None else "null" for c in candidates})
+    for name, since, keyed in rated:
+        where = [flow_starts.c.limit_name == name, flow_starts.c.started_at > since]
+        if keyed:
+            if not keys:
+                continue
+            where.append(flow_starts.c.key.in_(keys))
+        stmt = select(flow_starts.c.key, func.sum(flow_starts.c.count)).where(*where).group_by(flow_starts.c.key)
+        found.update({(name, k): int(n) for k, n in conn.execute(stmt)})
+    return found
+
+
+# -- reads for the queues page, and the handler's 429 ----------------------------
+
+
+def window_use(store: Store, windows: Sequence[tuple[str, datetime, int]], now: datetime) -> dict[str, dict[str, Any]]:
+    """Per (limit, window start, count): the starts in the window by key,
+    how many keys are at the count, and until when the limit is closed."""
+    out: dict[str, dict[str, Any]] = {}
+    with store.read() as conn:
+        closed = _closed(conn, now)
+        for name, since, count in windows:
+            by_key = dict(
+                conn.execute(
+                    select(flow_starts.c.key, func.sum(flow_starts.c.count))
+                    .where(flow_starts.c.limit_name == name, flow_starts.c.started_at > since)
+                    .group_by(flow_starts.c.key)
+                ).all()
+            )
+            shut = [u for (n, _), u in closed.items() if n == name]
+            out[name] = {
+                "starts": {k: int(v) for k, v in by_key.items()},
+                "keys_at_limit": sum(1 for v in by_key.values() if v >= count),
+                "closed_until": max(shut) if shut else None,
+                "closed_keys": sum(1 for (n, k) in closed if n == name and k),
+            }
+    return out
+
+
+def running_by_key(store: Store) -> list[Running]:
+    with store.read() as conn:
+        return _running(conn)
+
+
+def closed_limits(store: Store, now: datetime) -> dict[tuple[str, str], datetime]:
+    with store.read() as conn:
+        return _closed(conn, now)
+
+
+def close_limits(store: Store, closing: Sequence[tuple[str, str]], until: datetime, job_id: int | None) -> None:
+    """Close each (limit, key) until ``until`` (a later close of the same one moves it)."""
+    upsert = statements.dialect_insert(store.dialect)(flow_closed)
+    with store.write() as conn:
+        for name, key in closing:
+            stmt = upsert.values(limit_name=name, key=key, until=until, job_id=job_id)
+            conn.execute(stmt.on_conflict_do_update(index_elements=["limit_name", "key"], set_={"until": until}))
+
+
+def job_flow_keys(store: Store, job_id: int) -> tuple[str, str, str | None, str | None] | None:
+    """(type, queue, rate_key, concurrency_key) of a job."""
+    stmt = select(jobs.c.type, jobs.c.queue, jobs.c.rate_key, jobs.c.concurrency_key).where(jobs.c.id == job_id)
+    with store.read() as conn:
+        row = conn.execute(stmt).first()
+    return None if row is None else (row[0], row[1], row[2], row[3])
