@@ -284,7 +284,7 @@ class ScheduleHealth:
         if not isinstance(body, dict) or body.get("event") not in (UNHEALTHY, RECOVERED):
             return None
         name, episode = body.get("schedule"), _time(payload.get("episode"))
-        if not isinstance(name, str) or episode is None:
+        if not isinstance(name, str) or not 0 < len(name) <= 10_000 or "\x00" in name or episode is None:
             return None  # not one of ours, or enqueued before messages carried their episode: send it
         row = read_health(self.store, [name]).get(name)
         if row is None:

@@ -239,7 +239,7 @@ class ThresholdAlerts:
         kind = body.get("alert")
         subject = body.get("type" if kind == FAILURE_RATE else "queue")
         at = _time(body.get("at"))
-        if not isinstance(kind, str) or not isinstance(subject, str) or at is None:
+        if not _name(kind) or not _name(subject) or at is None:
             return None  # not a message this module wrote: nothing to compare, send it
         state = threshold_state(self.store, f"{kind}:{subject}")
         if state is None:
@@ -249,6 +249,10 @@ class ThresholdAlerts:
             return None
         now = "threshold.firing" if state.firing else "threshold.recovered"
         return f"superseded by {now} at {state.changed_at.isoformat()}"
+
+
+def _name(text: Any) -> bool:
+    return isinstance(text, str) and 0 < len(text) <= 10_000 and "\x00" not in text
 
 
 def _time(text: Any) -> datetime | None:
