@@ -17,6 +17,7 @@ from app.states import State
 from app.store import JobFilter, Outcome
 from app.store.thresholds import threshold_states
 from app.worker.pool import WorkerPool
+from tests.conftest import wait_for
 from tests.test_alerts import Hook, free_port
 
 pytestmark = pytest.mark.backends
@@ -311,5 +312,68 @@ def test_the_latest_move_is_sent_when_it_is_a_recovery(make_deck, clock, port):
         firing = next(j for j in jobs if j.payload["event"] == "threshold.firing")
         assert firing.status == State.COMPLETED and firing.result["sent"] is False
         assert firing.result["reason"].startswith("superseded by threshold.recovered at ")
+    finally:
+        hook.close()
+
+
+class GatedHook:
+    """A webhook whose first request waits on ``gate`` before it is read: a
+    message already on its way (a slow network) while a newer one is due."""
+
+    def __init__(self, port: int) -> None:
+        import json
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.received: list[dict] = []
+        self.gate = threading.Event()
+        self.waiting = threading.Event()
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                if not hook.waiting.is_set():
+                    hook.waiting.set()
+                    hook.gate.wait(10)
+                hook.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.gate.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_with_concurrency_one_a_message_in_flight_still_arrives_first(make_deck, clock, port):
+    """The check runs before the POST, so a newer message could overtake one
+    already in flight; ``[types."jobdeck.threshold"] concurrency = 1`` rules
+    that out across processes: the newer one is not claimed until it lands."""
+    limits = {"jobdeck.threshold": {"concurrency": 1}}
+    a, b = (make_deck(clock=clock, alerts=settings(port, no_live_workers=["reports"]), types=limits) for _ in "ab")
+    hook = GatedHook(port)
+    try:
+        assert a.thresholds.check_once(clock.now) == [("no_live_workers:reports", True)]
+        pool_a = WorkerPool(a, 1, worker_id="alerter-a", queues=["jobdeck"])
+        assert pool_a.fetch_once(clock.now) == 1
+        posting = threading.Thread(target=lambda: pool_a.run_job(pool_a._work.get_nowait()))
+        posting.start()
+        wait_for(hook.waiting.is_set, 10, message="the firing message on its way")
+        b.store.register_worker("reports", "h", 1, 1, clock.now, queues=["reports"])
+        clock.advance(1)
+        assert b.thresholds.check_once(clock.now) == [("no_live_workers:reports", False)]
+        pool_b = WorkerPool(b, 1, worker_id="alerter-b", queues=["jobdeck"])
+        assert pool_b.fetch_once(clock.now) == 0  # the firing message is still running
+        hook.gate.set()
+        posting.join(10)
+        pool_a.flush_acks_once(clock.now)
+        assert pool_b.fetch_once(clock.now) == 1
+        pool_b.run_job(pool_b._work.get_nowait())
+        assert [m["event"] for m in hook.received] == ["threshold.firing", "threshold.recovered"]
     finally:
         hook.close()
