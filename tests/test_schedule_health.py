@@ -210,3 +210,112 @@ def test_a_process_dying_between_the_alert_and_the_flip_loses_nothing_and_sends_
     assert len(_alerts(a, clock)) == 1 and a.schedule_health.view()["hourly"]["healthy"] is True
     assert b.schedule_health.check_once(clock.advance(1)) == [(UNHEALTHY, "hourly")]
     assert len(_alerts(a, clock)) == 1  # the same job, found by its key
+
+
+def _deliver(deck: Jobdeck, clock) -> list[tuple[str, State]]:
+    """Run the due alert jobs through a worker pool's own steps (the alert
+    queue only); the (event, state) of each schedule health message after."""
+    from app.worker.pool import WorkerPool
+
+    pool = WorkerPool(deck, 1, worker_id="alerter", queues=["jobdeck"])
+    while pool.fetch_once(clock.now):
+        while not pool._work.empty():
+            pool.run_job(pool._work.get_nowait())
+        pool.flush_acks_once(clock.now)
+    return [(j.payload["body"]["event"], j.status) for j in _alerts(deck, clock)]
+
+
+def _run(deck: Jobdeck, clock, *, ok: bool = True) -> None:
+    """The due fire (a missed one is caught up) runs and succeeds or fails."""
+    deck.schedules.enqueue_due_once(clock.now)
+    (job,) = deck.store.claim("w", clock.now, types=["demo.noop"])
+    if ok:
+        deck.store.complete_many([Outcome(job.id, "w", attempt=job.attempt)], clock.advance(1))
+    else:
+        deck.store.fail_many([Outcome(job.id, "w", attempt=job.attempt, error="RuntimeError: down")], clock.advance(1))
+
+
+def _schedule_messages(hook: Hook) -> list[dict]:
+    return [m for m in hook.received if str(m.get("event", "")).startswith("schedule.")]
+
+
+def test_a_superseded_message_is_not_sent_after_the_webhook_was_down(make_deck, clock):
+    """The tester's reproduction for schedule health: with the webhook down,
+    the schedule goes unhealthy, recovers, and goes unhealthy again, each
+    message failing while it is the newest; once the webhook is up, all three
+    retry in one round and only the newest is sent, never a stale recovery."""
+    port = free_port()
+    minutely = {"name": "minutely", "cron": "* * * * *", "type": "demo.noop", "alert_after_failures": 1}
+    deck = make_deck(clock, schedules=[minutely], alerts={**_hook_config(port), "backoff_base": 600})
+    deck.schedule_health.check_once(clock.now)
+    steps = [(False, UNHEALTHY), (True, RECOVERED), (False, UNHEALTHY)]
+    for n, (ok, event) in enumerate(steps, 1):
+        _run(deck, clock.advance(60) and clock, ok=ok)
+        assert deck.schedule_health.check_once(clock.advance(1)) == [(event, "minutely")]
+        assert _deliver(deck, clock) == [(e, State.FAILED) for _, e in steps[:n]]  # nothing listens on the port
+    assert deck.schedule_health.view()["minutely"]["healthy"] is False
+
+    hook = Hook(port)
+    try:
+        clock.advance(3600)  # past every backoff
+        assert _deliver(deck, clock) == [(e, State.COMPLETED) for _, e in steps]
+        [message] = _schedule_messages(hook)
+        first, recovery, second = _alerts(deck, clock)
+        assert message == second.payload["body"] and second.result["sent"] is True
+        assert message["since"] != first.payload["body"]["since"]
+        for stale in (first, recovery):
+            assert stale.result["sent"] is False
+            assert stale.result["reason"] == f"superseded by {UNHEALTHY} (the episode since {message['since']})"
+    finally:
+        hook.close()
+
+
+def test_the_newest_message_is_sent_when_it_is_a_recovery(make_deck, clock):
+    """Unhealthy while the webhook is down, recovered once it is up: the
+    alert retried after the recovery was sent is skipped, not sent stale."""
+    port = free_port()
+    deck = make_deck(clock, schedules=[HOURLY], alerts=_hook_config(port))
+    deck.schedule_health.check_once(clock.now)
+    assert deck.schedule_health.check_once(clock.advance(91 * 60)) == [(UNHEALTHY, "hourly")]
+    assert _deliver(deck, clock) == [(UNHEALTHY, State.FAILED)]
+    hook = Hook(port)
+    try:
+        _run(deck, clock)
+        assert deck.schedule_health.check_once(clock.now) == [(RECOVERED, "hourly")]
+        _deliver(deck, clock)  # the recovery is due now; the alert may still back off
+        clock.advance(3600)
+        assert _deliver(deck, clock) == [(UNHEALTHY, State.COMPLETED), (RECOVERED, State.COMPLETED)]
+        assert [m["event"] for m in _schedule_messages(hook)] == [RECOVERED]
+        alert, _ = _alerts(deck, clock)
+        assert alert.result["sent"] is False and alert.result["reason"].startswith(f"superseded by {RECOVERED} at ")
+    finally:
+        hook.close()
+
+
+def test_an_alert_whose_episode_a_success_ended_is_not_sent(make_deck, clock, monkeypatch):
+    """A process died between enqueueing the alert and flipping it, and the
+    next check found a success: no flip, no recovery to follow; the orphan
+    alert is not sent (the schedule is healthy)."""
+    import app.maintenance.schedule_health as health
+
+    port = free_port()
+    deck = make_deck(clock, schedules=[HOURLY], alerts=_hook_config(port))
+    deck.schedule_health.check_once(clock.now)
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt("killed after enqueueing the alert")
+
+    with monkeypatch.context() as m:
+        m.setattr(health, "mark_unhealthy", crash)
+        with pytest.raises(KeyboardInterrupt):
+            deck.schedule_health.check_once(clock.advance(91 * 60))
+    _run(deck, clock)
+    assert deck.schedule_health.check_once(clock.advance(1)) == []
+    hook = Hook(port)
+    try:
+        assert _deliver(deck, clock) == [(UNHEALTHY, State.COMPLETED)]
+        assert _schedule_messages(hook) == []
+        (alert,) = _alerts(deck, clock)
+        assert alert.result["reason"].startswith("superseded by a successful run at ")
+    finally:
+        hook.close()

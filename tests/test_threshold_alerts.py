@@ -15,7 +15,9 @@ from app.deck import Jobdeck
 from app.maintenance.thresholds import THRESHOLD_TYPE
 from app.states import State
 from app.store import JobFilter, Outcome
+from app.store.thresholds import threshold_states
 from app.worker.pool import WorkerPool
+from tests.conftest import wait_for
 from tests.test_alerts import Hook, free_port
 
 pytestmark = pytest.mark.backends
@@ -237,3 +239,141 @@ def test_due_queues_is_a_seek_per_queue(make_deck, clock):
     found = due_queues(deck.store, clock.now)
     assert found == ["a", "b", "c"]  # not "later" (not due yet), nor "z" (its job runs)
     assert due_queues(deck.store, clock.now, limit=2) == found[:2]
+
+
+def hook_jobs(deck, clock, queue: str) -> int:
+    jobs = deck.store.list_jobs(JobFilter(type=THRESHOLD_TYPE, limit=50), clock.now)
+    return sum(1 for j in jobs if j.payload["queue"] == queue)
+
+
+def on_mail(moves: list) -> list:
+    """The moves of queue mail's alert (the alert queue's own waiting jobs may alert too)."""
+    return [m for m in moves if m[0] == "queue_latency:mail"]
+
+
+def test_a_superseded_message_is_not_sent_after_the_webhook_was_down(make_deck, clock, port):
+    """The tester's reproduction: the webhook is down while an alert fires,
+    recovers and fires again; once it is up, only the latest move is sent."""
+    deck = make_deck(clock=clock, alerts=settings(port, queue_latency=5))
+
+    def attempt() -> list:  # nothing listens on the port yet: each message fails while it is the latest
+        return [(j.payload["event"], j.status) for j in deliver(deck, clock) if j.payload["queue"] == "mail"]
+
+    deck.enqueue("demo.noop", queue="mail")  # nothing claims from "mail": its latency grows
+    clock.advance(6)
+    first = clock.now
+    assert on_mail(deck.thresholds.check_once(clock.now)) == [("queue_latency:mail", True)]
+    assert attempt() == [("threshold.firing", State.FAILED)]
+    [job] = deck.store.claim("w", clock.now, queues=["mail"])
+    deck.store.complete(job.id, "w", clock.now)
+    clock.advance(1)
+    assert on_mail(deck.thresholds.check_once(clock.now)) == [("queue_latency:mail", False)]
+    assert sorted(attempt()) == [("threshold.firing", State.FAILED), ("threshold.recovered", State.FAILED)]
+    deck.enqueue("demo.noop", queue="mail")
+    clock.advance(6)
+    last = clock.now
+    assert on_mail(deck.thresholds.check_once(clock.now)) == [("queue_latency:mail", True)]
+    [row] = [s for k, s in threshold_states(deck.store).items() if k == "queue_latency:mail"]
+    assert row.firing and row.changed_at == last
+    assert hook_jobs(deck, clock, "mail") == 3
+
+    hook = Hook(port)
+    try:
+        clock.advance(3600)  # past every backoff: the three retry in one round, in whatever order
+        done = {j.payload["at"]: j for j in deliver(deck, clock) if j.payload["queue"] == "mail"}
+        assert len(done) == 3 and {j.status for j in done.values()} == {State.COMPLETED}
+        [message] = [m for m in sent(hook) if m["queue"] == "mail"]
+        assert message["event"] == "threshold.firing" and message["at"] == last.isoformat()
+        assert done[last.isoformat()].result["sent"] is True
+        stale = [j.result for at, j in done.items() if at != last.isoformat()]
+        assert [r["sent"] for r in stale] == [False, False]
+        assert all(r["reason"] == f"superseded by threshold.firing at {last.isoformat()}" for r in stale)
+        assert done[first.isoformat()].result["event"] == "threshold.firing"
+    finally:
+        hook.close()
+
+
+def test_the_latest_move_is_sent_when_it_is_a_recovery(make_deck, clock, port):
+    """Firing while the webhook is down, recovered once it is up again: the
+    firing message retried after the recovery was sent is skipped."""
+    deck = make_deck(clock=clock, alerts=settings(port, no_live_workers=["reports"]))
+    assert deck.thresholds.check_once(clock.now) == [("no_live_workers:reports", True)]
+    assert [j.status for j in deliver(deck, clock)] == [State.FAILED]
+    hook = Hook(port)
+    try:
+        deck.store.register_worker("reports", "h", 1, 1, clock.now, queues=["reports"])
+        clock.advance(1)
+        assert deck.thresholds.check_once(clock.now) == [("no_live_workers:reports", False)]
+        deliver(deck, clock)  # the recovery is due now; the firing one still backs off
+        assert [m["event"] for m in sent(hook)] == ["threshold.recovered"]
+        clock.advance(3600)
+        jobs = deliver(deck, clock)
+        assert [m["event"] for m in sent(hook)] == ["threshold.recovered"]  # never the stale firing after it
+        firing = next(j for j in jobs if j.payload["event"] == "threshold.firing")
+        assert firing.status == State.COMPLETED and firing.result["sent"] is False
+        assert firing.result["reason"].startswith("superseded by threshold.recovered at ")
+    finally:
+        hook.close()
+
+
+class GatedHook:
+    """A webhook whose first request waits on ``gate`` before it is read: a
+    message already on its way (a slow network) while a newer one is due."""
+
+    def __init__(self, port: int) -> None:
+        import json
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.received: list[dict] = []
+        self.gate = threading.Event()
+        self.waiting = threading.Event()
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                if not hook.waiting.is_set():
+                    hook.waiting.set()
+                    hook.gate.wait(10)
+                hook.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.gate.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_with_concurrency_one_a_message_in_flight_still_arrives_first(make_deck, clock, port):
+    """The check runs before the POST, so a newer message could overtake one
+    already in flight; ``[types."jobdeck.threshold"] concurrency = 1`` rules
+    that out across processes: the newer one is not claimed until it lands."""
+    limits = {"jobdeck.threshold": {"concurrency": 1}}
+    a, b = (make_deck(clock=clock, alerts=settings(port, no_live_workers=["reports"]), types=limits) for _ in "ab")
+    hook = GatedHook(port)
+    try:
+        assert a.thresholds.check_once(clock.now) == [("no_live_workers:reports", True)]
+        pool_a = WorkerPool(a, 1, worker_id="alerter-a", queues=["jobdeck"])
+        assert pool_a.fetch_once(clock.now) == 1
+        posting = threading.Thread(target=lambda: pool_a.run_job(pool_a._work.get_nowait()))
+        posting.start()
+        wait_for(hook.waiting.is_set, 10, message="the firing message on its way")
+        b.store.register_worker("reports", "h", 1, 1, clock.now, queues=["reports"])
+        clock.advance(1)
+        assert b.thresholds.check_once(clock.now) == [("no_live_workers:reports", False)]
+        pool_b = WorkerPool(b, 1, worker_id="alerter-b", queues=["jobdeck"])
+        assert pool_b.fetch_once(clock.now) == 0  # the firing message is still running
+        hook.gate.set()
+        posting.join(10)
+        pool_a.flush_acks_once(clock.now)
+        assert pool_b.fetch_once(clock.now) == 1
+        pool_b.run_job(pool_b._work.get_nowait())
+        assert [m["event"] for m in hook.received] == ["threshold.firing", "threshold.recovered"]
+    finally:
+        hook.close()

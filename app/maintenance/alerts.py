@@ -183,6 +183,9 @@ class Alerts:
         }
 
     def deliver(self, payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+        stale = self.deck.schedule_health.superseded(payload)  # a newer schedule health message exists
+        if stale is not None:
+            return {"sent": False, "reason": stale}
         body = self.message(payload)
         if body is None:
             return {"sent": False, "reason": "no dead jobs left in the window"}

@@ -21,6 +21,15 @@ webhook is down. The job is keyed by the schedule and the success the episode
 counts from, and enqueued *before* the flip: a process that dies in between
 leaves the flip to the next check, whose enqueue finds the same job. However
 many runs fail in one episode, it is one alert and one recovery.
+
+Each message is its own job with its own retries, so while the webhook is
+down an alert, its recovery and the next episode's alert could otherwise
+arrive in any order. The job therefore checks, when it runs, that its
+message is still the schedule's newest (``superseded``): an alert whose
+episode has since recovered or been followed by a newer one (or whose
+schedule has succeeded since), or a recovery followed by a newer episode, is
+not sent, and its job completes with ``{"sent": false, "reason":
+"superseded by ..."}``. The newest message is sent (retried like any alert).
 """
 
 from __future__ import annotations
@@ -167,6 +176,16 @@ def _short(error: str | None) -> str:
     return text[0][:300]
 
 
+def _time(text: Any) -> datetime | None:
+    if not isinstance(text, str) or len(text) > 64:
+        return None
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else None
+
+
 def _iso(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -244,7 +263,7 @@ class ScheduleHealth:
         stamp = episode.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         new = NewJob(
             type=ALERT_TYPE,
-            payload={"body": body},
+            payload={"body": body, "episode": episode.astimezone(UTC).isoformat()},
             queue=ALERT_QUEUE,
             priority=20,
             max_retries=settings.max_retries,
@@ -254,6 +273,30 @@ class ScheduleHealth:
         # Another process may have enqueued this flip's message first, its "at" a moment apart: one message.
         with contextlib.suppress(IdempotencyConflict):
             self.store.enqueue(new, now)
+
+    def superseded(self, payload: dict[str, Any]) -> str | None:
+        """Why the alert job's message (``payload``, as ``_send`` made it) is
+        no longer its schedule's newest, or None to send it. Episodes only
+        move forward (each counts from a later success), and a flip comes
+        after its message is enqueued, so a row ahead of the message means a
+        newer message exists (or, for an alert, a success ended the episode)."""
+        body = payload.get("body")
+        if not isinstance(body, dict) or body.get("event") not in (UNHEALTHY, RECOVERED):
+            return None
+        name, episode = body.get("schedule"), _time(payload.get("episode"))
+        if not isinstance(name, str) or not 0 < len(name) <= 10_000 or "\x00" in name or episode is None:
+            return None  # not one of ours, or enqueued before messages carried their episode: send it
+        row = read_health(self.store, [name]).get(name)
+        if row is None:
+            return None  # the schedule is gone: nothing to compare with
+        if row.episode is not None and row.episode > episode:
+            now = UNHEALTHY if row.unhealthy else RECOVERED
+            return f"superseded by {now} (the episode since {_iso(row.episode)})"
+        if body["event"] == UNHEALTHY and row.episode == episode and not row.unhealthy:
+            return f"superseded by {RECOVERED} at {_iso(row.changed_at or episode)}"
+        if body["event"] == UNHEALTHY and row.last_success_at is not None and row.last_success_at > episode:
+            return f"superseded by a successful run at {_iso(row.last_success_at)}"
+        return None
 
     def view(self) -> dict[str, dict[str, Any]]:
         """The health of every watched schedule, for the Schedules page and API."""

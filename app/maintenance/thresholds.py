@@ -23,6 +23,15 @@ is logged (WARNING when it starts, INFO when it clears) and, with
 the ``jobdeck`` queue, retried with backoff like the dead-letter alerts. A
 burst needs no window here: an alert that stays crossed sends nothing more.
 As with the dead-letter alerts, the move and the job are two transactions.
+
+Each message is its own job with its own retries, so while the webhook is
+down a start and a recovery could otherwise arrive in any order. The job
+therefore checks, when it runs, that its move is still the alert's latest
+(the row's ``firing`` and ``changed_at`` are the message's ``event`` and
+``at``); a message superseded by a later move is not sent, and its job
+completes with ``{"sent": false, "reason": "superseded by ..."}``. The
+latest move's message is sent (retried like any alert), so the receiver's
+last message about an alert says what the alert is now.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ from app.handlers import JobContext
 from app.maintenance.alerts import ALERT_QUEUE, AlertSettings, _stamp
 from app.store import NewJob
 from app.store.metrics import due_queues, live_workers, paused_queues, queue_latencies
-from app.store.thresholds import move_threshold, stored_key, threshold_states
+from app.store.thresholds import move_threshold, stored_key, threshold_state, threshold_states
 from app.store.upkeep import type_health
 
 if TYPE_CHECKING:
@@ -217,8 +226,43 @@ class ThresholdAlerts:
     # -- delivery (the jobdeck.threshold handler) -------------------------------------
 
     def deliver(self, payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+        stale = self.superseded(payload)
+        if stale is not None:
+            return {"sent": False, "reason": stale, "event": payload.get("event")}
         status = self.deck.alerts.post(payload)
         return {"sent": True, "status": status, "event": payload.get("event")}
+
+    def superseded(self, body: dict[str, Any]) -> str | None:
+        """Why message ``body`` is no longer its alert's latest move, or None
+        to send it. The move is in the row: the message is current while the
+        row still says what it says (firing or clear) since the same ``at``."""
+        kind = body.get("alert")
+        subject = body.get("type" if kind == FAILURE_RATE else "queue")
+        at = _time(body.get("at"))
+        if not _name(kind) or not _name(subject) or at is None:
+            return None  # not a message this module wrote: nothing to compare, send it
+        state = threshold_state(self.store, f"{kind}:{subject}")
+        if state is None:
+            return None
+        firing = body.get("event") == "threshold.firing"
+        if state.firing == firing and state.changed_at == at:
+            return None
+        now = "threshold.firing" if state.firing else "threshold.recovered"
+        return f"superseded by {now} at {state.changed_at.isoformat()}"
+
+
+def _name(text: Any) -> bool:
+    return isinstance(text, str) and 0 < len(text) <= 10_000 and "\x00" not in text
+
+
+def _time(text: Any) -> datetime | None:
+    if not isinstance(text, str) or len(text) > 64:
+        return None
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else None
 
 
 def _short(key: str) -> str:

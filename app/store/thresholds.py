@@ -37,6 +37,14 @@ def threshold_states(store: Store) -> dict[str, ThresholdState]:
     return {r.key: ThresholdState(r.key, bool(r.firing), r.changed_at, r.value) for r in rows}
 
 
+def threshold_state(store: Store, key: str) -> ThresholdState | None:
+    """Alert ``key``'s state now (None for a key never seen): the delivery
+    of a message compares it with the move the message describes."""
+    with store.read() as conn:
+        r = conn.execute(select(threshold_alerts).where(threshold_alerts.c.key == stored_key(key))).first()
+    return None if r is None else ThresholdState(r.key, bool(r.firing), r.changed_at, r.value)
+
+
 def move_threshold(store: Store, key: str, firing: bool, now: datetime, value: float | None) -> bool:
     """Move alert ``key`` to ``firing`` (True) or clear (False) if it is not
     there yet; True for the one caller that moved it. A key never seen is
