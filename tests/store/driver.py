@@ -270,6 +270,19 @@ def http_discard(d: Driver, job: JobRecord, worker: str, attempt: int, now: date
     return _http(d, f"/api/jobs/{job.id}/discard", {})
 
 
+def snooze_many(d: Driver, job: JobRecord, worker: str, attempt: int, now: datetime) -> bool:
+    return job.id in d.store.snooze_many([Outcome(job.id, worker, attempt=attempt, snooze=30.0)], now)
+
+
+def snooze(d: Driver, job: JobRecord, worker: str, attempt: int, now: datetime) -> bool:
+    return _refused(lambda: d.store.snooze(job.id, worker, 30.0, now))
+
+
+def http_snooze(d: Driver, job: JobRecord, worker: str, attempt: int, now: datetime) -> bool:
+    d.clock.now = now
+    return _http(d, f"/api/jobs/{job.id}/snooze", {"worker_id": worker, "seconds": 30})
+
+
 def cancel(d: Driver, job: JobRecord, worker: str, attempt: int, now: datetime) -> bool:
     return _refused(lambda: d.store.cancel(job.id, now))
 
@@ -346,17 +359,18 @@ PATHS: dict[Transition, dict[str, Path]] = {
     Transition.RUN_NOW: {"run_now": run_now},
     Transition.CANCEL: {"cancel": cancel, "cancel_ids": cancel_ids, "http_cancel": http_cancel},
     Transition.EDIT: {"edit": edit, "http_edit": http_edit},
+    Transition.SNOOZE: {"snooze_many": snooze_many, "snooze": snooze, "http_snooze": http_snooze},
 }  # fmt: skip
 """Every path of every transition: batched, single and HTTP where each exists."""
 
-FENCED = {"complete_many", "complete_many_result", "complete_and_claim", "fail_many", "set_progress"}
+FENCED = {"complete_many", "complete_many_result", "complete_and_claim", "fail_many", "set_progress", "snooze_many"}
 """Paths that name the attempt: they can tell a late result from the same
 worker's next attempt. The others (the HTTP worker's protocol) name only the
 worker, so their late-result cases have another worker claim the job."""
 
 LATE: dict[str, Path] = {
     name: path
-    for t in (Transition.COMPLETE, Transition.FAIL, Transition.HEARTBEAT)
+    for t in (Transition.COMPLETE, Transition.FAIL, Transition.HEARTBEAT, Transition.SNOOZE)
     for name, path in PATHS[t].items()
     if name != "heartbeat_worker"
 }
