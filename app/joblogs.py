@@ -218,6 +218,12 @@ class AttemptLog:
             self._bytes += size
             self._pending.lines.append(line)
 
+    def take(self) -> Pending:
+        """What is buffered, now the caller's to write (the acker's batch)."""
+        with self._flush_lock, self._lock:
+            taken, self._pending = self._pending, Pending()
+        return taken
+
     def has_pending(self) -> bool:
         with self._lock:
             return bool(self._pending.lines or self._pending.dropped)

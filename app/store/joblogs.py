@@ -64,43 +64,57 @@ def append_lines(
     (the marker says later lines were dropped). A job that no longer exists
     stores nothing."""
     with store.write() as conn:
-        exists = select(jobs.c.id).where(jobs.c.id == job_id)
-        if not store.sqlite:
-            exists = exists.with_for_update()
-        if conn.execute(exists).first() is None:
-            return 0
-        mine = (job_logs.c.job_id == job_id) & (job_logs.c.attempt == attempt)
-        last_seq, kept, marked = conn.execute(
-            select(
-                func.coalesce(func.max(job_logs.c.seq), 0),
-                func.count().filter(job_logs.c.level != TRUNCATED),
-                func.count().filter(job_logs.c.level == TRUNCATED),
-            ).where(mine)
-        ).one()
-        if marked:  # the marker says the rest of this attempt was dropped: keep it true
-            return 0
-        used = conn.execute(
-            select(func.coalesce(func.sum(job_logs.c.size), 0)).where(
-                job_logs.c.job_id == job_id, job_logs.c.level != TRUNCATED
-            )
-        ).scalar_one()
-        rows: list[dict[str, Any]] = []
-        cut: str | None = "lines" if dropped else None
-        for line in lines:
-            size = len(line.message.encode("utf-8"))
-            if kept + len(rows) >= limits.max_lines_per_attempt:
-                cut = "lines"
-                break
-            if used + size > limits.max_bytes_per_job:
-                cut = "bytes"
-                break
-            used += size
-            rows.append(_row(job_id, attempt, last_seq + len(rows) + 1, line, size))
-        if cut is not None and not marked:
-            at = lines[len(rows)].at if len(rows) < len(lines) else (lines[-1].at if lines else None)
-            rows.append(_row(job_id, attempt, last_seq + len(rows) + 1, _marker(cut, limits, at), 0))
-        if rows:
-            conn.execute(insert(job_logs), rows)
+        return _append(store, conn, job_id, attempt, lines, dropped, limits)
+
+
+def append_many(store: Store, items: Sequence[tuple[int, int, Sequence[LogLine], int, LogLimits]]) -> int:
+    """``append_lines`` for several attempts (job id, attempt, lines,
+    dropped, limits) in ONE write transaction: the acker's batch."""
+    with store.write() as conn:
+        return sum(_append(store, conn, *item) for item in sorted(items, key=lambda i: (i[0], i[1])))
+
+
+def _append(
+    store: Store, conn: Any, job_id: int, attempt: int, lines: Sequence[LogLine], dropped: int, limits: LogLimits
+) -> int:
+    """``append_lines``'s work, in the caller's write transaction."""
+    exists = select(jobs.c.id).where(jobs.c.id == job_id)
+    if not store.sqlite:
+        exists = exists.with_for_update()
+    if conn.execute(exists).first() is None:
+        return 0
+    mine = (job_logs.c.job_id == job_id) & (job_logs.c.attempt == attempt)
+    last_seq, kept, marked = conn.execute(
+        select(
+            func.coalesce(func.max(job_logs.c.seq), 0),
+            func.count().filter(job_logs.c.level != TRUNCATED),
+            func.count().filter(job_logs.c.level == TRUNCATED),
+        ).where(mine)
+    ).one()
+    if marked:  # the marker says the rest of this attempt was dropped: keep it true
+        return 0
+    used = conn.execute(
+        select(func.coalesce(func.sum(job_logs.c.size), 0)).where(
+            job_logs.c.job_id == job_id, job_logs.c.level != TRUNCATED
+        )
+    ).scalar_one()
+    rows: list[dict[str, Any]] = []
+    cut: str | None = "lines" if dropped else None
+    for line in lines:
+        size = len(line.message.encode("utf-8"))
+        if kept + len(rows) >= limits.max_lines_per_attempt:
+            cut = "lines"
+            break
+        if used + size > limits.max_bytes_per_job:
+            cut = "bytes"
+            break
+        used += size
+        rows.append(_row(job_id, attempt, last_seq + len(rows) + 1, line, size))
+    if cut is not None and not marked:
+        at = lines[len(rows)].at if len(rows) < len(lines) else (lines[-1].at if lines else None)
+        rows.append(_row(job_id, attempt, last_seq + len(rows) + 1, _marker(cut, limits, at), 0))
+    if rows:
+        conn.execute(insert(job_logs), rows)
     return sum(1 for r in rows if r["level"] != TRUNCATED)
 
 

@@ -213,6 +213,9 @@ class Outcome:
     snooze_reason: str | None = None
     max_snoozes: int | None = None
     """Snoozes in a row allowed; past it the snooze fails the attempt. None: no cap."""
+    log: Any = None
+    """The attempt's log buffer with lines not yet written (``app.joblogs.AttemptLog``):
+    the acker writes them, for its whole batch in one transaction, before the outcome."""
 
     @property
     def ok(self) -> bool:

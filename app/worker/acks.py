@@ -37,6 +37,9 @@ class Acknowledging(PoolShared):
         if not batch:
             return 0
         now = now or self.deck.clock()
+        logged = [o.log for o in batch if o.log is not None]
+        if logged:  # the attempts' last lines, before their outcomes
+            self.flush_outcome_logs(logged)
         done = [o for o in batch if o.ok]
         if len(done) < len(batch):
             failed = [o for o in batch if o.error is not None]

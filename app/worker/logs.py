@@ -1,8 +1,9 @@
 """The pool's side of per-job logs (``app.joblogs``): each attempt gets a
 buffer, the monitor writes the buffers that have lines every
-``[logs] flush_interval`` seconds, and the executor writes what is left
-when the handler returns, before the outcome is queued for the acker (so
-the job's log is complete by the time it shows as finished).
+``[logs] flush_interval`` seconds, and what is left when the handler
+returns rides with the outcome: the acker writes the lines of its whole
+batch in one transaction, before the outcomes (so the job's log is complete
+by the time it shows as finished).
 
 A write that fails is logged; if the failure may pass (an outage) its
 lines stay buffered for the next flush, otherwise they are dropped. At the
@@ -18,7 +19,7 @@ from contextlib import contextmanager
 
 from app.joblogs import AttemptLog, Pending, install_capture
 from app.store import JobRecord
-from app.store.joblogs import append_lines
+from app.store.joblogs import append_lines, append_many
 from app.worker.results import first_line
 from app.worker.shared import PoolShared, Slot, log
 
@@ -60,6 +61,23 @@ class Logging(PoolShared):
                 "job %s attempt %s: writing its log failed (%s)", buffer.job_id, buffer.attempt, first_line(exc)
             )
             return 0
+
+    def flush_outcome_logs(self, buffers: list[AttemptLog]) -> int:
+        """The acker's batch: what the ended attempts still had buffered, in
+        ONE transaction before their outcomes (a handler that logs costs its
+        executor no write of its own, and SQLite's writers one transaction per
+        batch, not per attempt). A failure is logged, not raised: the
+        outcomes matter more than their logs."""
+        taken = [(b, b.take()) for b in buffers]
+        items = [(b.job_id, b.attempt, p.lines, p.dropped, b.limits) for b, p in taken if p.lines or p.dropped]
+        if not items:
+            return 0
+        try:
+            append_many(self.store, items)
+        except Exception as exc:
+            log.warning("writing the logs of %d ended attempts failed (%s)", len(items), first_line(exc))
+            return 0
+        return sum(len(lines) for _, _, lines, _, _ in items)
 
     def flush_logs_once(self) -> int:
         """Write the buffered lines of every running attempt; returns how many."""

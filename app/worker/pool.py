@@ -329,16 +329,22 @@ class WorkerPool(Acknowledging, Monitoring):
                 if spec is not None and not outcome.retryable:
                     outcome.error += not_retried_note(failure, job)
         elapsed = time.monotonic() - mono
-        self.flush_log(buffer)  # the log is complete before the outcome is written
         with self._lock:
-            if slot.abandoned or self._running.get(job.id) is not slot:
-                log.warning("late result of job %s attempt %s refused (timed out or released)", job.id, job.attempt)
+            late = slot.abandoned or self._running.get(job.id) is not slot
+            if late:
                 slot.abandoned = True
-                return slot
-            del self._running[job.id]
+            else:
+                del self._running[job.id]
+        if late:
+            log.warning("late result of job %s attempt %s refused (timed out or released)", job.id, job.attempt)
+            self.flush_log(buffer)  # its lines are still the attempt's
+            return slot
+        with self._lock:
             self._avg_duration = elapsed if self._avg_duration is None else 0.9 * self._avg_duration + 0.1 * elapsed
         if outcome.result is not None and not jsonable(outcome.result):
             outcome.result = safe_repr(outcome.result)
+        if buffer.has_pending():  # the acker writes it before the outcome, one transaction per batch
+            outcome.log = buffer
         self._acks.put(outcome)
         return slot
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from app.deck import Jobdeck
 from app.joblogs import AttemptLog
@@ -78,6 +78,8 @@ class PoolShared:
     _abandoned: list[threading.Thread]
     _give_up_at: float | None
     _cancel_before_start: set[int]
+    flush_outcome_logs: Callable[[list[Any]], int]
+    """``app.worker.logs.Logging``'s: the acker writes its batch's log lines with it."""
 
     def cancel_running(self, job_ids: list[int], held: bool = False) -> list[int]:
         """Tell the handlers of these jobs that they were cancelled (set
