@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from waitress import create_server, wasyncore
@@ -30,7 +30,8 @@ def served(app: Any, host: str = "127.0.0.1", threads: int = 4) -> Iterator[str]
     try:
         yield f"http://{host}:{server.effective_port}"
     finally:
-        server.trigger.pull_trigger(lambda: wasyncore.close_all(sockets))
+        with suppress(OSError):  # EBADF: the loop already ended and closed its trigger; nothing left to wake
+            server.trigger.pull_trigger(lambda: wasyncore.close_all(sockets))
         thread.join(timeout=10)
         server.task_dispatcher.shutdown()
         assert not thread.is_alive(), "the waitress loop did not stop"
