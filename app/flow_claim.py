@@ -189,7 +189,7 @@ class FlowClaim:
                 used = u.get("starts", {}).get(NO_KEY, 0)
                 at = u.get("keys_at_limit", 0)
                 text = (
-                    f"{at} key{'s' if at != 1 else ''} at their limit of {f.rate.count} per {f.rate.window_text}"
+                    f"{at} {'key at its' if at == 1 else 'keys at their'} limit of {f.rate.count} per {f.rate.window_text}"
                     if f.rate_key
                     else f"{used} of {f.rate.count} in the last {f.rate.window_text}"
                 )
@@ -205,7 +205,7 @@ class FlowClaim:
                 full = sum(1 for n in per.values() if n >= f.concurrency)
                 entry["concurrency_per_key"] = {
                     "limit": f.concurrency, "key": f.concurrency_key, "keys_running": len(per), "keys_at_limit": full,
-                    "text": f"{full} key{'s' if full != 1 else ''} at their limit of {f.concurrency} running",
+                    "text": f"{full} {'key at its' if full == 1 else 'keys at their'} limit of {f.concurrency} running",
                 }  # fmt: skip
             until = _z(max(shut)) if shut else None
             entry["closed_until"] = until
