@@ -219,3 +219,16 @@ def parse_time(value: Any, field: str) -> datetime:
         return parsed.astimezone(UTC)
     except OverflowError:
         raise InvalidField(field, f"{parsed.isoformat()} is outside the years 1 to 9999 in UTC") from None
+
+
+def stored_time(text: Any) -> datetime | None:
+    """An ISO time with its offset, as Jobdeck writes them into job payloads
+    (an alert's ``at``, a schedule health episode), or None for anything
+    else: a payload read back is data, and a bad one is not an error here."""
+    if not isinstance(text, str) or len(text) > 64:
+        return None
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else None

@@ -6,10 +6,7 @@ PostgreSQL; plus the API and page figures and the handler's 429."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 from collections import defaultdict
 from datetime import timedelta
 from pathlib import Path
@@ -24,6 +21,7 @@ from app.handlers import JobContext
 from app.states import State
 from app.store.models import attempts, jobs, workers
 from tests.conftest import Clock, wait_for
+from tests.worker_processes import start_workers, stop, write_config
 
 pytestmark = pytest.mark.backends
 ROOT = Path(__file__).parents[1]
@@ -31,40 +29,11 @@ ROOT = Path(__file__).parents[1]
 
 def _workers(db_url: str, tmp_path: Path, toml: str, n: int = 3) -> list[subprocess.Popen[bytes]]:
     """``n`` ``python -m app.cli worker`` processes on one database and config."""
-    config = tmp_path / "jobdeck.toml"
-    config.write_text(
-        f"database_url = {json.dumps(db_url)}\n"
-        f"instance_path = {json.dumps(str(tmp_path / 'instance'))}\n"
+    settings = (
         'secret_key = "s"\ndemo = true\nworkers = 4\npoll_interval = 0.05\nheartbeat_interval = 0.5\n'
         "stall_timeout = 10\nshutdown_grace = 5.0\n" + toml
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDECK_")}
-    env.update(PYTHONPATH=str(ROOT), JOBDECK_CONFIG=str(config))
-    procs = []
-    for i in range(n):
-        with (tmp_path / f"worker{i}.log").open("wb") as log:
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "app.cli", "worker", "--log-level", "warning"],
-                    cwd=ROOT,
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )  # fmt: skip
-            )
-    return procs
-
-
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+    return start_workers(write_config(db_url, tmp_path, settings), n)
 
 
 def _attempt_outcomes(deck: Jobdeck) -> list[tuple[Any, ...]]:
@@ -116,7 +85,7 @@ def test_a_rate_of_20_per_second_is_never_exceeded_across_three_processes(db_url
         deck.enqueue_many([{"type": "demo.noop", "payload": {"i": i, "mark": MARK}} for i in range(90)])
         wait_for(lambda: _finished(deck, 90), timeout=60, message="90 rate-limited jobs done")
     finally:
-        _stop(procs)
+        stop(procs)
     starts = sorted(s for s, _, _ in _intervals(deck))
     assert len(starts) == 90, _attempt_outcomes(deck)
     worst = max(sum(1 for t in starts[i:] if t - s < timedelta(seconds=1)) for i, s in enumerate(starts))
@@ -142,7 +111,7 @@ def test_one_running_job_per_key_across_three_processes_while_other_keys_flow(db
         _wait_started(deck, procs)
         wait_for(lambda: _finished(deck, 48), timeout=90, message="48 keyed jobs done")
     finally:
-        _stop(procs)
+        stop(procs)
     by_key: dict[str, list[tuple[Any, Any]]] = defaultdict(list)
     spans = _intervals(deck)
     for s, f, payload in spans:

@@ -5,11 +5,7 @@ the timeline and the API, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +26,7 @@ from app.store.upkeep import roll_up_minutes, stats_since, whole_minute
 from app.worker.pool import WorkerPool
 from tests.conftest import Clock, wait_for
 from tests.openapi_check import check
+from tests.worker_processes import start_workers, stop, write_config
 
 pytestmark = pytest.mark.backends
 
@@ -360,41 +357,12 @@ DELAY = 1.0
 
 
 def _start_workers(db_url: str, tmp_path: Path, n: int = 2) -> list[subprocess.Popen[bytes]]:
-    config = tmp_path / "jobdeck.toml"
-    config.write_text(
-        f"database_url = {json.dumps(db_url)}\n"
-        f"instance_path = {json.dumps(str(tmp_path / 'instance'))}\n"
+    settings = (
         'secret_key = "the-same-secret-on-every-host"\n'
         "demo = true\nworkers = 4\nclaim_batch = 8\npoll_interval = 0.1\nheartbeat_interval = 0.5\n"
         "stall_timeout = 10\nshutdown_grace = 5.0\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDECK_")}
-    env.update(PYTHONPATH=str(ROOT), JOBDECK_CONFIG=str(config))
-    procs = []
-    for i in range(n):
-        with (tmp_path / f"worker{i}.log").open("wb") as log:
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "app.cli", "worker", "--log-level", "warning"],
-                    cwd=ROOT,
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )  # fmt: skip
-            )
-    return procs
-
-
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+    return start_workers(write_config(db_url, tmp_path, settings), n)
 
 
 @pytest.mark.slow
@@ -425,7 +393,7 @@ def test_two_processes_run_snoozed_jobs_again_after_their_delay(make_deck: Any, 
 
         wait_for(done, 120, interval=0.2, message=f"{JOBS} snoozed jobs to complete")
     finally:
-        _stop(procs)
+        stop(procs)
     with deck.store.read() as conn:
         rows = conn.execute(
             select(attempts.c.job_id, attempts.c.attempt, attempts.c.outcome, attempts.c.worker_id,

@@ -56,6 +56,7 @@ from app.store.schedule_health import (
     read_health,
     recent_outcomes,
 )
+from app.validation import stored_time
 
 if TYPE_CHECKING:
     from app.deck import Jobdeck
@@ -176,16 +177,6 @@ def _short(error: str | None) -> str:
     return text[0][:300]
 
 
-def _time(text: Any) -> datetime | None:
-    if not isinstance(text, str) or len(text) > 64:
-        return None
-    try:
-        t = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return t if t.tzinfo is not None else None
-
-
 def _iso(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -283,7 +274,7 @@ class ScheduleHealth:
         body = payload.get("body")
         if not isinstance(body, dict) or body.get("event") not in (UNHEALTHY, RECOVERED):
             return None
-        name, episode = body.get("schedule"), _time(payload.get("episode"))
+        name, episode = body.get("schedule"), stored_time(payload.get("episode"))
         if not isinstance(name, str) or not 0 < len(name) <= 10_000 or "\x00" in name or episode is None:
             return None  # not one of ours, or enqueued before messages carried their episode: send it
         row = read_health(self.store, [name]).get(name)

@@ -49,6 +49,7 @@ from app.store import NewJob
 from app.store.metrics import due_queues, live_workers, paused_queues, queue_latencies
 from app.store.thresholds import move_threshold, stored_key, threshold_state, threshold_states
 from app.store.upkeep import type_health
+from app.validation import stored_time
 
 if TYPE_CHECKING:
     from app.deck import Jobdeck
@@ -238,7 +239,7 @@ class ThresholdAlerts:
         row still says what it says (firing or clear) since the same ``at``."""
         kind = body.get("alert")
         subject = body.get("type" if kind == FAILURE_RATE else "queue")
-        at = _time(body.get("at"))
+        at = stored_time(body.get("at"))
         if not _name(kind) or not _name(subject) or at is None:
             return None  # not a message this module wrote: nothing to compare, send it
         state = threshold_state(self.store, f"{kind}:{subject}")
@@ -253,16 +254,6 @@ class ThresholdAlerts:
 
 def _name(text: Any) -> bool:
     return isinstance(text, str) and 0 < len(text) <= 10_000 and "\x00" not in text
-
-
-def _time(text: Any) -> datetime | None:
-    if not isinstance(text, str) or len(text) > 64:
-        return None
-    try:
-        t = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return t if t.tzinfo is not None else None
 
 
 def _short(key: str) -> str:
