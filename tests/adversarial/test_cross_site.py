@@ -18,12 +18,11 @@ import html
 import json
 import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from live_server import served
-from websec_support import USERS
+from websec_support import USERS, page_servers
 
 from app import create_app
 from app.deck import Jobdeck
@@ -95,31 +94,8 @@ def hostile_page(target: str) -> str:
 def hostile_server() -> Iterator[Callable[[str], int]]:
     """A second HTTP server on 127.0.0.1 that serves the hostile page aimed at
     the Jobdeck whose base URL is given; returns its port."""
-    servers: list[ThreadingHTTPServer] = []
-
-    def start(target: str) -> int:
-        page = hostile_page(target).encode()
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
-                self.send_header("Content-Length", str(len(page)))
-                self.end_headers()
-                self.wfile.write(page)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, name="hostile-http", daemon=True).start()
-        servers.append(server)
-        return int(server.server_address[1])
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    with page_servers() as serve:
+        yield lambda target: serve(hostile_page(target))
 
 
 def _deck(make_config: Any, registry: Any, **extra: Any) -> Jobdeck:

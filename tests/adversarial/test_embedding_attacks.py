@@ -15,7 +15,6 @@ from __future__ import annotations
 import http.client
 import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,6 +22,7 @@ import pytest
 from dashboard_support import make_dead
 from embed_host import PREFIX, csrf_of, log_in, make_host
 from live_server import served
+from websec_support import page_servers
 
 from app.states import State
 from app.store.reads import list_audit
@@ -84,31 +84,9 @@ def hostile_page(base: str, job_id: int) -> str:
 
 @pytest.fixture
 def hostile_server() -> Iterator[Callable[[str], int]]:
-    servers: list[ThreadingHTTPServer] = []
-
-    def start(body: str) -> int:
-        page = body.encode()
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
-                self.send_header("Content-Length", str(len(page)))
-                self.end_headers()
-                self.wfile.write(page)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, name="hostile-http", daemon=True).start()
-        servers.append(server)
-        return int(server.server_address[1])
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    """A second HTTP server on 127.0.0.1 serving the page given; returns its port."""
+    with page_servers() as serve:
+        yield lambda body: serve(body)
 
 
 @pytest.mark.e2e
