@@ -23,7 +23,7 @@ from app.errors import JobdeckError
 from app.handlers import Registry, import_modules
 from app.handlers import registry as default_registry
 from app.store.faults import is_unavailable
-from app.validation import IdConverter, fits_id, max_body_bytes
+from app.validation import IdConverter, NamePathConverter, fits_id, max_body_bytes
 
 __all__ = ["Jobdeck", "create_app", "deck_of"]
 
@@ -59,6 +59,7 @@ def create_app(
     assets = _PACKAGE if (_PACKAGE / "templates").is_dir() else _PACKAGE.parent
     app = Flask(__name__, template_folder=assets / "templates", static_folder=assets / "static")
     app.url_map.converters["int"] = IdConverter  # before any route: ids beyond BIGINT match none
+    app.url_map.converters["path"] = NamePathConverter  # names with a line break reach their views
     app.config["SECRET_KEY"] = config.secret_key or secrets.token_hex(32)
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes(config.max_payload_bytes)
     app.extensions["jobdeck"] = deck

@@ -22,7 +22,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from werkzeug.routing import IntegerConverter, Map
+from werkzeug.routing import IntegerConverter, Map, PathConverter
 
 from app.errors import InvalidField
 from app.states import PRIORITY_LABELS
@@ -165,6 +165,15 @@ class IdConverter(IntegerConverter):
 
     def __init__(self, map: Map, fixed_digits: int = 0, min: int | None = None, max: int | None = INT64_MAX) -> None:
         super().__init__(map, fixed_digits=fixed_digits, min=min, max=max)
+
+
+class NamePathConverter(PathConverter):
+    """Every route's ``<path:...>`` (queue and schedule names): like
+    Werkzeug's, but a newline or other line break in the name matches too,
+    so the view answers with its own words (a queue or schedule by that
+    name, or a 422) instead of a bare 404 from the router."""
+
+    regex = r"[^/](?s:.)*?"
 
 
 def max_body_bytes(max_payload_bytes: int) -> int:
