@@ -452,3 +452,16 @@ def test_the_sql_and_the_job_page_agree_on_who_holds_a_key(deck: Jobdeck, clock:
                     assert bool(in_sql) == job.holds_unique_key(now), (state, at > now, until, mask)
                     checked += 1
     assert checked == len(State) * 3 * 4 * len(masks)
+
+
+def test_a_replace_recomputes_the_kept_jobs_flow_keys(make_deck: Any, clock: Clock) -> None:
+    """The new payload decides the per-key limits too: a replaced job must not
+    keep counting under the customer its old payload named."""
+    flow = {"concurrency": 1, "concurrency_key": "payload.customer", "rate": "100/1s", "rate_key": "payload.account"}
+    deck = make_deck(clock=clock, types={"demo.noop": flow})
+    by = {"by": ["payload.order"], "on_duplicate": "replace"}
+    first = deck.enqueue("demo.noop", {"order": 1, "customer": "c1", "account": "a1"}, unique=by)
+    again = deck.enqueue("demo.noop", {"order": 1, "customer": "c2", "account": "a2"}, unique=by)
+    assert again.duplicate and again.changed and again.job.id == first.job.id
+    kept = deck.store.get(first.job.id)
+    assert (kept.payload["customer"], kept.concurrency_key, kept.rate_key) == ("c2", '"c2"', '"a2"')

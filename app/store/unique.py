@@ -64,11 +64,14 @@ def free_key() -> Any:
 @lru_cache(maxsize=4)
 def update_kept(replace: bool, debounce: bool) -> Any:
     """A duplicate's change to the kept job, if it has not started: the new
-    payload and run-at (replace), the run-at only (debounce). Values: key,
-    now, new_at, [new_payload]."""
+    payload and run-at (replace; with the flow keys computed from the new
+    payload), the run-at only (debounce). Values: key, now, new_at,
+    [new_payload, new_rate_key, new_concurrency_key]."""
     values: dict[str, Any] = {"available_at": bindparam("new_at", type_=jobs.c.available_at.type)}
     if replace:
         values["payload"] = bindparam("new_payload")
+        values["rate_key"] = bindparam("new_rate_key", type_=jobs.c.rate_key.type)
+        values["concurrency_key"] = bindparam("new_concurrency_key", type_=jobs.c.concurrency_key.type)
     values["updated_at"] = _NOW
     return (
         update(jobs)
@@ -101,7 +104,10 @@ def enqueue_unique(
         if conn.execute(free_key(), params).rowcount:
             continue
         if claim.replace or claim.debounce:
-            change = dict(params, new_at=at, new_payload=payload_json)
+            change = dict(
+                params, new_at=at, new_payload=payload_json,
+                new_rate_key=new.rate_key, new_concurrency_key=new.concurrency_key,
+            )  # fmt: skip
             changed = conn.execute(update_kept(claim.replace, claim.debounce is not None), change).first()
             if changed is not None:
                 return JobRecord.from_row(changed), False, True
