@@ -291,6 +291,18 @@ def attempt(with_error: bool = True) -> Prepared:
 FAIL_FIELDS = ("job", "job_attempt", "worker", "now", "retry_at", "why", "fingerprint")
 
 
+def _held_attempt(transition: Transition) -> tuple[Any, ...]:
+    """The fence of a worker's report on one attempt: this job, at this
+    attempt, held by this worker, in a source state of ``transition``.
+    Values: job, job_attempt, worker."""
+    return (
+        jobs.c.id == bindparam("job"),
+        jobs.c.attempt == bindparam("job_attempt"),
+        jobs.c.worker_id == bindparam("worker"),
+        in_states(transition),
+    )
+
+
 @lru_cache(maxsize=2)
 def fail(retryable: bool) -> Prepared:
     """running -> failed (retry_count + 1, due at ``retry_at``) while retries
@@ -312,17 +324,7 @@ def fail(retryable: bool) -> Prepared:
         values = {"status": ended, "finished_at": NOW}
     values.update(error=bindparam("why"), updated_at=NOW)
     values["error_fingerprint"] = bindparam("fingerprint")  # the errors view's group (app.fingerprint)
-    stmt = (
-        update(jobs)
-        .where(
-            jobs.c.id == bindparam("job"),
-            jobs.c.attempt == bindparam("job_attempt"),
-            jobs.c.worker_id == bindparam("worker"),
-            in_states(Transition.FAIL),
-        )
-        .values(values)
-        .returning(*JOB_COLUMNS)
-    )
+    stmt = update(jobs).where(*_held_attempt(Transition.FAIL)).values(values).returning(*JOB_COLUMNS)
     order = FAIL_FIELDS if retryable else tuple(f for f in FAIL_FIELDS if f != "retry_at")
     return Prepared(stmt, order)
 
@@ -385,12 +387,7 @@ def set_progress() -> Any:
     """Values: job, job_attempt, worker, to_progress, message, now."""
     return (
         update(jobs)
-        .where(
-            jobs.c.id == bindparam("job"),
-            jobs.c.attempt == bindparam("job_attempt"),
-            jobs.c.worker_id == bindparam("worker"),
-            in_states(Transition.HEARTBEAT),
-        )
+        .where(*_held_attempt(Transition.HEARTBEAT))
         .values(
             progress=bindparam("to_progress"), progress_message=bindparam("message"), heartbeat_at=NOW, updated_at=NOW
         )
@@ -429,12 +426,7 @@ def snooze() -> Prepared:
     until = bindparam("snooze_until", type_=jobs.c.available_at.type)
     stmt = (
         update(jobs)
-        .where(
-            jobs.c.id == bindparam("job"),
-            jobs.c.attempt == bindparam("job_attempt"),
-            jobs.c.worker_id == bindparam("worker"),
-            in_states(Transition.SNOOZE),
-        )
+        .where(*_held_attempt(Transition.SNOOZE))
         .values(
             status=_cancelled_or(State.PENDING),
             available_at=case((cancel_requested(), jobs.c.available_at), else_=until),
