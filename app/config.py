@@ -152,7 +152,9 @@ ENV_KEYS = (
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Config) if f.name != "extra"}
 # Tables owned by other parts of Jobdeck; kept as-is in ``Config.extra``.
-EXTRA_TABLES = ("schedules", "queues", "types", "alerts", "retention", "dashboard", "users", "artifacts", "logs")
+EXTRA_TABLES = (
+    "schedules", "queues", "types", "alerts", "retention", "dashboard", "users", "artifacts", "logs", "workflows",
+)  # fmt: skip
 
 
 def load(

@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from flask import Flask
 
     from app.runtime import Runtime
+    from app.store.graph import EnqueuedWorkflow
+    from app.workflows import Batch, Workflow
 
 Clock = Callable[[], datetime]
 
@@ -312,6 +314,40 @@ class Jobdeck:
                 data[key] = value
         now = self.clock()
         return self.store.enqueue(self.new_job(data, now), now)
+
+    def workflow(self, name: str, *, on_dependency_failure: str = "cancel", key: str | None = None) -> Workflow:
+        """Build a workflow: ``.add(name, type, payload, depends_on=[...])``
+        per job, then ``.enqueue()`` inserts it whole (``app.workflows``)."""
+        from app.workflows import Workflow
+
+        return Workflow(self, name, on_dependency_failure=on_dependency_failure, key=key)
+
+    def enqueue_workflow(self, data: Mapping[str, Any], *, key: str | None = None) -> EnqueuedWorkflow:
+        """Check and enqueue a workflow as the API gives it (``app.workflows.parse_workflow``)."""
+        from app.workflows import parse_workflow
+
+        return self.store.enqueue_workflows([parse_workflow(self, data, key=key)], self.clock())[0]
+
+    def batch(
+        self,
+        *,
+        on_complete: Any = None,
+        on_success: Any = None,
+        on_dead: Any = None,
+        name: str | None = None,
+    ) -> Batch:
+        """Open a batch; each callback is a job type or ``{type, payload, ...}`` (``app.workflows``)."""
+        from app.workflows import open_batch
+
+        callbacks = {"on_complete": on_complete, "on_success": on_success, "on_dead": on_dead}
+        return open_batch(self, name, callbacks)
+
+    def open_batch(self, batch_id: int) -> Batch:
+        """A batch opened before (by any process), to add jobs to or close."""
+        from app.workflows import Batch
+
+        self.store.batch(batch_id)
+        return Batch(self, batch_id)
 
     def enqueue_many(self, items: Sequence[Mapping[str, Any]]) -> list[int]:
         """Enqueue many jobs in one transaction (each item as for the API)."""

@@ -222,6 +222,17 @@ class JobContext:
         flow_claim.close(self.store, self.job_id, float(seconds), self._clock())
         raise RateLimited(float(seconds))
 
+    def dependency_results(self) -> dict[str, Any]:
+        """The results of this workflow job's dependencies, by their names in
+        the workflow (``app.workflows``): what each handler returned. Empty
+        for a job outside a workflow."""
+        return self.store.dependency_results(self.job_id)
+
+    @property
+    def batch_id(self) -> int | None:
+        """The batch this job belongs to, if any (``deck.open_batch(ctx.batch_id).add(...)``)."""
+        return self.store.get(self.job_id).batch_id
+
     def check_cancelled(self) -> None:
         """Raise ``Cancelled`` if the job was cancelled while this attempt
         ran: the attempt stops here, the job ends cancelled, never retried."""

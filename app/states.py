@@ -45,6 +45,15 @@ class State(str, enum.Enum):
     however it ends (complete, fail, timeout, stall, release). Never claimed,
     never retried; deleted by retention like completed jobs."""
 
+    BLOCKED = "blocked"
+    """A workflow job waiting for its dependencies (``app.workflows``); never
+    claimable. Entered at enqueue when it has dependencies. Left by promote
+    (the completion of its last unfinished dependency moves it to
+    ``pending`` in the same transaction), by a dependency ending dead,
+    cancelled or discarded (it is then ``cancelled``, "dependency X is
+    dead", unless its ``on_dependency_failure`` is ``hold``: then it stays
+    blocked until a person retries that dependency), or by a cancel."""
+
     def __str__(self) -> str:
         return self.value
 
@@ -53,6 +62,11 @@ ALL_STATES: tuple[State, ...] = tuple(State)
 CLAIMABLE: frozenset[State] = frozenset({State.PENDING, State.FAILED})
 FINISHED: frozenset[State] = frozenset({State.COMPLETED, State.DISCARDED, State.CANCELLED})
 """Done for good: what retention deletes after ``completed_days``."""
+ENDED: frozenset[State] = FINISHED | {State.DEAD}
+"""Ran its course for now: what a batch waits for (a dead job may still be retried)."""
+DEPENDENCY_FAILED: frozenset[State] = frozenset({State.DEAD, State.CANCELLED, State.DISCARDED})
+"""A dependency in one of these will not complete by itself: its blocked
+dependents are cancelled, or held (``on_dependency_failure``)."""
 
 
 class EffectState(str, enum.Enum):
@@ -146,7 +160,7 @@ class Transition(str, enum.Enum):
     RUN_NOW = "run_now"
     """An operator makes a scheduled or retrying job due now (``available_at = now``)."""
     CANCEL = "cancel"
-    """A person or the API cancels a job: pending or failed ones at once; a
+    """A person or the API cancels a job: pending, failed or blocked ones at once; a
     running one gets a cancel request and ends ``cancelled`` when its attempt
     ends. Dead jobs are discarded instead (Oban's cancel also leaves its
     discarded jobs alone); finished ones have nothing left to cancel."""
@@ -155,6 +169,9 @@ class Transition(str, enum.Enum):
     -> pending, due ``seconds`` from now, retry count unchanged; fenced by
     (job, attempt, worker) like complete and fail. A job cancelled while it
     ran ends ``cancelled`` instead."""
+    PROMOTE = "promote"
+    """A blocked workflow job's last unfinished dependency completed: blocked
+    -> pending, due now, in the completion's own transaction (``app.store.graph``)."""
     EDIT = "edit"
     """An operator changes a waiting job's payload, priority, queue or run-at; a dead one is retried too."""
 
@@ -172,7 +189,8 @@ SOURCES: dict[Transition, frozenset[State]] = {
     Transition.DISCARD: frozenset({State.PENDING, State.FAILED, State.DEAD}),
     # Only while not yet due (available_at > now): a due job is the claim's already.
     Transition.RUN_NOW: frozenset({State.PENDING, State.FAILED}),
-    Transition.CANCEL: frozenset({State.PENDING, State.RUNNING, State.FAILED}),
+    Transition.CANCEL: frozenset({State.PENDING, State.RUNNING, State.FAILED, State.BLOCKED}),
+    Transition.PROMOTE: frozenset({State.BLOCKED}),
     Transition.EDIT: frozenset({State.PENDING, State.FAILED, State.DEAD}),
     Transition.SNOOZE: frozenset({State.RUNNING}),
 }
@@ -192,6 +210,7 @@ TARGETS: dict[Transition, frozenset[State]] = {
     Transition.CANCEL: frozenset({State.CANCELLED, State.RUNNING}),
     Transition.EDIT: frozenset({State.PENDING, State.FAILED}),
     Transition.SNOOZE: frozenset({State.PENDING, State.CANCELLED}),
+    Transition.PROMOTE: frozenset({State.PENDING}),
 }
 
 CANCEL_AT_ONCE: frozenset[State] = SOURCES[Transition.CANCEL] - {State.RUNNING}
@@ -228,6 +247,7 @@ _PAST = {
     Transition.CANCEL: "cancelled",
     Transition.EDIT: "edited",
     Transition.SNOOZE: "snoozed",
+    Transition.PROMOTE: "promoted",
 }
 
 

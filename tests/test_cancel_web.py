@@ -57,7 +57,10 @@ def test_api_refuses_a_dead_or_finished_job_with_409_and_logs_the_refusal(client
     r = client.post(_url(job.id))
     body = check(r, CANCEL, "post")
     assert r.status_code == 409 and body["status"] == "cancelled" and body["job_id"] == job.id
-    assert body["error"] == f"job {job.id} is cancelled; only pending or running or failed jobs can be cancelled"
+    assert (
+        body["error"]
+        == f"job {job.id} is cancelled; only pending or running or failed or blocked jobs can be cancelled"
+    )
     entries, _ = list_audit(deck.store)
     assert [(e.actor, e.count) for e in entries] == [("api", 0), ("first", 1)]
     assert entries[0].detail and entries[0].detail.startswith("refused: ")
@@ -122,7 +125,7 @@ def test_the_dashboard_refuses_a_finished_job_with_409(deck) -> None:
     deck.cancel(job.id, actor="x")
     client = make_dash_app(deck).test_client()
     r = post(client, f"/actions/jobs/{job.id}/cancel", {"from": "row", "tab": "cancelled"})
-    assert r.status_code == 409 and "only pending or running or failed jobs can be cancelled" in r.get_data(
+    assert r.status_code == 409 and "only pending or running or failed or blocked jobs can be cancelled" in r.get_data(
         as_text=True
     ) + r.headers.get("HX-Trigger", "")
 

@@ -261,7 +261,10 @@ def test_cancel_by_id_is_the_decks_cancel_audit_logged_as_cli(run, live_deck: Jo
     assert (
         result.stdout == f"job {waiting.id} cancelled: now cancelled\njob {running.id} cancel requested: now running\n"
     )
-    assert f"refused: job {dead} is dead; only pending or running or failed jobs can be cancelled\n" in result.stderr
+    assert (
+        f"refused: job {dead} is dead; only pending or running or failed or blocked jobs can be cancelled\n"
+        in result.stderr
+    )
     assert live_deck.store.get(waiting.id).status is State.CANCELLED
     assert live_deck.store.get(running.id).cancel_requested_at is not None
     assert [(a.actor, a.action, a.job_id, a.count) for a in audit(live_deck)] == [

@@ -7,13 +7,13 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import insert, update
 
 from app.deck import Jobdeck
 from app.errors import RunNowRefused, TransitionRefused
 from app.states import ALL_STATES, SOURCES, TARGETS, State, Transition, refusal
 from app.store.lifecycle import JobChanges
-from app.store.models import jobs
+from app.store.models import job_dependencies, jobs
 from tests.helpers import force_state
 
 pytestmark = pytest.mark.backends
@@ -75,6 +75,21 @@ def _snooze(deck: Jobdeck, job_id: int) -> State | None:
     return deck.store.snooze(job_id, "w1", 30, deck.clock()).status
 
 
+def _promote(deck: Jobdeck, job_id: int) -> State | None:
+    """Make the job wait on one new job of its workflow, then complete that one."""
+    before = deck.store.get(job_id).status
+    dep, _ = deck.enqueue("demo.noop", priority=100)
+    with deck.store.write() as conn:
+        conn.execute(update(jobs).where(jobs.c.id.in_([job_id, dep.id])).values(workflow_id=1))
+        conn.execute(update(jobs).where(jobs.c.id == job_id).values(deps_left=1))
+        conn.execute(insert(job_dependencies).values(job_id=job_id, depends_on=dep.id))
+    (claimed,) = deck.store.claim("w3", deck.clock(), limit=1)
+    assert claimed.id == dep.id
+    deck.store.complete(dep.id, "w3", deck.clock())
+    after = deck.store.get(job_id).status
+    return after if after is not before else None
+
+
 DO: dict[Transition, Callable[[Jobdeck, int], State | None]] = {
     Transition.CLAIM: _claim,
     Transition.COMPLETE: _complete,
@@ -88,9 +103,10 @@ DO: dict[Transition, Callable[[Jobdeck, int], State | None]] = {
     Transition.CANCEL: _cancel,
     Transition.EDIT: _edit,
     Transition.SNOOZE: _snooze,
+    Transition.PROMOTE: _promote,
 }
 # Transitions that report a refusal by doing nothing rather than raising.
-SILENT = {Transition.CLAIM, Transition.RELEASE, Transition.RESCUE}
+SILENT = {Transition.CLAIM, Transition.RELEASE, Transition.RESCUE, Transition.PROMOTE}
 
 
 def test_every_transition_has_a_test() -> None:

@@ -27,12 +27,13 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from app.config import Config, ConfigError
-from app.states import FINISHED, State
+from app.states import ENDED, FINISHED, State
 from app.store.upkeep import (
     mark_silent_workers,
     prune_finished,
     prune_stats,
     prune_workers,
+    prune_workflows,
     roll_up_minutes,
     stats_since,
     whole_minute,
@@ -110,6 +111,12 @@ class Maintenance:
         pruned["jobs"] = prune_finished(self.store, FINISHED, now - timedelta(days=r.completed_days), **batches)
         if r.dead_days > 0:
             pruned["dead"] = prune_finished(self.store, [State.DEAD], now - timedelta(days=r.dead_days), **batches)
+        completed_before = now - timedelta(days=r.completed_days)
+        pruned["jobs"] += prune_workflows(self.store, FINISHED, completed_before)
+        if r.dead_days > 0:
+            pruned["dead"] += prune_workflows(
+                self.store, ENDED, min(completed_before, now - timedelta(days=r.dead_days))
+            )
         pruned["stats"] = prune_stats(self.store, now - timedelta(days=r.stats_days))
         pruned["workers"] = prune_workers(self.store, now - timedelta(days=r.completed_days))
         if any(pruned.values()):

@@ -17,12 +17,13 @@ from app.store import statements
 from app.store.claim import Claiming
 from app.store.enqueue import dumps
 from app.store.faults import storable_text
+from app.store.graph import Graph
 from app.store.models import jobs
 from app.store.records import JobRecord, Outcome
 from app.store.transactions import Backoff
 
 
-class Finishing(Claiming):
+class Finishing(Graph, Claiming):
     backoff: Backoff
 
     def complete_and_claim(
@@ -62,6 +63,7 @@ class Finishing(Claiming):
         # attempt row, not a refused late outcome of the same job in the batch.
         won: set[tuple[int, int, str]] = set()
         cancelled: set[int] = set()
+        ended: list[Any] = []
         t = self._t(now)
         with self.write() as conn:
             pending = list(outcomes)
@@ -86,6 +88,9 @@ class Finishing(Claiming):
                 accepted.extend(r[0] for r in applied)
                 won.update((r[0], r[1], worker_id) for r in applied)
                 cancelled.update(r[0] for r in applied if r[2] == CANCELLED)
+                ended.extend((r[0], r[2], r[3], r[4]) for r in applied if r[3] is not None or r[4] is not None)
+            if ended:
+                self._settle(conn, ended, now)
             pending = [o for o in pending if (o.job_id, o.attempt, o.worker_id) in won]
             pending = list({(o.job_id, o.attempt): o for o in pending}.values())  # one row per attempt
             crash_point("ack")
@@ -165,6 +170,9 @@ class Finishing(Claiming):
                     (o.job_id, attempt, o.worker_id, started and self._t(started), t, outcome, error,
                      storable_text(o.traceback)),
                 )  # fmt: skip
+            self._settle(
+                conn, [(j.id, j.status.value, j.workflow_id, j.batch_id) for j in done if j.status in _ENDS], now
+            )
             crash_point("sweep" if outcomes[0].kind == AttemptOutcome.STALLED else "ack")
         self._notify_dead([j for j in done if j.status is State.DEAD])
         return done
@@ -288,7 +296,9 @@ class Finishing(Claiming):
         pairs = [x for job_id, attempt in attempt_of.items() for x in (job_id, attempt)]
         t = self._t(now)
         with self.write() as conn:
-            ended = dict(self._run(conn, statements.release(len(attempt_of)), (t, worker_id, *pairs)).all())
+            moved = self._run(conn, statements.release(len(attempt_of)), (t, worker_id, *pairs)).all()
+            self._settle(conn, moved, now)
+            ended = {r[0]: r[1] for r in moved}
             released = list(ended)
             rows = [
                 (job_id, attempt_of[job_id], worker_id, _maybe(self._t, started[job_id]), t, *_cut(ended[job_id]), None)
@@ -304,6 +314,8 @@ class Finishing(Claiming):
 
 
 CANCELLED = State.CANCELLED.value
+_ENDS = frozenset({State.DEAD, State.CANCELLED})
+"""The states a failed attempt can end its job in for good (``Graph._settle``)."""
 
 
 def _cut(status: str) -> tuple[str, str]:

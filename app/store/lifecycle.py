@@ -198,7 +198,9 @@ class Store(Enqueueing, Snoozing):
             row = conn.execute(statements.discard(True), {"job": job_id, "now": now}).first()
             if row is None:
                 raise self._why_refused(conn, job_id, Transition.DISCARD)
-        return JobRecord.from_row(row)
+            job = JobRecord.from_row(row)
+            self._settle(conn, [(job.id, job.status.value, job.workflow_id, job.batch_id)], now)
+        return job
 
     def run_now(self, job_id: int, now: datetime) -> JobRecord:
         """A scheduled or retrying job becomes due now. Like retry and
@@ -225,7 +227,8 @@ class Store(Enqueueing, Snoozing):
             row = conn.execute(statements.cancel(True), {"job": job_id, "now": now}).first()
             if row is None:
                 raise self._why_refused(conn, job_id, Transition.CANCEL)
-        job = JobRecord.from_row(row)
+            job = JobRecord.from_row(row)
+            self._settle(conn, [(job.id, job.status.value, job.workflow_id, job.batch_id)], now)
         if job.status is State.RUNNING:
             self._notify_cancel([job.id])
         return job
@@ -235,10 +238,11 @@ class Store(Enqueueing, Snoozing):
         had moved on)."""
         with self.write() as conn:
             moved = conn.execute(statements.cancel(False), {"ids": list(ids), "now": now}).all()
-        running = [job_id for job_id, status in moved if status == State.RUNNING.value]
+            self._settle(conn, moved, now)
+        running = [r[0] for r in moved if r[1] == State.RUNNING.value]
         if running:
             self._notify_cancel(running)
-        return [job_id for job_id, _ in moved]
+        return [r[0] for r in moved]
 
     def on_cancel(self, fn: Callable[[list[int]], object]) -> None:
         """Call ``fn`` with the ids of running jobs just asked to cancel in
@@ -259,9 +263,28 @@ class Store(Enqueueing, Snoozing):
             self._notify_enqueued()
         return moved
 
+    def retry_workflow(self, workflow_id: int, now: datetime) -> list[int]:
+        """Retry the failed part of a workflow: its failed, dead and discarded
+        jobs. Dependents held (``hold``) run once these complete; dependents
+        already cancelled by a failure stay cancelled."""
+        return self.retry_ids(self._members(workflow_id, Transition.RETRY), now)
+
+    def cancel_workflow(self, workflow_id: int, now: datetime) -> list[int]:
+        """Cancel the rest of a workflow: every job of it a cancel applies to
+        (blocked, pending and failed ones at once, running ones cooperatively)."""
+        return self.cancel_ids(self._members(workflow_id, Transition.CANCEL), now)
+
+    def _members(self, workflow_id: int, transition: Transition) -> list[int]:
+        self.workflow(workflow_id)  # WorkflowNotFound
+        stmt = select(jobs.c.id).where(jobs.c.workflow_id == workflow_id, statements.in_states(transition))
+        with self.read() as conn:
+            return list(conn.execute(stmt.order_by(jobs.c.id)).scalars())
+
     def discard_ids(self, ids: Sequence[int], now: datetime) -> list[int]:
         with self.write() as conn:
-            return list(conn.execute(statements.discard(False), {"ids": list(ids), "now": now}).scalars())
+            moved = conn.execute(statements.discard(False), {"ids": list(ids), "now": now}).all()
+            self._settle(conn, moved, now)
+        return [r[0] for r in moved]
 
     # -- workers ----------------------------------------------------------------
 

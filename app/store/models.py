@@ -90,6 +90,8 @@ _dead_where = column("status") == State.DEAD.value
 
 
 FLOW_KEY_COLUMNS = ("rate_key", "concurrency_key")
+_in_workflow = column("workflow_id").is_not(None)
+_in_batch = column("batch_id").is_not(None)
 
 
 def _keyed_where(name: str) -> ColumnElement[bool]:
@@ -145,6 +147,19 @@ class Job(Base):
     """The end of the key's period; NULL: no end."""
     unique_states: Mapped[int | None] = mapped_column(Integer)
     """The states the job holds its key in, a mask of ``app.unique.STATE_BITS``."""
+    workflow_id: Mapped[int | None] = mapped_column(BigID)
+    """The workflow the job is a step of (``app.workflows``, revision 0020,
+    after the columns before it, so rows decoded by position keep their order)."""
+    batch_id: Mapped[int | None] = mapped_column(BigID)
+    """The batch the job belongs to (``app.workflows.Batch``)."""
+    step: Mapped[str | None] = mapped_column(String(200))
+    """The job's name in its workflow, unique there (what ``depends_on`` names)."""
+    deps_left: Mapped[int | None] = mapped_column(Integer)
+    """Dependencies not completed yet; the completion that takes it to 0
+    promotes the job from ``blocked`` to ``pending`` (``app.store.graph``)."""
+    on_dependency_failure: Mapped[str | None] = mapped_column(String(8))
+    """``cancel`` (the default) or ``hold``: what a dependency ending dead,
+    cancelled or discarded does to this blocked job."""
 
     __table_args__ = (
         CheckConstraint(f"status IN ({_state_list})", name="ck_jobs_status"),
@@ -206,6 +221,9 @@ class Job(Base):
         # Unique jobs (revision 0015): the database decides between racing enqueues.
         # NULLs are distinct, so jobs without a key are all in it and never collide.
         Index("ux_jobs_unique_key", "unique_key", unique=True),
+        # A workflow's jobs and a batch's (revision 0020): plain jobs are in neither.
+        Index("ix_jobs_workflow", "workflow_id", "id", sqlite_where=_in_workflow, postgresql_where=_in_workflow),
+        Index("ix_jobs_batch", "batch_id", "status", sqlite_where=_in_batch, postgresql_where=_in_batch),
         {"sqlite_autoincrement": True},
     )
 
@@ -631,3 +649,67 @@ class JobLogLine(Base):
 
 
 job_logs = cast(Table, JobLogLine.__table__)
+
+
+class Workflow(Base):
+    """One enqueued graph of jobs (``app.workflows``, revision 0020). Its
+    jobs carry ``workflow_id``; its edges are ``job_dependencies``. Its state
+    is read from its jobs', and retention deletes it with them."""
+
+    __tablename__ = "workflows"
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200))
+    key: Mapped[str | None] = mapped_column(String(255))
+    """Makes an enqueue happen once (a schedule's fire time): a second with
+    the same key returns the first workflow."""
+    on_dependency_failure: Mapped[str] = mapped_column(String(8))
+    """The workflow's default for its jobs' ``on_dependency_failure``."""
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        UniqueConstraint("key", name="uq_workflows_key"),
+        Index("ix_workflows_name", "name", "id"),
+        {"sqlite_autoincrement": True},
+    )
+
+
+workflows = cast(Table, Workflow.__table__)
+
+
+class JobDependency(Base):
+    """One edge of a workflow: ``job_id`` waits for ``depends_on`` to complete."""
+
+    __tablename__ = "job_dependencies"
+
+    job_id: Mapped[int] = mapped_column(BigID, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    depends_on: Mapped[int] = mapped_column(BigID, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+
+    __table_args__ = (Index("ix_job_dependencies_on", "depends_on"),)
+
+
+job_dependencies = cast(Table, JobDependency.__table__)
+
+
+class Batch(Base):
+    """Jobs grouped for one callback (``app.workflows.Batch``, revision 0020).
+    Open until closed; once closed and every job of it has ended, the
+    transaction that ends the last one enqueues the callbacks and stamps
+    ``fired_at``, once."""
+
+    __tablename__ = "batches"
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    name: Mapped[str | None] = mapped_column(String(200))
+    callbacks: Mapped[str] = mapped_column(Text)
+    """JSON: ``{"on_complete": {"type", "payload", "queue"}, ...}``."""
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    fired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    outcome: Mapped[str | None] = mapped_column(Text)
+    """JSON, when fired: the counts by state and the callback jobs' ids."""
+
+    __table_args__ = ({"sqlite_autoincrement": True},)
+
+
+batches = cast(Table, Batch.__table__)

@@ -50,6 +50,13 @@ class JobRecord:
     while in its unique states and period (``holds_unique_key``)."""
     unique_until: datetime | None = None
     unique_states: int | None = None
+    workflow_id: int | None = None
+    batch_id: int | None = None
+    step: str | None = None
+    """Its name in its workflow (``app.workflows``)."""
+    deps_left: int | None = None
+    """Dependencies not completed yet, while blocked."""
+    on_dependency_failure: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> JobRecord:
@@ -82,6 +89,11 @@ class JobRecord:
             unique_key=m.get("unique_key"),
             unique_until=m.get("unique_until"),
             unique_states=m.get("unique_states"),
+            workflow_id=m.get("workflow_id"),
+            batch_id=m.get("batch_id"),
+            step=m.get("step"),
+            deps_left=m.get("deps_left"),
+            on_dependency_failure=m.get("on_dependency_failure"),
         )
 
     @classmethod
@@ -93,6 +105,7 @@ class JobRecord:
             req(r[10]), t(r[11]), t(r[12]), r[13], r[14], None if r[15] is None else json.loads(r[15]),
             r[16], r[17], req(r[18]), req(r[19]), t(r[20]), t(r[21]),
             *((r[23], r[24], r[25], t(r[26]), r[27]) if len(r) > 27 else ()),
+            *(r[28:33] if len(r) > 32 else ()),
         )  # fmt: skip
 
     def is_scheduled(self, now: datetime) -> bool:

@@ -54,6 +54,7 @@ class Snoozing(Finishing):
                 if done is None:
                     continue
                 ended.append(o.job_id)
+                self._settle(conn, [done], now)
                 soon = soon or o.snooze < SOON
                 started = o.started_at or row.claimed_at
                 said = describe(o.snooze, o.snooze_reason)

@@ -43,6 +43,9 @@ from app.store.models import CLAIMABLE_STATES, attempts, jobs, status_in, worker
 from app.store.sqlite import Prepared
 
 JOB_COLUMNS = tuple(jobs.c)
+GROUPS = (jobs.c.workflow_id, jobs.c.batch_id)
+"""What an ending transition returns besides (id, status): whether the job
+is in a workflow or a batch, whose waiting jobs its end may move (``app.store.graph``)."""
 NOW = bindparam("now", type_=jobs.c.updated_at.type)
 
 
@@ -256,7 +259,8 @@ def _pairs(n: int) -> list[str]:
 @lru_cache(maxsize=512)
 def complete(n: int, with_result: bool = False) -> Prepared:
     """running -> completed (cancelled if a cancel was requested) for ``n``
-    fenced (id, attempt) pairs of one worker; returns (id, attempt, status).
+    fenced (id, attempt) pairs of one worker; returns (id, attempt, status,
+    workflow_id, batch_id).
     Values: now, worker, *(id, attempt), [result]."""
     values: dict[str, Any] = {
         "status": _cancelled_or(State.COMPLETED),
@@ -270,7 +274,7 @@ def complete(n: int, with_result: bool = False) -> Prepared:
         update(jobs)
         .where(_fenced(n, Transition.COMPLETE, by_rowid))
         .values(values)
-        .returning(jobs.c.id, jobs.c.attempt, jobs.c.status)
+        .returning(jobs.c.id, jobs.c.attempt, jobs.c.status, *GROUPS)
         for by_rowid in (False, True)
     ]
     return Prepared(stmts[0], ["now", "worker", *_pairs(n), *(["with_result"] if with_result else [])], stmts[1])
@@ -402,13 +406,13 @@ _HOLDER = ("worker_id", "claimed_at", "heartbeat_at", "progress", "progress_mess
 def release(n: int) -> Prepared:
     """running -> pending for ``n`` fenced (id, attempt) pairs, no attempt
     counted (graceful shutdown); a job cancelled meanwhile goes to cancelled
-    instead. Returns (id, status). Values: now, worker, *(id, attempt)."""
+    instead. Returns (id, status, workflow_id, batch_id). Values: now, worker, *(id, attempt)."""
     ended = {"status": _cancelled_or(State.PENDING), "finished_at": case((cancel_requested(), NOW), else_=None)}
     stmts = [
         update(jobs)
         .where(_fenced(n, Transition.RELEASE, by_rowid))
         .values(**ended, updated_at=NOW, **dict.fromkeys(_HOLDER))
-        .returning(jobs.c.id, jobs.c.status)
+        .returning(jobs.c.id, jobs.c.status, *GROUPS)
         for by_rowid in (False, True)
     ]
     return Prepared(stmts[0], ["now", "worker", *_pairs(n)], stmts[1])
@@ -422,7 +426,7 @@ def snooze() -> Prepared:
     """running -> pending, due at ``snooze_until``, with no retry counted and
     the worker forgotten as by a release; a job cancelled while it ran goes
     to cancelled instead. Fenced by (id, attempt, worker) like fail.
-    Returns (id, status). Values: ``SNOOZE_FIELDS``."""
+    Returns (id, status, workflow_id, batch_id). Values: ``SNOOZE_FIELDS``."""
     until = bindparam("snooze_until", type_=jobs.c.available_at.type)
     stmt = (
         update(jobs)
@@ -434,7 +438,7 @@ def snooze() -> Prepared:
             updated_at=NOW,
             **dict.fromkeys(_HOLDER),
         )
-        .returning(jobs.c.id, jobs.c.status)
+        .returning(jobs.c.id, jobs.c.status, *GROUPS)
     )
     return Prepared(stmt, SNOOZE_FIELDS)
 
@@ -503,14 +507,15 @@ def payload_of() -> Any:
 
 
 def discard(one: bool) -> Any:
-    """pending|failed|dead -> discarded. Values: ``job`` or ``ids``, now."""
+    """pending|failed|dead -> discarded. Values: ``job`` or ``ids``, now.
+    Returns the job, or (id, status, workflow_id, batch_id) per job."""
     picked = jobs.c.id == bindparam("job") if one else jobs.c.id.in_(_IDS)
     stmt = (
         update(jobs)
         .where(picked, in_states(Transition.DISCARD))
         .values(status=State.DISCARDED.value, finished_at=NOW, updated_at=NOW)
     )
-    return stmt.returning(*JOB_COLUMNS) if one else stmt.returning(jobs.c.id)
+    return stmt.returning(*JOB_COLUMNS) if one else stmt.returning(jobs.c.id, jobs.c.status, *GROUPS)
 
 
 def cancel(one: bool) -> Any:
@@ -529,7 +534,7 @@ def cancel(one: bool) -> Any:
             updated_at=NOW,
         )
     )
-    return stmt.returning(*JOB_COLUMNS) if one else stmt.returning(jobs.c.id, jobs.c.status)
+    return stmt.returning(*JOB_COLUMNS) if one else stmt.returning(jobs.c.id, jobs.c.status, *GROUPS)
 
 
 def run_now() -> Any:

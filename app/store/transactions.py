@@ -62,23 +62,26 @@ class Transactions:
         if outer is not None:
             yield outer
             return
+        self._joined.wake = False
         if self._write_lock is None:
             with self.engine.begin() as conn:
                 yield conn
-            return
-        if urgent and not getattr(self._joined, "locked", False):
+        elif urgent and not getattr(self._joined, "locked", False):
             with self.engine.connect() as conn:
                 conn.execution_options(**{PROMPT: True})
                 with conn.begin():
                     yield conn
-            return
-        with self._write_lock:
-            self._joined.locked = True
-            try:
-                with self.engine.begin() as conn:
-                    yield conn
-            finally:
-                self._joined.locked = False
+        else:
+            with self._write_lock:
+                self._joined.locked = True
+                try:
+                    with self.engine.begin() as conn:
+                        yield conn
+                finally:
+                    self._joined.locked = False
+        if self._joined.wake:  # jobs became claimable in it (``Graph._wake``): tell this process's pools
+            self._joined.wake = False
+            self._notify_enqueued()
 
     @contextmanager
     def read(self) -> Iterator[Connection]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, case, delete, func, literal_column, select, update
+from sqlalchemy import and_, case, delete, func, literal_column, or_, select, update
 
 from app.states import AttemptOutcome, State
 from app.store import durations
@@ -23,13 +23,16 @@ from app.store.models import (
     INTERRUPTED,
     SNOOZED,
     attempts,
+    batches,
     job_artifacts,
+    job_dependencies,
     job_logs,
     jobs,
     maintenance_marks,
     stats_minutely,
     stats_totals,
     workers,
+    workflows,
 )
 from app.store.statements import dialect_insert
 
@@ -93,7 +96,7 @@ def prune_finished(
             ids = list(
                 conn.execute(
                     select(jobs.c.id)
-                    .where(jobs.c.status.in_(values), jobs.c.finished_at < before)
+                    .where(jobs.c.status.in_(values), jobs.c.finished_at < before, jobs.c.workflow_id.is_(None))
                     .order_by(jobs.c.id)
                     .limit(batch)
                 ).scalars()
@@ -106,12 +109,46 @@ def prune_finished(
                 ).scalars()
             )
             # Only the jobs really deleted (one retried meanwhile keeps its rows).
-            conn.execute(delete(attempts).where(attempts.c.job_id.in_(gone)))
-            conn.execute(delete(job_artifacts).where(job_artifacts.c.job_id.in_(gone)))
-            conn.execute(delete(job_logs).where(job_logs.c.job_id.in_(gone)))
+            _delete_job_rows(conn, gone)
             total += len(gone)
         if len(ids) < batch:
             break
+    return total
+
+
+def _delete_job_rows(conn: Any, gone: list[int]) -> None:
+    """What goes with deleted jobs (explicitly: the foreign keys cascade only where enforced)."""
+    conn.execute(delete(attempts).where(attempts.c.job_id.in_(gone)))
+    conn.execute(delete(job_artifacts).where(job_artifacts.c.job_id.in_(gone)))
+    conn.execute(delete(job_logs).where(job_logs.c.job_id.in_(gone)))
+
+
+def prune_workflows(store: Store, states: Iterable[State], before: datetime, *, batch: int = 100) -> int:
+    """Delete whole workflows whose every job is in ``states`` and finished
+    before ``before``: their jobs (with attempts, artifacts, logs), edges
+    and the workflow rows, one workflow's all in one transaction, never a
+    part of one. Returns how many jobs went. Then batches that fired before
+    ``before`` and have no job left."""
+    values = [s.value for s in states]
+    unfinished = select(jobs.c.id).where(
+        jobs.c.workflow_id == workflows.c.id, or_(~jobs.c.status.in_(values), ~(jobs.c.finished_at < before))
+    )
+    total = 0
+    with store.write() as conn:
+        picked = list(
+            conn.execute(
+                select(workflows.c.id).where(~unfinished.exists()).order_by(workflows.c.id).limit(batch)
+            ).scalars()
+        )
+        if picked:
+            gone = list(conn.execute(select(jobs.c.id).where(jobs.c.workflow_id.in_(picked))).scalars())
+            conn.execute(delete(job_dependencies).where(job_dependencies.c.job_id.in_(gone)))
+            _delete_job_rows(conn, gone)
+            conn.execute(delete(jobs).where(jobs.c.id.in_(gone)))
+            conn.execute(delete(workflows).where(workflows.c.id.in_(picked)))
+            total += len(gone)
+        has_jobs = select(jobs.c.id).where(jobs.c.batch_id == batches.c.id)
+        conn.execute(delete(batches).where(batches.c.fired_at < before, ~has_jobs.exists()))
     return total
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, insert, update
 
 from app import create_app
 from app.deck import Jobdeck
@@ -26,6 +26,7 @@ from app.errors import JobNotFound, NotHeld, TransitionRefused
 from app.states import State, Transition
 from app.store import AttemptRecord, JobRecord, NewJob, Outcome, Store
 from app.store.lifecycle import JobChanges
+from app.store.models import job_dependencies, jobs
 
 DAY = timedelta(days=1)
 STALL = 60.0
@@ -150,6 +151,24 @@ def _cancelled(d: Driver, job_id: int, worker: str) -> None:
     d.store.complete(job_id, worker, d.now)
 
 
+def _depends_on_new_job(d: Driver, job_id: int) -> JobRecord:
+    """A new job of the same (made-up) workflow that ``job_id`` waits for.
+    Only the new job and the edge are written: the waiting job is untouched."""
+    dep = d.enqueue()
+    with d.store.write() as conn:
+        conn.execute(update(jobs).where(jobs.c.id == dep.id).values(workflow_id=job_id))
+        conn.execute(insert(job_dependencies).values(job_id=job_id, depends_on=dep.id))
+    return dep
+
+
+def _blocked(d: Driver, job_id: int, worker: str) -> None:
+    """Released, then blocked on one dependency not completed (the edge is
+    left out: a job of its own would show in the counts of each state)."""
+    d.store.release(worker, [(job_id, 1)], d.now)
+    with d.store.write() as conn:
+        conn.execute(update(jobs).where(jobs.c.id == job_id).values(status=State.BLOCKED.value, deps_left=1))
+
+
 BUILDERS: dict[State, Callable[[Driver, int, str], None]] = {
     State.PENDING: _pending,
     State.RUNNING: _running,
@@ -158,6 +177,7 @@ BUILDERS: dict[State, Callable[[Driver, int, str], None]] = {
     State.COMPLETED: _completed,
     State.DISCARDED: _discarded,
     State.CANCELLED: _cancelled,
+    State.BLOCKED: _blocked,
 }
 """From a job claimed as attempt 1 by its worker, into each state. A new
 state without a builder fails the guard tests by name."""
@@ -338,6 +358,22 @@ def claim_after_complete(d: Driver, job: JobRecord, worker: str, attempt: int, n
     return job.id in [j.id for j in claimed]
 
 
+def _promoting(complete: Callable[[Driver, JobRecord, datetime], object]) -> Path:
+    """Promote's paths: the job gets one more dependency, which is then
+    completed (so a blocked job's last unfinished one is done)."""
+
+    def path(d: Driver, job: JobRecord, worker: str, attempt: int, now: datetime) -> bool:
+        dep = _depends_on_new_job(d, job.id)
+        complete(d, d.claim_one(dep, "promoter", now), now)
+        return d.store.get(job.id).status is not job.status
+
+    return path
+
+
+def _ack(d: Driver, dep: JobRecord, now: datetime) -> object:
+    return d.store.complete_and_claim([Outcome(dep.id, "promoter", attempt=dep.attempt)], "promoter", now, limit=0)
+
+
 PATHS: dict[Transition, dict[str, Path]] = {
     Transition.CLAIM: {
         "claim": claim, "claim_policy": claim_policy, "claim_limited": claim_limited, "claim_ids": claim_ids,
@@ -360,6 +396,10 @@ PATHS: dict[Transition, dict[str, Path]] = {
     Transition.CANCEL: {"cancel": cancel, "cancel_ids": cancel_ids, "http_cancel": http_cancel},
     Transition.EDIT: {"edit": edit, "http_edit": http_edit},
     Transition.SNOOZE: {"snooze_many": snooze_many, "snooze": snooze, "http_snooze": http_snooze},
+    Transition.PROMOTE: {
+        "complete_dependency": _promoting(lambda d, dep, now: d.store.complete(dep.id, "promoter", now)),
+        "ack_dependency": _promoting(_ack),
+    },
 }  # fmt: skip
 """Every path of every transition: batched, single and HTTP where each exists."""
 

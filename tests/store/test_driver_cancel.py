@@ -37,7 +37,7 @@ def test_a_cancel_is_refused_for_dead_and_finished_jobs(drv: Driver, state: Stat
     with pytest.raises(TransitionRefused) as info:
         drv.store.cancel(job.id, drv.now)
     assert str(info.value) == refusal(job.id, state, Transition.CANCEL)
-    assert f"is {state.value}; only pending or running or failed jobs can be cancelled" in str(info.value)
+    assert f"is {state.value}; only pending or running or failed or blocked jobs can be cancelled" in str(info.value)
     assert drv.snapshot(job.id) == before
 
 

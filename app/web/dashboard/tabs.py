@@ -24,6 +24,7 @@ LABELS: dict[State, str] = {
     State.COMPLETED: "Completed",
     State.DISCARDED: "Discarded",
     State.CANCELLED: "Cancelled",
+    State.BLOCKED: "Blocked",
 }
 SCHEDULED = "scheduled"
 

@@ -1,0 +1,552 @@
+"""Workflows and batches in the store: jobs that wait for other jobs, and
+jobs grouped for one callback (``app.workflows`` builds and checks them).
+
+Everything a job's end does to the jobs that wait on it happens in the
+transaction that ends it (``Graph._settle``), on every path that ends a
+job: the batched acknowledgement, fail and rescue, release, snooze, cancel
+and discard. So there is no sweeper to miss a promotion and no window in
+which a finished dependency has a dependent still waiting.
+
+- **Promote.** A blocked job counts its dependencies not yet completed
+  (``deps_left``). A completion takes each dependent's count down by the
+  edges it frees, and the dependent whose count reaches 0 becomes
+  ``pending``, due now, in the same conditional UPDATE. On PostgreSQL the
+  dependents' rows are locked first, in id order: two processes completing
+  siblings then wait for each other there (never in a deadlock), and the
+  second's UPDATE counts down from what the first committed. Exactly one of
+  them promotes; neither misses it. SQLite has one writer.
+- **Dependency failure.** A dependency that ends dead, cancelled or
+  discarded cancels its blocked dependents ("dependency X is dead"), and
+  theirs in turn; a dependent whose ``on_dependency_failure`` is ``hold``
+  stays blocked until a person retries the dependency and it completes.
+- **Batches.** Once a batch is closed, the transaction that ends its last
+  job (completed, dead, cancelled or discarded) enqueues its callbacks and
+  stamps ``fired_at``. It holds the batch's row while it looks: on
+  PostgreSQL the second of two ending the last two jobs sees the first's
+  commit, and ``fired_at`` keeps it to once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import Connection, and_, bindparam, case, func, insert, select, update
+
+from app.errors import JobdeckError
+from app.states import DEPENDENCY_FAILED, ENDED, State
+from app.store.models import batches, job_dependencies, jobs, status_in, workflows
+from app.store.records import JobRecord, NewJob
+from app.store.transactions import Transactions
+
+BLOCKED = State.BLOCKED.value
+PENDING = State.PENDING.value
+CANCELLED = State.CANCELLED.value
+COMPLETED = State.COMPLETED.value
+_FAILED_DEPENDENCY = frozenset(s.value for s in DEPENDENCY_FAILED)
+_ENDED = sorted(s.value for s in ENDED)
+_NOW = bindparam("now", type_=jobs.c.updated_at.type)
+ON_DEPENDENCY_FAILURE = ("cancel", "hold")
+CALLBACKS = ("on_complete", "on_success", "on_dead")
+
+
+class BatchClosed(JobdeckError):
+    status_code = 409
+
+    def __init__(self, batch_id: int) -> None:
+        super().__init__(f"batch {batch_id} is closed; no job can be added to it")
+
+
+class BatchNotFound(JobdeckError):
+    status_code = 404
+
+    def __init__(self, batch_id: int) -> None:
+        super().__init__(f"batch {batch_id} does not exist")
+
+
+class WorkflowNotFound(JobdeckError):
+    status_code = 404
+
+    def __init__(self, workflow_id: int) -> None:
+        super().__init__(f"workflow {workflow_id} does not exist")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One job of a workflow to enqueue, checked (``app.workflows``)."""
+
+    name: str
+    job: NewJob
+    depends_on: tuple[str, ...] = ()
+    on_dependency_failure: str = "cancel"
+
+
+@dataclass(frozen=True)
+class NewWorkflow:
+    name: str
+    steps: tuple[Step, ...]
+    """In an order where every step comes after its dependencies."""
+    on_dependency_failure: str = "cancel"
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class EnqueuedWorkflow:
+    id: int
+    name: str
+    jobs: dict[str, int]
+    """Step name -> job id."""
+    created: bool = True
+    """False when ``key`` named a workflow enqueued before: these are its jobs."""
+
+
+@dataclass(frozen=True)
+class WorkflowRecord:
+    id: int
+    name: str
+    key: str | None
+    on_dependency_failure: str
+    created_at: datetime
+    counts: dict[str, int] = field(default_factory=dict)
+    """Its jobs by state."""
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def state(self) -> str:
+        """``completed``, ``running``, ``held`` (waiting on a dead job for a
+        person), ``dead`` or ``cancelled``: read from its jobs' states."""
+        return group_state(self.counts)
+
+    @property
+    def done(self) -> int:
+        return sum(n for s, n in self.counts.items() if s in _ENDED)
+
+
+@dataclass(frozen=True)
+class WorkflowGraph:
+    workflow: WorkflowRecord
+    jobs: list[JobRecord]
+    edges: list[tuple[int, int]]
+    """(job id, the id of the job it depends on)."""
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    id: int
+    name: str | None
+    callbacks: dict[str, Any]
+    created_at: datetime
+    closed_at: datetime | None
+    fired_at: datetime | None
+    outcome: dict[str, Any] | None
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def done(self) -> int:
+        return sum(n for s, n in self.counts.items() if s in _ENDED)
+
+    @property
+    def state(self) -> str:
+        if self.fired_at is not None:
+            return "fired"
+        return "open" if self.closed_at is None else "running"
+
+
+def group_state(counts: Mapping[str, int]) -> str:
+    active = sum(counts.get(s, 0) for s in (PENDING, State.RUNNING.value, State.FAILED.value, BLOCKED))
+    dead = counts.get(State.DEAD.value, 0)
+    if active == 0:
+        if dead:
+            return "dead"
+        if counts.get(COMPLETED, 0) == sum(counts.values()):
+            return "completed"
+        return "cancelled"
+    if dead and active == counts.get(BLOCKED, 0):
+        return "held"
+    return "running"
+
+
+# -- statements ----------------------------------------------------------------------
+
+
+def _waiting_on(name: str) -> Any:
+    """The jobs that depend on any of ``name`` (expanding)."""
+    deps = job_dependencies
+    return select(deps.c.job_id).where(deps.c.depends_on.in_(bindparam(name, expanding=True)))
+
+
+@lru_cache(maxsize=1)
+def promote() -> Any:
+    """blocked -> pending for the dependents whose last unfinished
+    dependency is among ``done`` (expanding); each counts down by the edges
+    freed. Values: done, done_again, now."""
+    deps = job_dependencies
+    freed = (
+        select(func.count())
+        .where(deps.c.job_id == jobs.c.id, deps.c.depends_on.in_(bindparam("done_again", expanding=True)))
+        .scalar_subquery()
+    )
+    left = jobs.c.deps_left - freed
+    free = left <= 0
+    return (
+        update(jobs)
+        .where(status_in(jobs.c.status, [BLOCKED]), jobs.c.id.in_(_waiting_on("done")))
+        .values(
+            deps_left=left,
+            status=case((free, PENDING), else_=BLOCKED),
+            available_at=case((and_(free, jobs.c.available_at < _NOW), _NOW), else_=jobs.c.available_at),
+            updated_at=_NOW,
+        )
+        .returning(jobs.c.id, jobs.c.status)
+    )
+
+
+def lock_dependents() -> Any:
+    """PostgreSQL: the blocked dependents of ``done``, locked in id order."""
+    return (
+        select(jobs.c.id)
+        .where(status_in(jobs.c.status, [BLOCKED]), jobs.c.id.in_(_waiting_on("done")))
+        .order_by(jobs.c.id)
+        .with_for_update()
+    )
+
+
+@lru_cache(maxsize=1)
+def cancel_dependents() -> Any:
+    """blocked -> cancelled for the dependents of ``dep`` that do not hold.
+    Values: dep, why, now."""
+    deps = job_dependencies
+    return (
+        update(jobs)
+        .where(
+            status_in(jobs.c.status, [BLOCKED]),
+            jobs.c.on_dependency_failure != "hold",
+            jobs.c.id.in_(select(deps.c.job_id).where(deps.c.depends_on == bindparam("dep"))),
+        )
+        .values(status=CANCELLED, finished_at=_NOW, updated_at=_NOW, error=bindparam("why"))
+        .returning(jobs.c.id, jobs.c.status, jobs.c.workflow_id, jobs.c.batch_id)
+    )
+
+
+def _job_insert() -> Any:
+    return insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True)
+
+
+# -- the store's part ----------------------------------------------------------------
+
+Ended = tuple[int, str, int | None, int | None]
+"""(job id, its new state, workflow_id, batch_id), as a transition returned it."""
+
+
+class Graph(Transactions):
+    def _settle(self, conn: Connection, ended: Iterable[Sequence[Any]], now: datetime) -> None:
+        """What the end of these jobs does to the jobs that wait on them, in
+        the ending transaction (see the module's doc). ``ended``: rows of
+        (id, state, workflow_id, batch_id); plain jobs are passed over."""
+        rows = [r for r in ended if r[2] is not None or r[3] is not None]
+        if not rows:
+            return
+        completed = [r[0] for r in rows if r[1] == COMPLETED and r[2] is not None]
+        if completed:
+            self._promote(conn, completed, now)
+        failed = [r for r in rows if r[1] in _FAILED_DEPENDENCY and r[2] is not None]
+        if failed:
+            rows = [*rows, *self._fail_dependents(conn, failed, now)]
+        in_batches = sorted({r[3] for r in rows if r[3] is not None and r[1] in _ENDED})
+        for batch_id in in_batches:
+            self._maybe_fire(conn, batch_id, now)
+
+    def _promote(self, conn: Connection, done: list[int], now: datetime) -> None:
+        if self.dialect == "postgresql":
+            conn.execute(lock_dependents(), {"done": done}).all()
+        moved = conn.execute(promote(), {"done": done, "done_again": done, "now": now}).all()
+        if any(status == PENDING for _, status in moved):
+            self._wake(conn)
+
+    def _fail_dependents(self, conn: Connection, failed: list[Sequence[Any]], now: datetime) -> list[Ended]:
+        """Cancel the dependents of dependencies that will not complete, and
+        theirs in turn; returns the jobs cancelled."""
+        steps = dict(conn.execute(select(jobs.c.id, jobs.c.step).where(jobs.c.id.in_([r[0] for r in failed]))).all())
+        todo = [(r[0], r[1], steps.get(r[0])) for r in failed]
+        cancelled: list[Ended] = []
+        while todo:
+            dep, status, step = todo.pop()
+            why = f"dependency {step or dep} is {status}"
+            rows = conn.execute(cancel_dependents(), {"dep": dep, "why": why, "now": now}).all()
+            if not rows:
+                continue
+            cancelled.extend((r.id, r.status, r.workflow_id, r.batch_id) for r in rows)
+            names = dict(conn.execute(select(jobs.c.id, jobs.c.step).where(jobs.c.id.in_([r.id for r in rows]))).all())
+            todo.extend((r.id, CANCELLED, names.get(r.id)) for r in rows)
+        return cancelled
+
+    def _wake(self, conn: Connection) -> None:
+        """Jobs became claimable in this transaction: NOTIFY with it, and
+        wake this process's pools once it commits (``Transactions.write``)."""
+        self._notify_other_processes(conn)
+        self._joined.wake = True
+
+    # -- workflows -------------------------------------------------------------------
+
+    def enqueue_workflows(self, news: Sequence[NewWorkflow], now: datetime) -> list[EnqueuedWorkflow]:
+        """Insert whole workflows in one transaction: their rows, their jobs
+        (blocked while they have dependencies) and their edges. A workflow
+        whose ``key`` exists already is not inserted again: its result is
+        the existing one's, ``created`` False."""
+        done: list[EnqueuedWorkflow] = []
+        with self.write() as conn:
+            for new in news:
+                done.append(self._insert_workflow(conn, new, now))
+            if any(w.created for w in done):
+                self._wake(conn)
+        return done
+
+    def _insert_workflow(self, conn: Connection, new: NewWorkflow, now: datetime) -> EnqueuedWorkflow:
+        if new.key is not None:
+            existing = conn.execute(select(workflows.c.id).where(workflows.c.key == new.key)).scalar()
+            if existing is not None:
+                return EnqueuedWorkflow(existing, new.name, self._steps_of(conn, existing), created=False)
+        row = {"name": new.name, "key": new.key, "on_dependency_failure": new.on_dependency_failure}
+        workflow_id = conn.execute(
+            insert(workflows).values(**row, created_at=now).returning(workflows.c.id)
+        ).scalar_one()
+        values = [
+            _job_values(
+                s.job,
+                now,
+                status=BLOCKED if s.depends_on else PENDING,
+                workflow_id=workflow_id,
+                step=s.name,
+                deps_left=len(s.depends_on),
+                on_dependency_failure=s.on_dependency_failure,
+            )
+            for s in new.steps
+        ]
+        ids = list(conn.execute(_job_insert(), values).scalars())
+        by_name = {s.name: job_id for s, job_id in zip(new.steps, ids, strict=True)}
+        edges = [{"job_id": by_name[s.name], "depends_on": by_name[d]} for s in new.steps for d in s.depends_on]
+        if edges:
+            conn.execute(insert(job_dependencies), edges)
+        return EnqueuedWorkflow(workflow_id, new.name, by_name)
+
+    def _steps_of(self, conn: Connection, workflow_id: int) -> dict[str, int]:
+        rows = conn.execute(select(jobs.c.step, jobs.c.id).where(jobs.c.workflow_id == workflow_id).order_by(jobs.c.id))
+        return {step: job_id for step, job_id in rows}
+
+    def dependency_results(self, job_id: int) -> dict[str, Any]:
+        """The results of a job's dependencies, by step name (``ctx.dependency_results``)."""
+        deps = job_dependencies
+        stmt = (
+            select(jobs.c.step, jobs.c.id, jobs.c.result)
+            .join(deps, deps.c.depends_on == jobs.c.id)
+            .where(deps.c.job_id == job_id)
+            .order_by(jobs.c.id)
+        )
+        with self.read() as conn:
+            rows = conn.execute(stmt).all()
+        return {(r.step or str(r.id)): (None if r.result is None else json.loads(r.result)) for r in rows}
+
+    def workflow(self, workflow_id: int) -> WorkflowGraph:
+        """A workflow with its jobs (in id order) and edges."""
+        deps = job_dependencies
+        with self.read() as conn:
+            row = conn.execute(select(workflows).where(workflows.c.id == workflow_id)).first()
+            if row is None:
+                raise WorkflowNotFound(workflow_id)
+            members = [
+                JobRecord.from_row(r)
+                for r in conn.execute(select(jobs).where(jobs.c.workflow_id == workflow_id).order_by(jobs.c.id))
+            ]
+            ids = [j.id for j in members]
+            edges = (
+                conn.execute(select(deps.c.job_id, deps.c.depends_on).where(deps.c.job_id.in_(ids))).all()
+                if ids
+                else []
+            )
+        counts: dict[str, int] = {}
+        for j in members:
+            counts[j.status.value] = counts.get(j.status.value, 0) + 1
+        return WorkflowGraph(_workflow_record(row, counts), members, sorted(edges))
+
+    def list_workflows(
+        self, limit: int = 50, before: int | None = None, name: str | None = None
+    ) -> list[WorkflowRecord]:
+        """The newest workflows first, each with its jobs' counts by state."""
+        stmt = select(workflows).order_by(workflows.c.id.desc()).limit(limit)
+        if before is not None:
+            stmt = stmt.where(workflows.c.id < before)
+        if name is not None:
+            stmt = stmt.where(workflows.c.name == name)
+        with self.read() as conn:
+            rows = conn.execute(stmt).all()
+            counts = _counts(conn, jobs.c.workflow_id, [r.id for r in rows])
+        return [_workflow_record(r, counts.get(r.id, {})) for r in rows]
+
+    # -- batches -----------------------------------------------------------------------
+
+    def open_batch(self, name: str | None, callbacks: Mapping[str, Any], now: datetime) -> int:
+        with self.write() as conn:
+            values = {"name": name, "callbacks": json.dumps(dict(callbacks)), "created_at": now}
+            return int(conn.execute(insert(batches).values(values).returning(batches.c.id)).scalar_one())
+
+    def add_to_batch(self, batch_id: int, news: Sequence[NewJob], now: datetime) -> list[int]:
+        """Enqueue jobs into an open batch, in one transaction; refused
+        (``BatchClosed``) once it is closed. Holds the batch's row, so a
+        close cannot slip between the check and the insert."""
+        with self.write() as conn:
+            self._open(conn, batch_id)
+            ids = list(conn.execute(_job_insert(), [_job_values(n, now, batch_id=batch_id) for n in news]).scalars())
+            if ids:
+                self._wake(conn)
+        return ids
+
+    def close_batch(self, batch_id: int, now: datetime) -> BatchRecord:
+        """No more jobs: from now on the end of its last job fires the
+        callbacks, or this close does, when every job has ended already."""
+        with self.write() as conn:
+            self._open(conn, batch_id)
+            conn.execute(update(batches).where(batches.c.id == batch_id).values(closed_at=now))
+            self._maybe_fire(conn, batch_id, now)
+        return self.batch(batch_id)
+
+    def _open(self, conn: Connection, batch_id: int) -> None:
+        row = conn.execute(select(batches.c.closed_at).where(batches.c.id == batch_id).with_for_update()).first()
+        if row is None:
+            raise BatchNotFound(batch_id)
+        if row.closed_at is not None:
+            raise BatchClosed(batch_id)
+
+    def _maybe_fire(self, conn: Connection, batch_id: int, now: datetime) -> None:
+        row = conn.execute(select(batches).where(batches.c.id == batch_id).with_for_update()).first()
+        if row is None or row.closed_at is None or row.fired_at is not None:
+            return
+        unended = select(jobs.c.id).where(jobs.c.batch_id == batch_id, ~status_in(jobs.c.status, _ENDED)).limit(1)
+        if conn.execute(unended).first() is not None:
+            return
+        members = conn.execute(
+            select(jobs.c.id, jobs.c.status).where(jobs.c.batch_id == batch_id).order_by(jobs.c.id)
+        ).all()
+        counts: dict[str, int] = {}
+        for _, status in members:
+            counts[status] = counts.get(status, 0) + 1
+        ids = [job_id for job_id, _ in members]
+        callbacks = json.loads(row.callbacks)
+        fire = ["on_complete"]
+        if counts.get(COMPLETED, 0) == len(ids):
+            fire.append("on_success")
+        if counts.get(State.DEAD.value):
+            fire.append("on_dead")
+        told = {"id": batch_id, "name": row.name, "counts": counts, "job_ids": ids}
+        news = [callback_job(callbacks[name], name, told) for name in fire if callbacks.get(name)]
+        fired = list(conn.execute(_job_insert(), [_job_values(n, now) for n in news]).scalars()) if news else []
+        outcome = {"counts": counts, "callbacks": dict(zip([n for n in fire if callbacks.get(n)], fired, strict=True))}
+        conn.execute(
+            update(batches)
+            .where(batches.c.id == batch_id, batches.c.fired_at.is_(None))
+            .values(fired_at=now, outcome=json.dumps(outcome))
+        )
+        if fired:
+            self._wake(conn)
+
+    def batch(self, batch_id: int) -> BatchRecord:
+        with self.read() as conn:
+            row = conn.execute(select(batches).where(batches.c.id == batch_id)).first()
+            if row is None:
+                raise BatchNotFound(batch_id)
+            counts = _counts(conn, jobs.c.batch_id, [batch_id]).get(batch_id, {})
+        return _batch_record(row, counts)
+
+    def list_batches(self, limit: int = 50, before: int | None = None) -> list[BatchRecord]:
+        stmt = select(batches).order_by(batches.c.id.desc()).limit(limit)
+        if before is not None:
+            stmt = stmt.where(batches.c.id < before)
+        with self.read() as conn:
+            rows = conn.execute(stmt).all()
+            counts = _counts(conn, jobs.c.batch_id, [r.id for r in rows])
+        return [_batch_record(r, counts.get(r.id, {})) for r in rows]
+
+    def batch_jobs(self, batch_id: int, limit: int = 200) -> list[JobRecord]:
+        stmt = select(jobs).where(jobs.c.batch_id == batch_id).order_by(jobs.c.id).limit(limit)
+        with self.read() as conn:
+            return [JobRecord.from_row(r) for r in conn.execute(stmt)]
+
+    def dependencies_of(self, job_id: int) -> tuple[list[JobRecord], list[JobRecord]]:
+        """A job's dependencies and its dependents (the job page's links)."""
+        deps = job_dependencies
+        with self.read() as conn:
+            before = conn.execute(
+                select(jobs)
+                .join(deps, deps.c.depends_on == jobs.c.id)
+                .where(deps.c.job_id == job_id)
+                .order_by(jobs.c.id)
+            ).all()
+            after = conn.execute(
+                select(jobs)
+                .join(deps, deps.c.job_id == jobs.c.id)
+                .where(deps.c.depends_on == job_id)
+                .order_by(jobs.c.id)
+            ).all()
+        return [JobRecord.from_row(r) for r in before], [JobRecord.from_row(r) for r in after]
+
+
+def callback_job(spec: Mapping[str, Any], name: str, batch: dict[str, Any]) -> NewJob:
+    """A batch's callback as a job: its own payload, plus ``batch`` (id,
+    name, counts by state, the jobs' ids) and which callback it is."""
+    payload = {**spec.get("payload", {}), "batch": {**batch, "callback": name}}
+    return NewJob(
+        type=spec["type"],
+        payload=payload,
+        queue=spec.get("queue") or "default",
+        priority=int(spec.get("priority") or 0),
+        max_retries=int(spec.get("max_retries", 3)),
+    )
+
+
+def _job_values(new: NewJob, now: datetime, **extra: Any) -> dict[str, Any]:
+    from app.store.enqueue import payload_json
+
+    at = new.available_at if new.available_at is not None else now
+    return {
+        "type": new.type, "queue": new.queue, "payload": payload_json(new), "priority": new.priority,
+        "max_retries": new.max_retries, "idempotency_key": new.idempotency_key, "available_at": at,
+        "created_at": now, "updated_at": now, "rate_key": new.rate_key, "concurrency_key": new.concurrency_key,
+        "status": PENDING, "attempt": 0, "retry_count": 0, **extra,
+    }  # fmt: skip
+
+
+def _counts(conn: Connection, column: Any, ids: list[int]) -> dict[int, dict[str, int]]:
+    if not ids:
+        return {}
+    stmt = select(column, jobs.c.status, func.count()).where(column.in_(ids)).group_by(column, jobs.c.status)
+    counts: dict[int, dict[str, int]] = {}
+    for owner, status, n in conn.execute(stmt):
+        counts.setdefault(owner, {})[status] = n
+    return counts
+
+
+def _workflow_record(row: Any, counts: dict[str, int]) -> WorkflowRecord:
+    return WorkflowRecord(row.id, row.name, row.key, row.on_dependency_failure, row.created_at, counts)
+
+
+def _batch_record(row: Any, counts: dict[str, int]) -> BatchRecord:
+    return BatchRecord(
+        row.id,
+        row.name,
+        json.loads(row.callbacks),
+        row.created_at,
+        row.closed_at,
+        row.fired_at,
+        None if row.outcome is None else json.loads(row.outcome),
+        counts,
+    )

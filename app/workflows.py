@@ -1,0 +1,261 @@
+"""Workflows and batches: jobs that wait for other jobs, and jobs grouped
+for one callback. This module builds and checks them; ``app.store.graph``
+stores them and moves their jobs.
+
+A workflow is a graph enqueued in one transaction::
+
+    deck.workflow("nightly-sales")
+        .add("extract-eu", "reports.extract", {"region": "eu"})
+        .add("extract-us", "reports.extract", {"region": "us"})
+        .add("build", "reports.build", {}, depends_on=["extract-eu", "extract-us"])
+        .enqueue()
+
+A job with dependencies is ``blocked`` until they have all completed; the
+completion of the last one makes it ``pending`` in its own transaction. When
+a dependency ends dead, cancelled or discarded, its dependents are cancelled
+("dependency extract-eu is dead"), unless ``on_dependency_failure="hold"``
+(per workflow or per job): then they wait, blocked, until a person retries
+the dependency. A dependent reads its dependencies' results with
+``ctx.dependency_results()``.
+
+A batch groups jobs that run independently::
+
+    with deck.batch(on_complete="reports.mail", on_dead="reports.page") as batch:
+        for region in regions:
+            batch.add("reports.extract", {"region": region})
+
+Once it is closed (the ``with`` ends, or ``batch.close()``) and every job has
+ended (completed, dead, cancelled or discarded), its callbacks are enqueued
+once, each with ``payload["batch"]``: the batch's id, name, counts by state
+and job ids. ``on_complete`` always fires, ``on_success`` when every job
+completed, ``on_dead`` when any is dead. Until it is closed, jobs can be
+added, by any process (``deck.open_batch(id).add(...)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from app.errors import InvalidField
+from app.store.graph import CALLBACKS, ON_DEPENDENCY_FAILURE, EnqueuedWorkflow, NewWorkflow, Step
+from app.validation import check_text
+
+if TYPE_CHECKING:
+    from app.deck import Jobdeck
+    from app.store.graph import BatchRecord
+
+MAX_NAME_CHARS = 200
+DEFAULT_MAX_JOBS = 1000
+"""``max_workflow_jobs``: the most jobs one workflow may have."""
+_STEP_FIELDS = frozenset({"name", "depends_on", "on_dependency_failure"})
+_WORKFLOW_FIELDS = frozenset({"name", "jobs", "on_dependency_failure", "key"})
+_REFUSED = ("idempotency_key", "unique")
+"""Job options a workflow step may not carry: a workflow is made once by its own ``key``."""
+
+
+def _name(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidField(field, "required, a non-empty string")
+    check_text(value, field, MAX_NAME_CHARS)
+    return value
+
+
+def _policy(value: Any, field: str, default: str) -> str:
+    if value is None:
+        return default
+    if value not in ON_DEPENDENCY_FAILURE:
+        raise InvalidField(field, f"must be one of {', '.join(ON_DEPENDENCY_FAILURE)}, not {value!r}")
+    return str(value)
+
+
+def parse_workflow(deck: Jobdeck, data: Any, *, key: str | None = None) -> NewWorkflow:
+    """Check a workflow as the API and the config give it
+    (``{name, jobs: [{name, type, payload, depends_on, ...}], on_dependency_failure, key}``):
+    every field is checked, every job as ``POST /api/jobs`` checks it, and
+    the graph must be acyclic with every dependency named in it. Raises
+    ``InvalidField`` (422) naming what is wrong; nothing is inserted."""
+    if not isinstance(data, Mapping):
+        raise InvalidField("body", "expected a JSON object")
+    unknown = sorted(set(data) - _WORKFLOW_FIELDS)
+    if unknown:
+        raise InvalidField(unknown[0], "unknown field")
+    name = _name(data.get("name"), "name")
+    policy = _policy(data.get("on_dependency_failure"), "on_dependency_failure", "cancel")
+    given_key = data.get("key", key)
+    if given_key is not None:
+        if not isinstance(given_key, str) or not given_key or len(given_key) > 255:
+            raise InvalidField("key", "must be a non-empty string of at most 255 characters")
+        check_text(given_key, "key", 255)
+    items = data.get("jobs")
+    if not isinstance(items, list) or not items:
+        raise InvalidField("jobs", "required, a non-empty list of jobs")
+    limit = max_jobs(deck)
+    if len(items) > limit:
+        raise InvalidField("jobs", f"a workflow may have at most {limit} jobs (max_workflow_jobs), not {len(items)}")
+    now = deck.clock()
+    steps: list[Step] = []
+    for i, item in enumerate(items):
+        where = f"jobs[{i}]"
+        if not isinstance(item, Mapping):
+            raise InvalidField(where, "expected a JSON object")
+        step_name = _name(item.get("name"), f"{where}.name")
+        depends = item.get("depends_on", [])
+        if not isinstance(depends, list) or not all(isinstance(d, str) for d in depends):
+            raise InvalidField(f"{where}.depends_on", "must be a list of job names")
+        if len(set(depends)) != len(depends):
+            raise InvalidField(f"{where}.depends_on", "names a job twice")
+        for refused in _REFUSED:
+            if refused in item:
+                raise InvalidField(f"{where}.{refused}", "not allowed in a workflow; give the workflow a key instead")
+        job_data = {k: v for k, v in item.items() if k not in _STEP_FIELDS}
+        try:
+            job = deck.new_job(job_data, now)
+        except InvalidField as exc:
+            raise InvalidField(f"{where}.{exc.field}", str(exc).split(": ", 1)[-1]) from None
+        step_policy = _policy(item.get("on_dependency_failure"), f"{where}.on_dependency_failure", policy)
+        steps.append(Step(step_name, job, tuple(depends), step_policy))
+    return NewWorkflow(name, tuple(in_order(steps)), policy, given_key)
+
+
+def in_order(steps: Sequence[Step]) -> list[Step]:
+    """The steps with each after its dependencies (Kahn's algorithm, stable);
+    refuses duplicate names, unknown dependencies and cycles."""
+    by_name: dict[str, Step] = {}
+    for i, s in enumerate(steps):
+        if s.name in by_name:
+            raise InvalidField(f"jobs[{i}].name", f"{s.name!r} names two jobs of the workflow")
+        by_name[s.name] = s
+    for i, s in enumerate(steps):
+        for dep in s.depends_on:
+            if dep not in by_name:
+                raise InvalidField(f"jobs[{i}].depends_on", f"{dep!r} is not a job of the workflow")
+            if dep == s.name:
+                raise InvalidField(f"jobs[{i}].depends_on", f"{s.name!r} depends on itself")
+    waiting = {s.name: len(s.depends_on) for s in steps}
+    dependents: dict[str, list[str]] = {s.name: [] for s in steps}
+    for s in steps:
+        for dep in s.depends_on:
+            dependents[dep].append(s.name)
+    ready = [s.name for s in steps if not s.depends_on]
+    ordered: list[Step] = []
+    while ready:
+        name = ready.pop(0)
+        ordered.append(by_name[name])
+        for nxt in dependents[name]:
+            waiting[nxt] -= 1
+            if waiting[nxt] == 0:
+                ready.append(nxt)
+    if len(ordered) < len(steps):
+        raise InvalidField("jobs", f"the dependencies form a cycle: {' -> '.join(_cycle(by_name, waiting))}")
+    return ordered
+
+
+def _cycle(by_name: Mapping[str, Step], waiting: Mapping[str, int]) -> list[str]:
+    """One cycle among the steps Kahn's algorithm could not order, for the message."""
+    left = {n for n, w in waiting.items() if w > 0}
+    node = min(left)
+    seen: list[str] = []
+    while node not in seen:
+        seen.append(node)
+        node = next(d for d in by_name[node].depends_on if d in left)
+    return [*seen[seen.index(node) :], node]
+
+
+def max_jobs(deck: Jobdeck) -> int:
+    value = deck.config.extra.get("workflows", {}).get("max_jobs", DEFAULT_MAX_JOBS)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else DEFAULT_MAX_JOBS
+
+
+class Workflow:
+    """A workflow being built (``Jobdeck.workflow``); ``enqueue`` checks and
+    inserts it whole, in one transaction."""
+
+    def __init__(self, deck: Jobdeck, name: str, *, on_dependency_failure: str = "cancel", key: str | None = None):
+        self.deck = deck
+        self.data: dict[str, Any] = {"name": name, "jobs": [], "on_dependency_failure": on_dependency_failure}
+        if key is not None:
+            self.data["key"] = key
+
+    def add(
+        self,
+        name: str,
+        type: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        depends_on: Iterable[str] = (),
+        on_dependency_failure: str | None = None,
+        **options: Any,
+    ) -> Workflow:
+        """Add a job named ``name`` (unique in the workflow); ``options`` are
+        the enqueue's (``queue``, ``priority``, ``max_retries``, ``run_at``, ...)."""
+        job: dict[str, Any] = {"name": name, "type": type, "payload": dict(payload or {}), **options}
+        job["depends_on"] = list(depends_on)
+        if on_dependency_failure is not None:
+            job["on_dependency_failure"] = on_dependency_failure
+        self.data["jobs"].append(job)
+        return self
+
+    def enqueue(self) -> EnqueuedWorkflow:
+        new = parse_workflow(self.deck, self.data)
+        return self.deck.store.enqueue_workflows([new], self.deck.clock())[0]
+
+
+def parse_callback(deck: Jobdeck, value: Any, field: str) -> dict[str, Any] | None:
+    """A batch callback: a job type, or ``{type, payload, queue, priority, max_retries}``."""
+    if value is None:
+        return None
+    data: Mapping[str, Any] = {"type": value} if isinstance(value, str) else value
+    if not isinstance(data, Mapping):
+        raise InvalidField(field, "must be a job type or an object with a type")
+    try:
+        job = deck.new_job(data, deck.clock())
+    except InvalidField as exc:
+        raise InvalidField(f"{field}.{exc.field}", str(exc).split(": ", 1)[-1]) from None
+    if job.idempotency_key is not None or job.unique is not None:
+        raise InvalidField(field, "a callback is enqueued once by the batch; it takes no idempotency_key or unique")
+    spec = {"type": job.type, "payload": job.payload, "queue": job.queue, "priority": job.priority}
+    return {**spec, "max_retries": job.max_retries}
+
+
+class Batch:
+    """An open batch (``Jobdeck.batch``, ``Jobdeck.open_batch``). ``add``
+    enqueues into it at once; ``close`` (or leaving ``with``) says no more
+    will come, after which the end of its last job fires its callbacks."""
+
+    def __init__(self, deck: Jobdeck, batch_id: int) -> None:
+        self.deck = deck
+        self.id = batch_id
+
+    def add(self, type: str, payload: Mapping[str, Any] | None = None, **options: Any) -> int:
+        return self.add_many([{"type": type, "payload": dict(payload or {}), **options}])[0]
+
+    def add_many(self, items: Sequence[Mapping[str, Any]]) -> list[int]:
+        now = self.deck.clock()
+        news = []
+        for i, item in enumerate(items):
+            for refused in _REFUSED:
+                if refused in item:
+                    raise InvalidField(f"jobs[{i}].{refused}", "not allowed in a batch")
+            news.append(self.deck.new_job(item, now))
+        return self.deck.store.add_to_batch(self.id, news, now)
+
+    def close(self) -> BatchRecord:
+        return self.deck.store.close_batch(self.id, self.deck.clock())
+
+    def __enter__(self) -> Batch:
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        if kind is None:
+            self.close()
+
+
+def open_batch(deck: Jobdeck, name: str | None, callbacks: Mapping[str, Any]) -> Batch:
+    if name is not None:
+        _name(name, "name")
+    unknown = sorted(set(callbacks) - set(CALLBACKS))
+    if unknown:
+        raise InvalidField(unknown[0], "unknown callback")
+    checked = {k: parse_callback(deck, v, k) for k, v in callbacks.items() if v is not None}
+    return Batch(deck, deck.store.open_batch(name, checked, deck.clock()))
