@@ -354,7 +354,12 @@ def shown(text: str, most: int | None = None) -> str:
 
 
 @main.command(short_help="List recent jobs, newest first.")
-@click.option("--status", type=click.Choice(status_names()), help="Only jobs in this state.")
+@click.option(
+    "--status",
+    type=click.Choice(status_names()),
+    metavar="STATE",
+    help=f"Only jobs in this state: {', '.join(status_names())}.",
+)
 @click.option("--type", "job_type", help="Only jobs of this type.")
 @click.option("--queue", help="Only jobs in this queue.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000))

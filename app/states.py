@@ -52,7 +52,8 @@ class State(str, enum.Enum):
     ``pending`` in the same transaction), by a dependency ending dead,
     cancelled or discarded (it is then ``cancelled``, "dependency X is
     dead", unless its ``on_dependency_failure`` is ``hold``: then it stays
-    blocked until a person retries that dependency), or by a cancel."""
+    blocked until a person retries that dependency; a cancelled dependency,
+    which cannot be retried, cancels it anyway), or by a cancel."""
 
     def __str__(self) -> str:
         return self.value

@@ -15,7 +15,7 @@ completion of the last one makes it ``pending`` in its own transaction. When
 a dependency ends dead, cancelled or discarded, its dependents are cancelled
 ("dependency extract-eu is dead"), unless ``on_dependency_failure="hold"``
 (per workflow or per job): then they wait, blocked, until a person retries
-the dependency. A dependent reads its dependencies' results with
+the dependency (a cancelled one cannot be retried: it cancels them anyway). A dependent reads its dependencies' results with
 ``ctx.dependency_results()``.
 
 A batch groups jobs that run independently::

@@ -326,3 +326,16 @@ def test_cancelling_the_rest_cancels_every_unfinished_job(deck: Jobdeck) -> None
     assert len(deck.store.cancel_workflow(wf.id, deck.clock())) == 3
     assert _states(deck, wf) == {"a": State.COMPLETED, "b": State.CANCELLED, "c": State.CANCELLED, "d": State.CANCELLED}
     assert deck.store.workflow(wf.id).workflow.state == "cancelled"
+
+
+def test_a_cancelled_dependency_cancels_even_a_holding_dependent(deck: Jobdeck) -> None:
+    wf = (
+        deck.workflow("chain")
+        .add("a", "demo.noop")
+        .add("b", "demo.noop", depends_on=["a"])
+        .add("c", "demo.noop", depends_on=["b"], on_dependency_failure="hold")
+        .enqueue()
+    )
+    _run_all(deck, fail={"a"})
+    assert _states(deck, wf) == {"a": State.DEAD, "b": State.CANCELLED, "c": State.CANCELLED}
+    assert deck.store.get(wf.jobs["c"]).error == "dependency b is cancelled"

@@ -19,6 +19,7 @@ which a finished dependency has a dependent still waiting.
   discarded cancels its blocked dependents ("dependency X is dead"), and
   theirs in turn; a dependent whose ``on_dependency_failure`` is ``hold``
   stays blocked until a person retries the dependency and it completes.
+  A cancelled dependency cancels even those: it can never be retried.
 - **Batches.** Once a batch is closed, the transaction that ends its last
   job (completed, dead, cancelled or discarded) enqueues its callbacks and
   stamps ``fired_at``. It holds the batch's row while it looks: on
@@ -120,8 +121,9 @@ class WorkflowRecord:
 
     @property
     def state(self) -> str:
-        """``completed``, ``running``, ``held`` (waiting on a dead job for a
-        person), ``dead`` or ``cancelled``: read from its jobs' states."""
+        """``completed``, ``running``, ``held`` (only blocked jobs are left:
+        they wait for a person to retry a failed dependency), ``dead`` or
+        ``cancelled``: read from its jobs' states."""
         return group_state(self.counts)
 
     @property
@@ -172,7 +174,7 @@ def group_state(counts: Mapping[str, int]) -> str:
         if counts.get(COMPLETED, 0) == sum(counts.values()):
             return "completed"
         return "cancelled"
-    if dead and active == counts.get(BLOCKED, 0):
+    if active == counts.get(BLOCKED, 0):  # nothing can run: a failed dependency holds the rest
         return "held"
     return "running"
 
@@ -222,16 +224,18 @@ def lock_dependents() -> Any:
     )
 
 
-@lru_cache(maxsize=1)
-def cancel_dependents() -> Any:
-    """blocked -> cancelled for the dependents of ``dep`` that do not hold.
-    Values: dep, why, now."""
+@lru_cache(maxsize=2)
+def cancel_dependents(holding_too: bool) -> Any:
+    """blocked -> cancelled for the dependents of ``dep`` that do not hold;
+    ``holding_too``: those that do as well (a cancelled dependency can never
+    be retried, so holding for it would wait forever). Values: dep, why, now."""
     deps = job_dependencies
+    held = () if holding_too else (jobs.c.on_dependency_failure != "hold",)
     return (
         update(jobs)
         .where(
             status_in(jobs.c.status, [BLOCKED]),
-            jobs.c.on_dependency_failure != "hold",
+            *held,
             jobs.c.id.in_(select(deps.c.job_id).where(deps.c.depends_on == bindparam("dep"))),
         )
         .values(status=CANCELLED, finished_at=_NOW, updated_at=_NOW, error=bindparam("why"))
@@ -283,7 +287,8 @@ class Graph(Transactions):
         while todo:
             dep, status, step = todo.pop()
             why = f"dependency {step or dep} is {status}"
-            rows = conn.execute(cancel_dependents(), {"dep": dep, "why": why, "now": now}).all()
+            stmt = cancel_dependents(holding_too=status == CANCELLED)
+            rows = conn.execute(stmt, {"dep": dep, "why": why, "now": now}).all()
             if not rows:
                 continue
             cancelled.extend((r.id, r.status, r.workflow_id, r.batch_id) for r in rows)
