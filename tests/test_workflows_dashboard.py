@@ -135,7 +135,7 @@ def test_the_workflow_page_draws_every_job_and_edge_coloured_by_state(dash: Any,
     done = _text(dash.get(f"/fragments/workflows/{wf.id}"))
     assert set(_node_states(done).values()) == {"completed"}
     assert "hx-trigger" not in done  # nothing moves any more: the poll stops
-    assert 'class="wf-edge edge-completed"' in done
+    assert done.count('class="wf-edge edge-completed"') == 4 and done.count('marker-end="url(#wf-arrow-done)"') == 4
 
 
 def test_hostile_step_names_are_escaped_in_the_svg_and_the_table(dash: Any, deck: Jobdeck) -> None:
