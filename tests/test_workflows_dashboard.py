@@ -166,7 +166,9 @@ def test_an_unknown_workflow_or_batch_is_404(dash: Any) -> None:
         r = dash.get(url)
         assert r.status_code == 404, url
         assert "does not exist" in r.get_data(as_text=True)
-    assert post(dash, "/workflows/999/retry").status_code == 404
+    assert post(dash, "/workflows/retry", {"workflow_id": 999}).status_code == 404
+    assert post(dash, "/workflows/retry", {"workflow_id": "nope"}).status_code == 422
+    assert post(dash, "/workflows/explode", {"workflow_id": 1}).status_code == 404
     assert dash.get("/workflows/1/confirm/explode").status_code == 404
 
 
@@ -194,8 +196,9 @@ def test_retry_failed_part_retries_the_dead_job_and_the_held_dependent_then_runs
     wf = _diamond(deck, on_dependency_failure="hold")
     _run_all(deck, fail=frozenset({"b"}))
     confirm = _text(dash.get(f"/workflows/{wf.id}/confirm/retry"))
-    assert "Retry 1 failed job" in confirm and f'hx-post="/workflows/{wf.id}/retry"' in confirm
-    r = post(dash, f"/workflows/{wf.id}/retry")
+    assert "Retry 1 failed job" in confirm and 'hx-post="/workflows/retry"' in confirm
+    assert f"hx-vals='{{\"workflow_id\": {wf.id}}}'" in confirm
+    r = post(dash, "/workflows/retry", {"workflow_id": wf.id})
     body = _text(r)
     assert "1 job retried" in body and '<section id="workflow-live"' in body
     assert '<div id="confirm" hx-swap-oob="true"></div>' in body
@@ -212,17 +215,17 @@ def test_cancel_the_rest_cancels_every_unfinished_job_and_says_how_many(dash: An
     deck.store.complete_many([Outcome(j.id, "w1", attempt=j.attempt) for j in claimed], deck.clock())
     confirm = _text(dash.get(f"/workflows/{wf.id}/confirm/cancel"))
     assert "Cancel the 3 unfinished jobs" in confirm
-    body = _text(post(dash, f"/workflows/{wf.id}/cancel"))
+    body = _text(post(dash, "/workflows/cancel", {"workflow_id": wf.id}))
     assert "3 jobs cancelled." in body
     states = {s: deck.store.get(i).status for s, i in wf.jobs.items()}
     assert states == {"a": State.COMPLETED, "b": State.CANCELLED, "c": State.CANCELLED, "d": State.CANCELLED}
-    again = _text(post(dash, f"/workflows/{wf.id}/cancel"))
+    again = _text(post(dash, "/workflows/cancel", {"workflow_id": wf.id}))
     assert "Nothing to cancel" in again
 
 
 def test_without_htmx_a_workflow_action_redirects_back_with_its_message(dash: Any, deck: Jobdeck) -> None:
     wf = _diamond(deck)
-    r = post(dash, f"/workflows/{wf.id}/cancel", {"next": f"/workflows/{wf.id}"}, htmx=False)
+    r = post(dash, "/workflows/cancel", {"workflow_id": wf.id, "next": f"/workflows/{wf.id}"}, htmx=False)
     assert r.status_code == 303 and r.headers["Location"].endswith(f"/workflows/{wf.id}")
     assert "4 jobs cancelled." in _text(dash.get(f"/workflows/{wf.id}"))
 
@@ -230,8 +233,8 @@ def test_without_htmx_a_workflow_action_redirects_back_with_its_message(dash: An
 def test_a_workflow_action_without_the_csrf_token_is_refused(dash: Any, deck: Jobdeck) -> None:
     wf = _diamond(deck)
     for action in ("retry", "cancel"):
-        assert post(dash, f"/workflows/{wf.id}/{action}", token=False).status_code == 400
-        assert post(dash, f"/workflows/{wf.id}/{action}", htmx=False, token=False).status_code == 400
+        assert post(dash, f"/workflows/{action}", {"workflow_id": wf.id}, token=False).status_code == 400
+        assert post(dash, f"/workflows/{action}", {"workflow_id": wf.id}, htmx=False, token=False).status_code == 400
     assert {deck.store.get(i).status for i in wf.jobs.values()} == {State.PENDING, State.BLOCKED}
     assert list_audit(deck.store)[0] == []
 
@@ -248,7 +251,7 @@ def test_a_viewer_sees_no_workflow_actions_and_is_refused_them(deck: Jobdeck) ->
     client.post("/login", data={"username": "victor", "password": "victor-secret", "csrf_token": token.group(1)})
     page = _text(client.get(f"/workflows/{wf.id}"))
     assert "Cancel the rest" not in page and "Retry failed part" not in page
-    assert post(client, f"/workflows/{wf.id}/cancel").status_code == 403
+    assert post(client, "/workflows/cancel", {"workflow_id": wf.id}).status_code == 403
     assert deck.store.get(wf.jobs["a"]).status is State.PENDING
 
 

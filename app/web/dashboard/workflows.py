@@ -140,14 +140,14 @@ def confirm(workflow_id: int, action: str) -> Any:
     return render_template("_workflow_confirm.html", action=action, n=context["can"][action], **context)
 
 
-@bp.post("/workflows/<int:workflow_id>/<action>")
+@bp.post("/workflows/<any(retry, cancel):action>")
 @require_operator
-def act(workflow_id: int, action: str) -> Any:
+def act(action: str) -> Any:
     """Retry the failed part (failed, dead and discarded jobs; held
     dependents then run as those complete) or cancel the rest (running jobs
-    are asked to stop)."""
-    if action not in ACTIONS:
-        abort(404)
+    are asked to stop). The workflow comes in the form, as the bulk
+    actions carry their filter."""
+    workflow_id = parse_int(request.form.get("workflow_id", ""), "workflow_id", 1)
     d = deck()
     now = d.clock()
     move = d.store.retry_workflow if action == "retry" else d.store.cancel_workflow
