@@ -17,7 +17,17 @@ def _node(page, job_id):
     return page.locator(f'#workflow-graph .wf-node[data-job="{job_id}"]')
 
 
-def test_the_graph_turns_green_live_then_a_dead_node_is_retried_from_the_page(live, page, dialogs):
+def _fits(page) -> None:
+    """Nothing on the page needs a horizontal scroll (a wide graph scrolls
+    inside its own box), and every button is on screen."""
+    viewport = page.viewport_size["width"]
+    for button in page.locator("main button:visible, main .btn:visible").all():
+        box = button.bounding_box()
+        assert box and box["x"] >= 0 and box["x"] + box["width"] <= viewport + 0.5, (button.text_content(), box)
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= viewport
+
+
+def test_the_graph_turns_green_live_then_a_dead_node_is_retried_from_the_page(live, page, dialogs, width):
     # "a" sleeps long enough that the page sees the diamond before it finishes.
     wf = (
         live.deck.workflow("diamond")
@@ -36,7 +46,8 @@ def test_the_graph_turns_green_live_then_a_dead_node_is_retried_from_the_page(li
         expect(_node(page, wf.jobs[step])).to_have_attribute("data-state", "completed", timeout=20000)
     expect(page.locator("#workflow-state")).to_have_text("completed")
     expect(page.locator(f'.workflow-jobs tr[data-job="{wf.jobs["d"]}"] .badge')).to_have_text("Completed")
-    live.shot(page, "workflow-completed")
+    _fits(page)
+    live.shot(page, f"workflow-completed-{width}")
 
     held = (
         live.deck.workflow("held", on_dependency_failure="hold")
@@ -50,7 +61,8 @@ def test_the_graph_turns_green_live_then_a_dead_node_is_retried_from_the_page(li
     expect(page.locator("#workflow-state")).to_have_text("held")
     expect(_node(page, held.jobs["z"])).to_have_attribute("data-state", "blocked")
     expect(page.locator(".wf-held")).to_contain_text("held behind a failed dependency")
-    live.shot(page, "workflow-held")
+    _fits(page)
+    live.shot(page, f"workflow-held-{width}")
     page.get_by_role("button", name="Retry failed part (1)").click()
     confirm = page.locator("#confirm .confirm")
     expect(confirm).to_contain_text("Retry 1 failed job")
@@ -61,5 +73,5 @@ def test_the_graph_turns_green_live_then_a_dead_node_is_retried_from_the_page(li
     expect(_node(page, held.jobs["z"])).to_have_attribute("data-state", "completed", timeout=20000)
     expect(page.locator("#workflow-state")).to_have_text("completed")
     assert live.deck.store.get(held.jobs["y"]).attempt == 2
-    live.shot(page, "workflow-retried")
+    live.shot(page, f"workflow-retried-{width}")
     assert dialogs == []
