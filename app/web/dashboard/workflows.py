@@ -97,13 +97,21 @@ def _step(job: JobRecord) -> str:
     return job.step or f"#{job.id}"
 
 
-def _workflow(workflow_id: int) -> dict[str, Any]:
-    d = deck()
-    now = d.clock()
+def _graph_or_404(workflow_id: int) -> WorkflowGraph:
     try:
-        graph = d.store.workflow(workflow_id)
+        return deck().store.workflow(workflow_id)
     except WorkflowNotFound as exc:
         abort(404, str(exc))
+
+
+def _movable(graph: WorkflowGraph) -> dict[str, int]:
+    """How many of its jobs each action would move now."""
+    return {name: sum(1 for j in graph.jobs if j.status in SOURCES[t]) for name, t in ACTIONS.items()}
+
+
+def _workflow(workflow_id: int) -> dict[str, Any]:
+    now = deck().clock()
+    graph = _graph_or_404(workflow_id)
     rows = _rows(graph, now)
     drawing: Drawing | None = None
     if len(graph.jobs) <= MAX_SVG_NODES:
@@ -115,7 +123,7 @@ def _workflow(workflow_id: int) -> dict[str, Any]:
         "max_svg_nodes": MAX_SVG_NODES,
         "cascaded": [r for r in rows if r.job.status is State.CANCELLED and r.note],
         "held": [r for r in rows if r.job.status is State.BLOCKED and r.note.startswith("held")],
-        "can": {name: sum(1 for j in graph.jobs if j.status in SOURCES[t]) for name, t in ACTIONS.items()},
+        "can": _movable(graph),
         "polling": graph.workflow.state in LIVE_WORKFLOW,
         "now": now,
     }
@@ -136,8 +144,8 @@ def confirm(workflow_id: int, action: str) -> Any:
     """The confirmation of a workflow action, with how many jobs it moves now."""
     if action not in ACTIONS:
         abort(404)
-    context = _workflow(workflow_id)
-    return render_template("_workflow_confirm.html", action=action, n=context["can"][action], **context)
+    graph = _graph_or_404(workflow_id)
+    return render_template("_workflow_confirm.html", action=action, n=_movable(graph)[action], wf=graph.workflow)
 
 
 @bp.post("/workflows/<any(retry, cancel):action>")
