@@ -179,6 +179,19 @@ def test_cancelled_dependents_are_explained_with_the_dependency_that_died(dash: 
     assert "cancelled because a dependency will not complete" in page
     assert "dependency b is dead" in page
     assert _node_states(_svg(page))[wf.jobs["d"]] == "cancelled"
+    _text(post(dash, "/workflows/retry", {"workflow_id": wf.id}))
+    _run_all(deck)
+    assert deck.store.get(wf.jobs["b"]).status is State.COMPLETED
+    after = _text(dash.get(f"/workflows/{wf.id}"))  # d stays cancelled, and the page still says why
+    assert "cancelled because a dependency will not complete" in after and "dependency b is dead" in after
+
+
+def test_a_blocked_job_a_person_cancelled_is_not_explained_as_a_dependency_s_failure(dash: Any, deck: Jobdeck) -> None:
+    wf = deck.workflow("pair").add("a", "demo.noop").add("b", "demo.noop", depends_on=["a"]).enqueue()
+    deck.store.cancel(wf.jobs["b"], deck.clock())
+    page = _text(dash.get(f"/workflows/{wf.id}"))
+    assert _node_states(_svg(page))[wf.jobs["b"]] == "cancelled"
+    assert "cancelled because a dependency" not in page
 
 
 def test_a_held_dependent_is_explained(dash: Any, deck: Jobdeck) -> None:

@@ -68,6 +68,10 @@ class Row:
     depends_on: list[str]
     note: str
     """Why it stands where it is, when that comes from its dependencies."""
+    cascaded: bool = False
+    """Cancelled because a dependency will not complete."""
+    held: bool = False
+    """Blocked behind a dependency that will not complete until retried."""
 
 
 def _rows(graph: WorkflowGraph, now: datetime) -> list[Row]:
@@ -80,16 +84,21 @@ def _rows(graph: WorkflowGraph, now: datetime) -> list[Row]:
     for j in graph.jobs:
         mine = deps.get(j.id, [])
         failed = [d for d in mine if d.status in DEPENDENCY_FAILED]
+        # Cancelled while blocked with a reason: only a dependency's failure
+        # gives one (a person's cancel does not), and it stays after that
+        # dependency is retried, as the job stays cancelled.
+        cascaded = j.status is State.CANCELLED and bool(mine) and j.attempt == 0 and bool(j.error)
+        held = j.status is State.BLOCKED and bool(failed)
         note = ""
-        if j.status is State.CANCELLED and failed:
-            note = j.error or f"dependency {_step(failed[0])} is {failed[0].status.value}"
-        elif j.status is State.BLOCKED and failed:
+        if cascaded:
+            note = j.error or ""
+        elif held:
             note = f"held until {', '.join(_step(d) for d in failed)} is retried and completes"
         elif j.status is State.BLOCKED:
             waiting = [_step(d) for d in mine if d.status is not State.COMPLETED]
             note = f"waits for {', '.join(waiting)}" if waiting else ""
         tab = tab_of(j, now)
-        rows.append(Row(j, tab.slug, tab.label, [_step(d) for d in mine], note))
+        rows.append(Row(j, tab.slug, tab.label, [_step(d) for d in mine], note, cascaded, held))
     return rows
 
 
@@ -121,8 +130,8 @@ def _workflow(workflow_id: int) -> dict[str, Any]:
         "rows": rows,
         "drawing": drawing,
         "max_svg_nodes": MAX_SVG_NODES,
-        "cascaded": [r for r in rows if r.job.status is State.CANCELLED and r.note],
-        "held": [r for r in rows if r.job.status is State.BLOCKED and r.note.startswith("held")],
+        "cascaded": [r for r in rows if r.cascaded],
+        "held": [r for r in rows if r.held],
         "can": _movable(graph),
         "polling": graph.workflow.state in LIVE_WORKFLOW,
         "now": now,
