@@ -147,6 +147,10 @@ def test_hostile_step_names_are_escaped_in_the_svg_and_the_table(dash: Any, deck
     table = page[page.index('class="table compact stack-phone workflow-jobs"') :]
     assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in table
     assert f'<td class="mono step">{escape(QUOTES)}</td>' in table
+    job_page = _text(dash.get(f"/jobs/{wf.jobs[QUOTES]}"))
+    links = job_page[job_page.index('id="job-membership"') :]
+    assert f"{escape(HOSTILE)}</a>" in links and f'<strong class="mono">{escape(QUOTES)}</strong>' in links
+    assert "<script>" not in job_page.replace('<script src="', "")
 
 
 def test_a_workflow_too_big_to_draw_still_lists_every_job(dash: Any, deck: Jobdeck) -> None:
