@@ -17,7 +17,7 @@ from flask import Flask, current_app, jsonify, render_template, request
 from flask_wtf.csrf import CSRFError, CSRFProtect
 
 from app.store.reads import Snapshots
-from app.web.dashboard import actions, auth, present, views
+from app.web.dashboard import actions, auth, present, views, workflows
 from app.web.dashboard.settings import load_settings
 from app.web.dashboard.throttle import LoginThrottle
 
@@ -27,6 +27,8 @@ NAV: list[tuple[str, str, str]] = [
     ("dashboard.overview", "Overview", "overview"),
     ("dashboard.jobs_index", "Jobs", "jobs"),
     ("dashboard.errors_index", "Errors", "errors"),
+    ("workflows.index", "Workflows", "workflows"),
+    ("workflows.batches", "Batches", "batches"),
     ("schedules.index", "Schedules", "schedules"),
     ("schedules.queues", "Queues", "queues"),
     ("dashboard.workers", "Workers", "workers"),
@@ -60,6 +62,7 @@ def init_app(app: Flask) -> None:
     app.register_blueprint(auth.bp)
     app.register_blueprint(views.bp)
     app.register_blueprint(actions.bp)
+    app.register_blueprint(workflows.bp)
     app.before_request(auth.guard)
     present.register(app)
     app.register_error_handler(CSRFError, _csrf_error)

@@ -31,6 +31,7 @@ from app.store.reads import (
 )
 from app.validation import parse_int
 from app.web.dashboard.auth import current_user
+from app.web.dashboard.membership import membership_of
 from app.web.dashboard.present import latency_chart, throughput_chart
 from app.web.dashboard.settings import DashboardSettings
 from app.web.dashboard.tabs import ERROR_TABS, TABS, ListArgs, Tab, error_tab_or_404, tab_of, tab_or_404
@@ -286,6 +287,7 @@ def _job(job_id: int) -> dict[str, Any]:
         "polling": job.status in POLLED_STATES,
         "audit": audit_of_job(d.store, job_id),
         "effects": d.store.ledger.of_job(job_id),
+        "membership": membership_of(d.store, job),
     }
 
 
