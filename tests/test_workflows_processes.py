@@ -217,7 +217,10 @@ def test_a_batch_of_a_thousand_acknowledged_by_two_processes_fires_once(
     assert sum(pids.values()) == BATCH
     print(f"acknowledged per process: {sorted(pids.values())}")
     assert len(pids) == 2, "one process ran the whole batch: the acknowledgements never raced"
-    assert record.fired_at == max(tried[i][0].finished_at for i in ids), "not fired by the last acknowledgement"
+    # Fired in one of the acknowledgements' transactions (not by the close):
+    # its time is one of theirs. Not always the latest: an ack that waited
+    # for the other's lock commits last with the earlier time.
+    assert record.fired_at in {tried[i][0].finished_at for i in ids}, "not fired by an acknowledgement"
 
 
 def _count(deck: Jobdeck, table: Any) -> int:
