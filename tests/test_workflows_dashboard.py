@@ -352,3 +352,10 @@ def test_ordering_puts_children_next_to_their_parents() -> None:
     # two chains whose second column starts in crossed id order: 1->4, 2->3
     columns = order_columns({1: 0, 2: 0, 3: 1, 4: 1}, [(4, 1), (3, 2)])
     assert columns == [[1, 2], [4, 3]]
+
+
+def test_a_blocked_job_s_page_polls_so_its_promotion_shows(dash: Any, deck: Jobdeck) -> None:
+    wf = deck.workflow("pair").add("a", "demo.noop").add("b", "demo.noop", depends_on=["a"]).enqueue()
+    page = dash.get(f"/jobs/{wf.jobs['b']}").get_data(as_text=True)
+    live = page[page.index('<div id="job-live"') :].split(">", 1)[0]
+    assert 'hx-trigger="jd-poll from:body"' in live

@@ -295,6 +295,8 @@ class WorkflowMachine(RuleBasedStateMachine):
                 assert not failed or row.on_dependency_failure == "hold", (
                     f"job {job_id} blocked under cancel with failed dependencies {failed}"
                 )
+                cancelled = [d for d in failed if rows[d].status == State.CANCELLED.value]
+                assert not cancelled, f"job {job_id} holds for cancelled dependencies {cancelled}, never retried"
                 if failed:
                     saw("held by a failed dependency")
             elif row.status != State.CANCELLED.value or row.attempt > 0:
@@ -302,7 +304,10 @@ class WorkflowMachine(RuleBasedStateMachine):
             if row.status == State.CANCELLED.value and job_id not in self.graph.cancelled_by_test | self.graph.seen:
                 # Checked when first seen: a retry may later complete the dependency that cancelled it.
                 self.graph.seen.add(job_id)
-                assert row.on_dependency_failure == "cancel" and failed, f"job {job_id} cancelled by the graph"
+                by_cancel = [d for d in failed if rows[d].status == State.CANCELLED.value]
+                assert failed and (row.on_dependency_failure == "cancel" or by_cancel), (
+                    f"job {job_id} cancelled by the graph"
+                )
                 names = {f"dependency s{self.graph.step(d)} is {rows[d].status}" for d in failed}
                 assert row.error in names, f"job {job_id}: {row.error!r} not one of {names}"
                 saw("cancelled by the graph")
@@ -382,9 +387,11 @@ MUST_SEE = {
     "retried a dead dependency with a held dependent",
     "discarded a dead job",
     "a refill claimed the job its completions promoted",
-    "left blocked at the end",
     "drained",
 }
+# Not required: "left blocked at the end" (a held job whose dead dependency was
+# discarded). Since a cancelled dependency cancels holding dependents too, the
+# random graphs reach it rarely; test_workflow_held pins it down.
 
 
 def test_random_workflows_keep_the_graph_invariants(graph_deck: tuple[Jobdeck, Clock], backend: str) -> None:

@@ -1,11 +1,12 @@
 """Held workflows that nothing can move on, on SQLite and PostgreSQL: the
-corners the random graphs (``test_workflow_graphs``) end in, pinned down.
+corners the random graphs (``test_workflow_graphs``) ended in, pinned down.
 
 ``hold`` keeps a dependent blocked "until a person retries the
 dependency". A cancelled dependency can never be retried (``State.CANCELLED``:
-"never claimed, never retried"; ``retry_workflow`` leaves it too), so its
-held dependents wait for something that cannot happen; and the workflow's
-state reads ``running`` while nothing in it can run."""
+"never claimed, never retried"; ``retry_workflow`` leaves it too), so it
+cancels its dependents even when they hold: before, they waited for
+something that could not happen. And a workflow whose only jobs left are
+blocked reads ``held``, not ``running``."""
 
 from __future__ import annotations
 
@@ -45,10 +46,6 @@ def _chain(deck: Jobdeck) -> Any:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a held dependent of a cancelled dependency stays blocked forever: a cancelled job cannot be retried",
-)
 @pytest.mark.parametrize("cancelled_by", ["the graph", "a person"])
 def test_a_held_dependent_of_a_cancelled_dependency_is_not_left_blocked_forever(
     deck: Jobdeck, cancelled_by: str
@@ -68,10 +65,6 @@ def test_a_held_dependent_of_a_cancelled_dependency_is_not_left_blocked_forever(
     assert c.status is not State.BLOCKED, f"c waits, blocked ({c.deps_left} left), for a retry that cannot happen"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="group_state reads 'running' when a workflow is held behind a cancelled or discarded dependency",
-)
 @pytest.mark.parametrize("end", ["cancelled", "discarded"])
 def test_a_workflow_held_behind_a_dependency_that_will_not_run_is_not_running(deck: Jobdeck, end: str) -> None:
     wf = (
@@ -82,10 +75,12 @@ def test_a_workflow_held_behind_a_dependency_that_will_not_run_is_not_running(de
     )
     if end == "cancelled":
         deck.store.cancel(wf.jobs["a"], deck.clock())
-    else:
-        _run(deck, fail={"a"})
-        assert deck.store.workflow(wf.id).workflow.state == "held"
-        deck.store.discard(wf.jobs["a"], deck.clock())
+        assert deck.store.get(wf.jobs["b"]).status is State.CANCELLED  # it cannot wait for a cancelled job
+        assert deck.store.workflow(wf.id).workflow.state == "cancelled"
+        return
+    _run(deck, fail={"a"})
+    assert deck.store.workflow(wf.id).workflow.state == "held"
+    deck.store.discard(wf.jobs["a"], deck.clock())
     assert deck.store.get(wf.jobs["b"]).status is State.BLOCKED
     assert deck.store.claim("w1", deck.clock(), limit=10) == [], "nothing can run"
     assert deck.store.workflow(wf.id).workflow.state != "running"

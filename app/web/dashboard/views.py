@@ -40,8 +40,9 @@ from app.web.serialize import request_waiting
 bp = Blueprint("dashboard", __name__)
 
 PAGE_SIZE = 50
-POLLED_STATES = frozenset({State.PENDING, State.RUNNING, State.FAILED})
-"""A job page keeps polling while the job can still move without a person."""
+POLLED_STATES = frozenset({State.PENDING, State.RUNNING, State.FAILED, State.BLOCKED})
+"""A job page keeps polling while the job can still move without a person
+(a blocked one moves when its dependencies complete)."""
 
 
 def deck() -> Jobdeck:
