@@ -88,15 +88,16 @@ def test_a_workflow_is_enqueued_with_every_job_id_and_read_back_as_a_graph(clien
     assert {s: j["id"] for s, j in by_step.items()} == ids
     assert {s: j["status"] for s, j in by_step.items()} == {"a": "pending", "b": "blocked", "c": "blocked",
                                                              "d": "blocked"}  # fmt: skip
-    assert all(j["workflow_id"] == made["id"] and j["batch_id"] is None for j in graph["jobs"])
-    assert (by_step["a"]["payload"], by_step["c"]["priority"], by_step["c"]["queue"]) == ({"n": 1}, 20, "reports")
-    assert by_step["d"]["max_retries"] == 0
+    assert {s: j["deps_left"] for s, j in by_step.items()} == {"a": 0, "b": 1, "c": 1, "d": 2}
+    assert (by_step["c"]["priority"], by_step["c"]["queue"], by_step["d"]["max_retries"]) == (20, "reports", 0)
+    assert "payload" not in by_step["a"]
     edges = {(e["job"], e["depends_on"]) for e in graph["edges"]}
     assert edges == {(ids["b"], ids["a"]), (ids["c"], ids["a"]), (ids["d"], ids["b"]), (ids["d"], ids["c"])}
 
     # The job API shows the new fields, and lists blocked jobs by state.
     job = check(client.get(f"/api/jobs/{ids['d']}"), "/api/jobs/{job_id}", "get")
-    assert (job["workflow_id"], job["step"], job["status"]) == (made["id"], "d", "blocked")
+    assert (job["workflow_id"], job["batch_id"], job["step"], job["status"]) == (made["id"], None, "d", "blocked")
+    assert client.get(f"/api/jobs/{ids['a']}").get_json()["payload"] == {"n": 1}
     blocked = check(client.get("/api/jobs?status=blocked"), "/api/jobs", "get")["jobs"]
     assert sorted(j["id"] for j in blocked) == sorted([ids["b"], ids["c"], ids["d"]])
 

@@ -99,11 +99,33 @@ def workflow_json(workflow: WorkflowRecord) -> dict[str, Any]:
 
 
 def workflow_graph_json(graph: WorkflowGraph, now: datetime) -> dict[str, Any]:
-    """A workflow with its jobs (id order) and its edges, one per dependency."""
+    """A workflow with its jobs (id order) and its edges, one per dependency.
+    Each job is a node of the graph, without its payload, result or error:
+    a workflow of a thousand jobs stays a small answer, and each job's own
+    JSON is one ``GET /api/jobs/<id>`` away."""
     return {
         **workflow_json(graph.workflow),
-        "jobs": [job_json(j, now) for j in graph.jobs],
+        "jobs": [workflow_job_json(j, now) for j in graph.jobs],
         "edges": [{"job": job_id, "depends_on": dep} for job_id, dep in graph.edges],
+    }
+
+
+def workflow_job_json(job: JobRecord, now: datetime) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "step": job.step,
+        "type": job.type,
+        "queue": job.queue,
+        "priority": job.priority,
+        "status": job.status.value,
+        "scheduled": job.is_scheduled(now),
+        "attempt": job.attempt,
+        "max_retries": job.max_retries,
+        "deps_left": job.deps_left,
+        "on_dependency_failure": job.on_dependency_failure,
+        "available_at": iso(job.available_at),
+        "claimed_at": iso(job.claimed_at),
+        "finished_at": iso(job.finished_at),
     }
 
 

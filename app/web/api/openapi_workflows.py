@@ -7,7 +7,7 @@ from typing import Any
 
 from app.store.graph import CALLBACKS, ON_DEPENDENCY_FAILURE
 from app.validation import INT64_MAX
-from app.web.api.openapi import _ERRORS, _TIME, _UNAUTHORIZED, _body, _json, _ref, _text
+from app.web.api.openapi import _ERRORS, _STATUS, _TIME, _UNAUTHORIZED, _body, _json, _ref, _text
 from app.web.api.workflows import MAX_PAGE
 from app.workflows import _REFUSED, MAX_NAME_CHARS
 
@@ -47,6 +47,27 @@ WORKFLOW = {
         "created_at": _TIME,
     },
 }
+WORKFLOW_JOB = {
+    "type": "object",
+    "description": "A job as a node of its workflow; its payload, result and error: `GET /api/jobs/{job_id}`",
+    "required": ["id", "step", "type", "queue", "priority", "status", "attempt", "deps_left", "available_at"],
+    "properties": {
+        "id": {"type": "integer"},
+        "step": {"type": ["string", "null"]},
+        "type": {"type": "string"},
+        "queue": {"type": "string"},
+        "priority": {"type": "integer"},
+        "status": _STATUS,
+        "scheduled": {"type": "boolean", "description": "pending and not yet due"},
+        "attempt": {"type": "integer"},
+        "max_retries": {"type": "integer"},
+        "deps_left": {"type": ["integer", "null"], "description": "its dependencies not yet completed"},
+        "on_dependency_failure": {**_POLICY, "enum": [*ON_DEPENDENCY_FAILURE, None]},
+        "available_at": _TIME,
+        "claimed_at": _TIME,
+        "finished_at": _TIME,
+    },
+}
 BATCH = {
     "type": "object",
     "required": ["id", "name", "state", "callbacks", "counts", "total", "done", "created_at", "closed_at"],
@@ -79,7 +100,7 @@ _NEW_WORKFLOW = {
         "jobs": {
             "type": "array",
             "minItems": 1,
-            "items": _ref("WorkflowJob"),
+            "items": _ref("NewWorkflowJob"),
             "description": "At most `[workflows] max_jobs`; the dependencies must form no cycle",
         },
         "on_dependency_failure": _POLICY,
@@ -155,7 +176,7 @@ def paths() -> dict[str, Any]:
                                     "type": "object",
                                     "required": ["jobs", "edges"],
                                     "properties": {
-                                        "jobs": {"type": "array", "items": _ref("Job")},
+                                        "jobs": {"type": "array", "items": WORKFLOW_JOB},
                                         "edges": {
                                             "type": "array",
                                             "items": {
@@ -171,7 +192,7 @@ def paths() -> dict[str, Any]:
                                 },
                             ]
                         },
-                        "The workflow; its jobs in id order, each with its `step`",
+                        "The workflow; its jobs in id order, each a node of the graph",
                     ),
                     **_UNAUTHORIZED,
                     **_NO_WORKFLOW,
@@ -274,7 +295,7 @@ def install(doc: dict[str, Any]) -> None:
     new_job = schemas["NewJob"]
     job_fields = {k: v for k, v in new_job["properties"].items() if k not in _REFUSED}
     schemas["BatchJob"] = {**new_job, "properties": job_fields}
-    schemas["WorkflowJob"] = {
+    schemas["NewWorkflowJob"] = {
         **new_job,
         "required": ["name", "type"],
         "description": "A job as `POST /api/jobs` takes it (without idempotency_key or unique), named, "
