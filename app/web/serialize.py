@@ -1,5 +1,5 @@
-"""JSON shapes of jobs, attempts and artifacts, shared by the API and the
-dashboard, with every time written by ``iso``."""
+"""JSON shapes of jobs, attempts, artifacts, workflows and batches, shared
+by the API and the dashboard, with every time written by ``iso``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from flask import current_app, g, has_request_context
 from app.states import priority_label
 from app.store import AttemptRecord, JobRecord
 from app.store.artifacts import ArtifactInfo
+from app.store.graph import BatchRecord, WorkflowGraph, WorkflowRecord
 from app.waiting import WaitingReasons, for_deck
 
 
@@ -54,6 +55,9 @@ def job_json(job: JobRecord, now: datetime, attempts: list[AttemptRecord] | None
         "created_at": iso(job.created_at),
         "updated_at": iso(job.updated_at),
         "finished_at": iso(job.finished_at),
+        "workflow_id": job.workflow_id,
+        "batch_id": job.batch_id,
+        "step": job.step,
     }
     reasons = request_waiting()
     if reasons is not None:
@@ -75,6 +79,71 @@ def attempt_json(a: AttemptRecord) -> dict[str, Any]:
         "traceback": a.traceback,
         "payload": a.payload,
         "snooze_seconds": a.snooze_seconds,
+    }
+
+
+def workflow_json(workflow: WorkflowRecord) -> dict[str, Any]:
+    """A workflow as the API lists it: its state and progress read from its
+    jobs' counts by state (``WorkflowRecord.state``)."""
+    return {
+        "id": workflow.id,
+        "name": workflow.name,
+        "key": workflow.key,
+        "on_dependency_failure": workflow.on_dependency_failure,
+        "state": workflow.state,
+        "counts": workflow.counts,
+        "total": workflow.total,
+        "done": workflow.done,
+        "created_at": iso(workflow.created_at),
+    }
+
+
+def workflow_graph_json(graph: WorkflowGraph, now: datetime) -> dict[str, Any]:
+    """A workflow with its jobs (id order) and its edges, one per dependency.
+    Each job is a node of the graph, without its payload, result or error:
+    a workflow of a thousand jobs stays a small answer, and each job's own
+    JSON is one ``GET /api/jobs/<id>`` away."""
+    return {
+        **workflow_json(graph.workflow),
+        "jobs": [workflow_job_json(j, now) for j in graph.jobs],
+        "edges": [{"job": job_id, "depends_on": dep} for job_id, dep in graph.edges],
+    }
+
+
+def workflow_job_json(job: JobRecord, now: datetime) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "step": job.step,
+        "type": job.type,
+        "queue": job.queue,
+        "priority": job.priority,
+        "status": job.status.value,
+        "scheduled": job.is_scheduled(now),
+        "attempt": job.attempt,
+        "max_retries": job.max_retries,
+        "deps_left": job.deps_left,
+        "on_dependency_failure": job.on_dependency_failure,
+        "available_at": iso(job.available_at),
+        "claimed_at": iso(job.claimed_at),
+        "finished_at": iso(job.finished_at),
+    }
+
+
+def batch_json(batch: BatchRecord) -> dict[str, Any]:
+    """A batch: ``open`` while jobs can be added, ``running`` once closed,
+    ``fired`` once its callbacks were enqueued (``outcome`` says which)."""
+    return {
+        "id": batch.id,
+        "name": batch.name,
+        "state": batch.state,
+        "callbacks": batch.callbacks,
+        "counts": batch.counts,
+        "total": batch.total,
+        "done": batch.done,
+        "created_at": iso(batch.created_at),
+        "closed_at": iso(batch.closed_at),
+        "fired_at": iso(batch.fired_at),
+        "outcome": batch.outcome,
     }
 
 

@@ -164,5 +164,8 @@ def test_schemathesis_finds_no_failure(live_api: Callable[..., LiveApi], tmp_pat
     # The fuzzer reached the API's logic, not only its doorstep: jobs were
     # created (so with a token, the token was sent and accepted).
     assert live.statuses.counts[("POST", 201)] > 0, live.statuses.counts
+    # So were the workflow and batch operations: a graph was enqueued whole
+    # and a batch opened, past their checks.
+    assert live.deck.store.list_workflows(limit=1) and live.deck.store.list_batches(limit=1)
     if token:
         assert live.statuses.total(200, 300) > live.statuses.counts[("GET", 401)] + live.statuses.counts[("POST", 401)]

@@ -594,6 +594,9 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
     from app.web.api.openapi_unique import install as install_unique
 
     install_unique(doc)
+    from app.web.api.openapi_workflows import install as install_workflows
+
+    install_workflows(doc)
     from app.web.api.openapi_metrics import paths as metrics_paths
 
     doc["paths"].update(metrics_paths())
