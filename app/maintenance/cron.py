@@ -22,9 +22,10 @@ Each fire time becomes a one-off job with the idempotency key
 ``schedule:<name>:<fire time in UTC, ISO 8601>``, or a workflow with that
 ``key``: the database's UNIQUE key is what makes any number of processes
 running this loop produce one job (or workflow) per fire time (no leader
-election). A workflow's run is kept under its first job. The loop body is ``enqueue_due_once(now)``;
-the operator's pause flag and the watermark ``checked_until`` live in the
-``schedule_state`` table, and each firing is kept in ``schedule_runs``.
+election). The loop body is ``enqueue_due_once(now)``; the operator's pause
+flag and the watermark ``checked_until`` live in the ``schedule_state``
+table, and each firing is kept in ``schedule_runs`` (a workflow's under its
+first job).
 """
 
 from __future__ import annotations
@@ -313,8 +314,9 @@ class Periodic:
 
     def enqueue_due_once(self, now: datetime) -> list[int]:
         """Enqueue every due fire time of every enabled, unpaused schedule;
-        returns the ids of the jobs for them (new or already enqueued by
-        another process). A schedule seen for the first time starts at ``now``."""
+        returns the ids of the jobs for them (a workflow's first job; new or
+        already enqueued by another process). A schedule seen for the first
+        time starts at ``now``."""
         if not self.all():
             return []
         states = self._states(now)
