@@ -21,7 +21,7 @@ from app.states import State
 from app.store import Outcome
 from app.store.models import jobs, schedule_runs, schedule_state, workflows
 from app.workflows import UnknownWorkflow
-from tests.conftest import Clock
+from tests.conftest import Clock, wait_for
 
 pytestmark = pytest.mark.backends
 
@@ -270,3 +270,31 @@ def test_a_demo_config_with_its_own_workflows_table_keeps_the_demo_workflow(make
         assert "demo.nightly" in deck.configured_workflows
     finally:
         deck.store.engine.dispose()
+
+
+def test_a_scheduled_demo_style_workflow_runs_to_the_end_on_a_real_pool(make_deck: Any) -> None:
+    """The demo's handlers with a real worker pool and scheduler: the build
+    runs after its extracts and reads their results."""
+    steps = [
+        {"name": "extract-eu", "type": "demo.extract", "payload": {"region": "eu", "seconds": 0}},
+        {"name": "extract-us", "type": "demo.extract", "payload": {"region": "us", "seconds": 0}},
+        {"name": "build", "type": "demo.build", "depends_on": ["extract-eu", "extract-us"]},
+    ]
+    deck = make_deck(
+        workflows={"nightly-sales": {"jobs": steps}},
+        schedules=[{"name": "sales", "cron": "* * * * * *", "workflow": "nightly-sales"}],
+    )
+    runtime = deck.start(workers=2)
+    try:
+        wait_for(lambda: any(w.state == "completed" for w in deck.store.list_workflows()), timeout=30)
+    finally:
+        runtime.stop(grace=5)
+    done = next(w for w in deck.store.list_workflows() if w.state == "completed")
+    graph = deck.store.workflow(done.id)
+    by_step = {j.step: j for j in graph.jobs}
+    extracts = [by_step["extract-eu"], by_step["extract-us"]]
+    assert all(e.finished_at is not None for e in extracts)
+    build = by_step["build"]
+    assert build.claimed_at is not None and build.claimed_at >= max(e.finished_at for e in extracts)  # type: ignore[type-var]
+    assert build.result == {"rows": sum(e.result["rows"] for e in extracts), "from": ["extract-eu", "extract-us"]}
+    assert done.key is not None and done.key.startswith("schedule:sales:")
