@@ -44,6 +44,7 @@ from app.store.reads import record_action
 from app.store.records import Enqueued
 from app.unique import Unique, claim_for, parse_unique, parse_unique_types
 from app.validation import check_json, check_text, parse_priority, parse_time
+from app.workflows import parse_config_workflows
 
 if TYPE_CHECKING:
     from flask import Flask
@@ -116,6 +117,8 @@ class Jobdeck:
         self.alerts.install()  # registers jobdeck.alert before the schedules are checked against the types
         self.thresholds: ThresholdAlerts = ThresholdAlerts(self, parse_thresholds(config), self.alerts.settings)
         self.thresholds.install()
+        self.configured_workflows: dict[str, dict[str, Any]] = parse_config_workflows(self)
+        """``[workflows.NAME]``, checked at start-up; the schedules that fire them are checked against it."""
         self.schedules: Periodic = Periodic(self, parse_schedules(config.extra.get("schedules"), self))
         self.runtime_schedules: RuntimeSchedules = RuntimeSchedules(self)
         self.schedule_health: ScheduleHealth = ScheduleHealth(self)
@@ -327,6 +330,13 @@ class Jobdeck:
         from app.workflows import parse_workflow
 
         return self.store.enqueue_workflows([parse_workflow(self, data, key=key)], self.clock())[0]
+
+    def enqueue_named_workflow(self, name: str, *, key: str | None = None) -> EnqueuedWorkflow:
+        """Enqueue the workflow declared as ``[workflows.NAME]`` in the config;
+        a second call with the same ``key`` returns the first one's jobs."""
+        from app.workflows import enqueue_configured
+
+        return enqueue_configured(self, name, key)
 
     def batch(
         self,

@@ -27,14 +27,24 @@ TYPES = (
     "demo.charge-card",
     "demo.report",
     "demo.snooze",
+    "demo.extract",
+    "demo.build",
 )
 
 
 def add_demo_config(config: Config) -> None:
-    """Add the demo's tables to ``config``, under any the config sets itself."""
+    """Add the demo's tables to ``config``, under any the config sets itself.
+    Its workflows join the config's ``[workflows]`` one by one: a config that
+    only sets ``[workflows] max_jobs`` must not leave the demo's schedules
+    naming a workflow that is not there."""
     with DEMO_CONFIG.open("rb") as fh:
         for key, value in tomllib.load(fh).items():
-            config.extra.setdefault(key, value)
+            mine = config.extra.get(key)
+            if key == "workflows" and isinstance(mine, dict):
+                for name, workflow in value.items():
+                    mine.setdefault(name, workflow)
+            else:
+                config.extra.setdefault(key, value)
 
 
 def _now() -> datetime:
@@ -168,6 +178,27 @@ def snooze(payload: dict[str, Any], ctx: JobContext) -> Snooze | dict[str, int]:
     return {"completed_on_attempt": ctx.attempt}
 
 
+def extract(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """One region's rows for the ``demo.nightly`` workflow: takes
+    ``seconds`` (default 2) so the workflow page shows it running."""
+    region = str(payload.get("region") or "eu")[:40]
+    seconds = _number(payload, "seconds", 2.0)
+    if ctx.cancelled.wait(min(seconds, 60.0)):
+        ctx.check_cancelled()
+    rows = 100 * (1 + sum(map(ord, region)) % 9)
+    ctx.log("extracted %d rows for %s", rows, region)
+    return {"region": region, "rows": rows}
+
+
+def build(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """The report of ``demo.nightly``, from its extracts' results
+    (``ctx.dependency_results``): it runs only once all of them completed."""
+    parts = ctx.dependency_results()
+    rows = {name: r.get("rows", 0) for name, r in parts.items() if isinstance(r, dict)}
+    ctx.log("building the report from %s", ", ".join(sorted(rows)) or "nothing")
+    return {"rows": sum(rows.values()), "from": sorted(rows)}
+
+
 def register(registry: Registry) -> None:
     registry.handler("demo.noop")(noop)
     registry.handler("demo.sleep", timeout=3600)(sleep)
@@ -177,3 +208,5 @@ def register(registry: Registry) -> None:
     registry.handler("demo.charge-card")(charge_card)
     registry.handler("demo.report", timeout=600, queue="reports")(report)
     registry.handler("demo.snooze")(snooze)
+    registry.handler("demo.extract")(extract)
+    registry.handler("demo.build")(build)

@@ -37,7 +37,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from app.errors import InvalidField
+from app.config import ConfigError
+from app.errors import InvalidField, JobdeckError
 from app.store.graph import CALLBACKS, ON_DEPENDENCY_FAILURE, EnqueuedWorkflow, NewWorkflow, Step
 from app.validation import check_text
 
@@ -259,3 +260,62 @@ def open_batch(deck: Jobdeck, name: str | None, callbacks: Mapping[str, Any]) ->
         raise InvalidField(unknown[0], "unknown callback")
     checked = {k: parse_callback(deck, v, k) for k, v in callbacks.items() if v is not None}
     return Batch(deck, deck.store.open_batch(name, checked, deck.clock()))
+
+
+# -- workflows declared in config ------------------------------------------------------
+
+_CONFIG_FIELDS = frozenset({"jobs", "on_dependency_failure"})
+
+
+class UnknownWorkflow(JobdeckError):
+    status_code = 404
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no workflow named {name!r} in the config ([workflows.NAME])")
+
+
+def parse_config_workflows(deck: Jobdeck) -> dict[str, dict[str, Any]]:
+    """The ``[workflows.NAME]`` tables, each checked as ``POST /api/workflows``
+    checks a body (``parse_workflow``) so that a bad one stops start-up with a
+    ConfigError naming it, not the first schedule that fires it at 2 a.m.
+    Returns name -> the workflow's data, parsed again at each enqueue (its
+    jobs' times count from then)::
+
+        [workflows.nightly-sales]
+        on_dependency_failure = "cancel"
+        [[workflows.nightly-sales.jobs]]
+        name = "extract-eu"
+        type = "reports.extract"
+        payload = {region = "eu"}
+    """
+    table = deck.config.extra.get("workflows", {})
+    if not isinstance(table, Mapping):
+        raise ConfigError("workflows: expected a table ([workflows])")
+    limit = table.get("max_jobs", DEFAULT_MAX_JOBS)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ConfigError(f"workflows.max_jobs: expected a whole number >= 1, got {limit!r}")
+    found: dict[str, dict[str, Any]] = {}
+    for name, entry in table.items():
+        if name == "max_jobs":
+            continue
+        where = f"workflows.{str(name)[:MAX_NAME_CHARS]}"
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"{where}: expected a table ([workflows.NAME] with [[workflows.NAME.jobs]])")
+        unknown = sorted(set(entry) - _CONFIG_FIELDS, key=str)
+        if unknown:
+            raise ConfigError(f"{where}: unknown key {str(unknown[0])[:80]!r} (only jobs, on_dependency_failure)")
+        data = {"name": name, **entry}
+        try:
+            parse_workflow(deck, data)
+        except JobdeckError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        found[name] = data
+    return found
+
+
+def enqueue_configured(deck: Jobdeck, name: str, key: str | None = None) -> EnqueuedWorkflow:
+    """Enqueue the config's workflow ``name`` once per ``key`` (``Jobdeck.enqueue_named_workflow``)."""
+    data = deck.configured_workflows.get(name)
+    if data is None:
+        raise UnknownWorkflow(name)
+    return deck.store.enqueue_workflows([parse_workflow(deck, data, key=key)], deck.clock())[0]

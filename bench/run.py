@@ -17,7 +17,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import flow_bench, raw, serve_bench  # noqa: E402
+from bench import flow_bench, raw, serve_bench, workflow_bench  # noqa: E402
 from bench import jobdeck_bench as jb  # noqa: E402
 from bench.common import REPO, machine, repeat  # noqa: E402
 
@@ -28,11 +28,12 @@ REDIS_START = ("redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 -
 
 FULL = dict(drain=100_000, peer_drain={"huey": 20_000, "rq": 3_000, "procrastinate": 3_000}, enqueue=5_000,
             peer_enqueue=2_000, many=200_000, latency=1_000, xlatency=50, http_seconds=5, steady_seconds=60,
-            dashboard=1_000_000, dashboard_requests=50, memory=1_000_000, flow=20_000, runs=3)  # fmt: skip
+            dashboard=1_000_000, dashboard_requests=50, memory=1_000_000, flow=20_000, workflows=10_000,
+            runs=3)  # fmt: skip
 QUICK = dict(drain=5_000, peer_drain={"huey": 1_000, "rq": 200, "procrastinate": 200}, enqueue=300,
              peer_enqueue=200, many=10_000, latency=100, xlatency=10, http_seconds=1, steady_seconds=2,
-             dashboard=10_000, dashboard_requests=10, memory=10_000, flow=2_000, runs=3)  # fmt: skip
-TINY = dict(drain=300, enqueue=50, many=2_000, latency=20, flow=200, runs=1)
+             dashboard=10_000, dashboard_requests=10, memory=10_000, flow=2_000, workflows=1_000, runs=3)  # fmt: skip
+TINY = dict(drain=300, enqueue=50, many=2_000, latency=20, flow=200, workflows=100, runs=1)
 
 
 def ensure_venv() -> Path:
@@ -95,13 +96,17 @@ def jobdeck_scenarios(c: dict[str, Any], only: set[str], work: Path, log: Any = 
     if "8" in only:
         r["flow_sqlite"] = flow_bench.compare(work, c["flow"], 1)
         log(f"  flow limits, SQLite: {r['flow_sqlite']['limited']:,.0f} vs {r['flow_sqlite']['unlimited']:,.0f} jobs/s")
+    if "9" in only:
+        w = workflow_bench.compare(work, c["workflows"], 2 * c["workflows"], runs)
+        r["workflow_sqlite"] = w
+        log(f"  workflows A -> B, SQLite: {w['workflow']:,.0f} vs plain {w['plain']:,.0f} jobs/s ({w['ratio']:.0%})")
     return r
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="small counts: finishes in about a minute")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8", help="scenario numbers, comma-separated")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9", help="scenario numbers, comma-separated")
     ap.add_argument("--no-peers", action="store_true", help="Jobdeck and the raw ceiling only")
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # the smoke test
     args = ap.parse_args(argv)

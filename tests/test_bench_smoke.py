@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench import jobdeck_bench as jb
-from bench import raw
+from bench import raw, workflow_bench
 from bench.report import table
 from bench.run import TINY, jobdeck_scenarios
 
@@ -36,3 +36,13 @@ def test_the_flow_limits_scenario_runs_and_renders(tmp_path: Path) -> None:
     text = table({"machine": {"cores": 2, "python": "3", "sqlite": "3", "loadavg_at_start": [0, 0, 0]},
                   "mode": "tiny", "counts": {**TINY, "runs": 1}, "jobdeck": result})  # fmt: skip
     assert "| 8. drain 200 jobs over 100 keys" in text
+
+
+def test_the_workflows_scenario_drains_both_halves_and_prints_its_table(tmp_path: Path, capsys) -> None:
+    result = jobdeck_scenarios(dict(TINY), {"9"}, tmp_path, log=lambda _m: None)
+    w = result["workflow_sqlite"]  # each drain raises unless every job completed (B only after A)
+    assert w["workflow"] > 0 and w["plain"] > 0 and w["workflow_jobs"] == 2 * TINY["workflows"]
+    assert w["ratio"] == w["workflow"] / w["plain"]
+    assert workflow_bench.main(["--workflows", "20", "--plain", "40", "--runs", "1", "--database-url", ""]) == 0
+    out = capsys.readouterr().out
+    assert "| sqlite |" in out and "(20 workflows, 40 jobs)" in out

@@ -13,12 +13,19 @@ Config::
     expect_success_within = "26h"   # schedule health: alert when no run succeeded for this long
     alert_after_failures = 2        # ... or when this many runs in a row failed
 
+A schedule fires a job type or, with ``workflow = "NAME"`` instead of
+``type``, a workflow declared as ``[workflows.NAME]`` (``app.workflows``);
+a workflow schedule takes no payload, priority, queue or max_retries (its
+jobs carry their own).
+
 Each fire time becomes a one-off job with the idempotency key
-``schedule:<name>:<fire time in UTC, ISO 8601>``: the database's UNIQUE key
-is what makes any number of processes running this loop produce one job per
-fire time (no leader election). The loop body is ``enqueue_due_once(now)``;
-the operator's pause flag and the watermark ``checked_until`` live in the
-``schedule_state`` table, and each firing is kept in ``schedule_runs``.
+``schedule:<name>:<fire time in UTC, ISO 8601>``, or a workflow with that
+``key``: the database's UNIQUE key is what makes any number of processes
+running this loop produce one job (or workflow) per fire time (no leader
+election). The loop body is ``enqueue_due_once(now)``; the operator's pause
+flag and the watermark ``checked_until`` live in the ``schedule_state``
+table, and each firing is kept in ``schedule_runs`` (a workflow's under its
+first job).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.cron import CronTrigger
 from cron_descriptor import ExpressionDescriptor, Options
+from sqlalchemy.exc import IntegrityError
 
 from app import actions
 from app.config import ConfigError
@@ -40,6 +48,7 @@ from app.errors import JobdeckError
 from app.maintenance.crontab import make_trigger
 from app.maintenance.schedule_health import MAX_SECONDS, parse_health_options
 from app.store import JobRecord, NewJob
+from app.store.graph import EnqueuedWorkflow
 from app.store.schedules import (
     Fire,
     record_fires,
@@ -49,6 +58,7 @@ from app.store.schedules import (
     set_schedule_paused,
 )
 from app.validation import check_text, parse_priority
+from app.workflows import parse_workflow
 
 if TYPE_CHECKING:
     from app.deck import Jobdeck
@@ -58,8 +68,10 @@ log = logging.getLogger("jobdeck.schedules")
 ON_TIME = timedelta(seconds=15)
 """A fire time found later than this is a misfire (the process was down)."""
 MISFIRE_POLICIES = ("run_once", "skip")
-_KEYS = {"name", "cron", "timezone", "type", "payload", "priority", "queue", "max_retries", "enabled",
+_KEYS = {"name", "cron", "timezone", "type", "workflow", "payload", "priority", "queue", "max_retries", "enabled",
          "misfire", "misfire_grace", "expect_success_within", "alert_after_failures"}  # fmt: skip
+_JOB_ONLY = ("payload", "priority", "queue", "max_retries")
+"""Keys of a job schedule that a workflow schedule leaves to its workflow's jobs."""
 MAX_NAME_CHARS = 200
 MAX_CRON_CHARS = 200
 
@@ -76,7 +88,8 @@ class Schedule:
     name: str
     cron: str
     timezone: str
-    type: str
+    type: str | None
+    """The job type fired, or None for a workflow schedule."""
     payload: dict[str, Any]
     priority: int | str | None = None
     queue: str | None = None
@@ -89,6 +102,8 @@ class Schedule:
     alert_after_failures: int | None = None
     """Alert when this many runs in a row failed."""
     trigger: CronTrigger = field(default=None, compare=False, repr=False)
+    workflow: str | None = None
+    """The ``[workflows.NAME]`` fired instead of a job type."""
 
     def next_fire(self, after: datetime) -> datetime | None:
         """The first fire time strictly after ``after``, in UTC."""
@@ -200,8 +215,16 @@ def parse_schedule(entry: Any, deck: Jobdeck, label: str = "schedule") -> Schedu
     if trigger.get_next_fire_time(None, datetime.now(UTC)) is None:
         # Refused once here: every tick and page would pay APScheduler's search to year 9999 again.
         raise ConfigError(f"{where}: cron {cron!r} never fires (a date that does not exist, such as 30 February)")
-    job_type = entry.get("type")
-    if not isinstance(job_type, str) or not deck.known_type(job_type):
+    job_type, workflow = entry.get("type"), entry.get("workflow")
+    if (job_type is None) == (workflow is None):
+        raise ConfigError(f"{where}: give exactly one of type (a job type) or workflow (a [workflows.NAME])")
+    if workflow is not None:
+        if not isinstance(workflow, str) or workflow not in deck.configured_workflows:
+            raise ConfigError(f"{where}: workflow: no [workflows.{str(workflow)[:200]}] in the config")
+        given = [k for k in _JOB_ONLY if k in entry]
+        if given:
+            raise ConfigError(f"{where}: {given[0]}: not allowed with workflow (set it on the workflow's jobs)")
+    elif not isinstance(job_type, str) or not deck.known_type(job_type):
         raise ConfigError(f"{where}: unknown job type {str(job_type)[:200]!r} (no handler registered)")
     misfire = entry.get("misfire", "run_once")
     if misfire not in MISFIRE_POLICIES:
@@ -217,8 +240,10 @@ def parse_schedule(entry: Any, deck: Jobdeck, label: str = "schedule") -> Schedu
         name=name, cron=cron, timezone=tz_name, type=job_type, payload=entry.get("payload", {}),
         priority=entry.get("priority"), queue=entry.get("queue"), max_retries=entry.get("max_retries"),
         enabled=enabled, misfire=misfire, misfire_grace=float(grace), expect_success_within=within,
-        alert_after_failures=failures, trigger=trigger,
+        alert_after_failures=failures, trigger=trigger, workflow=workflow,
     )  # fmt: skip
+    if workflow is not None:
+        return schedule  # its jobs were checked with [workflows.NAME]
     try:
         parse_priority(schedule.priority)
         deck.new_job(schedule.job_data(fire_key(name, datetime.now(UTC))), datetime.now(UTC))
@@ -289,8 +314,9 @@ class Periodic:
 
     def enqueue_due_once(self, now: datetime) -> list[int]:
         """Enqueue every due fire time of every enabled, unpaused schedule;
-        returns the ids of the jobs for them (new or already enqueued by
-        another process). A schedule seen for the first time starts at ``now``."""
+        returns the ids of the jobs for them (a workflow's first job; new or
+        already enqueued by another process). A schedule seen for the first
+        time starts at ``now``."""
         if not self.all():
             return []
         states = self._states(now)
@@ -306,14 +332,30 @@ class Periodic:
                 fires.extend((s, f) for f in s.due(checked_until, now))
         if not passed:
             return []  # nothing to write: most ticks end here
+        fires.sort(key=lambda fire: fire[0].workflow is not None)  # the jobs, then the workflows
+        jobs = [(s, f) for s, f in fires if s.workflow is None]
         ids: list[int] = []
-        if fires:
-            news = [self.deck.new_job(s.job_data(fire_key(s.name, f)), now) for s, f in fires]
+        if jobs:
+            news = [self.deck.new_job(s.job_data(fire_key(s.name, f)), now) for s, f in jobs]
             ids = self.store.enqueue_many(news, now)
+        if len(jobs) < len(fires):
+            ids += [first_job(w) for w in self._enqueue_workflows(fires[len(jobs) :], now)]
         record_fires(self.store, [Fire(s.name, f, i) for (s, f), i in zip(fires, ids)], passed, now)
         for (s, f), i in zip(fires, ids):
             log.info("schedule %s fired for %s: job %s", s.name, f.isoformat(), i)
         return ids
+
+    def _enqueue_workflows(self, fires: list[tuple[Schedule, datetime]], now: datetime) -> list[EnqueuedWorkflow]:
+        """One workflow per fire, keyed by the fire as a job would be. Two
+        processes inserting the same new key at once: the loser's
+        transaction fails on the UNIQUE key and, run again, finds the
+        winner's workflow."""
+        news = [parse_workflow(self.deck, self.deck.configured_workflows[str(s.workflow)], key=fire_key(s.name, f))
+                for s, f in fires]  # fmt: skip
+        try:
+            return self.store.enqueue_workflows(news, now)
+        except IntegrityError:
+            return self.store.enqueue_workflows(news, now)
 
     def _states(self, now: datetime) -> dict[str, tuple[bool, datetime]]:
         return schedule_states(self.store, list(self.schedules), now)
@@ -321,10 +363,15 @@ class Periodic:
     # -- operator actions -------------------------------------------------------
 
     def run_now(self, name: str, now: datetime, actor: str) -> JobRecord:
-        """Enqueue one run at once, outside the cron (paused or not)."""
+        """Enqueue one run at once, outside the cron (paused or not); for a
+        workflow schedule, the workflow, answered with its first job."""
         s = self.get(name)
-        new: NewJob = self.deck.new_job(s.job_data(f"schedule:{name}:manual:{now.isoformat()}"), now)
-        job, _ = self.store.enqueue(new, now)
+        key = f"schedule:{name}:manual:{now.isoformat()}"
+        if s.workflow is not None:
+            job = self.store.get(first_job(self.deck.enqueue_named_workflow(s.workflow, key=key)))
+        else:
+            new: NewJob = self.deck.new_job(s.job_data(key), now)
+            job, _ = self.store.enqueue(new, now)
         record_manual_run(self.store, name, job.id, now)
         actions.record(actor, "schedule.run", name, now, store=self.store, job_id=job.id)
         return job
@@ -359,6 +406,7 @@ class Periodic:
                 "description": s.describe() if s else self.invalid.get(name, "removed"),
                 "timezone": s.timezone if s else None,
                 "type": s.type if s else None,
+                "workflow": s.workflow if s else None,
                 "enabled": bool(s and s.enabled),
                 "paused": is_paused,
                 "next_run": s.next_fire(now) if s and s.enabled and not is_paused else None,
@@ -371,10 +419,19 @@ class Periodic:
 
 def definition(s: Schedule) -> dict[str, Any]:
     """A schedule as its config entry (what a runtime schedule's edit form shows)."""
-    entry: dict[str, Any] = {"name": s.name, "cron": s.cron, "timezone": s.timezone, "type": s.type,
-                             "payload": s.payload, "enabled": s.enabled, "misfire": s.misfire,
-                             "misfire_grace": s.misfire_grace}  # fmt: skip
+    entry: dict[str, Any] = {"name": s.name, "cron": s.cron, "timezone": s.timezone, "enabled": s.enabled,
+                             "misfire": s.misfire, "misfire_grace": s.misfire_grace}  # fmt: skip
+    if s.workflow is not None:
+        entry["workflow"] = s.workflow
+    else:
+        entry.update(type=s.type, payload=s.payload)
     for key in ("priority", "queue", "max_retries", "expect_success_within", "alert_after_failures"):
         if getattr(s, key) is not None:
             entry[key] = getattr(s, key)
     return entry
+
+
+def first_job(workflow: EnqueuedWorkflow) -> int:
+    """The job a workflow's schedule run is kept under: its first (lowest id);
+    the run's outcome is read from the whole workflow (``app.store.schedules``)."""
+    return min(workflow.jobs.values())

@@ -10,7 +10,10 @@ enabled, unpaused schedule: its last success (kept in ``schedule_health``, so
 it outlives retention) and its recent runs. No success within the window
 covers every way a nightly job goes quiet: a fire time missed while Jobdeck
 was down (no run at all), a run still pending or running, a run that failed
-or went dead. The first check that finds a schedule unhealthy records it, the
+or went dead. A workflow schedule's run is judged by its whole workflow
+(``app.store.schedules.workflow_runs``): it succeeded when every job
+completed, failed while one waits for a retry, and is dead when one is
+dead (also while that holds the rest). The first check that finds a schedule unhealthy records it, the
 first one that finds a success after that records the recovery: each is a
 conditional UPDATE, so of several processes exactly one wins each flip.
 
@@ -35,6 +38,7 @@ not sent, and its job completes with ``{"sent": false, "reason":
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import re
@@ -61,6 +65,8 @@ from app.validation import stored_time
 if TYPE_CHECKING:
     from app.deck import Jobdeck
     from app.maintenance.cron import Schedule
+    from app.store import Store
+    from app.store.schedules import WorkflowRun
 
 log = logging.getLogger("jobdeck.schedule_health")
 
@@ -156,6 +162,23 @@ def judge(s: Schedule, row: HealthRow, runs: list[RunOutcome], now: datetime) ->
     return Verdict(last_success, episode, None)
 
 
+def with_workflow_outcomes(store: Store, runs: dict[str, list[RunOutcome]]) -> dict[str, list[RunOutcome]]:
+    """``runs`` with each run that started a workflow judged by its workflow."""
+    from app.store.schedules import workflow_runs
+
+    started = workflow_runs(store, [r.job_id for rs in runs.values() for r in rs])
+    if not started:
+        return runs
+    return {name: [_as_workflow(r, started.get(r.job_id or 0)) for r in rs] for name, rs in runs.items()}
+
+
+def _as_workflow(run: RunOutcome, workflow: WorkflowRun | None) -> RunOutcome:
+    if workflow is None:
+        return run
+    return dataclasses.replace(run, status=workflow.status, error=workflow.error,
+                               finished_at=workflow.finished_at, claimed_at=workflow.claimed_at)  # fmt: skip
+
+
 def _about(run: RunOutcome | None, episode: datetime) -> str:
     if run is None:
         return f"no run fired since {_iso(episode)} (a missed fire: was Jobdeck down?)"
@@ -206,7 +229,7 @@ class ScheduleHealth:
         names = [s.name for s in watched]
         states = schedule_states(self.store, names, now)
         rows = health_rows(self.store, names, now)
-        runs = recent_outcomes(self.store, names)
+        runs = with_workflow_outcomes(self.store, recent_outcomes(self.store, names))
         won: list[tuple[str, str]] = []
         for s in watched:
             if states[s.name][0]:

@@ -3,6 +3,10 @@ watermark ``checked_until`` (``schedule_state``), and every firing
 (``schedule_runs``). ``app.maintenance.cron`` decides what is due; the jobs
 themselves go in through ``Store.enqueue`` / ``Store.enqueue_many``, whose
 idempotency key makes one job per fire time however many processes fire.
+
+A workflow schedule's run is kept under the workflow's first job;
+``workflow_runs`` reads such a run's outcome from the whole workflow, in a
+job's words, so the history and schedule health judge it like a job's.
 """
 
 from __future__ import annotations
@@ -14,11 +18,24 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select, update
 
+from app.states import State
+from app.store.graph import group_state
 from app.store.models import jobs, schedule_runs, schedule_state
 from app.store.statements import dialect_insert
 
 if TYPE_CHECKING:
     from app.store import Store
+
+
+@dataclass(frozen=True)
+class WorkflowRun:
+    """The outcome of the workflow a schedule run started, as a job's would be."""
+
+    workflow_id: int
+    status: str
+    error: str | None
+    finished_at: datetime | None
+    claimed_at: datetime | None
 
 
 @dataclass(frozen=True)
@@ -94,7 +111,8 @@ def schedule_history(
     """The paused flag of every stored schedule, and the ``recent`` last runs
     (newest first) of the configured schedules and of every other schedule
     that left runs, keyed by name in that order. A run's ``status`` is its
-    job's, or ``None`` once retention pruned the job."""
+    job's (a workflow run's: its workflow's, ``workflow_runs``, and its
+    ``workflow_id`` is set), or ``None`` once retention pruned the job."""
     with store.read() as conn:
         paused = {name: bool(p) for name, p in conn.execute(select(schedule_state.c.name, schedule_state.c.paused))}
         with_runs = set(conn.execute(select(schedule_runs.c.schedule).distinct()).scalars())
@@ -111,4 +129,67 @@ def schedule_history(
                 {"fire_time": r.fire_time, "job_id": r.job_id, "manual": bool(r.manual), "status": r.status}
                 for r in rows
             ]
+    started = workflow_runs(store, [run["job_id"] for runs in history.values() for run in runs])
+    for runs in history.values():
+        for run in runs:
+            workflow = started.get(run["job_id"])
+            run["workflow_id"] = workflow.workflow_id if workflow else None
+            if workflow is not None:
+                run["status"] = workflow.status
     return paused, history
+
+
+_AS_JOB = {"completed": State.COMPLETED.value, "held": State.DEAD.value, "dead": State.DEAD.value,
+           "cancelled": State.CANCELLED.value}  # fmt: skip
+"""A workflow's state (``app.store.graph.group_state``) in a job's words; one
+that is ``held`` waits on a dead job for a person: to the schedule, dead."""
+
+
+def workflow_runs(store: Store, job_ids: Sequence[int | None]) -> dict[int, WorkflowRun]:
+    """For each of ``job_ids`` that is in a workflow, that workflow's outcome:
+    the state of its jobs together, the error of its first failed or dead
+    job, its start (the first claim) and, once every job ended, its end."""
+    ids = [i for i in job_ids if i is not None]
+    if not ids:
+        return {}
+    with store.read() as conn:
+        of = dict(
+            conn.execute(
+                select(jobs.c.id, jobs.c.workflow_id).where(jobs.c.id.in_(ids), jobs.c.workflow_id.is_not(None))
+            ).all()
+        )
+        if not of:
+            return {}
+        members = conn.execute(
+            select(jobs.c.workflow_id, jobs.c.status, jobs.c.error, jobs.c.finished_at, jobs.c.claimed_at)
+            .where(jobs.c.workflow_id.in_(set(of.values())))
+            .order_by(jobs.c.id)
+        ).all()
+    by_workflow: dict[int, list[Any]] = {}
+    for m in members:
+        by_workflow.setdefault(m.workflow_id, []).append(m)
+    outcomes = {w: _outcome(w, rows) for w, rows in by_workflow.items()}
+    return {job_id: outcomes[w] for job_id, w in of.items() if w in outcomes}
+
+
+def _outcome(workflow_id: int, rows: list[Any]) -> WorkflowRun:
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    state = group_state(counts)
+    status = _AS_JOB.get(state)
+    if status is None:  # running: as a job, failed (waiting for a retry), running, or not started yet
+        started = any(r.claimed_at is not None for r in rows)
+        status = (
+            State.FAILED.value
+            if counts.get(State.FAILED.value)
+            else State.RUNNING.value
+            if started
+            else State.PENDING.value
+        )
+    failed = (State.FAILED.value, State.DEAD.value)
+    error = next((r.error for r in rows if r.status in failed and r.error), None)
+    claims = [r.claimed_at for r in rows if r.claimed_at is not None]
+    ends = [r.finished_at for r in rows if r.finished_at is not None]
+    finished = max(ends) if status in _AS_JOB.values() and ends else None
+    return WorkflowRun(workflow_id, status, error, finished, min(claims) if claims else None)
