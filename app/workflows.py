@@ -51,7 +51,7 @@ DEFAULT_MAX_JOBS = 1000
 """``max_workflow_jobs``: the most jobs one workflow may have."""
 _STEP_FIELDS = frozenset({"name", "depends_on", "on_dependency_failure"})
 _WORKFLOW_FIELDS = frozenset({"name", "jobs", "on_dependency_failure", "key"})
-_REFUSED = ("idempotency_key", "unique")
+REFUSED_OPTIONS = ("idempotency_key", "unique")
 """Job options a workflow step may not carry: a workflow is made once by its own ``key``."""
 
 
@@ -104,9 +104,11 @@ def parse_workflow(deck: Jobdeck, data: Any, *, key: str | None = None) -> NewWo
         depends = item.get("depends_on", [])
         if not isinstance(depends, list) or not all(isinstance(d, str) for d in depends):
             raise InvalidField(f"{where}.depends_on", "must be a list of job names")
+        for j, dep in enumerate(depends):
+            check_text(dep, f"{where}.depends_on[{j}]", MAX_NAME_CHARS)
         if len(set(depends)) != len(depends):
             raise InvalidField(f"{where}.depends_on", "names a job twice")
-        for refused in _REFUSED:
+        for refused in REFUSED_OPTIONS:
             if refused in item:
                 raise InvalidField(f"{where}.{refused}", "not allowed in a workflow; give the workflow a key instead")
         job_data = {k: v for k, v in item.items() if k not in _STEP_FIELDS}
@@ -235,7 +237,7 @@ class Batch:
         now = self.deck.clock()
         news = []
         for i, item in enumerate(items):
-            for refused in _REFUSED:
+            for refused in REFUSED_OPTIONS:
                 if refused in item:
                     raise InvalidField(f"jobs[{i}].{refused}", "not allowed in a batch")
             news.append(self.deck.new_job(item, now))

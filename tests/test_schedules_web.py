@@ -132,14 +132,15 @@ def _all():
     return JobFilter(limit=10)
 
 
-def test_demo_ships_a_nightly_report_an_every_minute_schedule_and_a_card_limit(tmp_path):
+def test_demo_ships_a_nightly_report_an_every_minute_schedule_a_workflow_and_a_card_limit(tmp_path):
     config = load(env={}, overrides={"demo": True, "database_url": f"sqlite:///{tmp_path / 'd.db'}",
                                      "instance_path": str(tmp_path)})  # fmt: skip
     app = create_app(config)
     deck = app.extensions["jobdeck"]
-    report, minute = deck.schedules.schedules.values()
+    report, minute, nightly = deck.schedules.schedules.values()
     assert (report.type, report.describe()) == ("demo.report", "every day at 02:00 UTC")
     assert minute.cron == "* * * * *"
+    assert nightly.workflow == "demo.nightly" and "demo.nightly" in deck.configured_workflows
     assert deck.queues.limits.types == {"demo.charge-card": 2}
     deck.store.engine.dispose()
 

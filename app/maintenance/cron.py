@@ -40,7 +40,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.cron import CronTrigger
 from cron_descriptor import ExpressionDescriptor, Options
-from sqlalchemy.exc import IntegrityError
 
 from app import actions
 from app.config import ConfigError
@@ -346,16 +345,12 @@ class Periodic:
         return ids
 
     def _enqueue_workflows(self, fires: list[tuple[Schedule, datetime]], now: datetime) -> list[EnqueuedWorkflow]:
-        """One workflow per fire, keyed by the fire as a job would be. Two
-        processes inserting the same new key at once: the loser's
-        transaction fails on the UNIQUE key and, run again, finds the
-        winner's workflow."""
+        """One workflow per fire, keyed by the fire as a job would be: two
+        processes firing the same time make one (the UNIQUE key decides,
+        ``Graph.enqueue_workflows``)."""
         news = [parse_workflow(self.deck, self.deck.configured_workflows[str(s.workflow)], key=fire_key(s.name, f))
                 for s, f in fires]  # fmt: skip
-        try:
-            return self.store.enqueue_workflows(news, now)
-        except IntegrityError:
-            return self.store.enqueue_workflows(news, now)
+        return self.store.enqueue_workflows(news, now)
 
     def _states(self, now: datetime) -> dict[str, tuple[bool, datetime]]:
         return schedule_states(self.store, list(self.schedules), now)

@@ -36,12 +36,13 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, case, func, insert, select, update
+from sqlalchemy import Connection, Integer, and_, bindparam, case, func, insert, select, update
 
 from app.errors import JobdeckError
 from app.states import DEPENDENCY_FAILED, ENDED, State
 from app.store.models import batches, job_dependencies, jobs, status_in, workflows
 from app.store.records import JobRecord, NewJob
+from app.store.statements import dialect_insert
 from app.store.transactions import Transactions
 
 BLOCKED = State.BLOCKED.value
@@ -182,28 +183,16 @@ def group_state(counts: Mapping[str, int]) -> str:
 # -- statements ----------------------------------------------------------------------
 
 
-def _waiting_on(name: str) -> Any:
-    """The jobs that depend on any of ``name`` (expanding)."""
-    deps = job_dependencies
-    return select(deps.c.job_id).where(deps.c.depends_on.in_(bindparam(name, expanding=True)))
-
-
 @lru_cache(maxsize=1)
 def promote() -> Any:
-    """blocked -> pending for the dependents whose last unfinished
-    dependency is among ``done`` (expanding); each counts down by the edges
-    freed. Values: done, done_again, now."""
-    deps = job_dependencies
-    freed = (
-        select(func.count())
-        .where(deps.c.job_id == jobs.c.id, deps.c.depends_on.in_(bindparam("done_again", expanding=True)))
-        .scalar_subquery()
-    )
-    left = jobs.c.deps_left - freed
+    """blocked -> pending for the ``ids`` (expanding) whose count of
+    unfinished dependencies reaches 0 when ``freed`` more complete; the
+    others count down. Values: ids, freed, now."""
+    left = jobs.c.deps_left - bindparam("freed", type_=Integer())
     free = left <= 0
     return (
         update(jobs)
-        .where(status_in(jobs.c.status, [BLOCKED]), jobs.c.id.in_(_waiting_on("done")))
+        .where(status_in(jobs.c.status, [BLOCKED]), jobs.c.id.in_(bindparam("ids", expanding=True)))
         .values(
             deps_left=left,
             status=case((free, PENDING), else_=BLOCKED),
@@ -214,13 +203,24 @@ def promote() -> Any:
     )
 
 
-def lock_dependents() -> Any:
-    """PostgreSQL: the blocked dependents of ``done``, locked in id order."""
+def freed_edges() -> Any:
+    """The blocked dependents of ``done`` (expanding), each with how many of
+    its dependencies are among them, in id order; on PostgreSQL their rows
+    are locked in that order, so two completions of siblings wait for each
+    other there, never in a deadlock."""
+    deps = job_dependencies
+    waiting = (
+        select(deps.c.job_id, func.count().label("freed"))
+        .where(deps.c.depends_on.in_(bindparam("done", expanding=True)))
+        .group_by(deps.c.job_id)
+        .subquery()
+    )
     return (
-        select(jobs.c.id)
-        .where(status_in(jobs.c.status, [BLOCKED]), jobs.c.id.in_(_waiting_on("done")))
+        select(jobs.c.id, waiting.c.freed)
+        .join(waiting, waiting.c.job_id == jobs.c.id)
+        .where(status_in(jobs.c.status, [BLOCKED]))
         .order_by(jobs.c.id)
-        .with_for_update()
+        .with_for_update(of=jobs)
     )
 
 
@@ -272,10 +272,17 @@ class Graph(Transactions):
             self._maybe_fire(conn, batch_id, now)
 
     def _promote(self, conn: Connection, done: list[int], now: datetime) -> None:
-        if self.dialect == "postgresql":
-            conn.execute(lock_dependents(), {"done": done}).all()
-        moved = conn.execute(promote(), {"done": done, "done_again": done, "now": now}).all()
-        if any(status == PENDING for _, status in moved):
+        """Count each blocked dependent of ``done`` down by its edges freed:
+        read once, grouped, then one UPDATE per distinct count (one, nearly
+        always). The UPDATE still re-checks ``blocked`` on the locked rows."""
+        by_freed: dict[int, list[int]] = {}
+        for job_id, freed in conn.execute(freed_edges(), {"done": done}):
+            by_freed.setdefault(int(freed), []).append(job_id)
+        woke = False
+        for freed, ids in by_freed.items():
+            moved = conn.execute(promote(), {"ids": ids, "freed": freed, "now": now}).all()
+            woke = woke or any(status == PENDING for _, status in moved)
+        if woke:
             self._wake(conn)
 
     def _fail_dependents(self, conn: Connection, failed: list[Sequence[Any]], now: datetime) -> list[Ended]:
@@ -318,14 +325,17 @@ class Graph(Transactions):
         return done
 
     def _insert_workflow(self, conn: Connection, new: NewWorkflow, now: datetime) -> EnqueuedWorkflow:
-        if new.key is not None:
-            existing = conn.execute(select(workflows.c.id).where(workflows.c.key == new.key)).scalar()
-            if existing is not None:
-                return EnqueuedWorkflow(existing, new.name, self._steps_of(conn, existing), created=False)
-        row = {"name": new.name, "key": new.key, "on_dependency_failure": new.on_dependency_failure}
-        workflow_id = conn.execute(
-            insert(workflows).values(**row, created_at=now).returning(workflows.c.id)
-        ).scalar_one()
+        row = {"name": new.name, "key": new.key, "on_dependency_failure": new.on_dependency_failure, "created_at": now}
+        if new.key is None:
+            workflow_id = conn.execute(insert(workflows).values(row).returning(workflows.c.id)).scalar_one()
+        else:
+            # The UNIQUE key decides between racing enqueues: the insert does
+            # nothing on conflict, and the loser answers the winner's workflow.
+            stmt = dialect_insert(self.dialect)(workflows).values(row).on_conflict_do_nothing(index_elements=["key"])
+            workflow_id = conn.execute(stmt.returning(workflows.c.id)).scalar()
+            if workflow_id is None:
+                found = conn.execute(select(workflows.c.id, workflows.c.name).where(workflows.c.key == new.key)).one()
+                return EnqueuedWorkflow(found.id, found.name, self._steps_of(conn, found.id), created=False)
         values = [
             _job_values(
                 s.job,

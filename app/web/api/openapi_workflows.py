@@ -9,7 +9,7 @@ from app.store.graph import CALLBACKS, ON_DEPENDENCY_FAILURE
 from app.validation import INT64_MAX
 from app.web.api.openapi import _ERRORS, _STATUS, _TIME, _UNAUTHORIZED, _body, _json, _ref, _text
 from app.web.api.workflows import MAX_PAGE
-from app.workflows import _REFUSED, MAX_NAME_CHARS
+from app.workflows import MAX_NAME_CHARS, REFUSED_OPTIONS
 
 _ID = {"type": "integer", "minimum": 1, "maximum": INT64_MAX}
 _WORKFLOW_ID = {"name": "workflow_id", "in": "path", "required": True, "schema": _ID}
@@ -293,7 +293,7 @@ def install(doc: dict[str, Any]) -> None:
     doc["paths"].update(paths())
     schemas = doc["components"]["schemas"]
     new_job = schemas["NewJob"]
-    job_fields = {k: v for k, v in new_job["properties"].items() if k not in _REFUSED}
+    job_fields = {k: v for k, v in new_job["properties"].items() if k not in REFUSED_OPTIONS}
     schemas["BatchJob"] = {**new_job, "properties": job_fields}
     schemas["NewWorkflowJob"] = {
         **new_job,

@@ -35,7 +35,7 @@ from app.store.records import NewJob
 from app.validation import INT64_MAX, check_text, parse_int
 from app.web.api import jobs as api
 from app.web.serialize import batch_json, workflow_graph_json, workflow_json
-from app.workflows import _REFUSED, MAX_NAME_CHARS, max_jobs
+from app.workflows import MAX_NAME_CHARS, REFUSED_OPTIONS, max_jobs
 
 bp = api.bp
 
@@ -142,7 +142,7 @@ def add_to_batch(batch_id: int) -> Any:
 def _batch_job(deck: Jobdeck, item: Any, where: str, now: Any) -> NewJob:
     if not isinstance(item, Mapping):
         raise InvalidField(where, "expected a JSON object")
-    for refused in _REFUSED:
+    for refused in REFUSED_OPTIONS:
         if refused in item:
             raise InvalidField(f"{where}.{refused}", "not allowed in a batch")
     try:
