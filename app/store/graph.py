@@ -106,8 +106,22 @@ class EnqueuedWorkflow:
     """False when ``key`` named a workflow enqueued before: these are its jobs."""
 
 
+class JobCounts:
+    """A group's jobs counted by state (``counts``): how many, and how many ended."""
+
+    counts: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def done(self) -> int:
+        return sum(n for s, n in self.counts.items() if s in _ENDED)
+
+
 @dataclass(frozen=True)
-class WorkflowRecord:
+class WorkflowRecord(JobCounts):
     id: int
     name: str
     key: str | None
@@ -117,19 +131,11 @@ class WorkflowRecord:
     """Its jobs by state."""
 
     @property
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-    @property
     def state(self) -> str:
         """``completed``, ``running``, ``held`` (only blocked jobs are left:
         they wait for a person to retry a failed dependency), ``dead`` or
         ``cancelled``: read from its jobs' states."""
         return group_state(self.counts)
-
-    @property
-    def done(self) -> int:
-        return sum(n for s, n in self.counts.items() if s in _ENDED)
 
 
 @dataclass(frozen=True)
@@ -141,7 +147,7 @@ class WorkflowGraph:
 
 
 @dataclass(frozen=True)
-class BatchRecord:
+class BatchRecord(JobCounts):
     id: int
     name: str | None
     callbacks: dict[str, Any]
@@ -150,14 +156,6 @@ class BatchRecord:
     fired_at: datetime | None
     outcome: dict[str, Any] | None
     counts: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-    @property
-    def done(self) -> int:
-        return sum(n for s, n in self.counts.items() if s in _ENDED)
 
     @property
     def state(self) -> str:
