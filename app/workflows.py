@@ -34,6 +34,7 @@ added, by any process (``deck.open_batch(id).add(...)``).
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -48,17 +49,27 @@ if TYPE_CHECKING:
 
 MAX_NAME_CHARS = 200
 DEFAULT_MAX_JOBS = 1000
-"""``max_workflow_jobs``: the most jobs one workflow may have."""
+"""``[workflows] max_jobs``: the most jobs one workflow may have."""
 _STEP_FIELDS = frozenset({"name", "depends_on", "on_dependency_failure"})
 _WORKFLOW_FIELDS = frozenset({"name", "jobs", "on_dependency_failure", "key"})
 REFUSED_OPTIONS = ("idempotency_key", "unique")
 """Job options a workflow step may not carry: a workflow is made once by its own ``key``."""
 
 
+_UNSHOWABLE = {"Cc", "Cf", "Cs", "Zl", "Zp"}
+"""Control, format (bidi overrides) and separator characters: a name is shown
+in pages, the graph's labels and logs, where these break lines or reverse text."""
+RESERVED_KEY_PREFIX = "schedule:"
+"""Workflow keys of schedule fires (``app.maintenance.cron.fire_key``): no
+caller may take one, or it would answer in the schedule's stead."""
+
+
 def _name(value: Any, field: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InvalidField(field, "required, a non-empty string")
     check_text(value, field, MAX_NAME_CHARS)
+    if any(unicodedata.category(c) in _UNSHOWABLE for c in value):
+        raise InvalidField(field, "no control characters (newlines, tabs, bidi overrides)")
     return value
 
 
@@ -88,12 +99,14 @@ def parse_workflow(deck: Jobdeck, data: Any, *, key: str | None = None) -> NewWo
         if not isinstance(given_key, str) or not given_key or len(given_key) > 255:
             raise InvalidField("key", "must be a non-empty string of at most 255 characters")
         check_text(given_key, "key", 255)
+        if "key" in data and given_key.startswith(RESERVED_KEY_PREFIX):
+            raise InvalidField("key", f"keys starting {RESERVED_KEY_PREFIX!r} are the schedules' own")
     items = data.get("jobs")
     if not isinstance(items, list) or not items:
         raise InvalidField("jobs", "required, a non-empty list of jobs")
     limit = max_jobs(deck)
     if len(items) > limit:
-        raise InvalidField("jobs", f"a workflow may have at most {limit} jobs (max_workflow_jobs), not {len(items)}")
+        raise InvalidField("jobs", f"a workflow may have at most {limit} jobs ([workflows] max_jobs), not {len(items)}")
     now = deck.clock()
     steps: list[Step] = []
     for i, item in enumerate(items):
@@ -105,7 +118,7 @@ def parse_workflow(deck: Jobdeck, data: Any, *, key: str | None = None) -> NewWo
         if not isinstance(depends, list) or not all(isinstance(d, str) for d in depends):
             raise InvalidField(f"{where}.depends_on", "must be a list of job names")
         for j, dep in enumerate(depends):
-            check_text(dep, f"{where}.depends_on[{j}]", MAX_NAME_CHARS)
+            _name(dep, f"{where}.depends_on[{j}]")
         if len(set(depends)) != len(depends):
             raise InvalidField(f"{where}.depends_on", "names a job twice")
         for refused in REFUSED_OPTIONS:
@@ -192,7 +205,11 @@ class Workflow:
     ) -> Workflow:
         """Add a job named ``name`` (unique in the workflow); ``options`` are
         the enqueue's (``queue``, ``priority``, ``max_retries``, ``run_at``, ...)."""
-        job: dict[str, Any] = {"name": name, "type": type, "payload": dict(payload or {}), **options}
+        job: dict[str, Any] = {"name": name, "type": type, "payload": {} if payload is None else payload, **options}
+        if isinstance(depends_on, str):  # list("ab") would be two dependencies, "a" and "b"
+            raise InvalidField(
+                f"jobs[{len(self.data['jobs'])}].depends_on", "must be a list of job names, not a string"
+            )
         job["depends_on"] = list(depends_on)
         if on_dependency_failure is not None:
             job["on_dependency_failure"] = on_dependency_failure
@@ -204,19 +221,30 @@ class Workflow:
         return self.deck.store.enqueue_workflows([new], self.deck.clock())[0]
 
 
+CALLBACK_FIELDS = frozenset({"type", "payload", "queue", "priority", "max_retries"})
+
+
 def parse_callback(deck: Jobdeck, value: Any, field: str) -> dict[str, Any] | None:
-    """A batch callback: a job type, or ``{type, payload, queue, priority, max_retries}``."""
+    """A batch callback: a job type, or ``{type, payload, queue, priority,
+    max_retries}``. It is enqueued once by the batch, so a type's ``unique``
+    does not apply to it, and its payload may not hold ``batch`` (the
+    batch's own figures go there)."""
     if value is None:
         return None
     data: Mapping[str, Any] = {"type": value} if isinstance(value, str) else value
     if not isinstance(data, Mapping):
         raise InvalidField(field, "must be a job type or an object with a type")
+    unknown = sorted(set(data) - CALLBACK_FIELDS)
+    if unknown:
+        raise InvalidField(
+            f"{field}.{unknown[0]}", f"unknown field; a callback takes {', '.join(sorted(CALLBACK_FIELDS))}"
+        )
+    if isinstance(data.get("payload"), Mapping) and "batch" in data["payload"]:
+        raise InvalidField(f"{field}.payload.batch", "reserved: the callback's payload gets the batch's figures there")
     try:
-        job = deck.new_job(data, deck.clock())
+        job = deck.new_job({**data, "unique": False}, deck.clock())
     except InvalidField as exc:
         raise InvalidField(f"{field}.{exc.field}", str(exc).split(": ", 1)[-1]) from None
-    if job.idempotency_key is not None or job.unique is not None:
-        raise InvalidField(field, "a callback is enqueued once by the batch; it takes no idempotency_key or unique")
     spec = {"type": job.type, "payload": job.payload, "queue": job.queue, "priority": job.priority}
     return {**spec, "max_retries": job.max_retries}
 
@@ -231,7 +259,7 @@ class Batch:
         self.id = batch_id
 
     def add(self, type: str, payload: Mapping[str, Any] | None = None, **options: Any) -> int:
-        return self.add_many([{"type": type, "payload": dict(payload or {}), **options}])[0]
+        return self.add_many([{"type": type, "payload": {} if payload is None else payload, **options}])[0]
 
     def add_many(self, items: Sequence[Mapping[str, Any]]) -> list[int]:
         now = self.deck.clock()
@@ -250,8 +278,9 @@ class Batch:
         return self
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
-        if kind is None:
-            self.close()
+        """Closed however the block ends: the jobs added are enqueued already
+        and run, so a batch left open would never fire for them."""
+        self.close()
 
 
 def open_batch(deck: Jobdeck, name: str | None, callbacks: Mapping[str, Any]) -> Batch:

@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from app.deck import Jobdeck
 from app.errors import InvalidField, TransitionRefused
 from app.states import State
-from app.store import Outcome
+from app.store import JobFilter, Outcome
 from app.store.graph import BatchClosed
 from app.store.models import batches, job_dependencies, jobs, workflows
 from tests.conftest import Clock
@@ -339,3 +339,91 @@ def test_a_cancelled_dependency_cancels_even_a_holding_dependent(deck: Jobdeck) 
     _run_all(deck, fail={"a"})
     assert _states(deck, wf) == {"a": State.DEAD, "b": State.CANCELLED, "c": State.CANCELLED}
     assert deck.store.get(wf.jobs["c"]).error == "dependency b is cancelled"
+
+
+# -- what a first user ran into ------------------------------------------------------
+
+
+def test_a_string_depends_on_is_refused_not_split_into_letters(deck: Jobdeck) -> None:
+    builder = deck.workflow("s").add("A", "demo.noop").add("B", "demo.noop")
+    with pytest.raises(InvalidField, match="must be a list of job names, not a string"):
+        builder.add("AB", "demo.noop", depends_on="AB")
+    with pytest.raises(InvalidField, match="payload"):
+        deck.workflow("p").add("a", "demo.noop", [1, 2]).enqueue()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["line\nbreak", "tab\there", "x\u202eevil", "ctl\u0001"])
+def test_names_with_control_characters_are_refused(deck: Jobdeck, name: str) -> None:
+    with pytest.raises(InvalidField, match="no control characters"):
+        deck.enqueue_workflow({"name": name, "jobs": [{"name": "a", "type": "demo.noop"}]})
+    with pytest.raises(InvalidField, match="no control characters"):
+        deck.enqueue_workflow({"name": "ok", "jobs": [{"name": name, "type": "demo.noop"}]})
+    with pytest.raises(InvalidField, match="no control characters"):
+        deck.batch(name=name)
+    assert _count(deck, jobs) == _count(deck, batches) == 0
+
+
+def test_a_key_of_another_workflow_is_a_conflict_and_schedule_keys_are_reserved(deck: Jobdeck) -> None:
+    from app.store.graph import WorkflowKeyConflict
+
+    first = deck.enqueue_workflow({"name": "one", "key": "k", "jobs": [{"name": "a", "type": "demo.noop"}]})
+    with pytest.raises(WorkflowKeyConflict) as err:
+        deck.enqueue_workflow({"name": "other", "key": "k", "jobs": [{"name": "a", "type": "demo.noop"}]})
+    assert err.value.status_code == 409 and err.value.existing_id == first.id
+    with pytest.raises(InvalidField, match="schedules' own"):
+        deck.enqueue_workflow({"name": "x", "key": "schedule:nightly:2026-12-01T02:00:00+00:00", "jobs": [
+            {"name": "a", "type": "demo.noop"}]})  # fmt: skip
+
+
+def test_a_callback_takes_only_what_it_uses_and_a_types_unique_does_not_refuse_it(make_deck: Any) -> None:
+    deck = make_deck(types={"demo.noop": {"unique": True}})
+    batch = deck.batch(on_complete="demo.noop")  # the type's unique does not apply to a callback
+    with pytest.raises(InvalidField, match="on_complete.delay_seconds: unknown field"):
+        deck.batch(on_complete={"type": "demo.noop", "delay_seconds": 100})
+    with pytest.raises(InvalidField, match="on_complete.payload.batch"):
+        deck.batch(on_complete={"type": "demo.noop", "payload": {"batch": 1}})
+    assert deck.store.batch(batch.id).state == "open"
+
+
+def test_a_batch_left_by_an_exception_is_closed_and_a_second_close_says_so(deck: Jobdeck) -> None:
+    with pytest.raises(RuntimeError), deck.batch(on_complete="demo.noop") as batch:
+        batch.add("demo.noop")
+        raise RuntimeError("boom")
+    assert deck.store.batch(batch.id).closed_at is not None
+    with pytest.raises(BatchClosed, match="already closed"):
+        batch.close()
+
+
+def test_a_callback_lists_a_bounded_number_of_ids(deck: Jobdeck, monkeypatch: Any) -> None:
+    from app.store import graph
+
+    monkeypatch.setattr(graph, "MAX_CALLBACK_IDS", 3)
+    with deck.batch(on_complete="demo.noop") as batch:
+        ids = batch.add_many([{"type": "demo.noop"} for _ in range(5)])
+    _run_all(deck)
+    (callback,) = [j for j in deck.store.list_jobs(JobFilter(limit=20), deck.clock()) if "batch" in j.payload]
+    assert callback.payload["batch"]["job_ids"] == ids[:3] and callback.payload["batch"]["more_job_ids"] == 2
+
+
+def test_retention_keeps_the_jobs_of_a_batch_that_has_not_fired(deck: Jobdeck, clock: Clock) -> None:
+    batch = deck.batch(on_complete="demo.noop")
+    batch.add_many([{"type": "demo.noop"}, {"type": "demo.noop"}])
+    _run_all(deck)
+    clock.advance(30 * 86400)
+    assert deck.maintenance.prune_once(clock())["jobs"] == 0  # open: its callback will count them
+    batch.close()
+    _run_all(deck)
+    (callback_id,) = deck.store.batch(batch.id).outcome["callbacks"].values()  # type: ignore[index]
+    assert deck.store.get(callback_id).payload["batch"]["counts"] == {"completed": 2}
+    clock.advance(30 * 86400)
+    assert deck.maintenance.prune_once(clock())["jobs"] == 3  # fired: its jobs and the callback go
+    assert _count(deck, batches) == 0
+
+
+def test_retention_goes_through_more_workflows_than_one_transaction_holds(deck: Jobdeck, clock: Clock) -> None:
+    for i in range(150):
+        deck.enqueue_workflow({"name": f"w{i}", "jobs": [{"name": "a", "type": "demo.noop"}]})
+    _run_all(deck)
+    clock.advance(30 * 86400)
+    assert deck.maintenance.prune_once(clock())["jobs"] == 150
+    assert _count(deck, workflows) == 0

@@ -342,7 +342,7 @@ def test_an_empty_body_opens_a_nameless_batch_and_batches_are_listed_newest_firs
 @pytest.mark.parametrize(
     ("body", "field"),
     [({"on_complete": "demo.nope"}, "on_complete.type"), ({"on_dead": 7}, "on_dead"),
-     ({"on_success": {"type": "demo.noop", "idempotency_key": "k"}}, "on_success"), ({"name": "a\x00"}, "name"),
+     ({"on_success": {"type": "demo.noop", "idempotency_key": "k"}}, "on_success.idempotency_key"), ({"name": "a\x00"}, "name"),
      ({"name": ""}, "name"), ({"on_finish": "demo.noop"}, "on_finish")],
 )  # fmt: skip
 def test_a_refused_batch_is_422_and_opens_nothing(client, deck, body, field) -> None:

@@ -112,11 +112,10 @@ class Maintenance:
         if r.dead_days > 0:
             pruned["dead"] = prune_finished(self.store, [State.DEAD], now - timedelta(days=r.dead_days), **batches)
         completed_before = now - timedelta(days=r.completed_days)
-        pruned["jobs"] += prune_workflows(self.store, FINISHED, completed_before)
+        pruned["jobs"] += prune_workflows(self.store, FINISHED, completed_before, max_batches=r.max_batches)
         if r.dead_days > 0:
-            pruned["dead"] += prune_workflows(
-                self.store, ENDED, min(completed_before, now - timedelta(days=r.dead_days))
-            )
+            dead_before = min(completed_before, now - timedelta(days=r.dead_days))
+            pruned["dead"] += prune_workflows(self.store, ENDED, dead_before, max_batches=r.max_batches)
         pruned["stats"] = prune_stats(self.store, now - timedelta(days=r.stats_days))
         pruned["workers"] = prune_workers(self.store, now - timedelta(days=r.completed_days))
         if any(pruned.values()):

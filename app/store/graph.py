@@ -54,13 +54,30 @@ _ENDED = sorted(s.value for s in ENDED)
 _NOW = bindparam("now", type_=jobs.c.updated_at.type)
 ON_DEPENDENCY_FAILURE = ("cancel", "hold")
 CALLBACKS = ("on_complete", "on_success", "on_dead")
+MAX_CALLBACK_IDS = 2000
+"""The most job ids a callback's payload lists (about 16 KB); ``more_job_ids`` counts the others."""
 
 
 class BatchClosed(JobdeckError):
     status_code = 409
 
-    def __init__(self, batch_id: int) -> None:
-        super().__init__(f"batch {batch_id} is closed; no job can be added to it")
+    def __init__(self, batch_id: int, closing: bool = False) -> None:
+        what = "already closed" if closing else "closed; no job can be added to it"
+        super().__init__(f"batch {batch_id} is {what}")
+
+
+class WorkflowKeyConflict(JobdeckError):
+    """A workflow key names a workflow of another name: the same request
+    again is answered with the first, another request is refused."""
+
+    status_code = 409
+
+    def __init__(self, key: str, existing_id: int, name: str) -> None:
+        super().__init__(f"key {key!r} already belongs to workflow {existing_id}, named {name!r}")
+        self.existing_id = existing_id
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": str(self), "field": "key", "workflow_id": self.existing_id}
 
 
 class BatchNotFound(JobdeckError):
@@ -333,6 +350,8 @@ class Graph(Transactions):
             workflow_id = conn.execute(stmt.returning(workflows.c.id)).scalar()
             if workflow_id is None:
                 found = conn.execute(select(workflows.c.id, workflows.c.name).where(workflows.c.key == new.key)).one()
+                if found.name != new.name:
+                    raise WorkflowKeyConflict(new.key, found.id, found.name)
                 return EnqueuedWorkflow(found.id, found.name, self._steps_of(conn, found.id), created=False)
         values = [
             _job_values(
@@ -428,17 +447,17 @@ class Graph(Transactions):
         """No more jobs: from now on the end of its last job fires the
         callbacks, or this close does, when every job has ended already."""
         with self.write() as conn:
-            self._open(conn, batch_id)
+            self._open(conn, batch_id, closing=True)
             conn.execute(update(batches).where(batches.c.id == batch_id).values(closed_at=now))
             self._maybe_fire(conn, batch_id, now)
         return self.batch(batch_id)
 
-    def _open(self, conn: Connection, batch_id: int) -> None:
+    def _open(self, conn: Connection, batch_id: int, closing: bool = False) -> None:
         row = conn.execute(select(batches.c.closed_at).where(batches.c.id == batch_id).with_for_update()).first()
         if row is None:
             raise BatchNotFound(batch_id)
         if row.closed_at is not None:
-            raise BatchClosed(batch_id)
+            raise BatchClosed(batch_id, closing)
 
     def _maybe_fire(self, conn: Connection, batch_id: int, now: datetime) -> None:
         row = conn.execute(select(batches).where(batches.c.id == batch_id).with_for_update()).first()
@@ -460,7 +479,9 @@ class Graph(Transactions):
             fire.append("on_success")
         if counts.get(State.DEAD.value):
             fire.append("on_dead")
-        told = {"id": batch_id, "name": row.name, "counts": counts, "job_ids": ids}
+        told = {"id": batch_id, "name": row.name, "counts": counts, "job_ids": ids[:MAX_CALLBACK_IDS]}
+        if len(ids) > MAX_CALLBACK_IDS:  # a payload is bounded; the rest are GET /api/batches/<id>'s
+            told["more_job_ids"] = len(ids) - MAX_CALLBACK_IDS
         news = [callback_job(callbacks[name], name, told) for name in fire if callbacks.get(name)]
         fired = list(conn.execute(_job_insert(), [_job_values(n, now) for n in news]).scalars()) if news else []
         outcome = {"counts": counts, "callbacks": dict(zip([n for n in fire if callbacks.get(n)], fired, strict=True))}

@@ -96,7 +96,12 @@ def prune_finished(
             ids = list(
                 conn.execute(
                     select(jobs.c.id)
-                    .where(jobs.c.status.in_(values), jobs.c.finished_at < before, jobs.c.workflow_id.is_(None))
+                    .where(
+                        jobs.c.status.in_(values),
+                        jobs.c.finished_at < before,
+                        jobs.c.workflow_id.is_(None),
+                        _not_held(),
+                    )
                     .order_by(jobs.c.id)
                     .limit(batch)
                 ).scalars()
@@ -123,30 +128,41 @@ def _delete_job_rows(conn: Any, gone: list[int]) -> None:
     conn.execute(delete(job_logs).where(job_logs.c.job_id.in_(gone)))
 
 
-def prune_workflows(store: Store, states: Iterable[State], before: datetime, *, batch: int = 100) -> int:
+def _not_held() -> Any:
+    """Not a job of a batch that has not fired yet: its callbacks will count
+    it (and list its id), so it stays until they have."""
+    unfired = select(batches.c.id).where(batches.c.fired_at.is_(None))
+    return or_(jobs.c.batch_id.is_(None), jobs.c.batch_id.not_in(unfired))
+
+
+def prune_workflows(
+    store: Store, states: Iterable[State], before: datetime, *, batch: int = 100, max_batches: int = 20
+) -> int:
     """Delete whole workflows whose every job is in ``states`` and finished
     before ``before``: their jobs (with attempts, artifacts, logs), edges
-    and the workflow rows, one workflow's all in one transaction, never a
-    part of one. Returns how many jobs went. Then batches that fired before
-    ``before`` and have no job left."""
+    and the workflow rows, ``batch`` workflows per transaction (never a part
+    of one) and at most ``max_batches`` transactions per call. Returns how
+    many jobs went. Then batches that fired before ``before`` and have no
+    job left."""
     values = [s.value for s in states]
     unfinished = select(jobs.c.id).where(
         jobs.c.workflow_id == workflows.c.id, or_(~jobs.c.status.in_(values), ~(jobs.c.finished_at < before))
     )
+    pick = select(workflows.c.id).where(~unfinished.exists()).order_by(workflows.c.id).limit(batch)
     total = 0
+    for _ in range(max_batches):
+        with store.write() as conn:
+            picked = list(conn.execute(pick).scalars())
+            if picked:
+                gone = list(conn.execute(select(jobs.c.id).where(jobs.c.workflow_id.in_(picked))).scalars())
+                conn.execute(delete(job_dependencies).where(job_dependencies.c.job_id.in_(gone)))
+                _delete_job_rows(conn, gone)
+                conn.execute(delete(jobs).where(jobs.c.id.in_(gone)))
+                conn.execute(delete(workflows).where(workflows.c.id.in_(picked)))
+                total += len(gone)
+        if len(picked) < batch:
+            break
     with store.write() as conn:
-        picked = list(
-            conn.execute(
-                select(workflows.c.id).where(~unfinished.exists()).order_by(workflows.c.id).limit(batch)
-            ).scalars()
-        )
-        if picked:
-            gone = list(conn.execute(select(jobs.c.id).where(jobs.c.workflow_id.in_(picked))).scalars())
-            conn.execute(delete(job_dependencies).where(job_dependencies.c.job_id.in_(gone)))
-            _delete_job_rows(conn, gone)
-            conn.execute(delete(jobs).where(jobs.c.id.in_(gone)))
-            conn.execute(delete(workflows).where(workflows.c.id.in_(picked)))
-            total += len(gone)
         has_jobs = select(jobs.c.id).where(jobs.c.batch_id == batches.c.id)
         conn.execute(delete(batches).where(batches.c.fired_at < before, ~has_jobs.exists()))
     return total

@@ -237,8 +237,13 @@ def test_a_cross_site_browser_call_is_refused_and_changes_nothing(client, deck) 
     assert deck.store.workflow(made["id"]).workflow.state == "running"
 
 
-def test_a_repeated_key_answers_the_stored_workflows_name(client) -> None:
+def test_a_repeated_key_answers_the_stored_workflow_and_another_name_is_a_conflict(client) -> None:
     first = send(client, WORKFLOWS, {"name": "first", "key": "k1", "jobs": [{"name": "a", "type": NOOP}]}).get_json()
-    again = send(client, WORKFLOWS, {"name": "second", "key": "k1", "jobs": [{"name": "a", "type": NOOP}]})
+    again = send(client, WORKFLOWS, {"name": "first", "key": "k1", "jobs": [{"name": "a", "type": NOOP}]})
     assert again.status_code == 200 and again.get_json()["id"] == first["id"]
     assert again.get_json()["name"] == client.get(f"{WORKFLOWS}/{first['id']}").get_json()["name"] == "first"
+    other = send(client, WORKFLOWS, {"name": "second", "key": "k1", "jobs": [{"name": "a", "type": NOOP}]})
+    assert other.status_code == 409 and other.get_json()["workflow_id"] == first["id"]
+    squat = send(client, WORKFLOWS, {"name": "x", "key": "schedule:n:2026-12-01T02:00:00+00:00",
+                                     "jobs": [{"name": "a", "type": NOOP}]})  # fmt: skip
+    assert squat.status_code == 422 and squat.get_json()["field"] == "key"

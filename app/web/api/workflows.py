@@ -133,7 +133,7 @@ def add_to_batch(batch_id: int) -> Any:
     items = data.get("jobs")
     limit = max_jobs(deck)
     if not isinstance(items, list) or not items or len(items) > limit:
-        raise InvalidField("jobs", f"required, a list of 1 to {limit} jobs (workflows.max_jobs)")
+        raise InvalidField("jobs", f"required, a list of 1 to {limit} jobs per request ([workflows] max_jobs)")
     now = deck.clock()
     news = [_batch_job(deck, item, f"jobs[{i}]", now) for i, item in enumerate(items)]
     return jsonify({"ids": deck.store.add_to_batch(batch_id, news, now)}), 201
