@@ -119,8 +119,10 @@ def _register_errors(app: Flask) -> None:
             exc = NotFound()
         if _wants_json():
             message = exc.description or exc.name
-            if exc.code == 413:
-                message = "request body too large"
+            if exc.code == 413:  # the limit follows max_payload_bytes (a workflow of many jobs meets it first)
+                message = (
+                    f"request body too large: at most {app.config['MAX_CONTENT_LENGTH']} bytes (max_payload_bytes)"
+                )
             return jsonify({"error": message}), exc.code
         return exc
 
