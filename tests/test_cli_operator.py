@@ -123,9 +123,10 @@ def test_jobs_filters(run, live_deck: Jobdeck) -> None:
 
 def test_the_status_choices_are_the_states_and_scheduled(run) -> None:
     result = run("jobs", "--help")
-    listed = re.search(r"--status \[([a-z|]+)\]", result.stdout)
-    assert listed is not None
-    assert listed.group(1).split("|") == ["pending", "scheduled", *[s.value for s in ALL_STATES[1:]]]
+    listed = re.search(r"--status STATE\s+Only jobs in this state: ([a-z, \n]+)\.", result.stdout)
+    assert listed is not None, result.stdout
+    names = [word.rstrip(",") for word in listed.group(1).split()]
+    assert names == ["pending", "scheduled", *[s.value for s in ALL_STATES[1:]]]
     assert run("jobs", "--status", "lost").exit_code == 2
 
 

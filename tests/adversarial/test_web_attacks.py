@@ -66,6 +66,15 @@ def session_cookie(client: Any) -> str:
     return str(cookie.value)
 
 
+def _value(values: dict[str, Any], arg: str, an_id: int) -> Any:
+    """The value for a route's ``arg``: a known one, else any id for an ``..._id``
+    (a workflow's, a batch's: the guard refuses before the row is looked up)."""
+    if arg in values:
+        return values[arg]
+    assert arg.endswith("_id"), f"no value for the route argument {arg!r}: add one here"
+    return an_id
+
+
 def state_changing_api_urls(app: Any, job_id: int, name: str) -> dict[str, str]:
     """Every POST route under /api (endpoint -> a URL for it), from the URL map."""
     adapter = app.url_map.bind("localhost")
@@ -73,7 +82,7 @@ def state_changing_api_urls(app: Any, job_id: int, name: str) -> dict[str, str]:
     for rule in app.url_map.iter_rules():
         if rule.rule.startswith("/api/") and "POST" in (rule.methods or ()):
             values = {"job_id": job_id, "name": name, "key": f"effect-{name}"}
-            urls[rule.endpoint] = adapter.build(rule.endpoint, {k: values[k] for k in rule.arguments})
+            urls[rule.endpoint] = adapter.build(rule.endpoint, {k: _value(values, k, job_id) for k in rule.arguments})
     return urls
 
 
@@ -538,7 +547,7 @@ def _dashboard_post_urls(app: Any, job_id: int) -> list[str]:
                 choices[arg] = list(converter.items)
             else:
                 name = "nightly" if rule.rule.startswith("/schedules/") else "default"
-                choices[arg] = [{"job_id": job_id, "name": name, "action": "retry"}[arg]]
+                choices[arg] = [_value({"job_id": job_id, "name": name, "action": "retry"}, arg, job_id)]
         for combo in itertools.product(*choices.values()):
             urls.append(adapter.build(rule.endpoint, dict(zip(choices, combo, strict=True))))
     return urls
