@@ -4,7 +4,9 @@ dashboard and the API render alike::
 
     {"code": "queue_paused", "message": "Queue reports is paused", "queue": "reports"}
 
-The reasons are checked in this order, and the first that holds is given:
+A blocked workflow job has one reason, ``dependencies`` (``left``: how
+many are not completed yet). For the others, the reasons are checked in
+this order, and the first that holds is given:
 
 1. ``queue_paused``: its queue is paused (the claim skips the queue).
 2. ``concurrency_limit``: its queue's limit, then its type's, is reached
@@ -48,7 +50,7 @@ WAITING_STATES = SOURCES[Transition.CLAIM]
 """Only a job the claim could take can be waiting for something."""
 
 WAITING_CODES = (
-    "queue_paused", "concurrency_limit", "flow_limit", "scheduled", "retry_backoff", "no_worker", "workers_busy",
+    "dependencies", "queue_paused", "concurrency_limit", "flow_limit", "scheduled", "retry_backoff", "no_worker", "workers_busy",
 )  # fmt: skip
 """Every reason's ``code``, in the order they are checked (the API's enum)."""
 
@@ -87,6 +89,8 @@ class Situation:
 
 def waiting_reason(job: JobRecord, s: Situation) -> Reason | None:
     """The first reason (module doc, in order) that keeps ``job`` from being claimed."""
+    if job.status is State.BLOCKED:
+        return _blocked(job)
     if job.status not in WAITING_STATES:
         return None
     for check in _CHECKS:
@@ -94,6 +98,13 @@ def waiting_reason(job: JobRecord, s: Situation) -> Reason | None:
         if reason is not None:
             return reason
     return None
+
+
+def _blocked(job: JobRecord) -> Reason:
+    """A workflow job waits for its dependencies before anything else (``app.workflows``)."""
+    left = job.deps_left or 0
+    noun = "dependency" if left == 1 else "dependencies"
+    return _reason("dependencies", f"Waiting for {left} {noun} to complete", left=left)
 
 
 def _reason(code: str, message: str, **details: Any) -> Reason:
@@ -246,6 +257,8 @@ class WaitingReasons:
         self._situation: Situation | None = None
 
     def of(self, job: JobRecord) -> Reason | None:
+        if job.status is State.BLOCKED:
+            return _blocked(job)  # its own row says it all: nothing to read
         if job.status not in WAITING_STATES:
             return None
         if self._situation is None:

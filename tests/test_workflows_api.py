@@ -406,3 +406,13 @@ def test_every_endpoint_needs_the_token(make_deck, clock) -> None:
     assert _post(client, f"{WORKFLOWS}/{wid}/cancel", headers=good).status_code == 200
     assert _post(client, f"{BATCHES}/{bid}/close", headers=good).status_code == 200
     assert deck.store.workflow(wid).workflow.state == "cancelled" and deck.store.batch(bid).state == "fired"
+
+
+def test_a_blocked_jobs_waiting_reason_is_its_dependencies(client: Any, deck: Jobdeck) -> None:
+    wf = deck.workflow("pair").add("a", "demo.noop").add("b", "demo.noop", depends_on=["a"]).enqueue()
+    body = client.get(f"/api/jobs/{wf.jobs['b']}").get_json()
+    assert body["waiting_reason"] == {
+        "code": "dependencies",
+        "message": "Waiting for 1 dependency to complete",
+        "left": 1,
+    }
