@@ -149,6 +149,7 @@ def paths() -> dict[str, Any]:
                 "responses": {
                     "201": _json(_ref("EnqueuedWorkflow"), "Created: every job's id by its name"),
                     "200": _json(_ref("EnqueuedWorkflow"), "`key` named a workflow enqueued before: its jobs"),
+                    "409": _json(_ref("Error"), "`key` belongs to a workflow of another name (`workflow_id` names it)"),
                     **_ERRORS,
                     "413": _json(_ref("Error"), "A payload is over `max_payload_bytes`, or the body over its cap"),
                 },
