@@ -254,7 +254,7 @@ def cancel_dependents(holding_too: bool) -> Any:
             jobs.c.id.in_(select(deps.c.job_id).where(deps.c.depends_on == bindparam("dep"))),
         )
         .values(status=CANCELLED, finished_at=_NOW, updated_at=_NOW, error=bindparam("why"))
-        .returning(jobs.c.id, jobs.c.status, jobs.c.workflow_id, jobs.c.batch_id)
+        .returning(jobs.c.id, jobs.c.status, jobs.c.workflow_id, jobs.c.batch_id, jobs.c.step)
     )
 
 
@@ -314,8 +314,7 @@ class Graph(Transactions):
             if not rows:
                 continue
             cancelled.extend((r.id, r.status, r.workflow_id, r.batch_id) for r in rows)
-            names = dict(conn.execute(select(jobs.c.id, jobs.c.step).where(jobs.c.id.in_([r.id for r in rows]))).all())
-            todo.extend((r.id, CANCELLED, names.get(r.id)) for r in rows)
+            todo.extend((r.id, CANCELLED, r.step) for r in rows)
         return cancelled
 
     def _wake(self, conn: Connection) -> None:
@@ -518,20 +517,14 @@ class Graph(Transactions):
     def dependencies_of(self, job_id: int) -> tuple[list[JobRecord], list[JobRecord]]:
         """A job's dependencies and its dependents (the job page's links)."""
         deps = job_dependencies
+
+        def across(near: Any, far: Any) -> list[JobRecord]:
+            """The jobs at the ``far`` end of the edges whose ``near`` end is this job."""
+            stmt = select(jobs).join(deps, far == jobs.c.id).where(near == job_id).order_by(jobs.c.id)
+            return [JobRecord.from_row(r) for r in conn.execute(stmt)]
+
         with self.read() as conn:
-            before = conn.execute(
-                select(jobs)
-                .join(deps, deps.c.depends_on == jobs.c.id)
-                .where(deps.c.job_id == job_id)
-                .order_by(jobs.c.id)
-            ).all()
-            after = conn.execute(
-                select(jobs)
-                .join(deps, deps.c.job_id == jobs.c.id)
-                .where(deps.c.depends_on == job_id)
-                .order_by(jobs.c.id)
-            ).all()
-        return [JobRecord.from_row(r) for r in before], [JobRecord.from_row(r) for r in after]
+            return across(deps.c.job_id, deps.c.depends_on), across(deps.c.depends_on, deps.c.job_id)
 
 
 def callback_job(spec: Mapping[str, Any], name: str, batch: dict[str, Any]) -> NewJob:
