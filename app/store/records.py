@@ -97,6 +97,17 @@ class JobRecord:
         )
 
     @classmethod
+    def from_columns(cls, r: Sequence[Any]) -> JobRecord:
+        """From a Core row of every jobs column in table order (the
+        ``RETURNING`` of the store's transitions), by position: reading a
+        row's mapping by name cost a claim more than its statement."""
+        return cls(
+            r[0], r[1], r[2], sqlite.loads(r[3]), r[4], sqlite.STATE_OF[r[5]], r[6], r[7], r[8], r[9], r[10], r[11],
+            r[12], r[13], r[14], None if r[15] is None else json.loads(r[15]), r[16], r[17], r[18], r[19], r[20],
+            r[21], r[23], r[24], r[25], r[26], r[27], r[28], r[29], r[30], r[31], r[32],
+        )  # fmt: skip
+
+    @classmethod
     def from_sqlite(cls, r: Sequence[Any]) -> JobRecord:
         """From a raw SQLite row in column order (see ``app.store.sqlite``)."""
         t, req = sqlite.parse_time, sqlite.parse_time_required

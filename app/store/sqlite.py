@@ -81,15 +81,24 @@ class Prepared:
     gives the values in. ``params`` names them for Core; ``sqlite`` is the
     statement compiled to SQLite text once, the values placed positionally.
     ``for_sqlite`` is the same transition phrased for SQLite's planner, where
-    the two differ (``statements._fenced``)."""
+    the two differ (``statements._fenced``); ``as_set`` the same statement
+    over arrays, for PostgreSQL's batches."""
 
-    def __init__(self, stmt: Any, order: Sequence[str], for_sqlite: Any = None) -> None:
+    def __init__(self, stmt: Any, order: Sequence[str], for_sqlite: Any = None, as_set: Any = None) -> None:
         self.stmt = stmt
         self.order = tuple(order)
         self._for_sqlite = stmt if for_sqlite is None else for_sqlite
+        self.as_set = as_set
+        """PostgreSQL: the same statement taking each value as an array, one
+        element per row (``unnest``): a batch of rows in one statement of
+        one shape instead of a round of ``executemany`` (``Transactions._run_many``)."""
 
     def params(self, values: Sequence[Any]) -> dict[str, Any]:
         return dict(zip(self.order, values, strict=True))
+
+    def set_params(self, rows: Sequence[tuple[Any, ...]]) -> dict[str, Any]:
+        """``rows`` as ``as_set`` takes them: one array per value."""
+        return dict(zip(self.order, map(list, zip(*rows, strict=True)), strict=True))
 
     @cached_property
     def sqlite(self) -> Compiled:

@@ -27,6 +27,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    cast,
     func,
     insert,
     literal_column,
@@ -252,6 +253,27 @@ def _fenced(n: int, transition: Transition, by_rowid: bool = False) -> ColumnEle
     return and_(jobs.c.id.in_(ids), *fence) if by_rowid else and_(*fence)
 
 
+def _unnest(name: str, columns: Sequence[Any]) -> Any:
+    """PostgreSQL: one bound array per column, unnested into rows named like
+    the columns: a batch of any size is one statement of one shape (prepared
+    once by the server) instead of a list of placeholders per size."""
+    arrays = [cast(bindparam(c.name), pg_dialect.ARRAY(c.type)) for c in columns]
+    return func.unnest(*arrays).table_valued(*(c.name for c in columns)).render_derived(name=name)
+
+
+def _fenced_set(transition: Transition, *carried: Any) -> tuple[Any, list[ColumnElement[bool]]]:
+    """``_fenced`` for PostgreSQL's batches: the (id, attempt) pairs (and
+    any ``carried`` column's values) as arrays. Values: ids, attempts, worker, [carried]."""
+    done = _unnest("done", [jobs.c.id.label("ids"), jobs.c.attempt.label("attempts"), *carried])
+    fence = [
+        jobs.c.id == done.c.ids,
+        jobs.c.attempt == done.c.attempts,
+        jobs.c.worker_id == bindparam("worker"),
+        in_states(transition),
+    ]
+    return done, fence
+
+
 def _pairs(n: int) -> list[str]:
     return [name for i in range(n) for name in (f"id_{i}", f"at_{i}")]
 
@@ -268,16 +290,32 @@ def complete(n: int, with_result: bool = False) -> Prepared:
         "updated_at": NOW,
         "progress": case((jobs.c.progress.is_(None), None), else_=1.0),
     }
+    returned = (jobs.c.id, jobs.c.attempt, jobs.c.status, *GROUPS)
     if with_result:
         values["result"] = bindparam("with_result")
     stmts = [
-        update(jobs)
-        .where(_fenced(n, Transition.COMPLETE, by_rowid))
-        .values(values)
-        .returning(jobs.c.id, jobs.c.attempt, jobs.c.status, *GROUPS)
+        update(jobs).where(_fenced(n, Transition.COMPLETE, by_rowid)).values(values).returning(*returned)
         for by_rowid in (False, True)
     ]
     return Prepared(stmts[0], ["now", "worker", *_pairs(n), *(["with_result"] if with_result else [])], stmts[1])
+
+
+@lru_cache(maxsize=2)
+def complete_set(with_result: bool = False) -> Prepared:
+    """``complete`` for PostgreSQL, the pairs (and results) as arrays: one
+    statement for a whole batch, results included.
+    Values: now, worker, ids, attempts, [results]."""
+    values: dict[str, Any] = {
+        "status": _cancelled_or(State.COMPLETED),
+        "finished_at": NOW,
+        "updated_at": NOW,
+        "progress": case((jobs.c.progress.is_(None), None), else_=1.0),
+    }
+    done, fence = _fenced_set(Transition.COMPLETE, *([jobs.c.result.label("results")] if with_result else []))
+    if with_result:
+        values["result"] = done.c.results
+    stmt = update(jobs).where(*fence).values(values).returning(jobs.c.id, jobs.c.attempt, jobs.c.status, *GROUPS)
+    return Prepared(stmt, ["now", "worker", "ids", "attempts", *(["results"] if with_result else [])])
 
 
 ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "started_at", "finished_at", "outcome", "error", "traceback")
@@ -289,7 +327,9 @@ def attempt(with_error: bool = True) -> Prepared:
     error and traceback for a completion (fewer values to bind per row)."""
     fields = ATTEMPT_FIELDS if with_error else ATTEMPT_FIELDS[:6]
     stmt = insert(attempts).values({f: bindparam(f, type_=attempts.c[f].type) for f in fields})
-    return Prepared(stmt, fields)
+    rows = _unnest("a", [attempts.c[f] for f in fields])
+    as_set = insert(attempts).from_select(list(fields), select(*(rows.c[f] for f in fields)))
+    return Prepared(stmt, fields, as_set=as_set)
 
 
 FAIL_FIELDS = ("job", "job_attempt", "worker", "now", "retry_at", "why", "fingerprint")

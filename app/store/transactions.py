@@ -35,7 +35,7 @@ class Transactions:
         self._enqueue_listeners: list[Callable[[], None]] = []
         self._dead_listeners: list[Callable[[list[JobRecord]], None]] = []
         self._write_lock = threading.RLock() if self.sqlite else None
-        self._decode: Callable[[Any], JobRecord] = JobRecord.from_sqlite if self.sqlite else JobRecord.from_row
+        self._decode: Callable[[Any], JobRecord] = JobRecord.from_sqlite if self.sqlite else JobRecord.from_columns
         """A job row as the dialect's path returns it, decoded."""
         self._joined = threading.local()
         """``conn`` set while ``complete_and_claim`` or ``_one_transaction``
@@ -154,6 +154,8 @@ class Transactions:
         if self.sqlite:
             compiled = prepared.sqlite
             conn.exec_driver_sql(compiled.text, [compiled.params(r) for r in rows])
+        elif prepared.as_set is not None and len(rows) > 1:
+            conn.execute(prepared.as_set, prepared.set_params(rows))
         else:
             conn.execute(prepared.stmt, [prepared.params(r) for r in rows])
 

@@ -1,8 +1,15 @@
 """The pool's acknowledgements: one acker thread writes the executors'
 outcomes in batches (completions in one statement, failures by the fail
-rule, snoozes each by its own fenced statement), refills the room the completions free in the same transaction, and
-falls back to one outcome at a time when the database refuses a batch, so
-one bad row cannot hold the others."""
+rule, snoozes each by its own fenced statement) and falls back to one
+outcome at a time when the database refuses a batch, so one bad row cannot
+hold the others.
+
+On SQLite the acker also refills the room the completions free in the same
+transaction: one writer, so one commit (one fsync) instead of two. On
+PostgreSQL it does not: the fetcher claims on a connection of its own while
+the acker completes, so the two statements run at once on two server
+processes (measured on the 2-core machine: the 20,000-job drain about a
+third faster than claiming inside the acknowledgement)."""
 
 from __future__ import annotations
 
@@ -102,7 +109,7 @@ class Acknowledging(PoolShared):
                 continue
             self._acks.put(first)
             try:
-                self.flush_acks_once(refill=True)
+                self.flush_acks_once(refill=self.store.sqlite)
             except Exception:
                 # Database errors are retried inside; anything else is a bug.
                 # Keep acknowledging later outcomes: the jobs of the lost batch
