@@ -78,10 +78,10 @@ class Finishing(Graph, Claiming):
                 by_worker.setdefault((o.worker_id, o.result is not None), []).append(o)
             for (worker_id, has_result), group in by_worker.items():
                 if not self.sqlite:
-                    values = (t, worker_id, [o.job_id for o in group], [o.attempt for o in group])
+                    arrays: tuple[Any, ...] = (t, worker_id, [o.job_id for o in group], [o.attempt for o in group])
                     if has_result:
-                        values += ([dumps(o.result) for o in group],)
-                    applied = self._run(conn, statements.complete_set(has_result), values).all()
+                        arrays += ([dumps(o.result) for o in group],)
+                    applied = self._run(conn, statements.complete_set(has_result), arrays).all()
                 elif has_result:
                     applied = []
                     for o in group:
