@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import cached_property, lru_cache
@@ -84,21 +84,31 @@ class Prepared:
     the two differ (``statements._fenced``); ``as_set`` the same statement
     over arrays, for PostgreSQL's batches."""
 
-    def __init__(self, stmt: Any, order: Sequence[str], for_sqlite: Any = None, as_set: Any = None) -> None:
+    def __init__(
+        self,
+        stmt: Any,
+        order: Sequence[str],
+        for_sqlite: Any = None,
+        *,
+        as_set: Prepared | None = None,
+        encoders: Sequence[Callable[[Sequence[Any]], str] | None] = (),
+    ) -> None:
         self.stmt = stmt
         self.order = tuple(order)
         self._for_sqlite = stmt if for_sqlite is None else for_sqlite
         self.as_set = as_set
         """PostgreSQL: the same statement taking each value as an array, one
-        element per row (``unnest``): a batch of rows in one statement of
-        one shape instead of a round of ``executemany`` (``Transactions._run_many``)."""
+        element per row (``unnest``), in the same order: a batch of rows in
+        one statement of one shape instead of a round of ``executemany``
+        (``Transactions._run_many``)."""
+        self._encoders = tuple(encoders)
+        """PostgreSQL: for each value the statement takes as an array, how
+        its list is written as the array's literal (``app.store.postgres``)."""
 
     def params(self, values: Sequence[Any]) -> dict[str, Any]:
+        if self._encoders:
+            values = [v if e is None else e(v) for e, v in zip(self._encoders, values, strict=True)]
         return dict(zip(self.order, values, strict=True))
-
-    def set_params(self, rows: Sequence[tuple[Any, ...]]) -> dict[str, Any]:
-        """``rows`` as ``as_set`` takes them: one array per value."""
-        return dict(zip(self.order, map(list, zip(*rows, strict=True)), strict=True))
 
     @cached_property
     def sqlite(self) -> Compiled:

@@ -24,6 +24,7 @@ from sqlalchemy import (
     BigInteger,
     Integer,
     Select,
+    Text,
     and_,
     bindparam,
     case,
@@ -40,6 +41,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 from app.states import ALL_STATES, CANCEL_AT_ONCE, AttemptOutcome, State, Transition, sources
+from app.store import postgres
 from app.store.models import CLAIMABLE_STATES, attempts, jobs, status_in, workers
 from app.store.sqlite import Prepared
 
@@ -256,9 +258,16 @@ def _fenced(n: int, transition: Transition, by_rowid: bool = False) -> ColumnEle
 def _unnest(name: str, columns: Sequence[Any]) -> Any:
     """PostgreSQL: one bound array per column, unnested into rows named like
     the columns: a batch of any size is one statement of one shape (prepared
-    once by the server) instead of a list of placeholders per size."""
-    arrays = [cast(bindparam(c.name), pg_dialect.ARRAY(c.type)) for c in columns]
+    once by the server) instead of a list of placeholders per size. Each
+    array is bound as its text literal (``postgres.array_encoder``) and cast."""
+    arrays = [cast(bindparam(c.name, type_=Text()), pg_dialect.ARRAY(c.type)) for c in columns]
     return func.unnest(*arrays).table_valued(*(c.name for c in columns)).render_derived(name=name)
+
+
+def _encoders(order: Sequence[str], columns: Sequence[Any]) -> tuple[Any, ...]:
+    """For each value in ``order``: its column's array encoder, or None for a scalar."""
+    by_name = {c.name: postgres.array_encoder(c.type) for c in columns}
+    return tuple(by_name.get(name) for name in order)
 
 
 def _fenced_set(transition: Transition, *carried: Any) -> tuple[Any, list[ColumnElement[bool]]]:
@@ -311,11 +320,14 @@ def complete_set(with_result: bool = False) -> Prepared:
         "updated_at": NOW,
         "progress": case((jobs.c.progress.is_(None), None), else_=1.0),
     }
-    done, fence = _fenced_set(Transition.COMPLETE, *([jobs.c.result.label("results")] if with_result else []))
+    carried = [jobs.c.result.label("results")] if with_result else []
+    done, fence = _fenced_set(Transition.COMPLETE, *carried)
     if with_result:
         values["result"] = done.c.results
     stmt = update(jobs).where(*fence).values(values).returning(jobs.c.id, jobs.c.attempt, jobs.c.status, *GROUPS)
-    return Prepared(stmt, ["now", "worker", "ids", "attempts", *(["results"] if with_result else [])])
+    order = ["now", "worker", "ids", "attempts", *(["results"] if with_result else [])]
+    arrays = [jobs.c.id.label("ids"), jobs.c.attempt.label("attempts"), *carried]
+    return Prepared(stmt, order, encoders=_encoders(order, arrays))
 
 
 ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "started_at", "finished_at", "outcome", "error", "traceback")
@@ -327,9 +339,10 @@ def attempt(with_error: bool = True) -> Prepared:
     error and traceback for a completion (fewer values to bind per row)."""
     fields = ATTEMPT_FIELDS if with_error else ATTEMPT_FIELDS[:6]
     stmt = insert(attempts).values({f: bindparam(f, type_=attempts.c[f].type) for f in fields})
-    rows = _unnest("a", [attempts.c[f] for f in fields])
+    columns = [attempts.c[f] for f in fields]
+    rows = _unnest("a", columns)
     as_set = insert(attempts).from_select(list(fields), select(*(rows.c[f] for f in fields)))
-    return Prepared(stmt, fields, as_set=as_set)
+    return Prepared(stmt, fields, as_set=Prepared(as_set, fields, encoders=_encoders(fields, columns)))
 
 
 FAIL_FIELDS = ("job", "job_attempt", "worker", "now", "retry_at", "why", "fingerprint")

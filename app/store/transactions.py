@@ -155,7 +155,7 @@ class Transactions:
             compiled = prepared.sqlite
             conn.exec_driver_sql(compiled.text, [compiled.params(r) for r in rows])
         elif prepared.as_set is not None and len(rows) > 1:
-            conn.execute(prepared.as_set, prepared.set_params(rows))
+            conn.execute(prepared.as_set.stmt, prepared.as_set.params(list(zip(*rows, strict=True))))
         else:
             conn.execute(prepared.stmt, [prepared.params(r) for r in rows])
 

@@ -52,3 +52,29 @@ def test_a_batch_of_failures_writes_each_attempt_with_its_own_error(drv: Driver)
     for j in claimed:
         (attempt,) = drv.store.attempts_of(j.id)
         assert (attempt.outcome, attempt.error) == ("failed", f"boom {j.id}")
+
+
+def test_array_literals_carry_quotes_braces_commas_and_nulls() -> None:
+    from datetime import UTC, datetime
+
+    from app.store.postgres import int_array, text_array, time_array
+
+    assert int_array([1, None, 3]) == "{1,NULL,3}"
+    assert text_array(['a"b', "c\\d", None, "x,y {z}", "NULL"]) == '{"a\\"b","c\\\\d",NULL,"x,y {z}","NULL"}'
+    when = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
+    assert time_array([when, None]) == "{2026-01-02T03:04:05.000006+00:00,NULL}"
+    with pytest.raises(ValueError, match="naive"):
+        time_array([datetime(2026, 1, 1)])
+
+
+def test_hostile_results_and_errors_survive_the_batch_as_written(drv: Driver) -> None:
+    texts = ['{"a": "\\"}', "x,y}{", "NULL", "", "back\\slash", 'quote"', "é ✓ 𝄞"]
+    drv.store.enqueue_many([NewJob("demo.noop", {"i": i}) for i in range(2 * len(texts))], drv.now)
+    claimed = drv.store.claim("w1", drv.now, limit=2 * len(texts))
+    ok, bad = claimed[: len(texts)], claimed[len(texts) :]
+    drv.store.complete_many(
+        [Outcome(j.id, "w1", attempt=j.attempt, started_at=drv.now, result=t) for j, t in zip(ok, texts)], drv.now
+    )
+    drv.store.release("w1", [(j.id, j.attempt) for j in bad], drv.now, interrupted={j.id: drv.now for j in bad})
+    assert [drv.store.get(j.id).result for j in ok] == texts
+    assert all(len(drv.store.attempts_of(j.id)) == 1 for j in bad)
