@@ -26,6 +26,7 @@ from sqlalchemy import (
     Select,
     Text,
     and_,
+    any_,
     bindparam,
     case,
     cast,
@@ -205,10 +206,18 @@ def due_order(n_types: int | None, n_queues: int | None, n_excluded: int) -> lis
 @lru_cache(maxsize=256)
 def claim(n_types: int | None, n_queues: int | None, n_excluded: int) -> Prepared:
     """pending|failed (due) -> running, up to ``limit`` jobs in one statement.
-    Values: worker, now, *types, *queues, *excluded queues, limit."""
-    picked = due(n_types, n_queues, n_excluded).limit(bindparam("limit", type_=Integer))
-    stmt = update(jobs).where(jobs.c.id.in_(picked.scalar_subquery())).values(_claimed_values()).returning(*JOB_COLUMNS)
-    return Prepared(stmt, ["worker", *due_order(n_types, n_queues, n_excluded), "limit"])
+    Values: worker, now, *types, *queues, *excluded queues, limit.
+
+    PostgreSQL takes the picked ids as one array (``id = ANY(ARRAY(...))``,
+    computed once), so the update finds each row by its primary key: given
+    ``id IN (subquery)`` on an analyzed table its planner hash-joined the
+    picked ids against a scan of the whole table, every claim."""
+    picked = due(n_types, n_queues, n_excluded).limit(bindparam("limit", type_=Integer)).scalar_subquery()
+    stmts = [
+        update(jobs).where(where).values(_claimed_values()).returning(*JOB_COLUMNS)
+        for where in (jobs.c.id == any_(func.array(picked)), jobs.c.id.in_(picked))
+    ]
+    return Prepared(stmts[0], ["worker", *due_order(n_types, n_queues, n_excluded), "limit"], stmts[1])
 
 
 @lru_cache(maxsize=512)

@@ -78,3 +78,28 @@ def test_hostile_results_and_errors_survive_the_batch_as_written(drv: Driver) ->
     drv.store.release("w1", [(j.id, j.attempt) for j in bad], drv.now, interrupted={j.id: drv.now for j in bad})
     assert [drv.store.get(j.id).result for j in ok] == texts
     assert all(len(drv.store.attempts_of(j.id)) == 1 for j in bad)
+
+
+def test_the_claim_finds_its_rows_by_key_on_an_analyzed_table(drv: Driver) -> None:
+    """Given ``id IN (subquery)`` on an analyzed table, PostgreSQL's planner
+    hash-joined the picked ids against a scan of the whole table on every
+    claim; the claim must reach its rows by the primary key on both databases."""
+    from app.store import statements
+
+    drv.store.enqueue_many([NewJob("demo.noop", {"i": i}) for i in range(3000)], drv.now)
+    prepared = statements.claim(1, None, 0)
+    values = ("w", drv.store._t(drv.now), "demo.noop", 250)
+    with drv.store.engine.connect() as conn:
+        if drv.store.sqlite:
+            compiled = prepared.sqlite
+            conn.exec_driver_sql("ANALYZE")
+            plan = " | ".join(
+                r[-1] for r in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + compiled.text, compiled.params(values))
+            )
+            assert "ix_jobs_claim" in plan and "SCAN jobs" not in plan.replace("SCAN jobs_", ""), plan
+        else:
+            conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE jobs")
+            stmt = prepared.stmt.compile(dialect=conn.dialect)
+            params = {**stmt.params, **prepared.params(values)}
+            plan = " | ".join(r[0] for r in conn.exec_driver_sql("EXPLAIN " + str(stmt), params))
+            assert "Seq Scan" not in plan and "ix_jobs_claim" in plan, plan
