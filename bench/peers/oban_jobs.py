@@ -1,9 +1,8 @@
 """oban-py's no-op worker, in a module of its own: the consumer process
 resolves the worker by the module path stored with the job."""
 
-from oban import worker
-
 import pg_harness
+from oban import worker
 
 
 @worker(queue="bench")

@@ -16,17 +16,34 @@ own schema API for every measurement, and the same no-op job:
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pg_harness
 
+HERE = Path(__file__).resolve().parent
 HOST = "postgresql://postgres@127.0.0.1:5432"
 FILL_CHUNK = 1000
 
 
-class _Async:
+class _Peer:
+    """What every peer's adapter shares: its consumer is this script, and its
+    completed jobs are counted by ``COMPLETED``."""
+
+    name = ""
+    COMPLETED = ""
+
+    def completed(self, conn: Any) -> int:
+        return int(conn.execute(self.COMPLETED).fetchone()[0])
+
+    def consumer(self) -> tuple[list[str], dict[str, str], str]:
+        return [sys.executable, "pg_peers.py", self.name, "consume"], dict(os.environ), str(HERE)
+
+
+class _Async(_Peer):
     """A peer whose client is asyncio: one uvloop loop for the adapter's life."""
 
     def __init__(self, database: str) -> None:
@@ -69,24 +86,6 @@ class _Async:
 
     def enqueue_one(self, i: int) -> None:
         self.run(self.one(i))
-
-    def completed(self, conn: Any) -> int:
-        return int(conn.execute(self.COMPLETED).fetchone()[0])
-
-    COMPLETED = ""
-
-    def consumer(self) -> tuple[list[str], dict[str, str], str]:
-        import os
-
-        return [sys.executable, "pg_peers.py", self.name, "consume"], dict(os.environ), str(pg_harness_dir())
-
-    name = ""
-
-
-def pg_harness_dir() -> Any:
-    from pathlib import Path
-
-    return Path(pg_harness.__file__).resolve().parent
 
 
 # -- PgQueuer -----------------------------------------------------------------
@@ -185,10 +184,9 @@ class ObanPy(_Async):
 
     @classmethod
     def consume(cls) -> None:
+        import oban_jobs  # noqa: F401  (registers the worker)
         import uvloop
         from oban import Oban
-
-        import oban_jobs  # noqa: F401  (registers the worker)
 
         async def main() -> None:
             pool = await Oban.create_pool(f"{HOST}/bench_pg_oban")
@@ -215,7 +213,7 @@ def _procrastinate_app(dsn: str) -> tuple[Any, Any]:
     return app, task
 
 
-class Procrastinate:
+class Procrastinate(_Peer):
     name = "procrastinate"
     database = "bench_pg_procrastinate"
     dsn = f"{HOST}/{database}"
@@ -235,14 +233,6 @@ class Procrastinate:
     def fill(self, n: int) -> None:
         for start in range(0, n, FILL_CHUNK):
             self.task.batch_defer(*([{}] * min(FILL_CHUNK, n - start)))
-
-    def completed(self, conn: Any) -> int:
-        return int(conn.execute(self.COMPLETED).fetchone()[0])
-
-    def consumer(self) -> tuple[list[str], dict[str, str], str]:
-        import os
-
-        return [sys.executable, "pg_peers.py", self.name, "consume"], dict(os.environ), str(pg_harness_dir())
 
     def enqueue_single(self, n: int) -> float:
         t0 = time.perf_counter()
