@@ -34,6 +34,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -77,10 +78,19 @@ TITLES = {
 
 def python312() -> str:
     """Python 3.12 for oban-py: pyenv's, else ``python3.12`` on PATH."""
-    found = sorted(glob.glob("/root/.pyenv/versions/3.12.*/bin/python3.12")) or [shutil.which("python3.12") or ""]
-    if not found[-1]:
-        raise RuntimeError("oban-py needs Python 3.12: install it (pyenv install 3.12) or put python3.12 on PATH")
-    return found[-1]
+
+    def patch(path: str) -> int:  # 3.12.10 after 3.12.9
+        m = re.search(r"/3\.12\.(\d+)/", path)
+        return int(m.group(1)) if m else -1
+
+    found = sorted(glob.glob("/root/.pyenv/versions/3.12.*/bin/python3.12"), key=patch)
+    python = found[-1] if found else shutil.which("python3.12")
+    if not python:
+        raise RuntimeError(
+            "oban-py needs Python 3.12, and there is none: no /root/.pyenv/versions/3.12.*/bin/python3.12 and no "
+            "python3.12 on PATH (install it, e.g. `pyenv install 3.12`, or leave oban out with --systems)"
+        )
+    return python
 
 
 def _pinned(python: Path, pins: list[str]) -> bool:
@@ -276,7 +286,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--systems", type=lambda v: _names(v, SYSTEMS, "systems"), help=",".join(SYSTEMS))
     args = ap.parse_args(argv)
     systems = [s for s in SYSTEMS if s in (args.systems or SYSTEMS)]  # Jobdeck first in the table
-    result = run(args.quick, args.rounds, args.only, systems, log=lambda m: print(m, flush=True))
+    try:
+        result = run(args.quick, args.rounds, args.only, systems, log=lambda m: print(m, flush=True))
+    except RuntimeError as exc:  # no PostgreSQL, no Python 3.12 for oban-py
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     out = REPO / "bench" / "results" / f"pg-bench-{result['mode']}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=str))
