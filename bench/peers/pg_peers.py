@@ -46,11 +46,9 @@ class _Peer:
 class _Async(_Peer):
     """A peer whose client is asyncio: one uvloop loop for the adapter's life."""
 
-    def __init__(self, database: str) -> None:
+    def __init__(self) -> None:
         import uvloop
 
-        self.database = database
-        self.dsn = f"{HOST}/{database}"
         self.loop = uvloop.new_event_loop()
 
     def run(self, coroutine: Any) -> Any:
@@ -93,11 +91,13 @@ class _Async(_Peer):
 
 class PgQueuer(_Async):
     name = "pgqueuer"
+    database = "bench_pg_pgqueuer"
+    dsn = f"{HOST}/{database}"
     COMPLETED = "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
     BATCH_SIZE = 250
 
     def __init__(self) -> None:
-        super().__init__("bench_pg_pgqueuer")
+        super().__init__()
         self.conn: Any = None
         self.queries: Any = None
 
@@ -128,7 +128,7 @@ class PgQueuer(_Async):
         from pgqueuer import AsyncpgDriver, Queries, QueueManager
 
         async def main() -> None:
-            conn = await asyncpg.connect(f"{HOST}/bench_pg_pgqueuer")
+            conn = await asyncpg.connect(cls.dsn)
             qm = QueueManager(Queries(AsyncpgDriver(conn)))
 
             @qm.entrypoint("noop")
@@ -146,11 +146,13 @@ class PgQueuer(_Async):
 
 class ObanPy(_Async):
     name = "oban"
+    database = "bench_pg_oban"
+    dsn = f"{HOST}/{database}"
     COMPLETED = "SELECT count(*) FROM oban_jobs WHERE state = 'completed'"
     LIMIT = 100
 
     def __init__(self) -> None:
-        super().__init__("bench_pg_oban")
+        super().__init__()
         self.pool: Any = None
         self.oban: Any = None
 
@@ -189,7 +191,7 @@ class ObanPy(_Async):
         from oban import Oban
 
         async def main() -> None:
-            pool = await Oban.create_pool(f"{HOST}/bench_pg_oban")
+            pool = await Oban.create_pool(cls.dsn)
             oban = Oban(pool=pool, queues={"bench": cls.LIMIT})
             pg_harness.wait_for_go()
             await oban.start()
