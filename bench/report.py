@@ -123,6 +123,16 @@ def table(result: dict[str, Any]) -> str:
         lines.append(f"| 7. RSS of serve draining {mem['jobs']:,} jobs | max {mem['max_rss_mb']:.0f} MB, "
                      f"+{mem['growth_after_10pct_mb']:.0f} MB after 10% | – | – | – | – | < 200 MB, flat | "
                      f"{_ok(mem['max_rss_mb'] < 200 and mem['growth_after_10pct_mb'] < 20)} |")  # fmt: skip
+    pg = result.get("postgres")
+    if pg:
+        from bench.pg_bench import table as pg_table
+
+        lines += [
+            "",
+            "10. PostgreSQL, interleaved with PgQueuer, oban-py, Procrastinate (`python3 -m bench.pg_bench`):",
+            "",
+        ]
+        lines.append(f"skipped: {pg['skipped']}" if "skipped" in pg else pg_table(pg))
     if p:
         counts = ", ".join(f"{k.split('_')[0]} {v['jobs']:,}" for k, v in p.items() if k.endswith("_drain"))
         lines.append("")

@@ -1,6 +1,10 @@
 """Run every benchmark scenario and print a Markdown table (plus JSON in
 bench/results/). Usage: ``python3 bench/run.py [--quick] [--only 1,2,...]
-[--no-peers]``. The peers are installed into bench/.venv on first use."""
+[--no-peers]``. The peers are installed into bench/.venv on first use.
+
+Scenario 10 is ``bench/pg_bench.py``: Jobdeck on PostgreSQL interleaved
+with PgQueuer, oban-py and Procrastinate (their own virtualenvs, made on
+first use); with ``--no-peers``, Jobdeck's PostgreSQL figures alone."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import flow_bench, raw, serve_bench, workflow_bench  # noqa: E402
+from bench import flow_bench, pg_bench, raw, serve_bench, workflow_bench  # noqa: E402
 from bench import jobdeck_bench as jb  # noqa: E402
 from bench.common import REPO, machine, repeat  # noqa: E402
 
@@ -106,7 +110,7 @@ def jobdeck_scenarios(c: dict[str, Any], only: set[str], work: Path, log: Any = 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="small counts: finishes in about a minute")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9", help="scenario numbers, comma-separated")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10", help="scenario numbers, comma-separated")
     ap.add_argument("--no-peers", action="store_true", help="Jobdeck and the raw ceiling only")
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # the smoke test
     args = ap.parse_args(argv)
@@ -126,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             result["serve"] = serve_scenarios(c, only, work, drain)
         if not args.no_peers and not args.tiny:
             result["peers"] = peer_scenarios(c, only)
+        if "10" in only and not args.tiny:
+            result["postgres"] = postgres_scenarios(args.quick, args.no_peers)
     result["seconds"] = time.monotonic() - t0
     out = REPO / "bench" / "results" / f"bench-{result['mode']}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -161,6 +167,17 @@ def serve_scenarios(c: dict[str, Any], only: set[str], work: Path, drain: float 
         r["memory"] = serve_bench.memory_drain(work, c["memory"])
         print(f"  memory: {r['memory']}", flush=True)
     return r
+
+
+def postgres_scenarios(quick: bool, no_peers: bool) -> dict[str, Any]:
+    """Scenario 10: PostgreSQL, interleaved with PgQueuer, oban-py, Procrastinate
+    (``bench/pg_bench.py``'s rounds; Jobdeck alone with ``--no-peers``)."""
+    systems = ["jobdeck"] if no_peers else list(pg_bench.SYSTEMS)
+    try:
+        return pg_bench.run(quick, systems=systems, log=lambda m: print(m, flush=True))
+    except (RuntimeError, subprocess.CalledProcessError) as exc:  # no PostgreSQL here, or a peer not installable
+        print(f"  PostgreSQL scenarios skipped: {exc}", flush=True)
+        return {"skipped": str(exc)}
 
 
 def peer_scenarios(c: dict[str, Any], only: set[str]) -> dict[str, Any]:

@@ -1,0 +1,99 @@
+"""Jobdeck's adapter for the PostgreSQL scenarios (``bench/peers/pg_harness.py``
+measures; ``bench/pg_bench.py`` runs the rounds): the ``app`` of this tree on
+its own database, ``bench_pg_jobdeck``, created and migrated afresh for
+each measurement.
+
+Its consumer process is what ``jobdeck worker`` runs, the runtime (worker
+pool with its LISTEN wake-up, and the scheduler) of a deck with the no-op
+handler, ``BENCH_JOBDECK_WORKERS`` threads (default 4, Jobdeck's default
+``workers``) and the default ``claim_batch``.
+
+Usage: ``python3 -m bench.pg_jobdeck drain|enqueue1|enqueue1000|latency N [--procs K]``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import NOOP, REPO, make_deck
+from bench.peers import pg_harness
+
+DATABASE = "bench_pg_jobdeck"
+DSN = f"postgresql://postgres@127.0.0.1:5432/{DATABASE}"
+URL = f"postgresql+psycopg://postgres@127.0.0.1:5432/{DATABASE}"
+FILL_CHUNK = 5000
+
+
+def _deck(workdir: Path, workers: int, handler: Any = None) -> Any:
+    return make_deck(workdir / "unused.db", "FULL", workers, handler=handler, database_url=URL)
+
+
+class Jobdeck:
+    dsn = DSN
+
+    def __init__(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="jobdeck-pg-")
+        self.deck: Any = None
+
+    def install(self) -> None:
+        pg_harness.fresh_database(DATABASE)
+        self.deck = _deck(Path(self._tmp.name), 0)  # migrates the new database
+
+    def fill(self, n: int) -> None:
+        for start in range(0, n, FILL_CHUNK):
+            self.deck.enqueue_many([{"type": NOOP} for _ in range(min(FILL_CHUNK, n - start))])
+
+    def completed(self, conn: Any) -> int:
+        from app.states import State
+
+        return int(conn.execute("SELECT count(*) FROM jobs WHERE status = %s", (State.COMPLETED.value,)).fetchone()[0])
+
+    def consumer(self) -> tuple[list[str], dict[str, str], str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDECK_")}
+        env["PYTHONPATH"] = str(REPO)
+        return [sys.executable, "-m", "bench.pg_jobdeck", "consume"], env, str(REPO)
+
+    def enqueue_single(self, n: int) -> float:
+        enqueue = self.deck.enqueue
+        t0 = time.perf_counter()
+        for _ in range(n):
+            enqueue(NOOP)
+        return time.perf_counter() - t0
+
+    def enqueue_bulk(self, n: int, batch: int) -> float:
+        items = [{"type": NOOP} for _ in range(batch)]
+        t0 = time.perf_counter()
+        for _ in range(n // batch):
+            self.deck.enqueue_many(items)
+        return time.perf_counter() - t0
+
+    def enqueue_one(self, i: int) -> None:
+        self.deck.enqueue(NOOP, {"i": i})
+
+    def close(self) -> None:
+        if self.deck is not None:
+            self.deck.store.engine.dispose()
+        self._tmp.cleanup()
+
+
+def consume() -> None:
+    """One consumer process: the runtime ``jobdeck worker`` starts."""
+    from app.runtime import Runtime
+
+    workers = int(os.environ.get("BENCH_JOBDECK_WORKERS", "4"))
+    with tempfile.TemporaryDirectory(prefix="jobdeck-pg-worker-") as tmp:
+        deck = _deck(Path(tmp), workers, handler=lambda payload, ctx: pg_harness.report_start(payload.get("i")))
+        runtime = Runtime(deck)
+        pg_harness.wait_for_go()
+        runtime.start()
+        threading.Event().wait()  # until terminated
+
+
+if __name__ == "__main__":
+    sys.exit(pg_harness.main(Jobdeck, consume))
