@@ -256,7 +256,7 @@ class Finishing(Graph, Claiming):
         it started waiting"."""
         with self.write(urgent=True) as conn:
             params = {"worker": worker_id, "now": now() if callable(now) else now}
-            beaten = conn.execute(statements.heartbeat_held(), params).all()
+            beaten = conn.execute(statements.heartbeat_held(self.dialect), params).all()
             conn.execute(statements.heartbeat_worker(), params)
         return len(beaten), [job_id for job_id, requested_at in beaten if requested_at is not None]
 

@@ -207,15 +207,11 @@ def due_order(n_types: int | None, n_queues: int | None, n_excluded: int) -> lis
 def claim(n_types: int | None, n_queues: int | None, n_excluded: int) -> Prepared:
     """pending|failed (due) -> running, up to ``limit`` jobs in one statement.
     Values: worker, now, *types, *queues, *excluded queues, limit.
-
-    PostgreSQL takes the picked ids as one array (``id = ANY(ARRAY(...))``,
-    computed once), so the update finds each row by its primary key: given
-    ``id IN (subquery)`` on an analyzed table its planner hash-joined the
-    picked ids against a scan of the whole table, every claim."""
+    The dialects differ in how the update finds the picked rows (``_among``)."""
     picked = due(n_types, n_queues, n_excluded).limit(bindparam("limit", type_=Integer)).scalar_subquery()
     stmts = [
-        update(jobs).where(where).values(_claimed_values()).returning(*JOB_COLUMNS)
-        for where in (jobs.c.id == any_(func.array(picked)), jobs.c.id.in_(picked))
+        update(jobs).where(_among(picked, dialect)).values(_claimed_values()).returning(*JOB_COLUMNS)
+        for dialect in ("postgresql", "sqlite")
     ]
     return Prepared(stmts[0], ["worker", *due_order(n_types, n_queues, n_excluded), "limit"], stmts[1])
 
@@ -429,7 +425,16 @@ def heartbeat() -> Any:
     )
 
 
-def heartbeat_held() -> Any:
+def _among(picked: Any, dialect: str) -> ColumnElement[bool]:
+    """The job is one of the ids ``picked`` selects. PostgreSQL takes them
+    as one array computed once, so the update reaches each row by its
+    primary key: given ``id IN (subquery)`` on an analyzed table its planner
+    hash-joined the ids against a scan of the whole table."""
+    return jobs.c.id == any_(func.array(picked)) if dialect == "postgresql" else jobs.c.id.in_(picked)
+
+
+@lru_cache(maxsize=2)
+def heartbeat_held(dialect: str) -> Any:
     """Every job a worker holds; rows another transaction holds (an ack
     finishing them) are skipped, not waited for: waiting deadlocked with an
     ack batch locking the same rows in another order. Returns (id,
@@ -439,7 +444,7 @@ def heartbeat_held() -> Any:
     held = select(jobs.c.id).where(jobs.c.worker_id == bindparam("worker"), in_states(Transition.HEARTBEAT))
     return (
         update(jobs)
-        .where(jobs.c.id.in_(held.with_for_update(skip_locked=True).scalar_subquery()))
+        .where(_among(held.with_for_update(skip_locked=True).scalar_subquery(), dialect))
         .values(heartbeat_at=NOW)
         .returning(jobs.c.id, jobs.c.cancel_requested_at)
     )
