@@ -38,7 +38,7 @@ def make_engine(url: str, *, synchronous: str = "FULL", pool_size: int = 10, bus
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(url, synchronous, pool_size, busy_timeout)
-    return create_engine(
+    engine = create_engine(
         url,
         pool_size=pool_size,
         max_overflow=pool_size,
@@ -48,6 +48,18 @@ def make_engine(url: str, *, synchronous: str = "FULL", pool_size: int = 10, bus
         # connect forever: the pool's retries and its shutdown need an end.
         connect_args={"connect_timeout": 5},
     )
+
+    @event.listens_for(engine, "connect")
+    def _utc_session(dbapi_conn: Any, _record: Any) -> None:
+        # Times come back in the session's zone: in UTC, a row the claim
+        # reads at driver level (``app.store.claim``) holds the same aware
+        # UTC times that Core's ``UTCDateTime`` gives, whatever the server's TimeZone.
+        autocommit = dbapi_conn.autocommit
+        dbapi_conn.autocommit = True
+        dbapi_conn.execute("SET TIME ZONE 'UTC'")
+        dbapi_conn.autocommit = autocommit
+
+    return engine
 
 
 def _sqlite_engine(url: str, synchronous: str, pool_size: int, busy_timeout: float = 30.0) -> Engine:

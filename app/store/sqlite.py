@@ -114,15 +114,22 @@ class Prepared:
     def sqlite(self) -> Compiled:
         return Compiled(self._for_sqlite, self.order)
 
+    @cached_property
+    def postgres(self) -> Compiled:
+        """The statement as psycopg text, for the claim's driver-level path."""
+        from sqlalchemy.dialects.postgresql.psycopg import dialect
+
+        return Compiled(self.stmt, self.order, dialect(paramstyle="format"))  # type: ignore[no-untyped-call]
+
 
 class Compiled:
-    """A Core statement as SQLite text, compiled once, and how to lay out
-    its positional parameters from the caller's values (given in ``order``):
-    a value used twice in the text is given once, and constants the
-    statement carries (a target state, say) are appended here."""
+    """A Core statement as SQLite (or psycopg) text, compiled once, and how
+    to lay out its positional parameters from the caller's values (given in
+    ``order``): a value used twice in the text is given once, and constants
+    the statement carries (a target state, say) are appended here."""
 
-    def __init__(self, stmt: Any, order: tuple[str, ...]) -> None:
-        compiled = stmt.compile(dialect=_DIALECT)
+    def __init__(self, stmt: Any, order: tuple[str, ...], dialect: Any = _DIALECT) -> None:
+        compiled = stmt.compile(dialect=dialect)
         self.text: str = compiled.string
         names: list[str] = list(compiled.positiontup or ())
         index = {name: i for i, name in enumerate(order)}

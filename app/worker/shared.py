@@ -65,8 +65,8 @@ class PoolShared:
     batch: int
     queues: list[str] | None
     max_abandoned_threads: int
-    _work: queue.Queue[JobRecord]
-    _acks: queue.Queue[Outcome]
+    _work: queue.SimpleQueue[JobRecord]
+    _acks: queue.SimpleQueue[Outcome]
     _lock: threading.Lock
     _running: dict[int, Slot]
     _inflight: int
