@@ -19,8 +19,10 @@ finish, and on its way out (a ``multiprocessing`` finalizer, which runs
 when the worker's serve loop returns) stops the runtime with
 ``shutdown_grace``: running jobs finish or are released. The supervisor
 waits ``shutdown_grace`` plus ``KILL_MARGIN`` seconds before it kills the
-worker. A second signal does not hurry the release as waitress's path
-does (granian's worker handles the signals itself).
+worker. A second signal is passed on too: the worker releases its
+running jobs at once, as with waitress (``app.shutdown``). The runtime's
+grace is counted from the first signal, so the whole stop fits in
+``shutdown_grace`` when the requests in progress end promptly.
 
 If the worker exits on its own (``exit_when_unhealthy``, or a crash), the
 supervisor exits non-zero, so a process supervisor restarts ``jobdeck serve``.
@@ -28,9 +30,15 @@ supervisor exits non-zero, so a process supervisor restarts ``jobdeck serve``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import multiprocessing
 import multiprocessing.util
+import os
+import signal
+import sys
+import time
 from functools import partial
 from typing import Any
 
@@ -52,13 +60,26 @@ def serve(config: Config) -> None:
     address cannot be bound."""
     from granian.constants import Interfaces
     from granian.http import HTTP1Settings
-    from granian.server import Server
+    from granian.server import MPServer
 
     from app.web.server import connection_limit
 
+    class Supervisor(MPServer):  # type: ignore[misc]
+        def signal_handler_interrupt(self, *args: Any, **kwargs: Any) -> None:
+            if self.interrupt_signal:  # a second signal: the worker releases its running jobs now
+                for worker in list(self.wrks):
+                    with contextlib.suppress(ProcessLookupError, AttributeError, TypeError):
+                        os.kill(worker.inner.pid, signal.SIGTERM)
+                return
+            deadline.value = time.monotonic() + config.shutdown_grace
+            super().signal_handler_interrupt(*args, **kwargs)
+
+    deadline = multiprocessing.Value("d", 0.0, lock=False)
+    """When the runtime's grace ends, counted from the first signal (a
+    monotonic time, the same clock in both processes)."""
     connection_limit(config)  # raises the open-file limit for the idle connections
     idle_ms = min(MAX_IDLE_SECONDS, max(1, math.ceil(config.http_channel_timeout))) * 1000
-    server = Server(
+    server = Supervisor(
         "jobdeck",  # a name only: ``_load`` builds the app
         address=config.host,
         port=config.port,
@@ -72,29 +93,60 @@ def serve(config: Config) -> None:
         respawn_failed_workers=False,
         workers_kill_timeout=math.ceil(config.shutdown_grace) + KILL_MARGIN,
     )
-    server.serve(target_loader=partial(_load, config), wrap_loader=True)
+    logging.getLogger("_granian").addFilter(_not_the_thread_warning)
+    server.serve(target_loader=partial(_load, config, deadline), wrap_loader=True)
 
 
-def _load(config: Config, _target: str) -> Any:
+def _load(config: Config, deadline: Any, _target: str) -> Any:
     """In the worker process: the app, with this process's runtime started
-    and its graceful stop registered for the worker's exit."""
+    and its graceful stop registered for the worker's exit. The worker
+    leaves the supervisor's process group, so a terminal's Ctrl-C reaches
+    the supervisor alone (which passes on the first and second signal), and
+    stops gracefully if the supervisor dies."""
     from app import create_app
     from app.runtime import Runtime
 
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
+    _stop_with_parent()
     app = create_app(config)
     runtime = Runtime.for_app(app)
     runtime.start()
-    multiprocessing.util.Finalize(runtime, _stop, args=(runtime, config.shutdown_grace), exitpriority=10)
+    multiprocessing.util.Finalize(runtime, _stop, args=(runtime, config.shutdown_grace, deadline), exitpriority=10)
     return app
 
 
-def _stop(runtime: Any, grace: float) -> None:
-    log.info("HTTP stopped; finishing running jobs (up to %g s)", grace)
-    runtime.stop(grace)
+def _stop(runtime: Any, grace: float, deadline: Any) -> None:
+    """The worker's serve loop returned (SIGTERM from the supervisor; HTTP
+    requests in progress have been answered): stop the runtime within what
+    is left of the grace. Another SIGTERM releases the running jobs now."""
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: runtime.hurry())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    left = deadline.value - time.monotonic() if deadline.value else grace
+    print("shutting down: finishing running jobs (signal again to release them now)", file=sys.stderr, flush=True)
+    runtime.stop(max(0.0, min(grace, left)))
     if runtime.exit_status:  # exit_when_unhealthy: the supervisor sees a worker exit non-zero
-        import os
-
         os._exit(runtime.exit_status)
+
+
+def _stop_with_parent() -> None:
+    """Linux: SIGTERM this process when its parent (the supervisor) dies,
+    so a killed ``jobdeck serve`` leaves no worker behind."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the supervisor died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _not_the_thread_warning(record: logging.LogRecord) -> bool:
+    """granian warns at every start that more than 2 x cores + 1 blocking
+    threads "seems quite high"; here they are chosen (``http_threads``)."""
+    return "Python threads" not in record.getMessage()
 
 
 def _granian_level() -> Any:

@@ -33,8 +33,8 @@ def _traffic(port: int, stop: threading.Event, answered: list[int]) -> None:
     """Keep-alive requests (health, an enqueue) until the server goes away."""
     body = json.dumps({"type": "demo.noop", "payload": {}})
     while not stop.is_set():
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
             while not stop.is_set():
                 conn.request("GET", "/api/health")
                 conn.getresponse().read()
@@ -44,6 +44,8 @@ def _traffic(port: int, stop: threading.Event, answered: list[int]) -> None:
         except (OSError, http.client.HTTPException):
             if stop.wait(0.01):  # the server is going away; try a new connection
                 return
+        finally:
+            conn.close()  # a connection the server dropped mid-request still holds its socket
 
 
 def test_sigterm_under_traffic_stops_the_server_every_time(tmp_path: Path) -> None:
