@@ -164,7 +164,9 @@ def http_server(db: Path, server: str, threads: int) -> Iterator[tuple[subproces
             _stop(proc)
 
 
-def http_enqueue(workdir: Path, seconds: int, runs: int, connections: int = 16, threads: int = 16) -> dict[str, Any]:
+def http_enqueue(
+    workdir: Path, seconds: int, runs: int, connections: int = 16, threads: int | None = None
+) -> dict[str, Any]:
     """wrk against GET /api/health and POST /api/jobs in the same server, for
     each of ``HTTP_SERVERS`` serving Jobdeck on SQLite (synchronous FULL)
     with its embedded pool running. The three servers run side by side and
@@ -177,6 +179,7 @@ def http_enqueue(workdir: Path, seconds: int, runs: int, connections: int = 16, 
         return {"skipped": "wrk not installed (apt-get install -y wrk)"}
     from app.config import Config
 
+    threads = threads or Config().http_threads
     rounds: dict[str, dict[str, list[dict[str, Any]]]] = {s: {"health": [], "enqueue": []} for s in HTTP_SERVERS}
     with contextlib_exit() as stack:
         ports = {}
@@ -378,3 +381,13 @@ def contextlib_exit() -> Any:
     import contextlib
 
     return contextlib.ExitStack()
+
+
+if __name__ == "__main__":  # python3 -m bench.serve_bench [seconds] [runs]: scenario 3 alone, as a table
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [int(a) for a in sys.argv[1:3]]
+        result = http_enqueue(Path(tmp), *(args + [5, 3][len(args) :]))
+    print(json.dumps(result, indent=1, default=str))
+    print_http_table(result)
