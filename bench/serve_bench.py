@@ -144,17 +144,21 @@ HTTP_SERVERS = ("waitress", "gunicorn", "granian")
 
 
 @contextmanager
-def http_server(db: Path, server: str, threads: int) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
-    """One server on ``db`` with its embedded pool running (the default
-    ``workers``) and ``threads`` request threads; yields (proc, port)."""
+def http_server(
+    db: Path, server: str, threads: int, workers: int | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """One server on ``db`` with its embedded pool running (``workers``
+    threads, by default the configured number; 0: no pool) and ``threads``
+    request threads; yields (proc, port)."""
+    pool = {} if workers is None else {"workers": workers}
     if server != "gunicorn":
-        with process(db, "serve", http_server=server, http_threads=threads) as running:
+        with process(db, "serve", http_server=server, http_threads=threads, **pool) as running:
             yield running
         return
     port = _free_port()
     args = [sys.executable, "-m", "gunicorn", "-k", "gthread", "-w", "1", f"--threads={threads}",
             f"--bind=127.0.0.1:{port}", "--log-level=warning", "app.wsgi:app"]  # fmt: skip
-    env = _env(db, bind=f"127.0.0.1:{port}", demo=1)
+    env = _env(db, bind=f"127.0.0.1:{port}", demo=1, **pool)
     with open(db.parent / f"gunicorn-{port}.log", "wb") as log:
         proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=log, stderr=log)
         try:
@@ -165,7 +169,12 @@ def http_server(db: Path, server: str, threads: int) -> Iterator[tuple[subproces
 
 
 def http_enqueue(
-    workdir: Path, seconds: int, runs: int, connections: int = 16, threads: int | None = None
+    workdir: Path,
+    seconds: int,
+    runs: int,
+    connections: int = 16,
+    threads: int | None = None,
+    workers: int | None = None,
 ) -> dict[str, Any]:
     """wrk against GET /api/health and POST /api/jobs in the same server, for
     each of ``HTTP_SERVERS`` serving Jobdeck on SQLite (synchronous FULL)
@@ -174,7 +183,8 @@ def http_enqueue(
     turn, ``runs`` rounds after a warm-up round), so a slow minute of the
     machine lands on all of them. Each figure is the median round; ``ratio``
     is POST/health within a server. The top-level ``health``, ``enqueue``
-    and ``ratio`` are those of ``jobdeck serve``'s default server."""
+    and ``ratio`` are those of ``jobdeck serve``'s default server.
+    ``workers=0`` measures the HTTP path without the pool beside it."""
     if not shutil.which("wrk"):
         return {"skipped": "wrk not installed (apt-get install -y wrk)"}
     from app.config import Config
@@ -185,7 +195,7 @@ def http_enqueue(
         ports = {}
         for server in HTTP_SERVERS:
             db = fresh_db(workdir, f"http-{server}.db")
-            ports[server] = stack.enter_context(http_server(db, server, threads))[1]
+            ports[server] = stack.enter_context(http_server(db, server, threads, workers))[1]
         for n in range(runs + 1):
             for server in HTTP_SERVERS:
                 for label, path, post in (("health", "/api/health", False), ("enqueue", "/api/jobs", True)):
@@ -193,7 +203,7 @@ def http_enqueue(
                     if n:  # round 0 warms every server up
                         rounds[server][label].append(result)
     out: dict[str, Any] = {"servers": {}, "default": Config().http_server, "connections": connections,
-                           "threads": threads}  # fmt: skip
+                           "threads": threads, "workers": Config().workers if workers is None else workers}  # fmt: skip
     for server, by_label in rounds.items():
         figures: dict[str, Any] = {}
         for label, results in by_label.items():
@@ -202,12 +212,14 @@ def http_enqueue(
         figures["ratio"] = figures["enqueue"]["rps"] / figures["health"]["rps"]
         out["servers"][server] = figures
     out.update(out["servers"][out["default"]])
+    print_http_table(out)  # what ``bench/run.py --only 3`` shows per server
     return out
 
 
 def print_http_table(result: dict[str, Any]) -> None:
     """The per-server table of ``http_enqueue``."""
-    print(f"| server ({result['threads']} threads, wrk {result['connections']} conns) | GET /api/health req/s "
+    print(f"| server ({result['threads']} threads, {result['workers']} pool threads, wrk {result['connections']} conns) "
+          "| GET /api/health req/s "
           "| POST /api/jobs req/s | POST p50 / p99 ms | POST/health | errors |")  # fmt: skip
     print("|---|---|---|---|---|---|")
     for server, f in result["servers"].items():
@@ -383,11 +395,11 @@ def contextlib_exit() -> Any:
     return contextlib.ExitStack()
 
 
-if __name__ == "__main__":  # python3 -m bench.serve_bench [seconds] [runs]: scenario 3 alone, as a table
+if __name__ == "__main__":  # python3 -m bench.serve_bench [seconds] [runs] [workers]: scenario 3 alone, as a table
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        args = [int(a) for a in sys.argv[1:3]]
-        result = http_enqueue(Path(tmp), *(args + [5, 3][len(args) :]))
+        args = [int(a) for a in sys.argv[1:4]]
+        seconds, runs = (args + [5, 3][len(args) :])[:2]
+        result = http_enqueue(Path(tmp), seconds, runs, workers=args[2] if len(args) > 2 else None)
     print(json.dumps(result, indent=1, default=str))
-    print_http_table(result)
