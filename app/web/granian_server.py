@@ -64,7 +64,7 @@ def serve(config: Config) -> None:
 
     from app.web.server import connection_limit
 
-    class Supervisor(MPServer):  # type: ignore[misc]
+    class Supervisor(MPServer):
         def signal_handler_interrupt(self, *args: Any, **kwargs: Any) -> None:
             if self.interrupt_signal:  # a second signal: the worker releases its running jobs now
                 for worker in list(self.wrks):
@@ -72,7 +72,7 @@ def serve(config: Config) -> None:
                         os.kill(worker.inner.pid, signal.SIGTERM)
                 return
             deadline.value = time.monotonic() + config.shutdown_grace
-            super().signal_handler_interrupt(*args, **kwargs)
+            super().signal_handler_interrupt(*args, **kwargs)  # type: ignore[no-untyped-call]
 
     deadline = multiprocessing.Value("d", 0.0, lock=False)
     """When the runtime's grace ends, counted from the first signal (a
