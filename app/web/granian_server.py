@@ -24,8 +24,9 @@ running jobs at once, as with waitress (``app.shutdown``). The runtime's
 grace is counted from the first signal, so the whole stop fits in
 ``shutdown_grace`` when the requests in progress end promptly.
 
-If the worker exits on its own (``exit_when_unhealthy``, or a crash), the
-supervisor exits non-zero, so a process supervisor restarts ``jobdeck serve``.
+If the worker exits on its own, the supervisor exits non-zero, so a process
+supervisor restarts ``jobdeck serve``: 3 as with waitress when the worker
+stopped itself as unhealthy (``exit_when_unhealthy``), 1 after a crash.
 """
 
 from __future__ import annotations
@@ -73,6 +74,13 @@ def serve(config: Config) -> None:
                 return
             deadline.value = time.monotonic() + config.shutdown_grace
             super().signal_handler_interrupt(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+        def shutdown(self, exit_code: int = 0) -> None:
+            from app.runtime import EXIT_UNHEALTHY
+
+            if any(getattr(w.inner, "exitcode", None) == EXIT_UNHEALTHY for w in self.wrks):
+                exit_code = EXIT_UNHEALTHY  # the worker stopped itself (exit_when_unhealthy): so does serve
+            super().shutdown(exit_code)  # type: ignore[no-untyped-call]
 
     deadline = multiprocessing.Value("d", 0.0, lock=False)
     """When the runtime's grace ends, counted from the first signal (a
