@@ -187,11 +187,12 @@ def _serve_granian(app: Any, config: Config) -> None:
     except ImportError:
         raise click.ClickException("http_server granian: granian is not installed (pip install granian)") from None
     app.extensions["jobdeck"].store.engine.dispose()
-    click.echo(f"Jobdeck serving on http://{config.bind} (granian) with {config.workers} workers", err=True)
     try:
-        granian_server.serve(config)
-    except OSError as exc:
+        granian_server.check_bindable(config)
+    except OSError as exc:  # the port is taken, or the address is not this host's
         raise click.ClickException(f"bind: cannot listen on {config.bind}: {exc.strerror or exc}") from None
+    click.echo(f"Jobdeck serving on http://{config.bind} (granian) with {config.workers} workers", err=True)
+    granian_server.serve(config)
 
 
 def refuse_exposed(config: Config) -> None:

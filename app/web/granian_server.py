@@ -105,6 +105,18 @@ def serve(config: Config) -> None:
     server.serve(target_loader=partial(_load, config, deadline), wrap_loader=True)
 
 
+def check_bindable(config: Config) -> None:
+    """Raise OSError if ``config.bind`` cannot be listened on (taken, or not
+    this host's address): granian reports that from Rust, as a traceback."""
+    import socket
+
+    for family, kind, proto, _, address in socket.getaddrinfo(config.host, config.port, type=socket.SOCK_STREAM):
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+        return
+
+
 def _load(config: Config, deadline: Any, _target: str) -> Any:
     """In the worker process: the app, with this process's runtime started
     and its graceful stop registered for the worker's exit. The worker
