@@ -57,8 +57,8 @@ MAX_IDLE_SECONDS = 60
 
 def serve(config: Config) -> None:
     """Serve until signalled; returns after a graceful stop. Raises
-    SystemExit (non-zero) if the worker exited on its own, OSError if the
-    address cannot be bound."""
+    SystemExit (non-zero) if the worker exited on its own. Call
+    ``check_bindable`` first: granian reports a failed bind as a traceback."""
     from granian.constants import Interfaces
     from granian.http import HTTP1Settings
     from granian.server import MPServer
