@@ -145,9 +145,9 @@ def main() -> None:
 def serve(demo: bool, bind: str | None, workers: int | None, http_server: str | None, log_level: str) -> None:
     """Serve the dashboard and API with embedded workers and the scheduler.
 
-    SIGTERM or Ctrl-C stops it within shutdown_grace seconds; with waitress
-    a second one releases the running jobs at once (see app/shutdown.py,
-    and app/web/granian_server.py for granian)."""
+    SIGTERM or Ctrl-C stops it within shutdown_grace seconds; a second one
+    releases the running jobs at once (see app/web/granian_server.py, and
+    app/shutdown.py for waitress)."""
     from app.runtime import Runtime
     from app.shutdown import ShutdownSignals
     from app.web.server import HttpServer
@@ -185,7 +185,9 @@ def _serve_granian(app: Any, config: Config) -> None:
     try:
         import granian  # noqa: F401
     except ImportError:
-        raise click.ClickException("http_server granian: granian is not installed (pip install granian)") from None
+        raise click.ClickException(
+            "http_server granian: granian is not installed (pip install granian, or --server waitress)"
+        ) from None
     app.extensions["jobdeck"].store.engine.dispose()
     try:
         granian_server.check_bindable(config)
