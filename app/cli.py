@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from app.config import Config, ConfigError, load
+from app.config import HTTP_SERVERS, Config, ConfigError, load
 from app.states import ALL_STATES, CLAIMABLE, SOURCES, State, Transition
 from app.structured_logs import use_log_format
 
@@ -135,21 +135,31 @@ def main() -> None:
 @click.option("--demo", is_flag=True, help="Register the demo job types.")
 @click.option("--bind", help="HOST:PORT (default 127.0.0.1:8000).")
 @click.option("--workers", type=int, help="Embedded worker threads (0: none).")
+@click.option(
+    "--server",
+    "http_server",
+    type=click.Choice(HTTP_SERVERS),
+    help="The HTTP server (setting http_server; default granian, waitress the pure-Python fallback).",
+)
 @click.option("--log-level", default="info", show_default=True)
-def serve(demo: bool, bind: str | None, workers: int | None, log_level: str) -> None:
+def serve(demo: bool, bind: str | None, workers: int | None, http_server: str | None, log_level: str) -> None:
     """Serve the dashboard and API with embedded workers and the scheduler.
 
     SIGTERM or Ctrl-C stops it within shutdown_grace seconds; a second one
-    releases the running jobs at once (see app/shutdown.py)."""
+    releases the running jobs at once (see app/web/granian_server.py, and
+    app/shutdown.py for waitress)."""
     from app.runtime import Runtime
     from app.shutdown import ShutdownSignals
     from app.web.server import HttpServer
 
     _logging(log_level)
-    config = _config(demo, bind=bind, workers=workers)
+    config = _config(demo, bind=bind, workers=workers, http_server=http_server)
     use_log_format(config.log_format)
     refuse_exposed(config)
     app = _app(config)
+    if config.http_server == "granian":
+        _serve_granian(app, config)
+        return
     runtime = Runtime.for_app(app)
     try:
         server = HttpServer(app, config)
@@ -163,6 +173,28 @@ def serve(demo: bool, bind: str | None, workers: int | None, log_level: str) -> 
     _stop_on_signals(runtime, signals, config, server.stop)
     if runtime.exit_status:  # exit_when_unhealthy: a supervisor restarts us
         sys.exit(runtime.exit_status)
+
+
+def _serve_granian(app: Any, config: Config) -> None:
+    """granian's supervisor in this process, the app and runtime in its one
+    worker process (``app.web.granian_server``). The app built here has
+    checked the configuration and migrated the database; its connections
+    are closed before the worker is forked."""
+    from app.web import granian_server
+
+    try:
+        import granian  # noqa: F401
+    except ImportError:
+        raise click.ClickException(
+            "http_server granian: granian is not installed (pip install granian, or --server waitress)"
+        ) from None
+    app.extensions["jobdeck"].store.engine.dispose()
+    try:
+        granian_server.check_bindable(config)
+    except OSError as exc:  # the port is taken, or the address is not this host's
+        raise click.ClickException(f"bind: cannot listen on {config.bind}: {exc.strerror or exc}") from None
+    click.echo(f"Jobdeck serving on http://{config.bind} (granian) with {config.workers} workers", err=True)
+    granian_server.serve(config)
 
 
 def refuse_exposed(config: Config) -> None:

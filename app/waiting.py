@@ -270,6 +270,11 @@ def for_deck(deck: Jobdeck, now: datetime) -> WaitingReasons:
     """Reasons on ``deck`` as of ``now``: the paused queues from the queue
     controls' cached set (what the claim itself skips), the limits from
     config, the rest from ``app.store.waiting``."""
+    return WaitingReasons(situation_loader(deck, now))
+
+
+def situation_loader(deck: Jobdeck, now: datetime) -> Callable[[], Situation]:
+    """The reads of ``for_deck``, not made yet."""
 
     def load() -> Situation:
         local = frozenset(deck.registry.names())
@@ -289,4 +294,4 @@ def for_deck(deck: Jobdeck, now: datetime) -> WaitingReasons:
 
         return replace(found, flow_held=waiting_check(deck.queues.flow_claim, deck.store, now))
 
-    return WaitingReasons(load)
+    return load

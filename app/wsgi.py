@@ -4,10 +4,16 @@ checkout also ``gunicorn wsgi:app``).
 Refuses to start exposed without credentials, exactly as ``jobdeck serve``
 does (``app.web.exposure``; set ``JOBDECK_BIND`` to the address the server
 listens on), then builds the app and starts this process's runtime (workers
-and scheduler) once; ``jobdeck serve`` does the same with waitress.
+and scheduler) once; ``jobdeck serve`` does the same with granian or waitress.
+
+The runtime stops (gracefully, within ``shutdown_grace``) when the process
+exits: through ``atexit`` under gunicorn, and through a ``multiprocessing``
+finalizer in a worker that ``multiprocessing`` started and that skips
+``atexit`` (``granian --interface wsgi app.wsgi:app``).
 """
 
 import atexit
+import multiprocessing.util
 
 from app import create_app
 from app.config import load
@@ -24,3 +30,4 @@ app = create_app(config)
 runtime = Runtime.for_app(app)
 runtime.start()
 atexit.register(runtime.stop)
+multiprocessing.util.Finalize(runtime, runtime.stop, exitpriority=10)

@@ -53,25 +53,10 @@ def process(
         proc = subprocess.Popen(args, cwd=REPO, env=_env(db, config, **settings), stdout=log, stderr=log)
         try:
             if command == "serve":
-                deadline = time.monotonic() + 30
-                while True:
-                    try:
-                        if get(port, "/api/health")[0] == 200:
-                            break
-                    except OSError:
-                        pass
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError(
-                            f"serve did not start: {(db.parent / f'serve-{port}.log').read_text()[-2000:]}"
-                        )
-                    time.sleep(0.05)
+                _wait_healthy(proc, port, db.parent / f"serve-{port}.log")
             yield proc, port
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            _stop(proc)
 
 
 def get(port: int, path: str, conn: http.client.HTTPConnection | None = None) -> tuple[int, bytes]:
@@ -152,23 +137,118 @@ def _wrk(port: int, path: str, seconds: int, connections: int, post: bool) -> di
     }  # fmt: skip
 
 
+HTTP_SERVERS = ("waitress", "gunicorn", "granian")
+"""The production servers scenario 3 compares: ``jobdeck serve`` with
+``http_server`` waitress or granian, and gunicorn's ``gthread`` worker on
+``app.wsgi`` (one worker process: one pool and scheduler)."""
+
+
+@contextmanager
+def http_server(
+    db: Path, server: str, threads: int, workers: int | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """One server on ``db`` with its embedded pool running (``workers``
+    threads, by default the configured number; 0: no pool) and ``threads``
+    request threads; yields (proc, port)."""
+    pool = {} if workers is None else {"workers": workers}
+    if server != "gunicorn":
+        with process(db, "serve", http_server=server, http_threads=threads, **pool) as running:
+            yield running
+        return
+    port = _free_port()
+    args = [sys.executable, "-m", "gunicorn", "-k", "gthread", "-w", "1", f"--threads={threads}",
+            f"--bind=127.0.0.1:{port}", "--log-level=warning", "app.wsgi:app"]  # fmt: skip
+    env = _env(db, bind=f"127.0.0.1:{port}", demo=1, **pool)
+    with open(db.parent / f"gunicorn-{port}.log", "wb") as log:
+        proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=log, stderr=log)
+        try:
+            _wait_healthy(proc, port, db.parent / f"gunicorn-{port}.log")
+            yield proc, port
+        finally:
+            _stop(proc)
+
+
 def http_enqueue(
-    workdir: Path, seconds: int, runs: int, connections: int = 16, synchronous: str = "FULL"
+    workdir: Path,
+    seconds: int,
+    runs: int,
+    connections: int = 16,
+    threads: int | None = None,
+    workers: int | None = None,
 ) -> dict[str, Any]:
-    """wrk against GET /api/health and POST /api/jobs in the same server
-    (workers 0: the HTTP path alone). Median of ``runs`` after a warm-up."""
+    """wrk against GET /api/health and POST /api/jobs in the same server, for
+    each of ``HTTP_SERVERS`` serving Jobdeck on SQLite (synchronous FULL)
+    with its embedded pool running. The three servers run side by side and
+    are measured in interleaved rounds (health then POST on each server in
+    turn, ``runs`` rounds after a warm-up round), so a slow minute of the
+    machine lands on all of them. Each figure is the median round; ``ratio``
+    is POST/health within a server. The top-level ``health``, ``enqueue``
+    and ``ratio`` are those of ``jobdeck serve``'s default server.
+    ``workers=0`` measures the HTTP path without the pool beside it."""
     if not shutil.which("wrk"):
         return {"skipped": "wrk not installed (apt-get install -y wrk)"}
-    db = fresh_db(workdir, "http.db")
-    out: dict[str, Any] = {}
-    with process(db, "serve", workers=0, sqlite_synchronous=synchronous) as (_, port):
-        for label, path, post in (("health", "/api/health", False), ("enqueue", "/api/jobs", True)):
-            _wrk(port, path, 1, connections, post)
-            results = [_wrk(port, path, seconds, connections, post) for _ in range(runs)]
-            results.sort(key=lambda r: r["rps"])
-            out[label] = dict(results[len(results) // 2], runs=[r["rps"] for r in results])
-    out["ratio"] = out["enqueue"]["rps"] / out["health"]["rps"]
+    from app.config import Config
+
+    threads = threads or Config().http_threads
+    rounds: dict[str, dict[str, list[dict[str, Any]]]] = {s: {"health": [], "enqueue": []} for s in HTTP_SERVERS}
+    with contextlib_exit() as stack:
+        ports = {}
+        for server in HTTP_SERVERS:
+            db = fresh_db(workdir, f"http-{server}.db")
+            ports[server] = stack.enter_context(http_server(db, server, threads, workers))[1]
+        for n in range(runs + 1):
+            for server in HTTP_SERVERS:
+                for label, path, post in (("health", "/api/health", False), ("enqueue", "/api/jobs", True)):
+                    result = _wrk(ports[server], path, 1 if n == 0 else seconds, connections, post)
+                    if n:  # round 0 warms every server up
+                        rounds[server][label].append(result)
+    out: dict[str, Any] = {"servers": {}, "default": Config().http_server, "connections": connections,
+                           "threads": threads, "workers": Config().workers if workers is None else workers}  # fmt: skip
+    for server, by_label in rounds.items():
+        figures: dict[str, Any] = {}
+        for label, results in by_label.items():
+            ordered = sorted(results, key=lambda r: r["rps"])
+            figures[label] = dict(ordered[len(ordered) // 2], runs=[r["rps"] for r in results])
+        figures["ratio"] = figures["enqueue"]["rps"] / figures["health"]["rps"]
+        out["servers"][server] = figures
+    out.update(out["servers"][out["default"]])
+    print_http_table(out)  # what ``bench/run.py --only 3`` shows per server
     return out
+
+
+def print_http_table(result: dict[str, Any]) -> None:
+    """The per-server table of ``http_enqueue``."""
+    print(f"| server ({result['threads']} threads, {result['workers']} pool threads, wrk {result['connections']} conns) "
+          "| GET /api/health req/s "
+          "| POST /api/jobs req/s | POST p50 / p99 ms | POST/health | errors |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
+    for server, f in result["servers"].items():
+        h, e = f["health"], f["enqueue"]
+        mark = " (default)" if server == result["default"] else ""
+        print(f"| {server}{mark} | {h['rps']:,.0f} | {e['rps']:,.0f} | {e['p50_ms']:.1f} / {e['p99_ms']:.1f} "
+              f"| {f['ratio']:.0%} | {h['errors'] + e['errors']} |")  # fmt: skip
+
+
+def _wait_healthy(proc: subprocess.Popen[bytes], port: int, log: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if get(port, "/api/health")[0] == 200:
+                return
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the server did not start: {log.read_text()[-2000:]}")
+        time.sleep(0.05)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _wait_started(conn: sqlite3.Connection, job_id: int, timeout: float = 10) -> str:
@@ -313,3 +393,13 @@ def contextlib_exit() -> Any:
     import contextlib
 
     return contextlib.ExitStack()
+
+
+if __name__ == "__main__":  # python3 -m bench.serve_bench [seconds] [runs] [workers]: scenario 3 alone, as a table
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [int(a) for a in sys.argv[1:4]]
+        seconds, runs = (args + [5, 3][len(args) :])[:2]
+        result = http_enqueue(Path(tmp), seconds, runs, workers=args[2] if len(args) > 2 else None)
+    print(json.dumps(result, indent=1, default=str))

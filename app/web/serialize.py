@@ -3,6 +3,10 @@ by the API and the dashboard, with every time written by ``iso``."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,7 +16,7 @@ from app.states import priority_label
 from app.store import AttemptRecord, JobRecord
 from app.store.artifacts import ArtifactInfo
 from app.store.graph import BatchRecord, WorkflowGraph, WorkflowRecord
-from app.waiting import WaitingReasons, for_deck
+from app.waiting import Situation, WaitingReasons, for_deck, situation_loader
 
 
 def iso(value: datetime | None) -> str | None:
@@ -145,6 +149,51 @@ def batch_json(batch: BatchRecord) -> dict[str, Any]:
         "fired_at": iso(batch.fired_at),
         "outcome": batch.outcome,
     }
+
+
+class SharedRead:
+    """One "why is it waiting?" read (``app.waiting.situation_loader``) for
+    every enqueue answer that asks while it is in flight (a single flight).
+
+    Each answer to ``POST /api/jobs`` reads the running jobs and the live
+    pools once, in a read transaction of its own: under 16 concurrent
+    enqueues that read was a quarter of the server's busy time (each SQLite
+    call gives up and takes back the GIL). The reads do not depend on the
+    job being answered, so concurrent answers share one; an answer alone
+    reads alone, as before. A shared read is at most one read's duration
+    older than the answer's own would have been, and takes the answer's
+    own ``now`` (a job due now is never called scheduled)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._flight: Future[Situation] | None = None
+
+    def reasons(self, load: Callable[[], Situation], now: datetime) -> WaitingReasons:
+        return WaitingReasons(lambda: self._situation(load, now))
+
+    def _situation(self, load: Callable[[], Situation], now: datetime) -> Situation:
+        with self._lock:
+            flight = self._flight
+            leading = flight is None
+            if flight is None:
+                flight = self._flight = Future()
+        if leading:
+            try:
+                flight.set_result(load())
+            except BaseException as exc:  # the followers raise it too
+                flight.set_exception(exc)
+            finally:
+                with self._lock:
+                    self._flight = None
+        return replace(flight.result(), now=now)
+
+
+def enqueue_waiting(now: datetime) -> None:
+    """Make this request's waiting reasons (``request_waiting``) share their
+    read with the concurrent enqueue answers (``SharedRead``)."""
+    deck = current_app.extensions["jobdeck"]
+    shared: SharedRead = current_app.extensions.setdefault("jobdeck.enqueue_waiting", SharedRead())
+    g.jobdeck_waiting = shared.reasons(situation_loader(deck, now), now)
 
 
 def request_waiting() -> WaitingReasons | None:

@@ -56,9 +56,10 @@ class JobdeckProcess:
         *,
         name: str = "jobdeck",
         preexec_fn: Callable[[], None] | None = None,
+        log_level: str = "warning",
     ) -> None:
         self.port = free_port()
-        args = [command, "--log-level", "warning"]
+        args = [command, "--log-level", log_level]
         if command == "serve":
             args += ["--bind", f"127.0.0.1:{self.port}"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDECK_")}

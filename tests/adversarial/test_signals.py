@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from app.config import HTTP_SERVERS
 from app.states import State
 from app.store import NewJob, Store
 from app.store.engine import make_engine
@@ -33,8 +34,8 @@ def _traffic(port: int, stop: threading.Event, answered: list[int]) -> None:
     """Keep-alive requests (health, an enqueue) until the server goes away."""
     body = json.dumps({"type": "demo.noop", "payload": {}})
     while not stop.is_set():
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
             while not stop.is_set():
                 conn.request("GET", "/api/health")
                 conn.getresponse().read()
@@ -44,10 +45,13 @@ def _traffic(port: int, stop: threading.Event, answered: list[int]) -> None:
         except (OSError, http.client.HTTPException):
             if stop.wait(0.01):  # the server is going away; try a new connection
                 return
+        finally:
+            conn.close()  # a connection the server dropped mid-request still holds its socket
 
 
-def test_sigterm_under_traffic_stops_the_server_every_time(tmp_path: Path) -> None:
-    config = write_config(tmp_path, shutdown_grace=GRACE, http_threads=4)
+@pytest.mark.parametrize("http_server", HTTP_SERVERS)
+def test_sigterm_under_traffic_stops_the_server_every_time(tmp_path: Path, http_server: str) -> None:
+    config = write_config(tmp_path, shutdown_grace=GRACE, http_threads=4, http_server=http_server)
     took: list[float] = []
     for n in range(ROUNDS):
         server = JobdeckProcess(tmp_path, config, name=f"serve{n}")
@@ -74,17 +78,21 @@ def test_sigterm_under_traffic_stops_the_server_every_time(tmp_path: Path) -> No
             for c in clients:
                 if c.is_alive():
                     c.join(timeout=10)
-    print(f"\nSIGTERM under traffic, {ROUNDS} rounds: all exit 0, slowest stop {max(took):.2f} s (grace {GRACE} s)")
+    print(
+        f"\n{server}: SIGTERM under traffic, {ROUNDS} rounds: all exit 0, slowest stop {max(took):.2f} s (grace {GRACE} s)"
+    )
 
 
 @pytest.mark.parametrize(
-    ("command", "second"),
-    [("serve", signal.SIGINT), ("worker", signal.SIGTERM)],
-    ids=["serve-sigint", "worker-sigterm"],
+    ("command", "second", "server"),
+    [("serve", signal.SIGINT, "granian"), ("serve", signal.SIGINT, "waitress"), ("worker", signal.SIGTERM, "granian")],
+    ids=["serve-sigint", "serve-waitress-sigint", "worker-sigterm"],
 )
-def test_a_second_signal_releases_the_running_job_at_once(tmp_path: Path, command: str, second: int) -> None:
+def test_a_second_signal_releases_the_running_job_at_once(
+    tmp_path: Path, command: str, second: int, server: str
+) -> None:
     grace = 60.0  # without the second signal the stop would wait this long for the job
-    config = write_config(tmp_path, shutdown_grace=grace, workers=1)
+    config = write_config(tmp_path, shutdown_grace=grace, workers=1, http_server=server)
     url = f"sqlite:///{tmp_path / 'jobdeck.db'}"
     proc = JobdeckProcess(tmp_path, config, command)
     engine = make_engine(url, pool_size=2)
@@ -117,7 +125,7 @@ def test_a_second_signal_releases_the_running_job_at_once(tmp_path: Path, comman
         assert [tuple(r) for r in rows] == [(1, "interrupted", "interrupted by shutdown")]
         assert attempt == 1, "the interrupted attempt stays counted; the next run is attempt 2"
         print(
-            f"\n{command}: second signal -> exit 0 in {seconds:.2f} s, job {job_id} pending with an interrupted attempt"
+            f"\n{command} ({server}): second signal -> exit 0 in {seconds:.2f} s, job {job_id} pending with an interrupted attempt"
         )
     finally:
         proc.kill()

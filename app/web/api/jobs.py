@@ -20,7 +20,7 @@ from app.store.reads import record_action
 from app.store.upkeep import HEALTH_WINDOWS, type_health
 from app.validation import INT64_MAX, MAX_SEARCH_CHARS, check_text, loads, parse_int, parse_time
 from app.web.guard import authenticate
-from app.web.serialize import iso, job_json
+from app.web.serialize import enqueue_waiting, iso, job_json
 
 bp = Blueprint("api", __name__, url_prefix="/api")
 
@@ -125,6 +125,7 @@ def enqueue() -> Any:
     now = deck.clock()
     new = deck.new_job(_body(), now)
     enqueued = deck.store.enqueue(new, now)
+    enqueue_waiting(deck.clock())
     data = job_json(enqueued.job, now)
     if enqueued.duplicate:
         data.update(duplicate=True, replaced=enqueued.changed)

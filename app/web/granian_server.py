@@ -1,0 +1,179 @@
+"""granian (a Rust HTTP server with a WSGI interface) as ``jobdeck serve``
+runs it when ``http_server = "granian"``.
+
+granian reads, parses and writes HTTP in Rust, outside the GIL; only the
+WSGI call itself runs Python, on ``http_threads`` blocking threads. Idle
+connections are tokio tasks: they hold no thread, and a connection that
+sends no request for ``http_channel_timeout`` seconds (at most 60, granian's
+limit) is closed.
+
+Processes: this process is granian's supervisor. It binds the socket and
+forks exactly one worker process, which builds the app and starts the
+runtime (worker pool and scheduler) once, in ``_load``; the supervisor
+never starts one, so there is one pool per ``jobdeck serve`` as with
+waitress. granian has no reloader here.
+
+Stopping: SIGTERM or Ctrl-C reaches the supervisor, which passes SIGTERM
+to the worker. The worker stops accepting, lets the requests in progress
+finish, and on its way out (a ``multiprocessing`` finalizer, which runs
+when the worker's serve loop returns) stops the runtime with
+``shutdown_grace``: running jobs finish or are released. The supervisor
+waits ``shutdown_grace`` plus ``KILL_MARGIN`` seconds before it kills the
+worker. A second signal is passed on too: the worker releases its
+running jobs at once, as with waitress (``app.shutdown``). The runtime's
+grace is counted from the first signal, so the whole stop fits in
+``shutdown_grace`` when the requests in progress end promptly.
+
+If the worker exits on its own, the supervisor exits non-zero, so a process
+supervisor restarts ``jobdeck serve``: 3 as with waitress when the worker
+stopped itself as unhealthy (``exit_when_unhealthy``), 1 after a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import multiprocessing
+import multiprocessing.util
+import os
+import signal
+import sys
+import time
+from functools import partial
+from typing import Any
+
+from app.config import Config
+
+log = logging.getLogger("jobdeck.http")
+
+KILL_MARGIN = 10
+"""Seconds the supervisor gives the worker beyond ``shutdown_grace``
+(the HTTP drain, stopping the scheduler) before it kills it."""
+
+MAX_IDLE_SECONDS = 60
+"""granian's upper bound on its header read timeout (60,000 ms)."""
+
+
+def serve(config: Config) -> None:
+    """Serve until signalled; returns after a graceful stop. Raises
+    SystemExit (non-zero) if the worker exited on its own. Call
+    ``check_bindable`` first: granian reports a failed bind as a traceback."""
+    from granian.constants import Interfaces
+    from granian.http import HTTP1Settings
+    from granian.server import MPServer
+
+    from app.web.server import connection_limit
+
+    class Supervisor(MPServer):
+        def signal_handler_interrupt(self, *args: Any, **kwargs: Any) -> None:
+            if self.interrupt_signal:  # a second signal: the worker releases its running jobs now
+                for worker in list(self.wrks):
+                    with contextlib.suppress(ProcessLookupError, AttributeError, TypeError):
+                        os.kill(worker.inner.pid, signal.SIGTERM)
+                return
+            deadline.value = time.monotonic() + config.shutdown_grace
+            super().signal_handler_interrupt(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+        def shutdown(self, exit_code: int = 0) -> None:
+            from app.runtime import EXIT_UNHEALTHY
+
+            if any(getattr(w.inner, "exitcode", None) == EXIT_UNHEALTHY for w in self.wrks):
+                exit_code = EXIT_UNHEALTHY  # the worker stopped itself (exit_when_unhealthy): so does serve
+            super().shutdown(exit_code)  # type: ignore[no-untyped-call]
+
+    deadline = multiprocessing.Value("d", 0.0, lock=False)
+    """When the runtime's grace ends, counted from the first signal (a
+    monotonic time, the same clock in both processes)."""
+    connection_limit(config)  # raises the open-file limit for the idle connections
+    idle_ms = min(MAX_IDLE_SECONDS, max(1, math.ceil(config.http_channel_timeout))) * 1000
+    server = Supervisor(
+        "jobdeck",  # a name only: ``_load`` builds the app
+        address=config.host,
+        port=config.port,
+        interface=Interfaces.WSGI,
+        workers=1,
+        blocking_threads=config.http_threads,
+        http1_settings=HTTP1Settings(header_read_timeout=idle_ms),
+        websockets=False,
+        log_enabled=True,
+        log_level=_granian_level(),
+        respawn_failed_workers=False,
+        workers_kill_timeout=math.ceil(config.shutdown_grace) + KILL_MARGIN,
+    )
+    logging.getLogger("_granian").addFilter(_not_the_thread_warning)
+    server.serve(target_loader=partial(_load, config, deadline), wrap_loader=True)
+
+
+def check_bindable(config: Config) -> None:
+    """Raise OSError if ``config.bind`` cannot be listened on (taken, or not
+    this host's address): granian reports that from Rust, as a traceback."""
+    import socket
+
+    for family, kind, proto, _, address in socket.getaddrinfo(config.host, config.port, type=socket.SOCK_STREAM):
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+        return
+
+
+def _load(config: Config, deadline: Any, _target: str) -> Any:
+    """In the worker process: the app, with this process's runtime started
+    and its graceful stop registered for the worker's exit. The worker
+    leaves the supervisor's process group, so a terminal's Ctrl-C reaches
+    the supervisor alone (which passes on the first and second signal), and
+    stops gracefully if the supervisor dies."""
+    from app import create_app
+    from app.runtime import Runtime
+
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
+    _stop_with_parent()
+    app = create_app(config)
+    runtime = Runtime.for_app(app)
+    runtime.start()
+    multiprocessing.util.Finalize(runtime, _stop, args=(runtime, config.shutdown_grace, deadline), exitpriority=10)
+    return app
+
+
+def _stop(runtime: Any, grace: float, deadline: Any) -> None:
+    """The worker's serve loop returned (SIGTERM from the supervisor; HTTP
+    requests in progress have been answered): stop the runtime within what
+    is left of the grace. Another SIGTERM releases the running jobs now."""
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: runtime.hurry())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    left = deadline.value - time.monotonic() if deadline.value else grace
+    print("shutting down: finishing running jobs (signal again to release them now)", file=sys.stderr, flush=True)
+    runtime.stop(max(0.0, min(grace, left)))
+    if runtime.exit_status:  # exit_when_unhealthy: the supervisor sees a worker exit non-zero
+        os._exit(runtime.exit_status)
+
+
+def _stop_with_parent() -> None:
+    """Linux: SIGTERM this process when its parent (the supervisor) dies,
+    so a killed ``jobdeck serve`` leaves no worker behind."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the supervisor died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _not_the_thread_warning(record: logging.LogRecord) -> bool:
+    """granian warns at every start that more than 2 x cores + 1 blocking
+    threads "seems quite high"; here they are chosen (``http_threads``)."""
+    return "Python threads" not in record.getMessage()
+
+
+def _granian_level() -> Any:
+    from granian.log import LogLevels
+
+    level = logging.getLogger().getEffectiveLevel()
+    for name in ("debug", "info", "warning", "error", "critical"):
+        if logging.getLevelName(name.upper()) >= level:
+            return LogLevels(name)
+    return LogLevels("critical")

@@ -1,0 +1,143 @@
+"""``jobdeck serve`` on each of its HTTP servers (``http_server``: granian,
+the default, and waitress, the pure-Python fallback), as real processes.
+
+- SIGTERM lets a running job finish inside ``shutdown_grace``, and the
+  process exits 0 with the pool's row marked stopped;
+- the pool and the scheduler start once per ``jobdeck serve``: with
+  granian in its one worker process, never in the supervisor;
+- a job still running at the end of the grace is released, not lost.
+
+The idle-connection property is ``test_server_limits.py`` and SIGTERM
+under traffic ``test_signals.py``, both run on each server.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from app.config import HTTP_SERVERS
+from app.states import State
+from app.store import NewJob, Store
+from app.store.engine import make_engine
+from app.store.models import workers
+from tests.adversarial.cli_process import JobdeckProcess, write_config
+from tests.conftest import wait_for
+
+
+def _store(tmp_path: Path) -> Store:
+    return Store(make_engine(f"sqlite:///{tmp_path / 'jobdeck.db'}", pool_size=2))
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(p) for p in (task / "children").read_text().split()]
+    return found
+
+
+def _gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie nobody reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _pools(store: Store) -> list[tuple[str, int, datetime | None]]:
+    with store.read() as conn:
+        rows = conn.execute(select(workers.c.id, workers.c.pid, workers.c.stopped_at)).all()
+    return [(r.id, r.pid, r.stopped_at) for r in rows]
+
+
+@pytest.mark.parametrize("server", HTTP_SERVERS)
+def test_sigterm_lets_the_running_job_finish_within_the_grace(tmp_path: Path, server: str) -> None:
+    grace = 20.0
+    proc = JobdeckProcess(tmp_path, write_config(tmp_path, http_server=server, workers=1, shutdown_grace=grace))
+    store = _store(tmp_path)
+    try:
+        proc.wait_serving()
+        job_id = store.enqueue(NewJob("demo.sleep", {"seconds": 2}), datetime.now(UTC))[0].id
+
+        def running() -> bool:
+            proc.alive()
+            return store.get(job_id).status is State.RUNNING
+
+        wait_for(running, 30, interval=0.02, message="the sleep job to run")
+        proc.signal(signal.SIGTERM)
+        code, seconds = proc.wait_exit(timeout=grace + 15)
+        output = proc.out()
+        assert code == 0, f"exit code {code}:\n{output}"
+        assert "Traceback" not in output, output
+        assert seconds < grace, f"took {seconds:.1f} s, past shutdown_grace {grace} s"
+        assert store.get(job_id).status is State.COMPLETED, "the running job was not let finish"
+        pools = _pools(store)
+        assert len(pools) == 1 and pools[0][2] is not None, f"the pool did not stop gracefully: {pools}"
+        print(f"\n{server}: SIGTERM with a 2 s job running -> completed, exit 0 in {seconds:.2f} s")
+    finally:
+        proc.kill()
+        store.engine.dispose()
+
+
+@pytest.mark.parametrize("server", HTTP_SERVERS)
+def test_a_job_running_past_the_grace_is_released(tmp_path: Path, server: str) -> None:
+    grace = 1.0
+    proc = JobdeckProcess(tmp_path, write_config(tmp_path, http_server=server, workers=1, shutdown_grace=grace))
+    store = _store(tmp_path)
+    try:
+        proc.wait_serving()
+        job_id = store.enqueue(NewJob("demo.sleep", {"seconds": 120}, max_retries=3), datetime.now(UTC))[0].id
+        wait_for(lambda: proc.alive() and store.get(job_id).status is State.RUNNING, 30, message="the job to run")
+        proc.signal(signal.SIGTERM)
+        code, seconds = proc.wait_exit(timeout=grace + 15)
+        assert code == 0, f"exit code {code}:\n{proc.out()}"
+        job = store.get(job_id)
+        assert job.status is State.PENDING and job.retry_count == 0 and job.worker_id is None
+        print(f"\n{server}: a 120 s job at SIGTERM (grace {grace:g} s) -> released, exit 0 in {seconds:.2f} s")
+    finally:
+        proc.kill()
+        store.engine.dispose()
+
+
+def test_granian_starts_the_pool_and_scheduler_once_in_its_worker_process(tmp_path: Path) -> None:
+    proc = JobdeckProcess(tmp_path, write_config(tmp_path, http_server="granian", workers=2), log_level="info")
+    store = _store(tmp_path)
+    try:
+        proc.wait_serving()
+        children = wait_for(lambda: proc.alive() and _children(proc.proc.pid), 10, message="granian's worker")
+        assert len(children) == 1, f"expected one worker process, found {children}"
+        wait_for(lambda: len(_pools(store)) >= 1, 10, message="the pool's row")
+        for _ in range(3):  # the pool answers requests from the worker; nothing else registers one
+            assert proc.health()["ok"] is True
+        pools = _pools(store)
+        assert [pid for _, pid, _ in pools] == children, f"pools {pools}, supervisor {proc.proc.pid}"
+        assert proc.out().count("scheduler started") == 1, proc.out()
+        assert len(re.findall(r"worker pool \S+ started", proc.out())) == 1, proc.out()
+
+        proc.signal(signal.SIGTERM)
+        code, _ = proc.wait_exit(timeout=30)
+        assert code == 0, proc.out()
+        assert all(stopped is not None for _, _, stopped in _pools(store))
+        wait_for(lambda: _gone(children[0]), 10, message="the worker process to exit")
+    finally:
+        proc.kill()
+        store.engine.dispose()
+
+
+def test_a_killed_granian_supervisor_takes_its_worker_with_it(tmp_path: Path) -> None:
+    proc = JobdeckProcess(tmp_path, write_config(tmp_path, http_server="granian", workers=1))
+    store = _store(tmp_path)
+    try:
+        proc.wait_serving()
+        child = wait_for(lambda: _children(proc.proc.pid), 10, message="granian's worker")[0]
+        proc.kill()  # SIGKILL: no chance to stop its worker
+        wait_for(lambda: _gone(child), 30, interval=0.05, message="the orphaned worker to stop")
+        assert all(stopped is not None for _, _, stopped in _pools(store)), "the worker did not stop gracefully"
+    finally:
+        proc.kill()
+        store.engine.dispose()
