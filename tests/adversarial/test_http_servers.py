@@ -1,5 +1,5 @@
-"""``jobdeck serve`` on each of its HTTP servers (``http_server``: granian,
-the default, and waitress, the pure-Python fallback), as real processes.
+"""``jobdeck serve`` on each of its HTTP servers (``http_server``: waitress,
+the default, and granian, the opt-in extra), as real processes.
 
 - SIGTERM lets a running job finish inside ``shutdown_grace``, and the
   process exits 0 with the pool's row marked stopped;
