@@ -183,7 +183,9 @@ def rounds_of(counts: dict[str, int], scenarios: list[str], systems: list[str], 
 
 
 def _keys(scenario: str) -> list[str]:
-    return ["p50_ms", "p99_ms"] if scenario == "latency" else ["rate"]
+    if scenario == "latency":
+        return ["p50_ms", "p99_ms"]
+    return ["rate", "rss_mb"] if scenario.startswith("drain") else ["rate"]
 
 
 def summarize(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
@@ -213,6 +215,8 @@ def summarize(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any
 def _title(scenario: str, key: str, n: int) -> str:
     if scenario == "latency":
         return f"latency enqueue→start at idle, {key[:3]}, {n:,} jobs (ms)"
+    if key == "rss_mb":
+        return f"RSS of a consumer at the end of the {scenario[-1]}-process drain (MB)"
     return TITLES[scenario].format(n=n)
 
 
@@ -238,7 +242,7 @@ def table(result: dict[str, Any]) -> str:
     lines += [
         "",
         f"Median of {result['rounds']} interleaved rounds; (x): Jobdeck's ratio to that peer, the median of the "
-        "per-round ratios, above 1 when Jobdeck is ahead (jobs/s: Jobdeck / peer; latency: peer / Jobdeck). "
+        "per-round ratios, above 1 when Jobdeck is ahead (jobs/s: Jobdeck / peer; latency, RSS: peer / Jobdeck). "
         f"Machine: {m['cores']} cores, Python {m['python']}, load at start {m['loadavg_at_start']}.",
     ]
     return "\n".join(lines)

@@ -186,7 +186,25 @@ def drain(system: System, n: int, procs: int) -> dict[str, float]:
         go(running)
         _wait_completed(system, watch, n, time.monotonic() + max(120.0, n / 50), running)
         elapsed = time.perf_counter() - t0
-    return {"rate": n / elapsed, "seconds": elapsed}
+        rss = max(_rss_mb(p.pid) for p in running)
+    return {"rate": n / elapsed, "seconds": elapsed, "rss_mb": rss}
+
+
+def _rss_mb(pid: int) -> float:
+    """A consumer's resident memory now (its children's too: none of the peers forks)."""
+    total = 0
+    for p in [pid, *_children(pid)]:
+        with open(f"/proc/{p}/status") as status:
+            total += next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+    return total / 1024
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
 
 
 def enqueue(system: System, n: int, batch: int) -> dict[str, float]:
