@@ -122,13 +122,22 @@ def enqueue(returning: str = "row") -> Prepared:
     return Prepared(stmt, JOB_FIELDS)
 
 
+KEYED_CONFLICT: dict[str, Any] = {
+    "index_elements": [jobs.c.idempotency_key],
+    "index_where": jobs.c.idempotency_key.is_not(None),
+}
+"""The conflict target of a keyed enqueue: ``ux_jobs_idempotency_key``,
+partial (a job without a key is not in it), so ON CONFLICT names its
+predicate too, or neither database matches the index."""
+UNIQUE_CONFLICT: dict[str, Any] = {"index_elements": [jobs.c.unique_key], "index_where": jobs.c.unique_key.is_not(None)}
+"""The conflict target of a unique enqueue: ``ux_jobs_unique_key``, partial like the key's."""
+
+
 @lru_cache(maxsize=8)
 def enqueue_keyed(dialect: str, returning: str = "row") -> Prepared:
     """Insert a job with an idempotency key, doing nothing when the key is
     taken: the UNIQUE constraint decides between concurrent enqueues."""
-    stmt = (
-        dialect_insert(dialect)(jobs).values(_job_values()).on_conflict_do_nothing(index_elements=["idempotency_key"])
-    )
+    stmt = dialect_insert(dialect)(jobs).values(_job_values()).on_conflict_do_nothing(**KEYED_CONFLICT)
     if returning == "row":
         return Prepared(stmt.returning(*JOB_COLUMNS), JOB_FIELDS)
     return Prepared(stmt.returning(jobs.c.id, jobs.c.idempotency_key), JOB_FIELDS)
@@ -144,7 +153,7 @@ def enqueue_unique(dialect: str) -> Prepared:
     UNIQUE index decides between concurrent enqueues. Values: ``JOB_FIELDS``
     then ``UNIQUE_FIELDS``."""
     values = {**_job_values(), **{f: bindparam(f, type_=jobs.c[f].type) for f in UNIQUE_FIELDS}}
-    stmt = dialect_insert(dialect)(jobs).values(values).on_conflict_do_nothing(index_elements=["unique_key"])
+    stmt = dialect_insert(dialect)(jobs).values(values).on_conflict_do_nothing(**UNIQUE_CONFLICT)
     return Prepared(stmt.returning(*JOB_COLUMNS), JOB_FIELDS + UNIQUE_FIELDS)
 
 
