@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
+from itertools import chain
 from typing import Any
 
 from sqlalchemy import Connection
@@ -18,6 +20,9 @@ from app.store.transactions import Transactions
 from app.store.unique import enqueue_unique
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_ROWS_PER_STATEMENT = 1000
+"""Rows per multi-row INSERT on SQLite at most: 11,000 values, under the
+default limit of 32,766 since SQLite 3.32 (fewer where the build's is lower)."""
 
 PlainJob = tuple[str, str, str, int, int]
 """(type, queue, payload JSON, priority, max_retries): a job without a key,
@@ -173,12 +178,15 @@ class Enqueueing(Transactions):
             return []
         with self.write() as conn:
             if self.sqlite:
-                compiled = statements.enqueue("none").sqlite
-                params = rows if compiled.as_given else [compiled.params(r) for r in rows]
                 with translated_errors():
-                    cur = conn.connection.cursor()
-                    cur.executemany(compiled.text, params)
-                    # One writer holds the lock: the rowids of this statement are consecutive.
+                    db = conn.connection.driver_connection
+                    assert db is not None
+                    cur = db.cursor()
+                    per = min(_ROWS_PER_STATEMENT, db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(rows[0]))
+                    for start in range(0, len(rows), per):
+                        chunk = rows[start : start + per]
+                        cur.execute(statements.enqueue_rows_sqlite(len(chunk)), list(chain.from_iterable(chunk)))
+                    # One writer holds the lock: the rowids of these statements are consecutive.
                     last = cur.execute("SELECT last_insert_rowid()").fetchone()[0]
                 ids = list(range(last - len(rows) + 1, last + 1))
             else:

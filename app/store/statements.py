@@ -133,6 +133,20 @@ UNIQUE_CONFLICT: dict[str, Any] = {"index_elements": [jobs.c.unique_key], "index
 """The conflict target of a unique enqueue: ``ux_jobs_unique_key``, partial like the key's."""
 
 
+@lru_cache(maxsize=16)
+def enqueue_rows_sqlite(n: int) -> str:
+    """``enqueue("none")`` for ``n`` rows in one statement, as SQLite text:
+    its compiled VALUES group repeated ``n`` times, the values of the rows
+    one after the other (``JOB_FIELDS`` order each). SQLite runs one
+    statement for all of them: less than half the CPU per row of running
+    the one-row statement ``n`` times (executemany), which pays the
+    statement's start, its journal and the sequence update per row."""
+    compiled = enqueue("none").sqlite
+    assert compiled.as_given, "the rows must go to the driver as job_row builds them"
+    head, values = compiled.text.split(" VALUES ")
+    return f"{head} VALUES {', '.join([values] * n)}"
+
+
 @lru_cache(maxsize=8)
 def enqueue_keyed(dialect: str, returning: str = "row") -> Prepared:
     """Insert a job with an idempotency key, doing nothing when the key is
