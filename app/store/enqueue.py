@@ -15,7 +15,7 @@ from app.errors import IdempotencyConflict
 from app.store import statements
 from app.store.group_commit import GroupCommitter
 from app.store.records import Enqueued, JobRecord, NewJob
-from app.store.sqlite import db_time, translated_errors
+from app.store.sqlite import Prepared, db_time, translated_errors
 from app.store.transactions import Transactions
 from app.store.unique import enqueue_unique
 
@@ -42,8 +42,12 @@ class Enqueueing(Transactions):
     def __init__(self, engine: Any) -> None:
         super().__init__(engine)
         self._enqueuer: GroupCommitter[Any] | None = None
+        self._autocommit: Any = None
+        """PostgreSQL: the engine in autocommit, for a single enqueue's one statement."""
         if self._write_lock is not None:
             self._enqueuer = GroupCommitter(self._write_lock, self._insert_batch_sqlite)
+        else:
+            self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     def _row(self, new: NewJob, now: datetime, stamp: Any, as_text: bool) -> tuple[Any, ...]:
         """``stamp`` is ``now`` as the row takes it: SQLite's text (``as_text``) or the datetime."""
@@ -72,6 +76,8 @@ class Enqueueing(Transactions):
             self._notify_enqueued()
             return Enqueued(JobRecord.from_sqlite(row), True)
         values = self._row(new, now, self._t(now), self.sqlite)
+        if self._autocommit is not None and not self._joining():
+            return self._enqueue_alone(new, values)
         with self.write() as conn:
             if new.idempotency_key is None:
                 row = self._run(conn, statements.enqueue("row"), values).one()
@@ -84,6 +90,22 @@ class Enqueueing(Transactions):
         self._notify_enqueued()
         return Enqueued(self._record(row), True)
 
+    def _enqueue_alone(self, new: NewJob, values: tuple[Any, ...]) -> Enqueued:
+        """PostgreSQL, outside any transaction of the store's: the insert
+        and its NOTIFY are one statement in autocommit, durable when it
+        returns (``statements.enqueue_notifying``). A taken key inserts
+        nothing, and the key's job is read after."""
+        with self._autocommit.connect() as conn:
+            if new.idempotency_key is None:
+                row = self._run(conn, statements.enqueue_notifying(keyed=False), values).one()
+            else:
+                found = self._enqueue_keyed(conn, new, values, statements.enqueue_notifying(keyed=True))
+                if isinstance(found, JobRecord):
+                    return Enqueued(found, False)
+                row = found
+        self._notify_enqueued()
+        return Enqueued(JobRecord.from_row(row), True)
+
     def _enqueue_unique(self, new: NewJob, now: datetime) -> Enqueued:
         with self.write() as conn:
             job, created, changed = enqueue_unique(conn, self.dialect, new, payload_json(new), now)
@@ -93,9 +115,11 @@ class Enqueueing(Transactions):
             self._notify_enqueued()
         return Enqueued(job, created, duplicate=not created, changed=changed)
 
-    def _enqueue_keyed(self, conn: Connection, new: NewJob, values: tuple[Any, ...]) -> Any:
+    def _enqueue_keyed(
+        self, conn: Connection, new: NewJob, values: tuple[Any, ...], insert: Prepared | None = None
+    ) -> Any:
         """The inserted row, or the key's existing job."""
-        insert = statements.enqueue_keyed(self.dialect, "row")
+        insert = insert or statements.enqueue_keyed(self.dialect, "row")
         for _ in range(3):  # the key's job deleted (retention) between the two: the key is free again
             inserted = self._run(conn, insert, values).first()
             if inserted is not None:
@@ -119,13 +143,16 @@ class Enqueueing(Transactions):
             return self._enqueue_many_unique(news, now)
         if not any(n.idempotency_key is not None for n in news):
             stamp = self._t(now)
-            return self._insert_plain([self._row(n, now, stamp, self.sqlite) for n in news])
-        insert = statements.enqueue_keyed(self.dialect, "id")
-        rows = [insert.params(self._row(n, now, now, False)) for n in news]
+            return self._insert_plain([self._row(n, now, stamp, self.sqlite) for n in news], stamp)
         with self.write() as conn:
             by_key: dict[str | None, int] = {}
             plain: list[int] = []
-            for row in conn.execute(insert.stmt, rows):
+            if self.sqlite:
+                insert = statements.enqueue_keyed(self.dialect, "id")
+                inserted = conn.execute(insert.stmt, [insert.params(self._row(n, now, now, False)) for n in news])
+            else:
+                inserted = self._insert_unnest(conn, [self._row(n, now, now, False) for n in news], now, keyed=True)
+            for row in inserted:
                 if row.idempotency_key is None:
                     plain.append(row.id)
                 else:
@@ -137,7 +164,8 @@ class Enqueueing(Transactions):
             plain.sort()
             it = iter(plain)
             ids = [by_key[n.idempotency_key] if n.idempotency_key else next(it) for n in news]
-            self._notify_other_processes(conn)
+            if self.sqlite:
+                self._notify_other_processes(conn)
         self._notify_enqueued()
         return ids
 
@@ -171,11 +199,16 @@ class Enqueueing(Transactions):
         order. The rows get the times here, like ``enqueue_many``'s."""
         stamp = self._t(now)
         tail = (None, stamp, stamp, stamp, None, None)  # no idempotency key, no flow keys
-        return self._insert_plain([job + tail for job in jobs])
+        return self._insert_plain([job + tail for job in jobs], stamp)
 
-    def _insert_plain(self, rows: list[tuple[Any, ...]]) -> list[int]:
+    def _insert_plain(self, rows: list[tuple[Any, ...]], stamp: Any) -> list[int]:
         if not rows:
             return []
+        if self._autocommit is not None and not self._joining():  # one statement: its own transaction
+            with self._autocommit.connect() as conn:
+                ids = sorted(row.id for row in self._insert_unnest(conn, rows, stamp, keyed=False))
+            self._notify_enqueued()
+            return ids
         with self.write() as conn:
             if self.sqlite:
                 with translated_errors():
@@ -190,11 +223,23 @@ class Enqueueing(Transactions):
                     last = cur.execute("SELECT last_insert_rowid()").fetchone()[0]
                 ids = list(range(last - len(rows) + 1, last + 1))
             else:
-                prepared = statements.enqueue("id")
-                ids = list(conn.execute(prepared.stmt, [prepared.params(r) for r in rows]).scalars())
-            self._notify_other_processes(conn)
+                ids = sorted(row.id for row in self._insert_unnest(conn, rows, stamp, keyed=False))
         self._notify_enqueued()
         return ids
+
+    def _insert_unnest(self, conn: Connection, rows: Sequence[tuple[Any, ...]], now: datetime, keyed: bool) -> Any:
+        """PostgreSQL: insert ``rows`` (``job_row``'s, all made at ``now``)
+        in one statement (``statements.enqueue_unnest``), which also sends
+        the NOTIFY; returns (id, idempotency_key) of those inserted. Ids come
+        from the sequence in the rows' order: sorted, they are in it."""
+        fields = list(zip(*rows, strict=True))
+        params: dict[str, Any] = {f: list(fields[statements.JOB_FIELDS.index(f)]) for f in statements.UNNEST_FIELDS}
+        params["now"] = now
+        return conn.execute(statements.enqueue_unnest(keyed), params).all()
+
+    def _joining(self) -> bool:
+        """A transaction of this thread is open that the store's writes join (``Transactions.write``)."""
+        return getattr(self._joined, "conn", None) is not None
 
     def _insert_batch_sqlite(self, rows: list[tuple[Any, ...]]) -> list[Any]:
         """Insert plain jobs in one transaction (the group commit's batch);

@@ -21,6 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import (
+    ARRAY,
     BigInteger,
     Integer,
     Select,
@@ -40,6 +41,7 @@ from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 from app.states import ALL_STATES, CANCEL_AT_ONCE, AttemptOutcome, State, Transition, sources
 from app.store.models import CLAIMABLE_STATES, attempts, jobs, status_in, workers
+from app.store.postgres import CHANNEL
 from app.store.sqlite import Prepared
 
 JOB_COLUMNS = tuple(jobs.c)
@@ -145,6 +147,49 @@ def enqueue_rows_sqlite(n: int) -> str:
     assert compiled.as_given, "the rows must go to the driver as job_row builds them"
     head, values = compiled.text.split(" VALUES ")
     return f"{head} VALUES {', '.join([values] * n)}"
+
+
+def _woke() -> Any:
+    """``pg_notify`` of ``app.store.postgres.CHANNEL`` as a column of a
+    statement's RETURNING: an uncorrelated subquery, run once when the
+    first row is returned (never when none is), so the statement that
+    inserts jobs also wakes the other processes' pools, at its commit."""
+    return select(func.pg_notify(literal_column(f"'{CHANNEL}'"), literal_column("''"))).scalar_subquery().label("woke")
+
+
+@lru_cache(maxsize=2)
+def enqueue_notifying(keyed: bool) -> Prepared:
+    """PostgreSQL: ``enqueue("row")`` (``keyed``: ``enqueue_keyed``'s, which
+    inserts nothing when the key is taken) that also sends the NOTIFY
+    (``_woke``) when it inserts: run alone in autocommit it is the whole
+    durable enqueue, one round trip instead of BEGIN, INSERT, NOTIFY and COMMIT."""
+    stmt = pg_dialect.insert(jobs).values(_job_values())
+    if keyed:
+        stmt = stmt.on_conflict_do_nothing(**KEYED_CONFLICT)
+    return Prepared(stmt.returning(*JOB_COLUMNS, _woke()), JOB_FIELDS)
+
+
+UNNEST_FIELDS = tuple(f for f in JOB_FIELDS if f not in ("created_at", "updated_at"))
+"""What ``enqueue_unnest`` takes one array of, a value per job; the row's
+created and updated times are ``now``."""
+
+
+@lru_cache(maxsize=2)
+def enqueue_unnest(keyed: bool) -> Any:
+    """PostgreSQL: many jobs in one statement, ``INSERT ... SELECT
+    unnest(...)`` of one array per field (``UNNEST_FIELDS``) and ``now``:
+    one statement text whatever the count, where a multi-row VALUES has a
+    placeholder per value to parse and plan. ``keyed``: a job whose
+    idempotency key is taken (or given twice) is not inserted. Returns (id,
+    idempotency_key) of the inserted jobs, in their order, and wakes the
+    other processes (``_woke``)."""
+    arrays = [func.unnest(bindparam(f, type_=ARRAY(jobs.c[f].type))).label(f) for f in UNNEST_FIELDS]
+    fixed: list[Any] = [literal_column(repr(value)) for value in NEW_JOB.values()]
+    rows = select(*arrays, *fixed, NOW, NOW)
+    stmt = pg_dialect.insert(jobs).from_select([*UNNEST_FIELDS, *NEW_JOB, "created_at", "updated_at"], rows)
+    if keyed:
+        stmt = stmt.on_conflict_do_nothing(**KEYED_CONFLICT)
+    return stmt.returning(jobs.c.id, jobs.c.idempotency_key, _woke())
 
 
 @lru_cache(maxsize=8)
