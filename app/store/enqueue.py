@@ -5,17 +5,18 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from itertools import chain
 from typing import Any
 
 from sqlalchemy import Connection
 
 from app.errors import IdempotencyConflict
+from app.states import State
 from app.store import statements
 from app.store.group_commit import GroupCommitter
 from app.store.records import Enqueued, JobRecord, NewJob
-from app.store.sqlite import Prepared, db_time, translated_errors
+from app.store.sqlite import Prepared, db_time, loads, translated_errors
 from app.store.transactions import Transactions
 from app.store.unique import enqueue_unique
 
@@ -104,7 +105,7 @@ class Enqueueing(Transactions):
                     return Enqueued(found, False)
                 row = found
         self._notify_enqueued()
-        return Enqueued(JobRecord.from_row(row), True)
+        return Enqueued(inserted(row.id, values), True)
 
     def _enqueue_unique(self, new: NewJob, now: datetime) -> Enqueued:
         with self.write() as conn:
@@ -264,6 +265,19 @@ class Enqueueing(Transactions):
                 return found
             finally:
                 raw.close()
+
+
+def inserted(job_id: int, values: tuple[Any, ...]) -> JobRecord:
+    """The job an enqueue inserted from ``values`` (``statements.job_row``'s,
+    times as datetimes) and ``statements.NEW_JOB``: what its ``RETURNING *``
+    reads back, times in UTC as the database gives them."""
+    type_, queue, payload, priority, max_retries, key, at, created, updated, rate_key, concurrency_key = values
+    fixed = statements.NEW_JOB
+    return JobRecord(
+        job_id, type_, queue, loads(payload), priority, State(fixed["status"]), fixed["attempt"],
+        fixed["retry_count"], max_retries, key, at.astimezone(UTC), None, None, None, None, None, None, None,
+        created.astimezone(UTC), updated.astimezone(UTC), None, rate_key=rate_key, concurrency_key=concurrency_key,
+    )  # fmt: skip
 
 
 def _check_same(existing: JobRecord, new: NewJob) -> None:

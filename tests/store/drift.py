@@ -263,8 +263,8 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         STATEMENTS,
         "    if keyed:\n        stmt = stmt.on_conflict_do_nothing(**KEYED_CONFLICT)\n"
-        "    return Prepared(stmt.returning(*JOB_COLUMNS, _woke()), JOB_FIELDS)\n",
-        "    return Prepared(stmt.returning(*JOB_COLUMNS, _woke()), JOB_FIELDS)\n",
+        "    return Prepared(stmt.returning(jobs.c.id, _woke()), JOB_FIELDS)\n",
+        "    return Prepared(stmt.returning(jobs.c.id, _woke()), JOB_FIELDS)\n",
         "enqueue with a key (PostgreSQL, autocommit): no ON CONFLICT DO NOTHING",
     ),
     Mutation(

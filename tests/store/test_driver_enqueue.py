@@ -5,6 +5,8 @@ exist and every caller must get its id."""
 
 from __future__ import annotations
 
+from datetime import timedelta, timezone
+
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
@@ -149,3 +151,24 @@ def test_a_raw_nul_refuses_the_whole_bulk_on_postgres(drv: Driver, keyed: bool) 
     with pytest.raises(DBAPIError, match="NUL"):
         drv.store.enqueue_many(news, drv.now)
     assert _job_count(drv) == before
+
+
+@pytest.mark.parametrize("key", [None, "as-stored"])
+def test_the_enqueued_record_is_the_stored_job(drv: Driver, key: str | None) -> None:
+    """PostgreSQL's single enqueue reads back only the id and builds the
+    rest from what it inserted: it must be the row as stored, times in UTC
+    even when the run_at named another offset."""
+    job, created = drv.deck.enqueue(
+        "demo.noop", {"s": "é", "n": [1, 2.5]}, priority=2, queue="q1", idempotency_key=key,
+        run_at="2027-03-01T12:00:00+02:00",
+    )  # fmt: skip
+    stored = drv.store.get(job.id)
+    assert created and stored == job
+    assert job.available_at.utcoffset() is not None and job.available_at.utcoffset().total_seconds() == 0
+    assert job.available_at.hour == 10 and job.created_at == drv.now
+
+
+def test_a_store_enqueue_at_another_offset_reads_back_in_utc(drv: Driver) -> None:
+    at = drv.now.astimezone(timezone(timedelta(hours=2))) + timedelta(hours=1)
+    job, _ = drv.store.enqueue(NewJob("demo.noop", available_at=at), drv.now)
+    assert job == drv.store.get(job.id) and job.available_at.utcoffset() == timedelta(0)
