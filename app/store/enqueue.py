@@ -64,7 +64,7 @@ class Enqueueing(Transactions):
         and with a unique key still held (``app.store.unique``) the job that
         holds it (a duplicate).
 
-        Returns (job, created) as an ``Enqueued``. The UNIQUE constraint decides under concurrency:
+        Returns (job, created) as an ``Enqueued``. The unique index on the key decides under concurrency:
         the insert does nothing on conflict and the existing row is read back.
         On PostgreSQL the read sees a newer snapshot than the insert did: if
         retention deleted the job in between, the key is free and the insert

@@ -198,7 +198,7 @@ def enqueue_unnest(keyed: bool) -> Any:
 @lru_cache(maxsize=8)
 def enqueue_keyed(dialect: str, returning: str = "row") -> Prepared:
     """Insert a job with an idempotency key, doing nothing when the key is
-    taken: the UNIQUE constraint decides between concurrent enqueues."""
+    taken: the unique index (``ux_jobs_idempotency_key``) decides between concurrent enqueues."""
     stmt = dialect_insert(dialect)(jobs).values(_job_values()).on_conflict_do_nothing(**KEYED_CONFLICT)
     if returning == "row":
         return Prepared(stmt.returning(*JOB_COLUMNS), JOB_FIELDS)
