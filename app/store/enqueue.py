@@ -232,9 +232,11 @@ class Enqueueing(Transactions):
         """PostgreSQL: insert ``rows`` (``job_row``'s, all made at ``now``)
         in one statement (``statements.enqueue_unnest``), which also sends
         the NOTIFY; returns (id, idempotency_key) of those inserted. Ids come
-        from the sequence in the rows' order: sorted, they are in it."""
+        from the sequence in the rows' order: sorted, they are in it. A job
+        due ``now`` (the same object) is sent as NULL, which the statement reads as ``now``."""
         fields = list(zip(*rows, strict=True))
         params: dict[str, Any] = {f: list(fields[statements.JOB_FIELDS.index(f)]) for f in statements.UNNEST_FIELDS}
+        params["available_at"] = [None if at is now else at for at in params["available_at"]]
         params["now"] = now
         return conn.execute(statements.enqueue_unnest(keyed), params).all()
 

@@ -185,10 +185,14 @@ def enqueue_unnest(keyed: bool) -> Any:
     placeholder per value to parse and plan. ``keyed``: a job whose
     idempotency key is taken (or given twice) is not inserted. Returns (id,
     idempotency_key) of the inserted jobs, in their order, and wakes the
-    other processes (``_woke``)."""
-    arrays = [func.unnest(bindparam(f, type_=ARRAY(jobs.c[f].type))).label(f) for f in UNNEST_FIELDS]
+    other processes (``_woke``). A NULL ``available_at`` is ``now``: the
+    driver then sends a NULL for each job due now, not the same time
+    formatted a thousand times (half the CPU of the statement's values)."""
+    arrays = select(*(func.unnest(bindparam(f, type_=ARRAY(jobs.c[f].type))).label(f) for f in UNNEST_FIELDS))
+    given = arrays.subquery("given")
     fixed: list[Any] = [literal_column(repr(value)) for value in NEW_JOB.values()]
-    rows = select(*arrays, *fixed, NOW, NOW)
+    due = func.coalesce(given.c.available_at, NOW)
+    rows = select(*(due if f == "available_at" else given.c[f] for f in UNNEST_FIELDS), *fixed, NOW, NOW)
     stmt = pg_dialect.insert(jobs).from_select([*UNNEST_FIELDS, *NEW_JOB, "created_at", "updated_at"], rows)
     if keyed:
         stmt = stmt.on_conflict_do_nothing(**KEYED_CONFLICT)
