@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from app.deck import Jobdeck
 from app.worker.listener import Listener, conninfo
@@ -63,3 +64,34 @@ def test_making_a_job_claimable_notifies_other_processes(deck: Jobdeck, listener
     act(deck, job_id)
     assert deck.store.claim("other", deck.clock() + timedelta(seconds=1), controlled=False)
     wait_for(lambda: listener.received > before, 5, message=f"the NOTIFY of {action}")
+
+
+ENQUEUES: dict[str, Callable[[Jobdeck], Any]] = {
+    "enqueue": lambda d: d.enqueue("demo.noop"),
+    "enqueue with a key": lambda d: d.enqueue("demo.noop", idempotency_key="wake-1"),
+    "bulk (the deck's plain path)": lambda d: d.enqueue_many([{"type": "demo.noop"}] * 3),
+    "bulk with a key": lambda d: d.enqueue_many(
+        [{"type": "demo.noop", "idempotency_key": "wake-2"}, {"type": "demo.noop"}]
+    ),
+    "bulk of checked jobs": lambda d: d.enqueue_many([{"type": "demo.noop", "priority": 1}] * 3),
+}
+
+
+@pytest.mark.parametrize("path", list(ENQUEUES))
+def test_every_enqueue_path_notifies_other_processes(deck: Jobdeck, listener: Listener, path: str) -> None:
+    """Each enqueue sends its NOTIFY in its own transaction (inside its
+    INSERT: ``statements._woke``): the other processes hear of the job as it
+    is committed. Other tests on this database notify the same channel, so
+    the statements are checked too, not only that something arrived."""
+    sent: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        sent.append(statement)
+
+    event.listen(deck.store.engine, "before_cursor_execute", record)
+    try:
+        ENQUEUES[path](deck)
+    finally:
+        event.remove(deck.store.engine, "before_cursor_execute", record)
+    assert any("pg_notify" in s or s.startswith("NOTIFY") for s in sent), sent
+    wait_for(lambda: listener.received >= 1, 5, message=f"the NOTIFY of {path}")

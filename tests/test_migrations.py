@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import inspect, text
+from sqlalchemy.exc import IntegrityError
 
 from app.config import ConfigError
 from app.deck import Jobdeck
@@ -215,3 +216,64 @@ def test_cli_db_upgrade_and_current(db_url, tmp_path, monkeypatch):
     assert r.exit_code == 0 and f"schema at {head} (was 0001)" in r.output
     r = cli("current")
     assert r.exit_code == 0 and f"database: {head}; code: {head}" in r.output
+
+
+def _insert_keyed(engine, clock, key: str | None, unique_key: str | None = None) -> int:
+    """A job in 0020's own columns, in SQL (this code's statements name the head's indexes)."""
+    now = clock()
+    t = now.replace(tzinfo=None) if engine.dialect.name == "sqlite" else now
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO jobs (type, queue, payload, priority, status, attempt, retry_count, max_retries,"
+                " idempotency_key, unique_key, available_at, created_at, updated_at)"
+                " VALUES ('demo.noop', 'default', '{}', 0, 'pending', 0, 0, 3, :key, :uk, :t, :t, :t)"
+            ),
+            {"key": key, "uk": unique_key, "t": t},
+        )
+        return int(conn.execute(text("SELECT max(id) FROM jobs")).scalar_one())
+
+
+def _key_indexes(engine) -> dict[str, bool]:
+    """The unique indexes on the two key columns, and whether each is partial."""
+    found = {}
+    for ix in inspect(engine).get_indexes("jobs"):
+        if ix["name"] in ("ux_jobs_idempotency_key", "ux_jobs_unique_key"):
+            where = ix.get("dialect_options", {}).get(f"{engine.dialect.name}_where")
+            found[ix["name"]] = where is not None and "IS NOT NULL" in str(where).upper()
+    return found
+
+
+def test_0021_makes_the_key_indexes_partial_and_keys_stay_unique(engine, clock):
+    """From 0020 with keyed, unique and plain jobs in it: after the upgrade
+    the keys live in partial unique indexes, an enqueue with a known key
+    answers its job, a duplicate key is still refused; the downgrade puts
+    the full constraint back, every job kept, and the upgrade runs again."""
+    migrate.upgrade(engine, "0020")
+    keyed = _insert_keyed(engine, clock, "order-1")
+    held = _insert_keyed(engine, clock, None, unique_key="report:1")
+    plain = [_insert_keyed(engine, clock, None) for _ in range(3)]
+
+    migrate.upgrade(engine)
+    assert migrate.differences(engine) == []
+    assert _key_indexes(engine) == {"ux_jobs_idempotency_key": True, "ux_jobs_unique_key": True}
+    store = Store(engine)
+    job, created = store.enqueue(NewJob(type="demo.noop", idempotency_key="order-1"), clock())
+    assert not created and job.id == keyed
+    ids = store.enqueue_many([NewJob(type="demo.noop", idempotency_key="order-1"), NewJob("demo.noop")], clock())
+    assert ids[0] == keyed and ids[1] > keyed
+    for key, unique_key in (("order-1", None), (None, "report:1")):
+        with pytest.raises(IntegrityError):
+            _insert_keyed(engine, clock, key, unique_key)
+    assert {store.get(j).id for j in (keyed, held, *plain)} == {keyed, held, *plain}
+
+    migrate.downgrade(engine, "0020")
+    assert "ux_jobs_idempotency_key" not in {ix["name"] for ix in inspect(engine).get_indexes("jobs")}
+    for key, unique_key in (("order-1", None), (None, "report:1")):
+        with pytest.raises(IntegrityError):
+            _insert_keyed(engine, clock, key, unique_key)
+    _insert_keyed(engine, clock, None)  # keyless jobs never collide, before or after
+    migrate.upgrade(engine)
+    assert migrate.differences(engine) == []
+    job, created = Store(engine).enqueue(NewJob(type="demo.noop", idempotency_key="order-1"), clock())
+    assert not created and job.id == keyed

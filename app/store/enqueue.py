@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
+from itertools import chain
 from typing import Any
 
 from sqlalchemy import Connection
 
 from app.errors import IdempotencyConflict
+from app.states import State
 from app.store import statements
 from app.store.group_commit import GroupCommitter
 from app.store.records import Enqueued, JobRecord, NewJob
-from app.store.sqlite import db_time, translated_errors
+from app.store.sqlite import Prepared, db_time, loads, translated_errors
 from app.store.transactions import Transactions
 from app.store.unique import enqueue_unique
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_ROWS_PER_STATEMENT = 1000
+"""Rows per multi-row INSERT on SQLite at most: 11,000 values, under the
+default limit of 32,766 since SQLite 3.32 (fewer where the build's is lower)."""
 
 PlainJob = tuple[str, str, str, int, int]
 """(type, queue, payload JSON, priority, max_retries): a job without a key,
@@ -37,8 +43,12 @@ class Enqueueing(Transactions):
     def __init__(self, engine: Any) -> None:
         super().__init__(engine)
         self._enqueuer: GroupCommitter[Any] | None = None
+        self._autocommit: Any = None
+        """PostgreSQL: the engine in autocommit, for a single enqueue's one statement."""
         if self._write_lock is not None:
             self._enqueuer = GroupCommitter(self._write_lock, self._insert_batch_sqlite)
+        else:
+            self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     def _row(self, new: NewJob, now: datetime, stamp: Any, as_text: bool) -> tuple[Any, ...]:
         """``stamp`` is ``now`` as the row takes it: SQLite's text (``as_text``) or the datetime."""
@@ -54,7 +64,7 @@ class Enqueueing(Transactions):
         and with a unique key still held (``app.store.unique``) the job that
         holds it (a duplicate).
 
-        Returns (job, created) as an ``Enqueued``. The UNIQUE constraint decides under concurrency:
+        Returns (job, created) as an ``Enqueued``. The unique index on the key decides under concurrency:
         the insert does nothing on conflict and the existing row is read back.
         On PostgreSQL the read sees a newer snapshot than the insert did: if
         retention deleted the job in between, the key is free and the insert
@@ -67,6 +77,8 @@ class Enqueueing(Transactions):
             self._notify_enqueued()
             return Enqueued(JobRecord.from_sqlite(row), True)
         values = self._row(new, now, self._t(now), self.sqlite)
+        if self._autocommit is not None and not self._joining():
+            return self._enqueue_alone(new, values)
         with self.write() as conn:
             if new.idempotency_key is None:
                 row = self._run(conn, statements.enqueue("row"), values).one()
@@ -79,6 +91,22 @@ class Enqueueing(Transactions):
         self._notify_enqueued()
         return Enqueued(self._record(row), True)
 
+    def _enqueue_alone(self, new: NewJob, values: tuple[Any, ...]) -> Enqueued:
+        """PostgreSQL, outside any transaction of the store's: the insert
+        and its NOTIFY are one statement in autocommit, durable when it
+        returns (``statements.enqueue_notifying``). A taken key inserts
+        nothing, and the key's job is read after."""
+        with self._autocommit.connect() as conn:
+            if new.idempotency_key is None:
+                row = self._run(conn, statements.enqueue_notifying(keyed=False), values).one()
+            else:
+                found = self._enqueue_keyed(conn, new, values, statements.enqueue_notifying(keyed=True))
+                if isinstance(found, JobRecord):
+                    return Enqueued(found, False)
+                row = found
+        self._notify_enqueued()
+        return Enqueued(inserted(row.id, values), True)
+
     def _enqueue_unique(self, new: NewJob, now: datetime) -> Enqueued:
         with self.write() as conn:
             job, created, changed = enqueue_unique(conn, self.dialect, new, payload_json(new), now)
@@ -88,9 +116,11 @@ class Enqueueing(Transactions):
             self._notify_enqueued()
         return Enqueued(job, created, duplicate=not created, changed=changed)
 
-    def _enqueue_keyed(self, conn: Connection, new: NewJob, values: tuple[Any, ...]) -> Any:
+    def _enqueue_keyed(
+        self, conn: Connection, new: NewJob, values: tuple[Any, ...], insert: Prepared | None = None
+    ) -> Any:
         """The inserted row, or the key's existing job."""
-        insert = statements.enqueue_keyed(self.dialect, "row")
+        insert = insert or statements.enqueue_keyed(self.dialect, "row")
         for _ in range(3):  # the key's job deleted (retention) between the two: the key is free again
             inserted = self._run(conn, insert, values).first()
             if inserted is not None:
@@ -114,13 +144,16 @@ class Enqueueing(Transactions):
             return self._enqueue_many_unique(news, now)
         if not any(n.idempotency_key is not None for n in news):
             stamp = self._t(now)
-            return self._insert_plain([self._row(n, now, stamp, self.sqlite) for n in news])
-        insert = statements.enqueue_keyed(self.dialect, "id")
-        rows = [insert.params(self._row(n, now, now, False)) for n in news]
+            return self._insert_plain([self._row(n, now, stamp, self.sqlite) for n in news], stamp)
         with self.write() as conn:
             by_key: dict[str | None, int] = {}
             plain: list[int] = []
-            for row in conn.execute(insert.stmt, rows):
+            if self.sqlite:
+                insert = statements.enqueue_keyed(self.dialect, "id")
+                inserted = conn.execute(insert.stmt, [insert.params(self._row(n, now, now, False)) for n in news])
+            else:
+                inserted = self._insert_unnest(conn, [self._row(n, now, now, False) for n in news], now, keyed=True)
+            for row in inserted:
                 if row.idempotency_key is None:
                     plain.append(row.id)
                 else:
@@ -132,7 +165,8 @@ class Enqueueing(Transactions):
             plain.sort()
             it = iter(plain)
             ids = [by_key[n.idempotency_key] if n.idempotency_key else next(it) for n in news]
-            self._notify_other_processes(conn)
+            if self.sqlite:
+                self._notify_other_processes(conn)
         self._notify_enqueued()
         return ids
 
@@ -166,27 +200,49 @@ class Enqueueing(Transactions):
         order. The rows get the times here, like ``enqueue_many``'s."""
         stamp = self._t(now)
         tail = (None, stamp, stamp, stamp, None, None)  # no idempotency key, no flow keys
-        return self._insert_plain([job + tail for job in jobs])
+        return self._insert_plain([job + tail for job in jobs], stamp)
 
-    def _insert_plain(self, rows: list[tuple[Any, ...]]) -> list[int]:
+    def _insert_plain(self, rows: list[tuple[Any, ...]], stamp: Any) -> list[int]:
         if not rows:
             return []
+        if self._autocommit is not None and not self._joining():  # one statement: its own transaction
+            with self._autocommit.connect() as conn:
+                ids = sorted(row.id for row in self._insert_unnest(conn, rows, stamp, keyed=False))
+            self._notify_enqueued()
+            return ids
         with self.write() as conn:
             if self.sqlite:
-                compiled = statements.enqueue("none").sqlite
-                params = rows if compiled.as_given else [compiled.params(r) for r in rows]
                 with translated_errors():
-                    cur = conn.connection.cursor()
-                    cur.executemany(compiled.text, params)
-                    # One writer holds the lock: the rowids of this statement are consecutive.
+                    db = conn.connection.driver_connection
+                    assert db is not None
+                    cur = db.cursor()
+                    per = min(_ROWS_PER_STATEMENT, db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(rows[0]))
+                    for start in range(0, len(rows), per):
+                        chunk = rows[start : start + per]
+                        cur.execute(statements.enqueue_rows_sqlite(len(chunk)), list(chain.from_iterable(chunk)))
+                    # One writer holds the lock: the rowids of these statements are consecutive.
                     last = cur.execute("SELECT last_insert_rowid()").fetchone()[0]
                 ids = list(range(last - len(rows) + 1, last + 1))
             else:
-                prepared = statements.enqueue("id")
-                ids = list(conn.execute(prepared.stmt, [prepared.params(r) for r in rows]).scalars())
-            self._notify_other_processes(conn)
+                ids = sorted(row.id for row in self._insert_unnest(conn, rows, stamp, keyed=False))
         self._notify_enqueued()
         return ids
+
+    def _insert_unnest(self, conn: Connection, rows: Sequence[tuple[Any, ...]], now: datetime, keyed: bool) -> Any:
+        """PostgreSQL: insert ``rows`` (``job_row``'s, all made at ``now``)
+        in one statement (``statements.enqueue_unnest``), which also sends
+        the NOTIFY; returns (id, idempotency_key) of those inserted. Ids come
+        from the sequence in the rows' order: sorted, they are in it. A job
+        due ``now`` (the same object) is sent as NULL, which the statement reads as ``now``."""
+        fields = list(zip(*rows, strict=True))
+        params: dict[str, Any] = {f: list(fields[statements.JOB_FIELDS.index(f)]) for f in statements.UNNEST_FIELDS}
+        params["available_at"] = [None if at is now else at for at in params["available_at"]]
+        params["now"] = now
+        return conn.execute(statements.enqueue_unnest(keyed), params).all()
+
+    def _joining(self) -> bool:
+        """A transaction of this thread is open that the store's writes join (``Transactions.write``)."""
+        return getattr(self._joined, "conn", None) is not None
 
     def _insert_batch_sqlite(self, rows: list[tuple[Any, ...]]) -> list[Any]:
         """Insert plain jobs in one transaction (the group commit's batch);
@@ -211,6 +267,19 @@ class Enqueueing(Transactions):
                 return found
             finally:
                 raw.close()
+
+
+def inserted(job_id: int, values: tuple[Any, ...]) -> JobRecord:
+    """The job an enqueue inserted from ``values`` (``statements.job_row``'s,
+    times as datetimes) and ``statements.NEW_JOB``: what its ``RETURNING *``
+    reads back, times in UTC as the database gives them."""
+    type_, queue, payload, priority, max_retries, key, at, created, updated, rate_key, concurrency_key = values
+    fixed = statements.NEW_JOB
+    return JobRecord(
+        job_id, type_, queue, loads(payload), priority, State(fixed["status"]), fixed["attempt"],
+        fixed["retry_count"], max_retries, key, at.astimezone(UTC), None, None, None, None, None, None, None,
+        created.astimezone(UTC), updated.astimezone(UTC), None, rate_key=rate_key, concurrency_key=concurrency_key,
+    )  # fmt: skip
 
 
 def _check_same(existing: JobRecord, new: NewJob) -> None:

@@ -91,6 +91,8 @@ _dead_where = column("status") == State.DEAD.value
 
 FLOW_KEY_COLUMNS = ("rate_key", "concurrency_key")
 _in_workflow = column("workflow_id").is_not(None)
+_keyed = column("idempotency_key").is_not(None)
+_unique = column("unique_key").is_not(None)
 _in_batch = column("batch_id").is_not(None)
 
 
@@ -116,7 +118,8 @@ class Job(Base):
     """Attempts started; the fencing token of the current one while running."""
     retry_count: Mapped[int] = mapped_column(Integer, default=0)
     max_retries: Mapped[int] = mapped_column(Integer, default=3)
-    idempotency_key: Mapped[str | None] = mapped_column(String(255), unique=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    """UNIQUE among the rows that have one (``ux_jobs_idempotency_key``, revision 0021)."""
     available_at: Mapped[datetime] = mapped_column(UTCDateTime)
     claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -218,9 +221,12 @@ class Job(Base):
             )
             for name in FLOW_KEY_COLUMNS
         ),
-        # Unique jobs (revision 0015): the database decides between racing enqueues.
-        # NULLs are distinct, so jobs without a key are all in it and never collide.
-        Index("ux_jobs_unique_key", "unique_key", unique=True),
+        # Idempotency keys and unique jobs (revision 0015): the database decides
+        # between racing enqueues. Partial (revision 0021): a job without a key
+        # adds no entry, so a plain enqueue writes two index entries fewer; the
+        # enqueue's ON CONFLICT names the same predicate (``app.store.statements``).
+        Index("ux_jobs_idempotency_key", "idempotency_key", unique=True, sqlite_where=_keyed, postgresql_where=_keyed),
+        Index("ux_jobs_unique_key", "unique_key", unique=True, sqlite_where=_unique, postgresql_where=_unique),
         # A workflow's jobs and a batch's (revision 0020): plain jobs are in neither.
         Index("ix_jobs_workflow", "workflow_id", "id", sqlite_where=_in_workflow, postgresql_where=_in_workflow),
         Index("ix_jobs_batch", "batch_id", "status", sqlite_where=_in_batch, postgresql_where=_in_batch),

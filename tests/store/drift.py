@@ -253,6 +253,26 @@ MUTATIONS: list[Mutation] = [
         "    return Prepared(plain.returning(jobs.c.id, jobs.c.idempotency_key), JOB_FIELDS)\n",
         "enqueue_many with keys: no ON CONFLICT DO NOTHING",
     ),
+    Mutation(
+        STATEMENTS,
+        "    if keyed:\n        stmt = stmt.on_conflict_do_nothing(**KEYED_CONFLICT)\n"
+        "    return stmt.returning(jobs.c.id, jobs.c.idempotency_key, _woke())\n",
+        "    return stmt.returning(jobs.c.id, jobs.c.idempotency_key, _woke())\n",
+        "enqueue_many with keys (PostgreSQL, unnest): no ON CONFLICT DO NOTHING",
+    ),
+    Mutation(
+        STATEMENTS,
+        "    if keyed:\n        stmt = stmt.on_conflict_do_nothing(**KEYED_CONFLICT)\n"
+        "    return Prepared(stmt.returning(jobs.c.id, _woke()), JOB_FIELDS)\n",
+        "    return Prepared(stmt.returning(jobs.c.id, _woke()), JOB_FIELDS)\n",
+        "enqueue with a key (PostgreSQL, autocommit): no ON CONFLICT DO NOTHING",
+    ),
+    Mutation(
+        STATEMENTS,
+        '    "index_where": jobs.c.idempotency_key.is_not(None),\n',
+        "",
+        "enqueue with a key: ON CONFLICT without the partial index's predicate",
+    ),
     # -- the HTTP worker's complete and fail: check and transition in one transaction, the row locked
     Mutation(
         FINISH,
