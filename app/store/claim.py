@@ -53,7 +53,7 @@ class Claiming(Transactions):
             len(excluded),
         )
         values = (worker_id, self._t(now), *(type_list or ()), *(queue_list or ()), *excluded, limit)
-        with self.write() as conn:
+        with self.single() as conn:
             return self._claimed(conn, prepared, values)
 
     def claim_ids(self, conn: Connection, worker_id: str, now: datetime, ids: Sequence[int]) -> list[JobRecord]:

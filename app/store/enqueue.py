@@ -43,12 +43,8 @@ class Enqueueing(Transactions):
     def __init__(self, engine: Any) -> None:
         super().__init__(engine)
         self._enqueuer: GroupCommitter[Any] | None = None
-        self._autocommit: Any = None
-        """PostgreSQL: the engine in autocommit, for a single enqueue's one statement."""
         if self._write_lock is not None:
             self._enqueuer = GroupCommitter(self._write_lock, self._insert_batch_sqlite)
-        else:
-            self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     def _row(self, new: NewJob, now: datetime, stamp: Any, as_text: bool) -> tuple[Any, ...]:
         """``stamp`` is ``now`` as the row takes it: SQLite's text (``as_text``) or the datetime."""
@@ -96,7 +92,7 @@ class Enqueueing(Transactions):
         and its NOTIFY are one statement in autocommit, durable when it
         returns (``statements.enqueue_notifying``). A taken key inserts
         nothing, and the key's job is read after."""
-        with self._autocommit.connect() as conn:
+        with self.single() as conn:
             if new.idempotency_key is None:
                 row = self._run(conn, statements.enqueue_notifying(keyed=False), values).one()
             else:
@@ -206,7 +202,7 @@ class Enqueueing(Transactions):
         if not rows:
             return []
         if self._autocommit is not None and not self._joining():  # one statement: its own transaction
-            with self._autocommit.connect() as conn:
+            with self.single() as conn:
                 ids = sorted(row.id for row in self._insert_unnest(conn, rows, stamp, keyed=False))
             self._notify_enqueued()
             return ids
@@ -239,10 +235,6 @@ class Enqueueing(Transactions):
         params["available_at"] = [None if at is now else at for at in params["available_at"]]
         params["now"] = now
         return conn.execute(statements.enqueue_unnest(keyed), params).all()
-
-    def _joining(self) -> bool:
-        """A transaction of this thread is open that the store's writes join (``Transactions.write``)."""
-        return getattr(self._joined, "conn", None) is not None
 
     def _insert_batch_sqlite(self, rows: list[tuple[Any, ...]]) -> list[Any]:
         """Insert plain jobs in one transaction (the group commit's batch);
