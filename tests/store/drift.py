@@ -82,21 +82,23 @@ MUTATIONS: list[Mutation] = [
              "complete (batched, no result): drop the attempt fence"),
     Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("attempt", "result"),
              "complete (with a result): drop the attempt fence"),
-    # -- fail
-    Mutation(
-        STATEMENTS,
-        '            jobs.c.attempt == bindparam("job_attempt"),\n'
-        '            jobs.c.worker_id == bindparam("worker"),\n            in_states(Transition.FAIL),\n',
-        '            jobs.c.worker_id == bindparam("worker"),\n            in_states(Transition.FAIL),\n',
-        "fail: drop the attempt fence",
-    ),
-    Mutation(
-        STATEMENTS,
-        '            jobs.c.worker_id == bindparam("worker"),\n            in_states(Transition.FAIL),\n',
-        "            in_states(Transition.FAIL),\n",
-        "fail: drop the worker_id fence",
-    ),
-    Mutation(STATEMENTS, "            in_states(Transition.FAIL),\n", "", "fail: drop status IN (...)"),
+    # -- complete_set: PostgreSQL's batched completions, the pairs (and results) as arrays
+    Mutation(STATEMENTS, "        jobs.c.attempt == done.c.attempts,\n", "",
+             "complete_set (PostgreSQL batches): drop the attempt fence"),
+    Mutation(STATEMENTS, "        jobs.c.attempt == done.c.attempts,\n        jobs.c.worker_id == bindparam(\"worker\"),\n",
+             "        jobs.c.attempt == done.c.attempts,\n",
+             "complete_set (PostgreSQL batches): drop the worker_id fence"),
+    Mutation(STATEMENTS, "        jobs.c.worker_id == bindparam(\"worker\"),\n        in_states(transition),\n    ]\n    return done, fence",
+             "        jobs.c.worker_id == bindparam(\"worker\"),\n    ]\n    return done, fence",
+             "complete_set (PostgreSQL batches): drop status IN (...)"),
+    # -- fail, set_progress and snooze: one fence, ``_held_attempt``, broken once on its own
+    Mutation(STATEMENTS, '        jobs.c.attempt == bindparam("job_attempt"),\n', "",
+             "held attempt (fail, progress, snooze): drop the attempt fence"),
+    Mutation(STATEMENTS, '        jobs.c.worker_id == bindparam("worker"),\n        in_states(transition),\n    )\n',
+             "        in_states(transition),\n    )\n", "held attempt (fail, progress, snooze): drop the worker_id fence"),
+    Mutation(STATEMENTS, '        jobs.c.worker_id == bindparam("worker"),\n        in_states(transition),\n    )\n',
+             '        jobs.c.worker_id == bindparam("worker"),\n    )\n',
+             "held attempt (fail, progress, snooze): drop status IN (...)"),
     Mutation(
         STATEMENTS,
         '        values = {"status": ended, "finished_at": NOW}\n',
@@ -105,13 +107,6 @@ MUTATIONS: list[Mutation] = [
         "fail: a non-retryable error retried while retries are left (not straight to dead)",
     ),
     # -- while running
-    Mutation(
-        STATEMENTS,
-        '            jobs.c.attempt == bindparam("job_attempt"),\n'
-        '            jobs.c.worker_id == bindparam("worker"),\n            in_states(Transition.HEARTBEAT),\n',
-        '            jobs.c.worker_id == bindparam("worker"),\n            in_states(Transition.HEARTBEAT),\n',
-        "set_progress: drop the attempt fence",
-    ),
     Mutation(
         STATEMENTS,
         '.where(jobs.c.id == bindparam("job"), jobs.c.worker_id == bindparam("worker"), in_states(Transition.HEARTBEAT))',
