@@ -367,23 +367,33 @@ def _pairs(n: int) -> list[str]:
     return [name for i in range(n) for name in (f"id_{i}", f"at_{i}")]
 
 
-@lru_cache(maxsize=512)
-def complete(n: int, with_result: bool = False) -> Prepared:
-    """running -> completed (cancelled if a cancel was requested) for ``n``
-    fenced (id, attempt) pairs of one worker; returns (id, attempt, status,
-    workflow_id, batch_id).
-    Values: now, worker, *(id, attempt), [result]."""
+COMPLETE_RETURNS = (jobs.c.id, jobs.c.attempt, jobs.c.status, *GROUPS)
+
+
+def _completed(result: Any = None) -> dict[str, Any]:
+    """What a completion writes, once for both of its statements: completed
+    (cancelled if a cancel was requested), finished now, progress full if
+    it was reported, and the handler's ``result`` when given."""
     values: dict[str, Any] = {
         "status": _cancelled_or(State.COMPLETED),
         "finished_at": NOW,
         "updated_at": NOW,
         "progress": case((jobs.c.progress.is_(None), None), else_=1.0),
     }
-    returned = (jobs.c.id, jobs.c.attempt, jobs.c.status, *GROUPS)
-    if with_result:
-        values["result"] = bindparam("with_result")
+    if result is not None:
+        values["result"] = result
+    return values
+
+
+@lru_cache(maxsize=512)
+def complete(n: int, with_result: bool = False) -> Prepared:
+    """running -> completed (cancelled if a cancel was requested) for ``n``
+    fenced (id, attempt) pairs of one worker; returns (id, attempt, status,
+    workflow_id, batch_id).
+    Values: now, worker, *(id, attempt), [result]."""
+    values = _completed(bindparam("with_result") if with_result else None)
     stmts = [
-        update(jobs).where(_fenced(n, Transition.COMPLETE, by_rowid)).values(values).returning(*returned)
+        update(jobs).where(_fenced(n, Transition.COMPLETE, by_rowid)).values(values).returning(*COMPLETE_RETURNS)
         for by_rowid in (False, True)
     ]
     return Prepared(stmts[0], ["now", "worker", *_pairs(n), *(["with_result"] if with_result else [])], stmts[1])
@@ -394,17 +404,10 @@ def complete_set(with_result: bool = False) -> Prepared:
     """``complete`` for PostgreSQL, the pairs (and results) as arrays: one
     statement for a whole batch, results included.
     Values: now, worker, ids, attempts, [results]."""
-    values: dict[str, Any] = {
-        "status": _cancelled_or(State.COMPLETED),
-        "finished_at": NOW,
-        "updated_at": NOW,
-        "progress": case((jobs.c.progress.is_(None), None), else_=1.0),
-    }
     carried = [jobs.c.result.label("results")] if with_result else []
     done, fence = _fenced_set(Transition.COMPLETE, *carried)
-    if with_result:
-        values["result"] = done.c.results
-    stmt = update(jobs).where(*fence).values(values).returning(jobs.c.id, jobs.c.attempt, jobs.c.status, *GROUPS)
+    values = _completed(done.c.results if with_result else None)
+    stmt = update(jobs).where(*fence).values(values).returning(*COMPLETE_RETURNS)
     order = ["now", "worker", "ids", "attempts", *(["results"] if with_result else [])]
     arrays = [jobs.c.id.label("ids"), jobs.c.attempt.label("attempts"), *carried]
     return Prepared(stmt, order, encoders=_encoders(order, arrays))
