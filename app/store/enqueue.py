@@ -73,7 +73,7 @@ class Enqueueing(Transactions):
             self._notify_enqueued()
             return Enqueued(JobRecord.from_sqlite(row), True)
         values = self._row(new, now, self._t(now), self.sqlite)
-        if self._autocommit is not None and not self._joining():
+        if self.outside():
             return self._enqueue_alone(new, values)
         with self.write() as conn:
             if new.idempotency_key is None:
@@ -90,18 +90,21 @@ class Enqueueing(Transactions):
     def _enqueue_alone(self, new: NewJob, values: tuple[Any, ...]) -> Enqueued:
         """PostgreSQL, outside any transaction of the store's: the insert
         and its NOTIFY are one statement in autocommit, durable when it
-        returns (``statements.enqueue_notifying``). A taken key inserts
-        nothing, and the key's job is read after."""
-        with self.single() as conn:
-            if new.idempotency_key is None:
-                row = self._run(conn, statements.enqueue_notifying(keyed=False), values).one()
-            else:
+        returns (``statements.enqueue_notifying``); a plain job's at driver
+        level (``alone``). A taken key inserts nothing, and the key's job
+        is read after."""
+        if new.idempotency_key is None:
+            compiled = statements.enqueue_notifying(keyed=False).postgres
+            with self.alone() as db:
+                job_id = db.execute(compiled.text, compiled.params(values)).fetchone()[0]
+        else:
+            with self.single() as conn:
                 found = self._enqueue_keyed(conn, new, values, statements.enqueue_notifying(keyed=True))
                 if isinstance(found, JobRecord):
                     return Enqueued(found, False)
-                row = found
+                job_id = found.id
         self._notify_enqueued()
-        return Enqueued(inserted(row.id, values), True)
+        return Enqueued(inserted(job_id, values), True)
 
     def _enqueue_unique(self, new: NewJob, now: datetime) -> Enqueued:
         with self.write() as conn:
@@ -201,7 +204,7 @@ class Enqueueing(Transactions):
     def _insert_plain(self, rows: list[tuple[Any, ...]], stamp: Any) -> list[int]:
         if not rows:
             return []
-        if self._autocommit is not None and not self._joining():  # one statement: its own transaction
+        if self.outside():  # one statement: its own transaction
             with self.single() as conn:
                 ids = sorted(row.id for row in self._insert_unnest(conn, rows, stamp, keyed=False))
             self._notify_enqueued()

@@ -334,3 +334,73 @@ def test_listen_survives_a_failing_wake_up(db_url: str, make_deck: Callable[...,
         wait_for(lambda: listener.received > heard, timeout=10, message="a NOTIFY heard")
     finally:
         listener.stop()
+
+
+def _pooled_sockets_readable(deck: Jobdeck) -> bool:
+    """Every connection resting in the deck's pool has heard from the server
+    (its terminated backend's FATAL, or the close)."""
+    import select
+
+    pool: Any = deck.store.engine.pool
+    resting = [rec.dbapi_connection for rec in list(pool._pool.queue)]
+    assert resting, "the pool holds no connection to test"
+    poller = select.poll()
+    for conn in resting:
+        poller.register(conn.fileno(), select.POLLIN)
+    return len(poller.poll(0)) == len(resting)
+
+
+@postgres_only
+def test_a_pooled_connection_whose_backend_was_terminated_is_replaced_at_checkout(
+    request: pytest.FixtureRequest, make_deck: Callable[..., Jobdeck]
+) -> None:
+    """No round trip is spent pinging a connection at checkout: a resting
+    connection whose socket is quiet is handed out as it is, and one whose
+    server spoke (a terminated backend's FATAL and close, as at a restart)
+    is pinged and replaced (``app.store.engine.quiet``). Every path: the
+    driver-level single enqueue, Core's keyed enqueue, a read, a bulk."""
+    from app.store.engine import quiet
+
+    deck = make_deck()
+    for round_ in range(3):
+        first = deck.enqueue("demo.noop", {"round": round_}).job
+        with deck.store.engine.connect() as conn:
+            assert quiet(conn.connection.driver_connection), "a connection just used is quiet"
+        assert terminate_backends(request.node.pg_schema) >= 1
+        wait_for(lambda: _pooled_sockets_readable(deck), timeout=10, message="the terminated backends' sockets")
+        job = deck.enqueue("demo.noop", {"round": round_, "after": "kill"}).job
+        assert job.id > first.id
+        assert terminate_backends(request.node.pg_schema) >= 1
+        wait_for(lambda: _pooled_sockets_readable(deck), timeout=10, message="the terminated backends' sockets")
+        keyed = deck.enqueue("demo.noop", idempotency_key=f"k{round_}")
+        assert keyed.created
+        assert deck.store.get(job.id) is not None
+        assert len(deck.enqueue_many([{"type": "demo.noop"}] * 3)) == 3
+    assert deck.store.counts(deck.clock())["pending"] == 3 * 6
+
+
+@postgres_only
+def test_the_driver_level_enqueue_raises_what_the_api_answers_503_for(
+    request: pytest.FixtureRequest, make_deck: Callable[..., Jobdeck]
+) -> None:
+    """A connection cut while in use (here: checked out, then its backend
+    terminated before the insert) fails the single enqueue as SQLAlchemy's
+    error, an outage the API answers 503 and the pool retries, and the
+    broken connection leaves the pool; the next enqueue succeeds."""
+    from sqlalchemy.exc import DBAPIError
+
+    from app.store.faults import is_unavailable
+
+    deck = make_deck()
+    deck.enqueue("demo.noop")
+    store = deck.store
+    with pytest.raises(DBAPIError) as caught, store.alone() as db:
+        assert terminate_backends(request.node.pg_schema) >= 1
+        db.execute("SELECT 1")
+    assert is_unavailable(caught.value), caught.value
+    assert caught.value.connection_invalidated
+    assert deck.enqueue("demo.noop").created
+    with pytest.raises(DBAPIError) as caught, store.alone() as db:
+        db.execute("SELECT * FROM no_such_table")  # a bug, not an outage: 500, and the connection stays
+    assert not is_unavailable(caught.value)
+    assert deck.enqueue("demo.noop").created
