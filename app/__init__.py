@@ -1,172 +1,29 @@
 """Jobdeck: a background job queue with an operator dashboard.
 
-``create_app`` builds the Flask app and starts nothing; ``app.runtime.Runtime``
-starts the worker pool and the scheduler, once per process.
+``create_app`` (``app.web.factory``) builds the Flask app and starts nothing;
+``app.runtime.Runtime`` starts the worker pool and the scheduler, once per
+process. Both names, and ``Jobdeck``, are loaded on first use: a process
+that only works jobs (``jobdeck worker``) never imports Flask.
 """
 
 from __future__ import annotations
 
-import logging
-import secrets
-import sqlite3
-from pathlib import Path
-from typing import Any
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-from flask import Flask, jsonify, render_template, request
-from htmx_flask import Htmx
-from sqlalchemy import exc as sa_exc
-from werkzeug.exceptions import HTTPException, NotFound
-
-from app.config import Config, load
-from app.deck import Jobdeck
-from app.errors import JobdeckError
-from app.handlers import Registry, import_modules
-from app.handlers import registry as default_registry
-from app.store.faults import is_unavailable
-from app.validation import IdConverter, NamePathConverter, fits_id, max_body_bytes
+if TYPE_CHECKING:
+    from app.deck import Jobdeck
+    from app.web.factory import create_app, deck_of
 
 __all__ = ["Jobdeck", "create_app", "deck_of"]
 
-log = logging.getLogger("jobdeck.web")
-_PACKAGE = Path(__file__).resolve().parent
-
-RETRY_AFTER_SECONDS = 1
-"""What a 503 for an unreachable or locked database asks clients to wait:
-the pool and the engine reconnect within about a second once it is back."""
+_HOMES = {"Jobdeck": "app.deck", "create_app": "app.web.factory", "deck_of": "app.web.factory"}
 
 
-def create_app(
-    config: Config | None = None,
-    *,
-    deck: Jobdeck | None = None,
-    registry: Registry | None = None,
-    init_db: bool = True,
-) -> Flask:
-    if deck is None:
-        config = config or load()
-        registry = registry if registry is not None else default_registry
-        import_modules(config.handler_modules)
-        if config.demo:
-            from app import demo
-
-            demo.register(registry)
-        deck = Jobdeck(config, registry)
-    config = deck.config  # the deck checked its schedules, queues, alerts and retention when built
-    if init_db:
-        deck.init_db()
-
-    # A wheel carries templates/ and static/ inside the package; a checkout keeps them beside it.
-    assets = _PACKAGE if (_PACKAGE / "templates").is_dir() else _PACKAGE.parent
-    app = Flask(__name__, template_folder=assets / "templates", static_folder=assets / "static")
-    app.url_map.converters["int"] = IdConverter  # before any route: ids beyond BIGINT match none
-    app.url_map.converters["path"] = NamePathConverter  # names with a line break reach their views
-    app.config["SECRET_KEY"] = config.secret_key or secrets.token_hex(32)
-    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes(config.max_payload_bytes)
-    app.extensions["jobdeck"] = deck
-    Htmx(app)
-
-    from app.web.api import artifacts, effects, errors, jobs, logs, queues
-    from app.web.dashboard import artifacts as dashboard_artifacts
-    from app.web.dashboard import logs as dashboard_logs
-    from app.web.dashboard import schedule_edit, schedules
-
-    for blueprint in (jobs.bp, effects.bp, queues.bp, schedules.bp, schedules.api_bp, schedule_edit.bp,
-                      schedule_edit.api_bp, artifacts.bp, errors.bp, logs.bp):  # fmt: skip
-        app.register_blueprint(blueprint)
-    app.register_blueprint(dashboard_artifacts.bp)
-    from app.web import metrics
-
-    app.register_blueprint(metrics.bp)
-    app.register_blueprint(dashboard_logs.bp)
-
-    from app.web import dashboard
-
-    dashboard.init_app(app)
-    _register_errors(app)
-    app.after_request(_security_headers)
-    if config.secure_cookies:
-        app.after_request(_strict_transport)
-    return app
-
-
-def deck_of(app: Flask) -> Jobdeck:
-    deck: Jobdeck = app.extensions["jobdeck"]
-    return deck
-
-
-def _names_no_row(path: str) -> bool:
-    """Whether the path holds a number too large to be any row's id."""
-    return any(
-        part.isascii() and part.isdigit() and (len(part) > 19 or not fits_id(int(part))) for part in path.split("/")
-    )
-
-
-def _register_errors(app: Flask) -> None:
-    @app.errorhandler(JobdeckError)
-    def _jobdeck_error(exc: JobdeckError) -> Any:
-        if _wants_json():
-            return jsonify(exc.to_dict()), exc.status_code
-        from app.web.dashboard.views import error_response
-
-        return error_response(str(exc), exc.status_code)
-
-    @app.errorhandler(HTTPException)
-    def _http_error(exc: HTTPException) -> Any:
-        if exc.code == 405 and _names_no_row(request.path):
-            # Werkzeug checks a rule's methods before its converters, so an id
-            # beyond BIGINT (which no <int:...> accepts) reached "method not
-            # allowed" through another method's rule of the same path.
-            exc = NotFound()
-        if _wants_json():
-            message = exc.description or exc.name
-            if exc.code == 413:  # the limit follows max_payload_bytes (a workflow of many jobs meets it first)
-                message = (
-                    f"request body too large: at most {app.config['MAX_CONTENT_LENGTH']} bytes (max_payload_bytes)"
-                )
-            return jsonify({"error": message}), exc.code
-        return exc
-
-    def _database_error(exc: Exception) -> Any:
-        """An outage (connection lost or refused, database locked) is the
-        client's to retry: 503 with ``Retry-After``, never 500. Any other
-        database error is a bug and stays a 500, with its traceback logged."""
-        if not is_unavailable(exc):
-            raise exc
-        log.warning("%s %s: database unavailable (%s)", request.method, request.path, exc.__class__.__name__)
-        message = "the database is unavailable right now; retry shortly"
-        if _wants_json():
-            response = jsonify({"error": message})
-        else:
-            response = app.make_response(render_template("error.html", code=503, message=message))
-        response.status_code = 503
-        response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-        return response
-
-    for kind in (sa_exc.DBAPIError, sa_exc.TimeoutError, sqlite3.Error):
-        app.register_error_handler(kind, _database_error)
-
-
-def _wants_json() -> bool:
-    """The API, or a client that asked for JSON, is answered in JSON; the
-    dashboard's pages and fragments in HTML."""
-    return request.path.startswith("/api/") or request.accept_mimetypes.best == "application/json"
-
-
-def _strict_transport(response: Any) -> Any:
-    """With ``secure_cookies`` the deployment is served over HTTPS: tell the
-    browser to refuse plain HTTP here for a year (a downgrade would expose
-    the session cookie's requests)."""
-    response.headers.setdefault("Strict-Transport-Security", "max-age=31536000")
-    return response
-
-
-def _security_headers(response: Any) -> Any:
-    response.headers.setdefault("X-Content-Type-Options", "nosniff")
-    response.headers.setdefault("X-Frame-Options", "DENY")
-    response.headers.setdefault("Referrer-Policy", "same-origin")
-    response.headers.setdefault(
-        "Content-Security-Policy",
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
-    )
-    return response
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'app' has no attribute {name!r}")
+    value = getattr(import_module(home), name)
+    globals()[name] = value
+    return value

@@ -45,6 +45,15 @@ def _app(config: Config):  # type: ignore[no-untyped-def]
         raise click.ClickException(f"invalid configuration: {exc}") from None
 
 
+def _deck(config: Config) -> Jobdeck:
+    from app.deck import Jobdeck
+
+    try:
+        return Jobdeck.of(config)
+    except ConfigError as exc:
+        raise click.ClickException(f"invalid configuration: {exc}") from None
+
+
 CREATE_HELP = "Make a new, empty SQLite database if there is none yet."
 
 
@@ -234,8 +243,7 @@ def worker(demo: bool, workers: int | None, log_level: str) -> None:
     use_log_format(config.log_format)
     if config.workers <= 0:
         raise click.ClickException("workers: must be > 0 for `jobdeck worker`")
-    app = _app(config)
-    runtime = Runtime.for_app(app)
+    runtime = Runtime(_deck(config))  # no Flask app: a worker serves nothing
     signals = ShutdownSignals()
     signals.install()
     runtime.start()

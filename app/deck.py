@@ -147,9 +147,16 @@ class Jobdeck:
         schema brought up to date. Starts nothing: a producer only enqueues,
         ``init_app`` mounts the web, ``start`` runs workers and the scheduler."""
         from app.config import load
+
+        return cls.of(load(path, env, overrides), registry, init_db=init_db)
+
+    @classmethod
+    def of(cls, config: Config, registry: Registry | None = None, *, init_db: bool = True) -> Jobdeck:
+        """The deck of a loaded config: its ``handler_modules`` imported, the
+        demo's types registered with ``demo``, and with ``init_db`` the schema
+        brought up to date. What ``create_app`` and ``jobdeck worker`` build on."""
         from app.handlers import import_modules
 
-        config = load(path, env, overrides)
         registry = registry if registry is not None else default_registry
         import_modules(config.handler_modules)
         if config.demo:
@@ -203,7 +210,7 @@ class Jobdeck:
     def init_db(self) -> None:
         """Bring the schema to the code's revision (Alembic, see app.store.migrate);
         with ``auto_migrate`` off, refuse a schema that is behind."""
-        from app.store.migrate import ensure_current
+        from app.store.schema import ensure_current
 
         ensure_current(self.store.engine, self.config.auto_migrate)
 

@@ -8,12 +8,13 @@ import logging
 import os
 import signal
 import threading
-from typing import Protocol
-
-from flask import Flask
+from typing import TYPE_CHECKING, Protocol
 
 from app.deck import Jobdeck
 from app.worker.pool import WorkerPool
+
+if TYPE_CHECKING:
+    from flask import Flask
 
 log = logging.getLogger("jobdeck.runtime")
 

@@ -100,6 +100,41 @@ def test_serve_runs_jobs_and_sigterm_releases_running_ones(tmp_path: Path) -> No
     assert [line.split()[:2] for line in listed.stdout.splitlines()[1:]] == [[str(slow["id"]), "pending"]]
 
 
+def test_worker_runs_jobs_without_loading_the_web_or_alembic(tmp_path: Path) -> None:
+    """``jobdeck worker`` serves nothing: it builds its deck without a Flask
+    app, and a database at head is checked without Alembic, so neither is
+    in its memory. ``-X importtime`` lists every module the process loads,
+    from start to stop."""
+    env = jobdeck_env(tmp_path)
+    runner = CliRunner()
+    assert runner.invoke(main, ["db", "upgrade"], env=env).exit_code == 0  # the worker then finds it at head
+    enqueued = runner.invoke(main, ["enqueue", "demo.noop", "--demo"], env=env)
+    assert enqueued.exit_code == 0, enqueued.output
+    job_id = json.loads(enqueued.stdout)["id"]
+    proc = subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-m", "app.cli", "worker", "--demo"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+    def completed() -> bool:
+        shown = runner.invoke(main, ["show", str(job_id)], env=env)
+        return proc.poll() is not None or " completed" in shown.stdout
+
+    try:
+        wait_for(completed, timeout=30, interval=0.1, message="the worker completes the job")
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, out[-2000:]
+    loaded = {line.split("|")[-1].strip().split(".")[0] for line in out.splitlines() if line.startswith("import time:")}
+    assert "sqlalchemy" in loaded and "app" in loaded, "importtime listed the imports"
+    assert not loaded & {"flask", "werkzeug", "jinja2", "alembic", "flask_wtf", "cron_descriptor"}, sorted(loaded)
+
+
 def test_enqueue_jobs_and_init_db_commands(tmp_path: Path) -> None:
     runner = CliRunner()
     env = jobdeck_env(tmp_path)

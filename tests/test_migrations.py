@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from app.config import ConfigError
 from app.deck import Jobdeck
 from app.states import EffectState, State
-from app.store import NewJob, Store, migrate
+from app.store import NewJob, Store, migrate, schema
 from app.store.engine import make_engine
 
 pytestmark = pytest.mark.backends
@@ -79,6 +79,21 @@ def test_fresh_upgrade_matches_the_models(engine):
     assert diffs == [], f"models and migrations differ; add a revision with `jobdeck db revision -m ...`: {diffs}"
     names = {ix["name"] for ix in inspect(engine).get_indexes("jobs")}
     assert {"ix_jobs_claim", "ix_jobs_claim_queue"} <= names
+
+
+def test_head_is_alembics_head_and_the_start_up_check_reads_it(engine):
+    """``schema.HEAD`` names the newest revision (a new revision must move
+    it), and the check start-up runs without Alembic agrees with Alembic's
+    own reading: not at head on an empty database, nor one revision down."""
+    assert migrate.heads() == {schema.HEAD}, "a new revision: set app.store.schema.HEAD to it"
+    assert not schema.at_head(engine)
+    migrate.upgrade(engine)
+    assert schema.at_head(engine)
+    previous = migrate.script().get_revision(schema.HEAD).down_revision
+    migrate.downgrade(engine, previous)
+    assert migrate.current(engine) == {previous} and not schema.at_head(engine)
+    schema.ensure_current(engine, auto_migrate=True)
+    assert schema.at_head(engine) and migrate.current(engine) == {schema.HEAD}
 
 
 def test_a_model_change_without_revision_is_detected(engine):

@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.cron import CronTrigger
-from cron_descriptor import ExpressionDescriptor, Options
 
 from app import actions
 from app.config import ConfigError
@@ -145,6 +144,8 @@ class Schedule:
         fields = self.cron.split()
         if len(fields) == 5 and fields[0].isdigit() and fields[1].isdigit() and fields[2:] == ["*", "*", "*"]:
             return f"every day at {int(fields[1]):02d}:{int(fields[0]):02d} {self.timezone}"
+        from cron_descriptor import ExpressionDescriptor, Options  # 4 MB that only the pages and the CLI need
+
         options = Options()
         options.use_24hour_time_format = True
         try:

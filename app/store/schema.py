@@ -1,0 +1,30 @@
+"""The schema revision this code needs, and the start-up check against it
+that does not load Alembic (``app.store.migrate``): Alembic and its
+revision scripts are 11 MB of every process's memory, and only a database
+behind this code needs them."""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, inspect, text
+
+HEAD = "0021"
+"""The newest revision in ``app/store/migrations/versions``; a new revision
+moves it (``tests/test_migrations.py`` holds it to Alembic's head)."""
+
+
+def at_head(engine: Engine) -> bool:
+    """The database is at ``HEAD``: Alembic's version table, read directly."""
+    with engine.connect() as conn:
+        if not inspect(conn).has_table("alembic_version"):
+            return False
+        return {row[0] for row in conn.execute(text("SELECT version_num FROM alembic_version"))} == {HEAD}
+
+
+def ensure_current(engine: Engine, auto_migrate: bool) -> None:
+    """Start-up: nothing to do at head; otherwise upgrade, or refuse, as
+    ``app.store.migrate.ensure_current`` decides."""
+    if at_head(engine):
+        return
+    from app.store import migrate
+
+    migrate.ensure_current(engine, auto_migrate)
