@@ -20,6 +20,10 @@ def listen_sql(channel: str = CHANNEL) -> str:
     return f"LISTEN {channel}"
 
 
+PQTRANS_IDLE = 0
+"""libpq's transaction status of a connection between statements, in no
+transaction (``conn.info.transaction_status``)."""
+
 CLAIM_LOCK = 0x6A6F6264  # "jobd": any fixed number
 """The advisory lock that limited claims take before counting running jobs."""
 

@@ -16,7 +16,7 @@ from app.errors import JobNotFound, TransitionRefused
 from app.states import Transition
 from app.store import statements
 from app.store.engine import PROMPT, READONLY
-from app.store.postgres import NOTIFY_SQL
+from app.store.postgres import NOTIFY_SQL, PQTRANS_IDLE
 from app.store.records import JobRecord
 from app.store.sqlite import Prepared, db_time
 
@@ -120,16 +120,17 @@ class Transactions:
         assert db is not None
         try:
             db.autocommit = True
-            try:
-                yield db
-            finally:
-                if not db.broken:
-                    db.autocommit = False
+            yield db
         except error as exc:
-            broken = db.broken or db.closed
-            if broken:
-                raw.invalidate(exc)
-            raise DBAPIError.instance(None, None, exc, error, connection_invalidated=broken) from exc
+            _hand_back(raw, db, exc)
+            raise DBAPIError.instance(
+                None, None, exc, error, connection_invalidated=raw.dbapi_connection is None
+            ) from exc
+        except BaseException as exc:
+            _hand_back(raw, db, exc)
+            raise
+        else:
+            _hand_back(raw, db, None)
         finally:
             raw.close()
 
@@ -226,3 +227,13 @@ class Transactions:
         if status is None:
             return JobNotFound(job_id)
         return TransitionRefused(job_id, status, transition)
+
+
+def _hand_back(raw: Any, db: Any, exc: BaseException | None) -> None:
+    """Out of autocommit for the pool's next user; a connection that broke,
+    or that is mid-statement (an interrupt between the send and the
+    answer), is dropped instead, as SQLAlchemy drops one it cannot vouch for."""
+    if not db.broken and not db.closed and db.info.transaction_status == PQTRANS_IDLE:
+        db.autocommit = False
+    else:
+        raw.invalidate(exc)

@@ -402,5 +402,11 @@ def test_the_driver_level_enqueue_raises_what_the_api_answers_503_for(
     assert deck.enqueue("demo.noop").created
     with pytest.raises(DBAPIError) as caught, store.alone() as db:
         db.execute("SELECT * FROM no_such_table")  # a bug, not an outage: 500, and the connection stays
-    assert not is_unavailable(caught.value)
+    assert not is_unavailable(caught.value) and not caught.value.connection_invalidated
+    assert deck.enqueue("demo.noop").created
+    with pytest.raises(KeyboardInterrupt), store.alone() as db:
+        db.pgconn.send_query(b"SELECT pg_sleep(0.2)")  # interrupted between the send and the answer
+        raise KeyboardInterrupt
+    resting = [rec.dbapi_connection for rec in list(store.engine.pool._pool.queue)]
+    assert all(conn is None or not conn.info.transaction_status for conn in resting), "a busy connection was pooled"
     assert deck.enqueue("demo.noop").created
