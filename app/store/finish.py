@@ -88,8 +88,8 @@ class Finishing(Graph, Claiming):
                         values = (t, worker_id, o.job_id, o.attempt, dumps(o.result))
                         applied.extend(self._run(conn, statements.complete(1, True), values).all())
                 else:
-                    pairs = [x for o in group for x in (o.job_id, o.attempt)]
-                    applied = self._run(conn, statements.complete(len(group)), (t, worker_id, *pairs)).all()
+                    size, pairs = statements.fenced_pairs([(o.job_id, o.attempt) for o in group])
+                    applied = self._run(conn, statements.complete(size), (t, worker_id, *pairs)).all()
                 accepted.extend(r[0] for r in applied)
                 won.update((r[0], r[1], worker_id) for r in applied)
                 cancelled.update(r[0] for r in applied if r[2] == CANCELLED)
@@ -298,10 +298,10 @@ class Finishing(Graph, Claiming):
             return []
         started = dict(interrupted or {})
         attempt_of = dict(held)
-        pairs = [x for job_id, attempt in attempt_of.items() for x in (job_id, attempt)]
+        size, pairs = statements.fenced_pairs(list(attempt_of.items()))
         t = self._t(now)
         with self.write() as conn:
-            moved = self._run(conn, statements.release(len(attempt_of)), (t, worker_id, *pairs)).all()
+            moved = self._run(conn, statements.release(size), (t, worker_id, *pairs)).all()
             self._settle(conn, moved, now)
             ended = {r[0]: r[1] for r in moved}
             released = list(ended)

@@ -103,3 +103,29 @@ def test_the_claim_finds_its_rows_by_key_on_an_analyzed_table(drv: Driver) -> No
             params = {**stmt.params, **prepared.params(values)}
             plan = " | ".join(r[0] for r in conn.exec_driver_sql("EXPLAIN " + str(stmt), params))
             assert "Seq Scan" not in plan and "ix_jobs_claim" in plan, plan
+
+
+@pytest.mark.parametrize("size", [1, 15, 16, 17, 33])
+def test_batches_padded_to_a_shape_complete_and_release_each_pair_once(drv: Driver, size: int) -> None:
+    """Completions and releases of ``size`` pairs run the statement of the
+    next padded size (``statements.fenced_pairs``), the last pair repeated:
+    here a refused one, so the padding must not let it through, nor count
+    an accepted one twice."""
+    from app.store import statements
+
+    drv.store.enqueue_many([NewJob("demo.noop", {"i": i}) for i in range(2 * size + 2)], drv.now)
+    claimed = drv.store.claim("w1", drv.now, limit=2 * size + 2)
+    done, released, spare = claimed[:size], claimed[size : 2 * size], claimed[2 * size :]
+    stale = Outcome(spare[0].id, "w1", attempt=spare[0].attempt + 1, started_at=drv.now)
+    outcomes = [Outcome(j.id, "w1", attempt=j.attempt, started_at=drv.now) for j in done[:-1]] + [stale]
+    assert statements.fenced_pairs([(o.job_id, o.attempt) for o in outcomes])[0] >= len(outcomes)
+
+    assert sorted(drv.store.complete_many(outcomes, drv.now)) == sorted(j.id for j in done[:-1])
+    for j in done[:-1]:
+        assert [a.attempt for a in drv.store.attempts_of(j.id)] == [1]
+    assert drv.store.get(spare[0].id).status is State.RUNNING
+    held = [(j.id, j.attempt) for j in released] + [(spare[1].id, spare[1].attempt + 1)]
+    moved = drv.store.release("w1", held, drv.now)
+    assert sorted(moved) == sorted(j.id for j in released)
+    assert {drv.store.get(j.id).status for j in released} == {State.PENDING}
+    assert drv.store.get(spare[1].id).status is State.RUNNING
