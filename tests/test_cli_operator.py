@@ -146,7 +146,7 @@ def test_user_text_cannot_drive_the_terminal(run, live_deck: Jobdeck) -> None:
 
 def test_enqueue_of_a_demo_type_without_demo_says_it_needs_demo(run, live_deck: Jobdeck, monkeypatch) -> None:
     # A registry no earlier --demo run in this process has filled (the CLI's default one is global).
-    monkeypatch.setattr("app.default_registry", Registry())
+    monkeypatch.setattr("app.deck.default_registry", Registry())
     result = run("enqueue", "demo.noop")
     assert result.exit_code == 1, result.output
     assert "unknown job type 'demo.noop'" in result.output and "(the demo types need --demo)" in result.output

@@ -232,8 +232,15 @@ class Transactions:
 def _hand_back(raw: Any, db: Any, exc: BaseException | None) -> None:
     """Out of autocommit for the pool's next user; a connection that broke,
     or that is mid-statement (an interrupt between the send and the
-    answer), is dropped instead, as SQLAlchemy drops one it cannot vouch for."""
+    answer), is dropped instead, as SQLAlchemy drops one it cannot vouch
+    for, and a broken one takes the rest of the pool with it."""
     if not db.broken and not db.closed and db.info.transaction_status == PQTRANS_IDLE:
         db.autocommit = False
-    else:
-        raw.invalidate(exc)
+        return
+    if db.broken or db.closed:
+        # A lost connection: the others in the pool are suspect too. What
+        # SQLAlchemy's own execution does on a disconnect (private API,
+        # pinned < 2.2): each connection older than now is replaced at its
+        # next checkout.
+        raw._pool._invalidate(raw, exc, _checkin=False)
+    raw.invalidate(exc)

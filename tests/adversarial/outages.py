@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -33,6 +34,10 @@ class Proxy:
         self._down = threading.Event()
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
+        self._servers: dict[socket.socket, socket.socket] = {}
+        """Each relayed client socket's server side."""
+        self._forgotten: set[socket.socket] = set()
+        """Client sockets of flows ``forget_flows`` dropped: silent until written to."""
         self._closed = False
         threading.Thread(target=self._accept, name="test-proxy", daemon=True).start()
 
@@ -53,6 +58,7 @@ class Proxy:
             server.settimeout(None)
             with self._lock:
                 self._sockets.update((client, server))
+                self._servers[client] = server
             for a, b in ((client, server), (server, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
@@ -64,11 +70,29 @@ class Proxy:
             pass
         finally:
             for s in (src, dst):
-                self._forget(s)
+                if s not in self._forgotten:
+                    self._forget(s)
+                elif s is src:  # the client wrote into a forgotten flow: a reset, as a middlebox answers
+                    with contextlib.suppress(OSError):  # closed meanwhile (the proxy's close)
+                        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self._forgotten.discard(s)
+                    self._forget(s)
+
+    def forget_flows(self) -> None:
+        """What a NAT or firewall that dropped its state, or a rebooted host,
+        looks like to the client: each relayed connection stays open on the
+        client's side and says nothing, until the client writes into it and
+        gets a reset. (The server side is closed, so the real backend ends.)"""
+        with self._lock:
+            pairs = list(self._servers.items())
+            self._forgotten.update(client for client, _ in pairs)
+        for _, server in pairs:
+            self._forget(server)
 
     def _forget(self, s: socket.socket) -> None:
         with self._lock:
             self._sockets.discard(s)
+            self._servers.pop(s, None)
         with contextlib.suppress(OSError):
             s.shutdown(socket.SHUT_RDWR)
         s.close()

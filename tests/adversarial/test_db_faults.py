@@ -352,15 +352,17 @@ def _pooled_sockets_readable(deck: Jobdeck) -> bool:
 
 @postgres_only
 def test_a_pooled_connection_whose_backend_was_terminated_is_replaced_at_checkout(
-    request: pytest.FixtureRequest, make_deck: Callable[..., Jobdeck]
+    request: pytest.FixtureRequest, make_deck: Callable[..., Jobdeck], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No round trip is spent pinging a connection at checkout: a resting
     connection whose socket is quiet is handed out as it is, and one whose
     server spoke (a terminated backend's FATAL and close, as at a restart)
     is pinged and replaced (``app.store.engine.quiet``). Every path: the
     driver-level single enqueue, Core's keyed enqueue, a read, a bulk."""
+    from app.store import engine
     from app.store.engine import quiet
 
+    monkeypatch.setattr(engine, "PING_AFTER_REST", 3600.0)  # the socket alone decides here
     deck = make_deck()
     for round_ in range(3):
         first = deck.enqueue("demo.noop", {"round": round_}).job
@@ -377,6 +379,44 @@ def test_a_pooled_connection_whose_backend_was_terminated_is_replaced_at_checkou
         assert deck.store.get(job.id) is not None
         assert len(deck.enqueue_many([{"type": "demo.noop"}] * 3)) == 3
     assert deck.store.counts(deck.clock())["pending"] == 3 * 6
+
+
+@postgres_only
+def test_a_pooled_connection_a_middlebox_forgot_is_pinged_after_its_rest(
+    db_url: str, make_deck: Callable[..., Jobdeck], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A peer that forgot the connection (a NAT or firewall that dropped its
+    state, a rebooted host) says nothing until the client writes: the
+    socket stays quiet. A connection that rested past ``PING_AFTER_REST``
+    is pinged anyway, so the forgotten one is replaced before the enqueue
+    uses it, on the driver-level path and on Core's. Within its rest, a
+    forgotten connection fails that one call as an outage (503), and takes
+    the rest of the pool with it: the next call succeeds."""
+    from sqlalchemy.exc import DBAPIError
+
+    from app.store import engine
+    from app.store.faults import is_unavailable
+
+    outage = Outage("postgres", db_url)
+    try:
+        deck = make_deck(database_url=outage.url)
+        with deck.store.engine.connect() as a, deck.store.engine.connect() as b:  # two connections resting
+            assert a is not b
+        monkeypatch.setattr(engine, "PING_AFTER_REST", 3600.0)
+        outage._switch.forget_flows()
+        with pytest.raises(DBAPIError) as caught:
+            deck.enqueue("demo.noop")
+        assert is_unavailable(caught.value), caught.value
+        assert deck.enqueue("demo.noop").created  # the other forgotten one was replaced with the pool
+
+        monkeypatch.setattr(engine, "PING_AFTER_REST", 0.0)
+        for path in ("plain", "keyed", "plain"):
+            outage._switch.forget_flows()
+            enqueued = deck.enqueue("demo.noop", idempotency_key="k" if path == "keyed" else None)
+            assert enqueued.job.id > 0
+        assert deck.store.counts(deck.clock())["pending"] == 4
+    finally:
+        outage.close()
 
 
 @postgres_only
