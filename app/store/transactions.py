@@ -92,9 +92,11 @@ class Transactions:
     @contextmanager
     def single(self) -> Iterator[Connection]:
         """A connection for a write of ONE statement, atomic by itself (the
-        claim): on PostgreSQL in autocommit, 2 round trips with the pool's
-        ping instead of 4; a transaction of this thread already open is
-        joined; on SQLite it is ``write()``."""
+        claim): on PostgreSQL in autocommit, one round trip instead of
+        BEGIN, the statement and COMMIT (the pool pings only a connection
+        that rested or whose server spoke: ``engine.needs_ping``); a
+        transaction of this thread already open is joined; on SQLite it is
+        ``write()``."""
         if not self.outside():
             with self.write() as conn:
                 yield conn
