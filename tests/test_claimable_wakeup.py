@@ -5,6 +5,7 @@ job made due waits for their next poll."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -88,10 +89,31 @@ def test_every_enqueue_path_notifies_other_processes(deck: Jobdeck, listener: Li
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         sent.append(statement)
 
+    store = type(deck.store)
+    driver_level = store.alone  # a plain single enqueue runs on the psycopg connection: record there too
+
+    @contextmanager
+    def recorded_alone(self: Any) -> Iterator[Any]:
+        with driver_level(self) as db:
+            yield _Recording(db, sent)
+
     event.listen(deck.store.engine, "before_cursor_execute", record)
     try:
-        ENQUEUES[path](deck)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(store, "alone", recorded_alone)
+            ENQUEUES[path](deck)
     finally:
         event.remove(deck.store.engine, "before_cursor_execute", record)
     assert any("pg_notify" in s or s.startswith("NOTIFY") for s in sent), sent
     wait_for(lambda: listener.received >= 1, 5, message=f"the NOTIFY of {path}")
+
+
+class _Recording:
+    """A psycopg connection whose ``execute`` notes each statement's text."""
+
+    def __init__(self, db: Any, sent: list[str]) -> None:
+        self._db, self._sent = db, sent
+
+    def execute(self, query: str, *args: Any, **kwargs: Any) -> Any:
+        self._sent.append(query)
+        return self._db.execute(query, *args, **kwargs)
