@@ -81,3 +81,19 @@ def test_the_reasons_through_the_real_store(make_deck, clock, backend):
     assert codes()[extra.id] == "workers_busy"
     clock.advance(10)  # past the stall timeout (5 s): pool-1 is silent
     assert codes()[extra.id] == "no_worker"
+
+
+def test_the_driver_level_read_raises_sqlalchemys_errors_and_keeps_its_connection(make_deck, clock, backend):
+    """``Transactions.glance`` runs a statement on the pooled driver
+    connection: a failing one raises SQLAlchemy's error (what the API's
+    error handler tells apart: 500 for a bug, 503 for an outage), and the
+    connection goes back to the pool usable."""
+    from sqlalchemy.exc import DBAPIError
+
+    deck = make_deck(clock)
+    with pytest.raises(DBAPIError), deck.store.glance() as db:
+        db.execute("SELECT * FROM no_such_table")
+    for _ in range(3):  # the pool's connections, the one above among them
+        assert read_waiting(deck.store, clock.now).running == []
+    deck.store.register_worker("pool-1", "host", 1, 2, clock.now)
+    assert [p.id for p in read_waiting(deck.store, clock.now).pools] == ["pool-1"]

@@ -18,7 +18,7 @@ from app.store import statements
 from app.store.engine import PROMPT, READONLY
 from app.store.postgres import NOTIFY_SQL, PQTRANS_IDLE
 from app.store.records import JobRecord
-from app.store.sqlite import Prepared, db_time
+from app.store.sqlite import Prepared, db_time, translated_errors
 
 Backoff = Callable[[str, int], float]
 """(job type, retry_count) -> seconds until the retry."""
@@ -135,6 +135,26 @@ class Transactions:
             _hand_back(raw, db, None)
         finally:
             raw.close()
+
+    @contextmanager
+    def glance(self) -> Iterator[Any]:
+        """A pooled driver connection for ONE read statement, which is its
+        own snapshot: on PostgreSQL ``alone``'s, in autocommit; on SQLite
+        the pooled sqlite3 connection outside a transaction (SQLAlchemy owns
+        BEGIN there, so a lone SELECT runs in its own implicit read
+        transaction), errors raised as SQLAlchemy's. What a hot read needs
+        when a Core read transaction costs more than the read
+        (``app.store.waiting.read_waiting``)."""
+        if not self.sqlite:
+            with self.alone() as db:
+                yield db
+            return
+        with translated_errors():
+            raw = self.engine.raw_connection()
+            try:
+                yield raw.driver_connection
+            finally:
+                raw.close()
 
     def outside(self) -> bool:
         """PostgreSQL, and no transaction of this thread's open: a write of

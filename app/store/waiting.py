@@ -10,15 +10,18 @@ cached set, the one the claim itself uses, so they are not read here.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, literal_column, null, select, union_all
 
 from app.store import statements
 from app.store.lifecycle import Store
 from app.store.models import attempts, jobs, workers
+from app.store.sqlite import Prepared, parse_time
 
 RECENT_ATTEMPTS = 1000
 """How many of the newest finished attempts are looked through for an
@@ -56,36 +59,59 @@ class WaitingReads:
     """Of the types asked about, those with one of the newest attempts finished since the cutoff."""
 
 
-def read_waiting(store: Store, cutoff: datetime, finished_types: Collection[str] = ()) -> WaitingReads:
-    """The running jobs grouped by (queue, type, worker) (the limits, the
-    pools' busy slots and the HTTP workers' heartbeats in one statement),
-    the pools not stopped or gone, and which of ``finished_types`` had an
-    attempt finish since ``cutoff`` (an HTTP worker's trace when it holds
-    nothing right now); in one read transaction."""
+@lru_cache(maxsize=1)
+def running_and_pools() -> Prepared:
+    """The running jobs grouped by (queue, type, worker) and the pools not
+    stopped or gone, in one statement: one snapshot and one round trip.
+    Each row is tagged ``r`` (queue, type, worker_id, count, freshest
+    heartbeat) or ``p`` (id, threads, heartbeat, unhealthy)."""
     grouped = (
-        select(jobs.c.queue, jobs.c.type, jobs.c.worker_id, func.count(), func.max(jobs.c.heartbeat_at))
+        select(literal_column("'r'"), jobs.c.queue, jobs.c.type, jobs.c.worker_id, func.count(),
+               func.max(jobs.c.heartbeat_at), null())
         .where(statements.running())
         .group_by(jobs.c.queue, jobs.c.type, jobs.c.worker_id)
+    )  # fmt: skip
+    pools = select(
+        literal_column("'p'"), workers.c.id, null(), null(), workers.c.threads, workers.c.heartbeat_at,
+        workers.c.unhealthy,
+    ).where(workers.c.stopped_at.is_(None), workers.c.gone_at.is_(None))  # fmt: skip
+    return Prepared(union_all(grouped, pools), ())
+
+
+def read_waiting(store: Store, cutoff: datetime, finished_types: Collection[str] = ()) -> WaitingReads:
+    """The running jobs grouped by (queue, type, worker) (the limits, the
+    pools' busy slots and the HTTP workers' heartbeats) and the pools not
+    stopped or gone, in one statement (``running_and_pools``) at driver
+    level (``Transactions.glance``): every answer to ``POST /api/jobs``
+    makes this read, and through a Core read transaction it cost 20 times
+    the CPU SQLite needs for it. Then, only when asked, which of
+    ``finished_types`` had an attempt finish since ``cutoff`` (an HTTP
+    worker's trace when it holds nothing right now), in a read of its own."""
+    compiled = running_and_pools().sqlite if store.sqlite else running_and_pools().postgres
+    with store.glance() as db:
+        rows = db.execute(compiled.text, compiled.params(())).fetchall()
+    when: Callable[[Any], Any] = parse_time if store.sqlite else _as_given
+    running = [RunningGroup(a, b, c, int(n), when(hb)) for tag, a, b, c, n, hb, _ in rows if tag == "r"]
+    pool_rows = [PoolRow(a, int(n or 0), when(hb), bad) for tag, a, _, _, n, hb, bad in rows if tag == "p"]
+    if not finished_types:
+        return WaitingReads(running, pool_rows, frozenset())
+    newest = (
+        select(attempts.c.job_id)
+        .where(attempts.c.finished_at >= cutoff)
+        .order_by(attempts.c.finished_at.desc())
+        .limit(RECENT_ATTEMPTS)
+        .subquery()
     )
-    pools = select(workers.c.id, workers.c.threads, workers.c.heartbeat_at, workers.c.unhealthy).where(
-        workers.c.stopped_at.is_(None), workers.c.gone_at.is_(None)
+    recent = (
+        select(jobs.c.type)
+        .where(jobs.c.id.in_(select(newest.c.job_id)), jobs.c.type.in_(list(finished_types)))
+        .distinct()
     )
     with store.read() as conn:
-        running = [RunningGroup(q, t, w, int(n), hb) for q, t, w, n, hb in conn.execute(grouped)]
-        pool_rows = [PoolRow(i, int(th or 0), hb, bad) for i, th, hb, bad in conn.execute(pools)]
-        finished: frozenset[str] = frozenset()
-        if finished_types:
-            newest = (
-                select(attempts.c.job_id)
-                .where(attempts.c.finished_at >= cutoff)
-                .order_by(attempts.c.finished_at.desc())
-                .limit(RECENT_ATTEMPTS)
-                .subquery()
-            )
-            recent = (
-                select(jobs.c.type)
-                .where(jobs.c.id.in_(select(newest.c.job_id)), jobs.c.type.in_(list(finished_types)))
-                .distinct()
-            )
-            finished = frozenset(conn.execute(recent).scalars())
+        finished = frozenset(conn.execute(recent).scalars())
     return WaitingReads(running, pool_rows, finished)
+
+
+def _as_given(value: Any) -> Any:
+    """PostgreSQL's times at driver level: aware, in the session's UTC (``app.store.engine``)."""
+    return value

@@ -358,9 +358,11 @@ def test_a_pooled_connection_whose_backend_was_terminated_is_replaced_at_checkou
     connection whose socket is quiet is handed out as it is, and one whose
     server spoke (a terminated backend's FATAL and close, as at a restart)
     is pinged and replaced (``app.store.engine.quiet``). Every path: the
-    driver-level single enqueue, Core's keyed enqueue, a read, a bulk."""
+    driver-level single enqueue, Core's keyed enqueue, a read, the
+    driver-level "why is it waiting?" read, a bulk."""
     from app.store import engine
     from app.store.engine import quiet
+    from app.store.waiting import read_waiting
 
     monkeypatch.setattr(engine, "PING_AFTER_REST", 3600.0)  # the socket alone decides here
     deck = make_deck()
@@ -377,6 +379,9 @@ def test_a_pooled_connection_whose_backend_was_terminated_is_replaced_at_checkou
         keyed = deck.enqueue("demo.noop", idempotency_key=f"k{round_}")
         assert keyed.created
         assert deck.store.get(job.id) is not None
+        assert terminate_backends(request.node.pg_schema) >= 1
+        wait_for(lambda: _pooled_sockets_readable(deck), timeout=10, message="the terminated backends' sockets")
+        assert read_waiting(deck.store, deck.clock()).pools == []  # the driver-level read (``glance``)
         assert len(deck.enqueue_many([{"type": "demo.noop"}] * 3)) == 3
     assert deck.store.counts(deck.clock())["pending"] == 3 * 6
 
