@@ -78,9 +78,11 @@ def table(result: dict[str, Any]) -> str:
     http = s.get("http")
     if http and "skipped" not in http:
         e, h = http["enqueue"], http["health"]
+        control = (f"; refused POST (422): {http['refused']['rps']:,.0f} ({http['refused_ratio']:.0%})"
+                   if "refused" in http else "")  # fmt: skip
         lines.append(f"| 3. HTTP POST /api/jobs, wrk 16 conns (req/s) | {e['rps']:,.0f} (p50 {e['p50_ms']:.1f} ms, "
                      f"p99 {e['p99_ms']:.1f} ms, {e['errors']} errors) | GET /api/health: {h['rps']:,.0f} "
-                     f"({http['ratio']:.0%}) | – | – | – | >= 80% of health, 0 errors | "
+                     f"({http['ratio']:.0%}){control} | – | – | – | >= 80% of health, 0 errors | "
                      f"{_ok(http['ratio'] >= 0.8 and e['errors'] == 0)} |")  # fmt: skip
     elif http:
         lines.append(f"| 3. HTTP | skipped: {http['skipped']} | | | | | | |")

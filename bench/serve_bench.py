@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -112,13 +113,21 @@ def fill(db: Path, n: int, *, dead: int = 0, types: int = 1, status: str = "pend
     conn.close()
 
 
-def _wrk(port: int, path: str, seconds: int, connections: int, post: bool) -> dict[str, Any]:
-    script = Path(REPO / "bench" / "results" / "post.lua")
-    script.parent.mkdir(parents=True, exist_ok=True)
-    script.write_text('wrk.method = "POST"\nwrk.body = \'{"type":"demo.noop"}\'\n'
-                      'wrk.headers["Content-Type"] = "application/json"\n')  # fmt: skip
+ENQUEUE_BODY = '{"type":"demo.noop"}'
+REFUSED_BODY = '{"type":"no.such.type"}'
+"""The control: a POST of the same shape that validation refuses (422)
+before any database work, so its rate is what the server, the API's guard
+and the body's parsing allow an enqueue at most."""
+
+
+def _wrk(port: int, path: str, seconds: int, connections: int, body: str | None) -> dict[str, Any]:
+    """wrk on ``path``: a GET, or a JSON POST of ``body``."""
     cmd = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency"]
-    if post:
+    if body is not None:
+        script = Path(REPO / "bench" / "results" / f"post-{zlib.crc32(body.encode()):08x}.lua")
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text(f'wrk.method = "POST"\nwrk.body = {json.dumps(body)}\n'
+                          'wrk.headers["Content-Type"] = "application/json"\n')  # fmt: skip
         cmd += ["-s", str(script)]
     out = subprocess.run([*cmd, f"http://127.0.0.1:{port}{path}"], capture_output=True, text=True, check=True).stdout
 
@@ -176,21 +185,28 @@ def http_enqueue(
     threads: int | None = None,
     workers: int | None = None,
 ) -> dict[str, Any]:
-    """wrk against GET /api/health and POST /api/jobs in the same server, for
-    each of ``HTTP_SERVERS`` serving Jobdeck on SQLite (synchronous FULL)
-    with its embedded pool running. The three servers run side by side and
-    are measured in interleaved rounds (health then POST on each server in
-    turn, ``runs`` rounds after a warm-up round), so a slow minute of the
-    machine lands on all of them. Each figure is the median round; ``ratio``
-    is POST/health within a server. The top-level ``health``, ``enqueue``
-    and ``ratio`` are those of ``jobdeck serve``'s default server.
+    """wrk against GET /api/health, a refused POST (the control,
+    ``REFUSED_BODY``) and POST /api/jobs in the same server, for each of
+    ``HTTP_SERVERS`` serving Jobdeck on SQLite (synchronous FULL) with its
+    embedded pool running. The three servers run side by side and are
+    measured in interleaved rounds (the three calls on each server in turn,
+    ``runs`` rounds after a warm-up round), so a slow minute of the machine
+    lands on all of them. Each figure is the median round; ``ratio`` is
+    POST/health within a server, ``refused_ratio`` the control's. The
+    top-level ``health``, ``enqueue`` and ``ratio`` are those of ``jobdeck
+    serve``'s default server.
     ``workers=0`` measures the HTTP path without the pool beside it."""
     if not shutil.which("wrk"):
         return {"skipped": "wrk not installed (apt-get install -y wrk)"}
     from app.config import Config
 
     threads = threads or Config().http_threads
-    rounds: dict[str, dict[str, list[dict[str, Any]]]] = {s: {"health": [], "enqueue": []} for s in HTTP_SERVERS}
+    calls = (
+        ("health", "/api/health", None),
+        ("refused", "/api/jobs", REFUSED_BODY),
+        ("enqueue", "/api/jobs", ENQUEUE_BODY),
+    )
+    rounds: dict[str, dict[str, list[dict[str, Any]]]] = {s: {label: [] for label, *_ in calls} for s in HTTP_SERVERS}
     with contextlib_exit() as stack:
         ports = {}
         for server in HTTP_SERVERS:
@@ -198,8 +214,8 @@ def http_enqueue(
             ports[server] = stack.enter_context(http_server(db, server, threads, workers))[1]
         for n in range(runs + 1):
             for server in HTTP_SERVERS:
-                for label, path, post in (("health", "/api/health", False), ("enqueue", "/api/jobs", True)):
-                    result = _wrk(ports[server], path, 1 if n == 0 else seconds, connections, post)
+                for label, path, body in calls:
+                    result = _wrk(ports[server], path, 1 if n == 0 else seconds, connections, body)
                     if n:  # round 0 warms every server up
                         rounds[server][label].append(result)
     out: dict[str, Any] = {"servers": {}, "default": Config().http_server, "connections": connections,
@@ -210,6 +226,7 @@ def http_enqueue(
             ordered = sorted(results, key=lambda r: r["rps"])
             figures[label] = dict(ordered[len(ordered) // 2], runs=[r["rps"] for r in results])
         figures["ratio"] = figures["enqueue"]["rps"] / figures["health"]["rps"]
+        figures["refused_ratio"] = figures["refused"]["rps"] / figures["health"]["rps"]
         out["servers"][server] = figures
     out.update(out["servers"][out["default"]])
     print_http_table(out)  # what ``bench/run.py --only 3`` shows per server
@@ -217,16 +234,17 @@ def http_enqueue(
 
 
 def print_http_table(result: dict[str, Any]) -> None:
-    """The per-server table of ``http_enqueue``."""
+    """The per-server table of ``http_enqueue``. "refused" is the control
+    (``REFUSED_BODY``): wrk counts its 422s as non-2xx, so they are not errors here."""
     print(f"| server ({result['threads']} threads, {result['workers']} pool threads, wrk {result['connections']} conns) "
-          "| GET /api/health req/s "
-          "| POST /api/jobs req/s | POST p50 / p99 ms | POST/health | errors |")  # fmt: skip
-    print("|---|---|---|---|---|---|")
+          "| GET /api/health req/s | POST refused (422) req/s | POST /api/jobs req/s | POST p50 / p99 ms "
+          "| refused/health | POST/health | errors |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
     for server, f in result["servers"].items():
-        h, e = f["health"], f["enqueue"]
+        h, r, e = f["health"], f["refused"], f["enqueue"]
         mark = " (default)" if server == result["default"] else ""
-        print(f"| {server}{mark} | {h['rps']:,.0f} | {e['rps']:,.0f} | {e['p50_ms']:.1f} / {e['p99_ms']:.1f} "
-              f"| {f['ratio']:.0%} | {h['errors'] + e['errors']} |")  # fmt: skip
+        print(f"| {server}{mark} | {h['rps']:,.0f} | {r['rps']:,.0f} | {e['rps']:,.0f} | {e['p50_ms']:.1f} / {e['p99_ms']:.1f} "
+              f"| {f['refused_ratio']:.0%} | {f['ratio']:.0%} | {h['errors'] + e['errors']} |")  # fmt: skip
 
 
 def _wait_healthy(proc: subprocess.Popen[bytes], port: int, log: Path, timeout: float = 30) -> None:
