@@ -69,9 +69,11 @@ class Enqueueing(Transactions):
         if new.unique is not None:
             return self._enqueue_unique(new, now)
         if self._enqueuer is not None and new.idempotency_key is None:
-            row = self._enqueuer.submit(self._row(new, now, db_time(now), True))
+            values = self._row(new, now, now, False)
+            stamp = db_time(now)
+            job_id = self._enqueuer.submit(tuple(_as_stored(v, now, stamp) for v in values))
             self._notify_enqueued()
-            return Enqueued(JobRecord.from_sqlite(row), True)
+            return Enqueued(inserted(job_id, values), True)
         values = self._row(new, now, self._t(now), self.sqlite)
         if self.outside():
             return self._enqueue_alone(new, values)
@@ -214,14 +216,7 @@ class Enqueueing(Transactions):
                 with translated_errors():
                     db = conn.connection.driver_connection
                     assert db is not None
-                    cur = db.cursor()
-                    per = min(_ROWS_PER_STATEMENT, db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(rows[0]))
-                    for start in range(0, len(rows), per):
-                        chunk = rows[start : start + per]
-                        cur.execute(statements.enqueue_rows_sqlite(len(chunk)), list(chain.from_iterable(chunk)))
-                    # One writer holds the lock: the rowids of these statements are consecutive.
-                    last = cur.execute("SELECT last_insert_rowid()").fetchone()[0]
-                ids = list(range(last - len(rows) + 1, last + 1))
+                    ids = _insert_rows_sqlite(db, rows)
             else:
                 ids = sorted(row.id for row in self._insert_unnest(conn, rows, stamp, keyed=False))
         self._notify_enqueued()
@@ -239,29 +234,61 @@ class Enqueueing(Transactions):
         params["now"] = now
         return conn.execute(statements.enqueue_unnest(keyed), params).all()
 
-    def _insert_batch_sqlite(self, rows: list[tuple[Any, ...]]) -> list[Any]:
+    def _insert_batch_sqlite(self, rows: list[tuple[Any, ...]]) -> list[int]:
         """Insert plain jobs in one transaction (the group commit's batch);
-        returns their raw rows in order. On a pooled DBAPI connection under
-        the write lock, without SQLAlchemy's Connection: its begin and commit
-        events cost more CPU than the insert (one HTTP enqueue per batch)."""
+        returns their ids in order. On a pooled DBAPI connection under the
+        write lock, without SQLAlchemy's Connection: its begin and commit
+        events cost more CPU than the insert. A batch that fits one
+        multi-row INSERT is that statement alone, in autocommit, its own
+        transaction (durable when it returns): one call into SQLite for the
+        batch where BEGIN, an INSERT per job and COMMIT were each one, and
+        each call gives the GIL up and waits to take it back from the HTTP
+        threads."""
         assert self._write_lock is not None
-        compiled = statements.enqueue("row").sqlite
         with self._write_lock, translated_errors():
             raw = self.engine.raw_connection()
             try:
                 db = raw.driver_connection
                 assert db is not None
+                if len(rows) <= _rows_per_statement(db, rows):
+                    return _insert_rows_sqlite(db, rows)
                 db.execute("BEGIN IMMEDIATE")
                 try:
-                    found = [db.execute(compiled.text, compiled.params(r)).fetchone() for r in rows]
+                    ids = _insert_rows_sqlite(db, rows)
                     db.execute("COMMIT")
                 except BaseException:
                     if db.in_transaction:
                         db.execute("ROLLBACK")
                     raise
-                return found
+                return ids
             finally:
                 raw.close()
+
+
+def _rows_per_statement(db: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> int:
+    return min(_ROWS_PER_STATEMENT, db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(rows[0]))
+
+
+def _insert_rows_sqlite(db: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> list[int]:
+    """SQLite: ``rows`` (``job_row``'s, times as stored) in multi-row INSERTs
+    (``statements.enqueue_rows_sqlite``) on ``db``, inside the caller's
+    transaction (or, one statement, in its own); returns their ids in order.
+    One writer holds the lock, so the rowids of these statements are consecutive."""
+    cur = db.cursor()
+    per = _rows_per_statement(db, rows)
+    for start in range(0, len(rows), per):
+        chunk = rows[start : start + per]
+        cur.execute(statements.enqueue_rows_sqlite(len(chunk)), list(chain.from_iterable(chunk)))
+    last = cur.lastrowid
+    assert last is not None
+    return list(range(last - len(rows) + 1, last + 1))
+
+
+def _as_stored(value: Any, now: datetime, stamp: str) -> Any:
+    """A value of ``job_row`` as SQLite stores it: a time as its text (``now``'s is ``stamp``)."""
+    if value is now:
+        return stamp
+    return db_time(value) if isinstance(value, datetime) else value
 
 
 def inserted(job_id: int, values: tuple[Any, ...]) -> JobRecord:
