@@ -8,11 +8,14 @@ import threading
 from datetime import timedelta as td
 from datetime import timezone
 
+import pytest
 from sqlalchemy.exc import IntegrityError
 
 from app.states import State
 from app.store import NewJob, Outcome, Store
+from app.store import enqueue as enqueue_module
 from app.store.engine import make_engine
+from app.store.sqlite import db_time
 
 
 def _db_path(deck) -> str:  # type: ignore[no-untyped-def]
@@ -70,6 +73,29 @@ def test_a_bad_job_in_a_group_fails_only_its_own_caller(deck, clock) -> None:  #
     assert list(errors) == [7]
     assert sorted(ids) == [i for i in range(20) if i != 7]
     assert deck.store.counts(clock())["pending"] == 19
+
+
+@pytest.mark.parametrize("rows_per_statement", [1000, 2], ids=["one-statement", "chunked"])
+def test_a_group_commit_batch_is_all_or_nothing(deck, clock, monkeypatch, rows_per_statement) -> None:  # type: ignore[no-untyped-def]
+    """The batch the group commit writes is one multi-row INSERT in
+    autocommit, or, past one statement's rows (forced here with 2), its
+    statements in one transaction: either way a bad row inserts none of the
+    batch, so the one-by-one retry that follows inserts no job twice."""
+    from app.store.enqueue import _as_stored
+
+    monkeypatch.setattr(enqueue_module, "_ROWS_PER_STATEMENT", rows_per_statement)
+    store, now = deck.store, clock()
+
+    def rows(*max_retries: int) -> list[tuple[object, ...]]:
+        news = [NewJob("demo.noop", {"n": n}, max_retries=m) for n, m in enumerate(max_retries)]
+        return [tuple(_as_stored(v, now, db_time(now)) for v in store._row(new, now, now, False)) for new in news]
+
+    ids = store._insert_batch_sqlite(rows(1, 2, 3, 4, 5))
+    assert ids == list(range(ids[0], ids[0] + 5))
+    assert [store.get(i).max_retries for i in ids] == [1, 2, 3, 4, 5]
+    with pytest.raises(IntegrityError):
+        store._insert_batch_sqlite(rows(1, 2, 3, 4, -1))  # the last row breaks the CHECK constraint
+    assert deck.store.counts(now)["pending"] == 5
 
 
 def test_enqueue_many_returns_the_ids_of_its_own_rows_under_concurrent_writers(deck, clock) -> None:  # type: ignore[no-untyped-def]
