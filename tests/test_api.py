@@ -211,18 +211,15 @@ def test_bearer_token(make_deck, clock) -> None:
 
 def test_twenty_concurrent_posts_with_one_key(live_deck: Jobdeck) -> None:
     """Over real HTTP, 20 threads race one idempotency key: one 201, nineteen 200s, one row."""
-    from waitress import create_server
+    from urllib.parse import urlsplit
 
-    app = create_app(deck=live_deck)
-    server = create_server(app, host="127.0.0.1", port=0, threads=20)
-    port = server.effective_port  # type: ignore[union-attr]
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
+    from tests.live_server import served
+
     barrier = threading.Barrier(20)
     results: list[tuple[int, int]] = []
     lock = threading.Lock()
 
-    def send() -> None:
+    def send(port: int) -> None:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         body = json.dumps({"type": "demo.noop", "payload": {"o": 1}, "idempotency_key": "race"})
         barrier.wait()
@@ -233,14 +230,16 @@ def test_twenty_concurrent_posts_with_one_key(live_deck: Jobdeck) -> None:
         with lock:
             results.append((resp.status, data["id"]))
 
-    try:
-        senders = [threading.Thread(target=send) for _ in range(20)]
+    # ``served`` stops the server inside its own loop: closing it from this
+    # thread while the loop selected on its sockets raised EBADF there.
+    with served(create_app(deck=live_deck), threads=20) as url:
+        port = urlsplit(url).port
+        assert port is not None
+        senders = [threading.Thread(target=send, args=(port,)) for _ in range(20)]
         for t in senders:
             t.start()
         for t in senders:
             t.join(timeout=30)
-    finally:
-        server.close()
     statuses = sorted(s for s, _ in results)
     assert statuses == [200] * 19 + [201]
     assert len({i for _, i in results}) == 1
