@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from app import create_app
 from app.deck import Jobdeck
 from app.handlers import Registry
@@ -92,3 +94,30 @@ def test_a_queue_name_with_a_line_break_reaches_the_pause_endpoint(client):
     assert r.status_code == 200 and r.get_json()["name"] == "a\nb" and r.get_json()["paused"]
     r = client.post("/api/queues/a%0Ab/resume")
     assert r.status_code == 200 and not r.get_json()["paused"]
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("limit", ["type", "concurrency_key"])
+def test_a_slot_a_limit_frees_is_refilled_without_waiting_for_the_poll(make_config, backend, limit):
+    """A pool whose claim a limit held back (it claimed nothing, with room
+    left) claims again as soon as one of its own limited jobs ends: on
+    PostgreSQL nothing else wakes it (a NOTIFY comes with an enqueue only),
+    and a limited type drained at one job per poll interval. The poll here
+    is 30 s: 20 jobs one at a time are done long before a second poll."""
+    registry = Registry()
+    registry.handler("t.card", max_retries=0)(lambda payload, ctx: None)
+    options = {"concurrency": 1} if limit == "type" else {"concurrency": 1, "concurrency_key": "payload.account"}
+    deck = Jobdeck(make_config(types={"t.card": options}, poll_interval=30.0), registry)
+    deck.init_db()
+    deck.enqueue_many([{"type": "t.card", "payload": {"account": "a"}}] * 20)
+    pool = WorkerPool(deck, 4)
+    pool.start()
+    try:
+        wait_for(
+            lambda: deck.store.counts(deck.clock())[State.COMPLETED.value] == 20,
+            timeout=15,
+            message="20 limited jobs, each claimed when the one before it ended",
+        )
+    finally:
+        pool.stop(5)
+        deck.store.engine.dispose()

@@ -63,7 +63,19 @@ class Acknowledging(PoolShared):
                 self._inflight -= len(batch)
         if not refilled:  # no refill, or one that found less than the room: the fetcher looks
             self._room.set()
+        if refilled is None and self._limits_hold_back():
+            # The fetcher may be waiting out its poll because a limit held its
+            # last claim back; these jobs' ends may have freed that limit.
+            # Nothing else wakes it on PostgreSQL (a NOTIFY comes with an
+            # enqueue only), and a limited type drained one job per poll.
+            self._wake.set()
         return len(batch)
+
+    def _limits_hold_back(self) -> bool:
+        """A concurrency limit (a queue's, a type's or per key) is configured:
+        a job's end can make a waiting job claimable."""
+        controls = self.deck.queues
+        return bool(controls.limits) or any(limit.concurrency for limit in controls.flow.limits)
 
     def _complete_and_refill(self, done: list[Outcome], acked: int, now: datetime) -> bool | None:
         """Complete ``done`` and claim into the room the ``acked`` outcomes

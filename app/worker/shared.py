@@ -72,6 +72,7 @@ class PoolShared:
     _inflight: int
     _avg_duration: float | None
     _room: threading.Event
+    _wake: threading.Event
     _stopping: threading.Event
     _acker_stop: threading.Event
     _refill_lock: threading.Lock
