@@ -16,6 +16,7 @@ from app.store import NewJob, Outcome, Store
 from app.store import enqueue as enqueue_module
 from app.store.engine import make_engine
 from app.store.sqlite import db_time
+from tests.conftest import wait_for
 
 
 def _db_path(deck) -> str:  # type: ignore[no-untyped-def]
@@ -96,6 +97,54 @@ def test_a_group_commit_batch_is_all_or_nothing(deck, clock, monkeypatch, rows_p
     with pytest.raises(IntegrityError):
         store._insert_batch_sqlite(rows(1, 2, 3, 4, -1))  # the last row breaks the CHECK constraint
     assert deck.store.counts(now)["pending"] == 5
+
+
+def test_an_interrupt_after_the_batch_was_written_stores_no_job_twice() -> None:
+    """The leader's KeyboardInterrupt arrives when the call into the database
+    returns, so its batch may be committed: the committer must not retry it
+    row by row (every job stored twice). The leader gets its interrupt, the
+    others ``InterruptedCommit``; a later batch commits as usual."""
+    from app.store.group_commit import GroupCommitter, InterruptedCommit
+
+    stored: list[str] = []
+    interrupt = threading.Event()
+    entered, release = threading.Event(), threading.Event()
+
+    def write_batch(items: list[str]) -> list[int]:
+        if items == ["hold"]:
+            entered.set()
+            release.wait(10)
+        stored.extend(items)
+        if interrupt.is_set() and items != ["hold"]:
+            interrupt.clear()
+            raise KeyboardInterrupt  # after the rows were written, as a signal handler would
+        return list(range(len(items)))
+
+    committer: GroupCommitter[int] = GroupCommitter(threading.Lock(), write_batch)
+    outcomes: dict[str, object] = {}
+
+    def submit(item: str) -> None:
+        try:
+            outcomes[item] = committer.submit(item)
+        except BaseException as exc:  # noqa: BLE001 - the interrupt is what is tested
+            outcomes[item] = exc
+
+    holder = threading.Thread(target=submit, args=("hold",))
+    holder.start()
+    assert entered.wait(10)
+    waiting = [threading.Thread(target=submit, args=(f"j{i}",)) for i in range(5)]
+    for t in waiting:
+        t.start()
+    wait_for(lambda: len(committer._queue) == 5, timeout=10, message="five requests queued behind the holder")
+    interrupt.set()
+    release.set()
+    for t in [holder, *waiting]:
+        t.join(10)
+    assert sorted(stored) == ["hold", "j0", "j1", "j2", "j3", "j4"], "a batch was retried after it was written"
+    errors = [outcomes[f"j{i}"] for i in range(5)]
+    assert sum(isinstance(e, KeyboardInterrupt) for e in errors) == 1  # the next batch's leader
+    assert sum(isinstance(e, InterruptedCommit) for e in errors) == 4
+    assert committer.submit("after") == 0 and stored[-1] == "after"
 
 
 def test_enqueue_many_returns_the_ids_of_its_own_rows_under_concurrent_writers(deck, clock) -> None:  # type: ignore[no-untyped-def]

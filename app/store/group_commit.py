@@ -13,7 +13,8 @@ waiter per batch. No extra thread, no timer: a lone caller commits alone and
 waits for nobody.
 
 A failing batch is retried one request per transaction, so one bad job
-fails only its own caller.
+fails only its own caller. An interrupt in the leader's thread is not
+retried: the batch may already be committed (``InterruptedCommit``).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class GroupCommitter(Generic[R]):
     def _commit(self, batch: list[_Request[R]]) -> None:
         try:
             results = self.write_batch([r.item for r in batch])
-        except BaseException:
+        except Exception:
             if len(batch) == 1:
                 batch[0].error = _current_error()
                 batch[0].done = True
@@ -88,6 +89,17 @@ class GroupCommitter(Generic[R]):
             for r in batch:
                 self._commit([r])
             return
+        except BaseException as exc:
+            # An interrupt (KeyboardInterrupt, SystemExit) in the leader's
+            # thread is raised once the call into the database returns, so the
+            # batch may be committed: retrying it row by row could store every
+            # job twice. The others learn that their job's fate is unknown, as
+            # after any interrupted commit, and the leader's thread gets its
+            # interrupt.
+            for r in batch:
+                r.error = InterruptedCommit(exc)
+                r.done = True
+            raise
         self.batches += 1
         for r, result in zip(batch, results):
             r.result = result
@@ -100,3 +112,12 @@ def _current_error() -> BaseException:
     error = sys.exc_info()[1]
     assert error is not None
     return error
+
+
+class InterruptedCommit(RuntimeError):
+    """A group commit's leader was interrupted while it wrote the batch that
+    held this request: the job may or may not have been stored."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"the commit holding this enqueue was interrupted ({cause!r}); the job may have been stored")
+        self.__cause__ = cause
