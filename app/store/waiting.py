@@ -83,7 +83,7 @@ def read_waiting(store: Store, cutoff: datetime, finished_types: Collection[str]
     pools' busy slots and the HTTP workers' heartbeats) and the pools not
     stopped or gone, in one statement (``running_and_pools``) at driver
     level (``Transactions.glance``): every answer to ``POST /api/jobs``
-    makes this read, and through a Core read transaction it cost 20 times
+    makes this read, and through a Core read transaction it cost 16 times
     the CPU SQLite needs for it. Then, only when asked, which of
     ``finished_types`` had an attempt finish since ``cutoff`` (an HTTP
     worker's trace when it holds nothing right now), in a read of its own."""
