@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import update
+import pytest
+from sqlalchemy import event, update
 
 from app.deck import Jobdeck
 from app.states import State
@@ -39,3 +42,46 @@ def settle_failures(deck: Jobdeck, *job_ids: int) -> dict[int, State]:
     finally:
         pool.stop(grace=5)
     return {i: deck.store.get(i).status for i in job_ids}
+
+
+@contextmanager
+def statements_sent(deck: Jobdeck) -> Iterator[list[str]]:
+    """Every statement the deck's store sends while inside: through
+    SQLAlchemy (``before_cursor_execute``) and at driver level
+    (``Transactions.alone`` and ``glance``, which bypass SQLAlchemy's events)."""
+    sent: list[str] = []
+    store = deck.store
+
+    def record(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        sent.append(statement)
+
+    def recording(open_: Any) -> Any:
+        @contextmanager
+        def wrapped() -> Iterator[Any]:
+            with open_() as db:
+                yield _Recording(db, sent)
+
+        return wrapped
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(store, "alone", recording(store.alone))
+            patch.setattr(store, "glance", recording(store.glance))
+            yield sent
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+
+
+class _Recording:
+    """A driver connection whose ``execute`` notes each statement's text."""
+
+    def __init__(self, db: Any, sent: list[str]) -> None:
+        self._db, self._sent = db, sent
+
+    def execute(self, query: str, *args: Any, **kwargs: Any) -> Any:
+        self._sent.append(query)
+        return self._db.execute(query, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)

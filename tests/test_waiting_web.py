@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import html
 
-from sqlalchemy import event
-
 from app import create_app
 from app.states import State
 from app.store import Outcome
 from tests.dashboard_support import HTMX
-from tests.helpers import force_state
+from tests.helpers import force_state, statements_sent
 from tests.openapi_check import check
 
 PAUSED_LINE = "Waiting: Queue reports is paused"
@@ -97,17 +95,9 @@ def test_a_list_page_reads_the_reasons_once_not_per_row(deck, dash):
 
 def _reads_of_workers(deck, dash) -> int:
     """How often one render of the pending list reads the workers table
-    (the reasons' read; nothing else on the page reads it)."""
-    sent: list[str] = []
-
-    def record(conn, cursor, statement, *rest):
-        sent.append(statement)
-
-    event.listen(deck.store.engine, "before_cursor_execute", record)
-    try:
+    (the reasons' read, at driver level; nothing else on the page reads it)."""
+    with statements_sent(deck) as sent:
         assert PAUSED_LINE in dash.get("/jobs/pending").get_data(as_text=True)
-    finally:
-        event.remove(deck.store.engine, "before_cursor_execute", record)
     return sum(1 for statement in sent if "FROM workers" in statement)
 
 
