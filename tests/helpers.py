@@ -58,8 +58,8 @@ def statements_sent(deck: Jobdeck) -> Iterator[list[str]]:
     def recording(open_: Any) -> Any:
         @contextmanager
         def wrapped() -> Iterator[Any]:
-            with open_() as db:
-                yield _Recording(db, sent)
+            with open_() as db:  # glance on PostgreSQL opens alone: record each statement once
+                yield db if isinstance(db, _Recording) else _Recording(db, sent)
 
         return wrapped
 

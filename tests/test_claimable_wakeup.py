@@ -5,16 +5,15 @@ job made due waits for their next poll."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event
 
 from app.deck import Jobdeck
 from app.worker.listener import Listener, conninfo
 from tests.conftest import wait_for
+from tests.helpers import statements_sent
 
 pytestmark = [pytest.mark.backends, pytest.mark.parametrize("backend", ["postgres"], indirect=True)]
 
@@ -84,36 +83,7 @@ def test_every_enqueue_path_notifies_other_processes(deck: Jobdeck, listener: Li
     INSERT: ``statements._woke``): the other processes hear of the job as it
     is committed. Other tests on this database notify the same channel, so
     the statements are checked too, not only that something arrived."""
-    sent: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        sent.append(statement)
-
-    store = type(deck.store)
-    driver_level = store.alone  # a plain single enqueue runs on the psycopg connection: record there too
-
-    @contextmanager
-    def recorded_alone(self: Any) -> Iterator[Any]:
-        with driver_level(self) as db:
-            yield _Recording(db, sent)
-
-    event.listen(deck.store.engine, "before_cursor_execute", record)
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(store, "alone", recorded_alone)
-            ENQUEUES[path](deck)
-    finally:
-        event.remove(deck.store.engine, "before_cursor_execute", record)
+    with statements_sent(deck) as sent:  # a plain single enqueue runs at driver level: recorded too
+        ENQUEUES[path](deck)
     assert any("pg_notify" in s or s.startswith("NOTIFY") for s in sent), sent
     wait_for(lambda: listener.received >= 1, 5, message=f"the NOTIFY of {path}")
-
-
-class _Recording:
-    """A psycopg connection whose ``execute`` notes each statement's text."""
-
-    def __init__(self, db: Any, sent: list[str]) -> None:
-        self._db, self._sent = db, sent
-
-    def execute(self, query: str, *args: Any, **kwargs: Any) -> Any:
-        self._sent.append(query)
-        return self._db.execute(query, *args, **kwargs)
