@@ -185,7 +185,14 @@ def rounds_of(counts: dict[str, int], scenarios: list[str], systems: list[str], 
 def _keys(scenario: str) -> list[str]:
     if scenario == "latency":
         return ["p50_ms", "p99_ms"]
-    return ["rate", "rss_mb"] if scenario.startswith("drain") else ["rate"]
+    return ["rate", "rss_mb", *CPU_KEYS] if scenario.startswith("drain") else ["rate"]
+
+
+CPU_KEYS = ("consumer_cpu_us", "server_cpu_us")
+"""A drain's CPU per job: the consumer processes' (user + system) and every
+PostgreSQL server process's, from go to the last completion
+(``pg_harness.drain``). On 2 cores their sum bounds the rate a system can
+reach: where the time goes, measured for every system in the same run."""
 
 
 def summarize(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
@@ -217,6 +224,9 @@ def _title(scenario: str, key: str, n: int) -> str:
         return f"latency enqueue→start at idle, {key[:3]}, {n:,} jobs (ms)"
     if key == "rss_mb":
         return f"RSS of a consumer at the end of the {scenario[-1]}-process drain (MB)"
+    if key in CPU_KEYS:
+        whose = "consumer processes'" if key == "consumer_cpu_us" else "database server's"
+        return f"CPU per job in the {scenario[-1]}-process drain, the {whose} (µs)"
     return TITLES[scenario].format(n=n)
 
 
@@ -242,9 +252,14 @@ def table(result: dict[str, Any]) -> str:
     lines += [
         "",
         f"Median of {result['rounds']} interleaved rounds; (x): Jobdeck's ratio to that peer, the median of the "
-        "per-round ratios, above 1 when Jobdeck is ahead (jobs/s: Jobdeck / peer; latency, RSS: peer / Jobdeck). "
+        "per-round ratios, above 1 when Jobdeck is ahead (jobs/s: Jobdeck / peer; latency, RSS, CPU: peer / Jobdeck). "
         f"Machine: {m['cores']} cores, Python {m['python']}, load at start {m['loadavg_at_start']}.",
     ]
+    if "stack_floor_mb" in result:
+        lines.append(
+            f"A fresh Python {m['python']} that has imported only {', '.join(STACK)} holds "
+            f"{result['stack_floor_mb']:.1f} MB: the floor under Jobdeck's RSS rows."
+        )
     return "\n".join(lines)
 
 
@@ -270,8 +285,24 @@ def run(quick: bool = False, rounds: int | None = None, scenarios: list[str] | N
                               "rounds": rounds, "systems": systems, "started": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
     t0 = time.monotonic()
     result.update(rounds_of(counts, scenarios, systems, rounds, log))
+    result["stack_floor_mb"] = stack_floor()
     result["seconds"] = time.monotonic() - t0
     return result
+
+
+STACK = ("sqlalchemy", "sqlalchemy.orm", "sqlalchemy.dialects.postgresql.psycopg")
+"""What any Jobdeck process on PostgreSQL imports before a line of its own:
+the product's fixed stack (SQLAlchemy 2 with its typed ORM models) and the
+driver."""
+
+
+def stack_floor() -> float:
+    """The RSS (MB) of a fresh interpreter that has imported ``STACK`` and
+    nothing else: the floor under the consumer's RSS row."""
+    code = ("import sys, importlib; [importlib.import_module(m) for m in sys.argv[1:]]; "
+            "print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS:')) / 1024)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code, *STACK], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip())
 
 
 def _names(value: str, allowed: tuple[str, ...] | list[str], what: str) -> list[str]:

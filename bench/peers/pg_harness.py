@@ -182,12 +182,51 @@ def drain(system: System, n: int, procs: int) -> dict[str, float]:
     with psycopg.connect(system.dsn, autocommit=True) as watch, consumers(system, procs) as running:
         if system.completed(watch) != 0:
             raise RuntimeError("jobs completed before go")
+        pids = [p.pid for p in running]
+        cpu0, server0 = _cpu_seconds(pids), _cpu_seconds(_server_pids())
         t0 = time.perf_counter()
         go(running)
         _wait_completed(system, watch, n, time.monotonic() + max(120.0, n / 50), running)
         elapsed = time.perf_counter() - t0
+        cpu, server = _cpu_seconds(pids) - cpu0, _cpu_seconds(_server_pids()) - server0
         rss = max(_rss_mb(p.pid) for p in running)
-    return {"rate": n / elapsed, "seconds": elapsed, "rss_mb": rss}
+    return {
+        "rate": n / elapsed,
+        "seconds": elapsed,
+        "rss_mb": rss,
+        "consumer_cpu_us": cpu / n * 1e6,
+        "server_cpu_us": server / n * 1e6,
+    }
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU seconds the processes ``pids`` (and their
+    threads) have used so far; a process that is gone counts nothing."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
+def _server_pids() -> list[int]:
+    """Every PostgreSQL server process on this machine (backends, WAL writer,
+    checkpointer...): what the server spent on a drain, whoever's backend."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm") as f:
+                    if f.read().strip() == "postgres":
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
 
 
 def _rss_mb(pid: int) -> float:
