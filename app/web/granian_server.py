@@ -26,7 +26,11 @@ grace is counted from the first signal, so the whole stop fits in
 
 If the worker exits on its own, the supervisor exits non-zero, so a process
 supervisor restarts ``jobdeck serve``: 3 as with waitress when the worker
-stopped itself as unhealthy (``exit_when_unhealthy``), 1 after a crash.
+stopped itself as unhealthy (``exit_when_unhealthy``), 1 after another
+exit. A worker killed by a signal (a crash, the OOM killer) takes the
+supervisor with it by the same signal, and a killed supervisor takes its
+worker (SIGKILL on the parent's death): either way ``jobdeck serve`` dies
+whole, as one waitress process would, and the crash matrix holds for both.
 """
 
 from __future__ import annotations
@@ -78,9 +82,15 @@ def serve(config: Config) -> None:
         def shutdown(self, exit_code: int = 0) -> None:
             from app.runtime import EXIT_UNHEALTHY
 
-            if any(getattr(w.inner, "exitcode", None) == EXIT_UNHEALTHY for w in self.wrks):
+            codes = [getattr(w.inner, "exitcode", None) for w in self.wrks]
+            if EXIT_UNHEALTHY in codes:
                 exit_code = EXIT_UNHEALTHY  # the worker stopped itself (exit_when_unhealthy): so does serve
-            super().shutdown(exit_code)  # type: ignore[no-untyped-call]
+            killed_by = next((-code for code in codes if code is not None and code < 0), None)
+            try:
+                super().shutdown(exit_code)  # type: ignore[no-untyped-call]
+            finally:
+                if killed_by is not None:
+                    _die_by(killed_by)
 
     deadline = multiprocessing.Value("d", 0.0, lock=False)
     """When the runtime's grace ends, counted from the first signal (a
@@ -105,6 +115,16 @@ def serve(config: Config) -> None:
     server.serve(target_loader=partial(_load, config, deadline), wrap_loader=True)
 
 
+def _die_by(signum: int) -> None:
+    """The worker was killed by ``signum`` (a crash, the OOM killer): so is
+    this process, once granian has shut down, so whatever supervises
+    ``jobdeck serve`` sees the crash for what it is, as with waitress."""
+    log.error("the worker process was killed by signal %d; so is jobdeck serve", signum)
+    with contextlib.suppress(OSError, ValueError):
+        signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
 def check_bindable(config: Config) -> None:
     """Raise OSError if ``config.bind`` cannot be listened on (taken, or not
     this host's address): granian reports that from Rust, as a traceback."""
@@ -122,13 +142,13 @@ def _load(config: Config, deadline: Any, _target: str) -> Any:
     and its graceful stop registered for the worker's exit. The worker
     leaves the supervisor's process group, so a terminal's Ctrl-C reaches
     the supervisor alone (which passes on the first and second signal), and
-    stops gracefully if the supervisor dies."""
+    dies with the supervisor (``_die_with_parent``)."""
     from app import create_app
     from app.runtime import Runtime
 
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
-    _stop_with_parent()
+    _die_with_parent()
     app = create_app(config)
     runtime = Runtime.for_app(app)
     runtime.start()
@@ -149,18 +169,21 @@ def _stop(runtime: Any, grace: float, deadline: Any) -> None:
         os._exit(runtime.exit_status)
 
 
-def _stop_with_parent() -> None:
-    """Linux: SIGTERM this process when its parent (the supervisor) dies,
-    so a killed ``jobdeck serve`` leaves no worker behind."""
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when its parent (the supervisor) dies, so
+    a killed ``jobdeck serve`` is gone whole, as a waitress one is: its held
+    jobs wait for the stalled sweep, and a restarted ``serve`` binds the port
+    at once. (A graceful stop here kept the listening socket and the pool
+    for up to ``shutdown_grace`` after the supervisor had gone.)"""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
     if os.getppid() == 1:  # the supervisor died before the request took effect
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _not_the_thread_warning(record: logging.LogRecord) -> bool:

@@ -57,8 +57,9 @@ class JobdeckProcess:
         name: str = "jobdeck",
         preexec_fn: Callable[[], None] | None = None,
         log_level: str = "warning",
+        port: int | None = None,
     ) -> None:
-        self.port = free_port()
+        self.port = port or free_port()
         args = [command, "--log-level", log_level]
         if command == "serve":
             args += ["--bind", f"127.0.0.1:{self.port}"]

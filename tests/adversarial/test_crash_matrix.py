@@ -27,6 +27,7 @@ once, the gateway deduplicating by the ledger's key).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import itertools
 import json
@@ -49,6 +50,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from app.config import HTTP_SERVERS
 from app.states import EffectState, State
 from app.store import NewJob, Store
 from app.store.engine import make_engine
@@ -96,7 +98,7 @@ class Cluster:
     started, killed and restarted one by one, each optionally armed with a
     crash point."""
 
-    def __init__(self, db_url: str, tmp_path: Path) -> None:
+    def __init__(self, db_url: str, tmp_path: Path, server: str) -> None:
         self.port = _free_port()
         self.tmp_path = tmp_path
         self.config = tmp_path / "jobdeck.toml"
@@ -106,7 +108,7 @@ class Cluster:
             'secret_key = "the-same-secret-on-every-host"\n'
             "demo = true\nworkers = 2\nhttp_threads = 4\npoll_interval = 0.1\nheartbeat_interval = 0.3\n"
             f"stall_timeout = {STALL_TIMEOUT}\nsweep_interval = 0.3\nbackoff_base = 0.05\nbackoff_cap = 0.5\n"
-            "shutdown_grace = 3.0\n"
+            f"shutdown_grace = 3.0\nhttp_server = {json.dumps(server)}\n"
             # The demo's schedules and its charge-card concurrency limit stay out of the way.
             "schedules = []\ntypes = {}\n"
         )
@@ -130,10 +132,24 @@ class Cluster:
         self.procs[name] = proc
         return proc
 
+    def pids(self, name: str) -> list[int]:
+        """The process ``name`` and its children: granian's ``serve`` runs the
+        app, its pool included, in a worker process of its own."""
+        pid = self.procs[name].pid
+        children: list[int] = []
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                children += [int(c) for c in (task / "children").read_text().split()]
+        return [pid, *children]
+
     def kill(self, name: str) -> None:
+        """SIGKILL ``name``; returns once it and its children are gone (a
+        restart binds the same port)."""
         proc = self.procs[name]
+        children = self.pids(name)[1:]
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
+        wait_for(lambda: not any(_running(c) for c in children), 10, interval=0.01, message=f"{name}'s children to die")
 
     def died_by_its_hook(self, name: str, timeout: float, what: str) -> None:
         """Wait for the armed process to SIGKILL itself (never any other exit)."""
@@ -260,6 +276,14 @@ def _enqueue_under_kill(cluster: Cluster, plan: Plan, tally: Tally) -> None:
     tally.in_flight_at_enqueue_kill = in_flight["cut"]
 
 
+def _running(pid: int) -> bool:
+    """Not exited: a zombie nobody reaped yet counts as gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def _effect_holders(store: Store, orders: set[str]) -> Counter[int]:
     """pid -> how many of ``orders``' charges it has started and not finished."""
     with store.read() as conn:
@@ -320,9 +344,12 @@ def _judge(store: Store, plan: Plan, tally: Tally) -> None:
 SUMMARY: dict[str, Tally] = {}
 
 
-def test_crash_matrix(db_url: str, tmp_path: Path, backend: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("server", HTTP_SERVERS)
+def test_crash_matrix(
+    db_url: str, tmp_path: Path, backend: str, server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     started = time.monotonic()
-    cluster = Cluster(db_url, tmp_path)
+    cluster = Cluster(db_url, tmp_path, server)
     engine = make_engine(db_url, pool_size=2)
     store = Store(engine)
     plan = Plan()
@@ -352,7 +379,7 @@ def test_crash_matrix(db_url: str, tmp_path: Path, backend: str, capsys: pytest.
         plan.enqueue(store, slow)
         cluster.start("A")
         cluster.start("B")
-        pids = {cluster.procs[n].pid: n for n in ("A", "B")}
+        pids = {pid: n for n in ("A", "B") for pid in cluster.pids(n)}
         # The victim holds a charge that is not replay-safe: its retry must go dead.
         slow_orders = {b["payload"]["order_id"] for b in slow if not b["payload"].get("replay_safe")}
 
@@ -406,10 +433,10 @@ def test_crash_matrix(db_url: str, tmp_path: Path, backend: str, capsys: pytest.
     finally:
         cluster.shutdown()
         engine.dispose()
-    SUMMARY[backend] = tally
+    SUMMARY[f"{backend}, {server}"] = tally
     with capsys.disabled():
         print(
-            f"\ncrash matrix [{backend}]: {sum(tally.kills.values())} kills at {len(tally.kills)} points "
+            f"\ncrash matrix [{backend}, serve on {server}]: {sum(tally.kills.values())} kills at {len(tally.kills)} points "
             f"({', '.join(f'{p} x{n}' for p, n in tally.kills.items())}); {tally.jobs} jobs, "
             f"{tally.in_flight_at_enqueue_kill} requests cut off mid-enqueue; lost {len(tally.lost)}, "
             f"double {len(tally.double)}, skipped {len(tally.skipped)}; {tally.charges} charges "

@@ -13,6 +13,7 @@ under traffic ``test_signals.py``, both run on each server.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 from datetime import UTC, datetime
@@ -129,15 +130,40 @@ def test_granian_starts_the_pool_and_scheduler_once_in_its_worker_process(tmp_pa
         store.engine.dispose()
 
 
-def test_a_killed_granian_supervisor_takes_its_worker_with_it(tmp_path: Path) -> None:
-    proc = JobdeckProcess(tmp_path, write_config(tmp_path, http_server="granian", workers=1))
+def test_a_killed_granian_supervisor_takes_its_worker_with_it_at_once(tmp_path: Path) -> None:
+    """SIGKILL of ``jobdeck serve`` is a crash of all of it, as with waitress:
+    the worker dies too (no graceful stop: its pool row stays unstopped for
+    the stalled sweep) and the port is free for a restart at once."""
+    config = write_config(tmp_path, http_server="granian", workers=1)
+    proc = JobdeckProcess(tmp_path, config)
     store = _store(tmp_path)
+    again: JobdeckProcess | None = None
     try:
         proc.wait_serving()
         child = wait_for(lambda: _children(proc.proc.pid), 10, message="granian's worker")[0]
+        wait_for(lambda: len(_pools(store)) == 1, 10, message="the pool's row")
         proc.kill()  # SIGKILL: no chance to stop its worker
-        wait_for(lambda: _gone(child), 30, interval=0.05, message="the orphaned worker to stop")
-        assert all(stopped is not None for _, _, stopped in _pools(store)), "the worker did not stop gracefully"
+        wait_for(lambda: _gone(child), 10, interval=0.02, message="the worker to die with its supervisor")
+        assert [stopped for _, _, stopped in _pools(store)] == [None], "the worker stopped gracefully: not a crash"
+        again = JobdeckProcess(tmp_path, config, name="again", port=proc.port)
+        again.wait_serving(timeout=30)  # the dead worker's listening socket is gone with it
     finally:
         proc.kill()
+        if again is not None:
+            again.kill()
         store.engine.dispose()
+
+
+def test_a_killed_granian_worker_takes_its_supervisor_with_it_by_the_same_signal(tmp_path: Path) -> None:
+    """A crash of the worker (here SIGKILL, as the OOM killer sends) is a
+    crash of ``jobdeck serve``: whatever supervises it sees the same signal."""
+    proc = JobdeckProcess(tmp_path, write_config(tmp_path, http_server="granian", workers=1))
+    try:
+        proc.wait_serving()
+        child = wait_for(lambda: _children(proc.proc.pid), 10, message="granian's worker")[0]
+        os.kill(child, signal.SIGKILL)
+        code, _ = proc.wait_exit(timeout=30)
+        assert code == -signal.SIGKILL, f"exit code {code}:\n{proc.out()}"
+        assert "killed by signal 9" in proc.out(), proc.out()
+    finally:
+        proc.kill()
