@@ -148,7 +148,7 @@ def main() -> None:
     "--server",
     "http_server",
     type=click.Choice(HTTP_SERVERS),
-    help="The HTTP server (setting http_server; default waitress, granian with the granian extra).",
+    help="The HTTP server (setting http_server; default granian, waitress the pure-Python fallback).",
 )
 @click.option("--log-level", default="info", show_default=True)
 def serve(demo: bool, bind: str | None, workers: int | None, http_server: str | None, log_level: str) -> None:
@@ -195,7 +195,7 @@ def _serve_granian(app: Any, config: Config) -> None:
         import granian  # noqa: F401
     except ImportError:
         raise click.ClickException(
-            "http_server granian: granian is not installed (pip install 'jobdeck[granian]', or --server waitress)"
+            "http_server granian: granian is not installed (pip install granian, or --server waitress)"
         ) from None
     app.extensions["jobdeck"].store.engine.dispose()
     try:

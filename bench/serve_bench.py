@@ -300,14 +300,24 @@ def latency_cross_process(workdir: Path, n: int) -> dict[str, Any]:
 
 
 def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    """The RSS of ``pid`` and its children: on granian, ``jobdeck serve``'s
+    app, pool included, runs in a worker process beside the supervisor."""
+    total = 0
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children += [int(c) for c in (task / "children").read_text().split()]
+    for p in (pid, *children):
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+        except FileNotFoundError:  # a child that exited meanwhile
+            continue
+        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    return total / 1024
 
 
 def memory_drain(workdir: Path, n: int) -> dict[str, Any]:
-    """RSS of ``jobdeck serve`` (4 workers) draining ``n`` pre-filled jobs."""
+    """RSS of ``jobdeck serve`` (4 workers; its worker process included)
+    draining ``n`` pre-filled jobs."""
     db = fresh_db(workdir, "mem.db")
     fill(db, n)
     samples: list[tuple[int, float]] = []

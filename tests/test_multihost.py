@@ -81,6 +81,16 @@ class Cluster:
     def tails(self) -> str:
         return "\n".join(f"--- {log.name}\n{log.read_text()[-3000:]}" for log in self.logs)
 
+    def pids(self) -> dict[int, subprocess.Popen[bytes]]:
+        """Each process by its pid, and by its children's: on granian,
+        ``serve`` runs its pool in a worker process, which dies with it."""
+        found: dict[int, subprocess.Popen[bytes]] = {}
+        for p in self.procs:
+            found[p.pid] = p
+            for task in Path(f"/proc/{p.pid}/task").iterdir():
+                found.update({int(child): p for child in (task / "children").read_text().split()})
+        return found
+
     def check_alive(self) -> None:
         for p in self.procs:
             if p.poll() is not None and p.returncode != -signal.SIGKILL:
@@ -151,7 +161,7 @@ def test_three_processes_share_one_database(db_url, tmp_path, backend):
                 return False
 
         wait_for(registered, 60, interval=0.1, message="three processes to register")
-        pids = {p.pid: p for p in cluster.procs}
+        pids = cluster.pids()
 
         # 10,000 jobs: through the serve process's API and straight into the database.
         plan = _expected()
