@@ -30,6 +30,7 @@ from app.states import State
 from app.store import NewJob, Store
 from app.store.engine import make_engine
 from app.store.models import attempts, demo_charges, jobs, workers
+from tests.adversarial.cli_process import children
 from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.backends]
@@ -86,9 +87,7 @@ class Cluster:
         ``serve`` runs its pool in a worker process, which dies with it."""
         found: dict[int, subprocess.Popen[bytes]] = {}
         for p in self.procs:
-            found[p.pid] = p
-            for task in Path(f"/proc/{p.pid}/task").iterdir():
-                found.update({int(child): p for child in (task / "children").read_text().split()})
+            found.update(dict.fromkeys([p.pid, *children(p.pid)], p))
         return found
 
     def check_alive(self) -> None:

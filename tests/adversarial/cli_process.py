@@ -20,6 +20,26 @@ from tests.conftest import wait_for
 ROOT = Path(__file__).parents[2]
 
 
+def children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (none once it is gone): on granian,
+    ``jobdeck serve``'s worker process, which runs the app and its pool."""
+    found: list[int] = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            found += [int(c) for c in (task / "children").read_text().split()]
+    except FileNotFoundError:
+        return []
+    return found
+
+
+def exited(pid: int) -> bool:
+    """No such process, or a zombie nobody reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

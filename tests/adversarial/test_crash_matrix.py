@@ -27,7 +27,6 @@ once, the gateway deduplicating by the ledger's key).
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import itertools
 import json
@@ -55,6 +54,7 @@ from app.states import EffectState, State
 from app.store import NewJob, Store
 from app.store.engine import make_engine
 from app.store.models import demo_charges, effects, jobs
+from tests.adversarial.cli_process import children, exited
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.backends
@@ -136,20 +136,16 @@ class Cluster:
         """The process ``name`` and its children: granian's ``serve`` runs the
         app, its pool included, in a worker process of its own."""
         pid = self.procs[name].pid
-        children: list[int] = []
-        with contextlib.suppress(OSError):
-            for task in Path(f"/proc/{pid}/task").iterdir():
-                children += [int(c) for c in (task / "children").read_text().split()]
-        return [pid, *children]
+        return [pid, *children(pid)]
 
     def kill(self, name: str) -> None:
         """SIGKILL ``name``; returns once it and its children are gone (a
         restart binds the same port)."""
         proc = self.procs[name]
-        children = self.pids(name)[1:]
+        held = self.pids(name)[1:]
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-        wait_for(lambda: not any(_running(c) for c in children), 10, interval=0.01, message=f"{name}'s children to die")
+        wait_for(lambda: all(exited(c) for c in held), 10, interval=0.01, message=f"{name}'s children to die")
 
     def died_by_its_hook(self, name: str, timeout: float, what: str) -> None:
         """Wait for the armed process to SIGKILL itself (never any other exit)."""
@@ -274,14 +270,6 @@ def _enqueue_under_kill(cluster: Cluster, plan: Plan, tally: Tally) -> None:
         t.join(timeout=15)
     assert problems == [] and not any(t.is_alive() for t in threads), problems
     tally.in_flight_at_enqueue_kill = in_flight["cut"]
-
-
-def _running(pid: int) -> bool:
-    """Not exited: a zombie nobody reaped yet counts as gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _effect_holders(store: Store, orders: set[str]) -> Counter[int]:

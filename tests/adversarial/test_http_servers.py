@@ -27,27 +27,12 @@ from app.states import State
 from app.store import NewJob, Store
 from app.store.engine import make_engine
 from app.store.models import workers
-from tests.adversarial.cli_process import JobdeckProcess, write_config
+from tests.adversarial.cli_process import JobdeckProcess, children, exited, write_config
 from tests.conftest import wait_for
 
 
 def _store(tmp_path: Path) -> Store:
     return Store(make_engine(f"sqlite:///{tmp_path / 'jobdeck.db'}", pool_size=2))
-
-
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(p) for p in (task / "children").read_text().split()]
-    return found
-
-
-def _gone(pid: int) -> bool:
-    """Exited: no such process, or a zombie nobody reaped yet."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def _pools(store: Store) -> list[tuple[str, int, datetime | None]]:
@@ -110,13 +95,13 @@ def test_granian_starts_the_pool_and_scheduler_once_in_its_worker_process(tmp_pa
     store = _store(tmp_path)
     try:
         proc.wait_serving()
-        children = wait_for(lambda: proc.alive() and _children(proc.proc.pid), 10, message="granian's worker")
-        assert len(children) == 1, f"expected one worker process, found {children}"
+        forked = wait_for(lambda: proc.alive() and children(proc.proc.pid), 10, message="granian's worker")
+        assert len(forked) == 1, f"expected one worker process, found {forked}"
         wait_for(lambda: len(_pools(store)) >= 1, 10, message="the pool's row")
         for _ in range(3):  # the pool answers requests from the worker; nothing else registers one
             assert proc.health()["ok"] is True
         pools = _pools(store)
-        assert [pid for _, pid, _ in pools] == children, f"pools {pools}, supervisor {proc.proc.pid}"
+        assert [pid for _, pid, _ in pools] == forked, f"pools {pools}, supervisor {proc.proc.pid}"
         assert proc.out().count("scheduler started") == 1, proc.out()
         assert len(re.findall(r"worker pool \S+ started", proc.out())) == 1, proc.out()
 
@@ -124,7 +109,7 @@ def test_granian_starts_the_pool_and_scheduler_once_in_its_worker_process(tmp_pa
         code, _ = proc.wait_exit(timeout=30)
         assert code == 0, proc.out()
         assert all(stopped is not None for _, _, stopped in _pools(store))
-        wait_for(lambda: _gone(children[0]), 10, message="the worker process to exit")
+        wait_for(lambda: exited(forked[0]), 10, message="the worker process to exit")
     finally:
         proc.kill()
         store.engine.dispose()
@@ -140,10 +125,10 @@ def test_a_killed_granian_supervisor_takes_its_worker_with_it_at_once(tmp_path: 
     again: JobdeckProcess | None = None
     try:
         proc.wait_serving()
-        child = wait_for(lambda: _children(proc.proc.pid), 10, message="granian's worker")[0]
+        child = wait_for(lambda: children(proc.proc.pid), 10, message="granian's worker")[0]
         wait_for(lambda: len(_pools(store)) == 1, 10, message="the pool's row")
         proc.kill()  # SIGKILL: no chance to stop its worker
-        wait_for(lambda: _gone(child), 10, interval=0.02, message="the worker to die with its supervisor")
+        wait_for(lambda: exited(child), 10, interval=0.02, message="the worker to die with its supervisor")
         assert [stopped for _, _, stopped in _pools(store)] == [None], "the worker stopped gracefully: not a crash"
         again = JobdeckProcess(tmp_path, config, name="again", port=proc.port)
         again.wait_serving(timeout=30)  # the dead worker's listening socket is gone with it
@@ -160,7 +145,7 @@ def test_a_killed_granian_worker_takes_its_supervisor_with_it_by_the_same_signal
     proc = JobdeckProcess(tmp_path, write_config(tmp_path, http_server="granian", workers=1))
     try:
         proc.wait_serving()
-        child = wait_for(lambda: _children(proc.proc.pid), 10, message="granian's worker")[0]
+        child = wait_for(lambda: children(proc.proc.pid), 10, message="granian's worker")[0]
         os.kill(child, signal.SIGKILL)
         code, _ = proc.wait_exit(timeout=30)
         assert code == -signal.SIGKILL, f"exit code {code}:\n{proc.out()}"
