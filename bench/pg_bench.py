@@ -257,8 +257,8 @@ def table(result: dict[str, Any]) -> str:
     ]
     if "stack_floor_mb" in result:
         lines.append(
-            f"A fresh Python {m['python']} that has imported only {', '.join(STACK)} holds "
-            f"{result['stack_floor_mb']:.1f} MB: the floor under Jobdeck's RSS rows."
+            f"A fresh Python {m['python']} that has imported only {', '.join(STACK)} and opened one connection "
+            f"holds {result['stack_floor_mb']:.1f} MB: the floor under Jobdeck's RSS rows."
         )
     return "\n".join(lines)
 
@@ -298,10 +298,13 @@ driver."""
 
 def stack_floor() -> float:
     """The RSS (MB) of a fresh interpreter that has imported ``STACK`` and
-    nothing else: the floor under the consumer's RSS row."""
-    code = ("import sys, importlib; [importlib.import_module(m) for m in sys.argv[1:]]; "
+    nothing else, with one connection open (libpq and its TLS library are
+    loaded on the first connect): the floor under the consumer's RSS row."""
+    admin = os.environ.get("BENCH_PG_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+    code = ("import sys, importlib; [importlib.import_module(m) for m in sys.argv[2:]]; import psycopg; "
+            "conn = psycopg.connect(sys.argv[1]); conn.execute('SELECT 1'); "
             "print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS:')) / 1024)")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code, *STACK], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code, admin, *STACK], capture_output=True, text=True, check=True)
     return float(out.stdout.strip())
 
 
