@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, percentile
+from bench.peers.pg_harness import rss_mb
 
 
 def _free_port() -> int:
@@ -299,22 +300,6 @@ def latency_cross_process(workdir: Path, n: int) -> dict[str, Any]:
     return {"p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99), "n": n}
 
 
-def _rss_mb(pid: int) -> float:
-    """The RSS of ``pid`` and its children: on granian, ``jobdeck serve``'s
-    app, pool included, runs in a worker process beside the supervisor."""
-    total = 0
-    children: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        children += [int(c) for c in (task / "children").read_text().split()]
-    for p in (pid, *children):
-        try:
-            status = Path(f"/proc/{p}/status").read_text()
-        except FileNotFoundError:  # a child that exited meanwhile
-            continue
-        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
-    return total / 1024
-
-
 def memory_drain(workdir: Path, n: int) -> dict[str, Any]:
     """RSS of ``jobdeck serve`` (4 workers; its worker process included)
     draining ``n`` pre-filled jobs."""
@@ -326,7 +311,7 @@ def memory_drain(workdir: Path, n: int) -> dict[str, Any]:
         watch = sqlite3.connect(db)
         while True:
             done = watch.execute("SELECT coalesce(max(id), 0) FROM attempts").fetchone()[0]
-            samples.append((int(done), _rss_mb(proc.pid)))
+            samples.append((int(done), rss_mb(proc.pid)))
             if done >= n:
                 break
             if time.perf_counter() - t0 > max(120, n / 2000):

@@ -189,7 +189,7 @@ def drain(system: System, n: int, procs: int) -> dict[str, float]:
         _wait_completed(system, watch, n, time.monotonic() + max(120.0, n / 50), running)
         elapsed = time.perf_counter() - t0
         cpu, server = _cpu_seconds(pids) - cpu0, _cpu_seconds(_server_pids()) - server0
-        rss = max(_rss_mb(p.pid) for p in running)
+        rss = max(rss_mb(p.pid) for p in running)
     return {
         "rate": n / elapsed,
         "seconds": elapsed,
@@ -229,12 +229,16 @@ def _server_pids() -> list[int]:
     return pids
 
 
-def _rss_mb(pid: int) -> float:
-    """A consumer's resident memory now (its children's too: none of the peers forks)."""
+def rss_mb(pid: int) -> float:
+    """A process's resident memory now, its children's included (none of the
+    peers forks; granian's ``jobdeck serve`` runs the app in a worker process)."""
     total = 0
     for p in [pid, *_children(pid)]:
-        with open(f"/proc/{p}/status") as status:
-            total += next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+        try:
+            with open(f"/proc/{p}/status") as status:
+                total += next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+        except FileNotFoundError:  # a child that exited meanwhile
+            continue
     return total / 1024
 
 
