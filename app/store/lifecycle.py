@@ -369,23 +369,6 @@ class Store(Enqueueing, Snoozing):
         counts["scheduled"] = scheduled
         return counts
 
-    def counts_matching(self, f: JobFilter, now: datetime) -> dict[str, int]:
-        """``counts`` of only the jobs ``f`` matches, whatever their state (its
-        status, scheduled split and paging are ignored): the tab badges of a
-        filtered list, so each counts the rows its tab lists under the same
-        filter. One grouped query plus the scheduled count, like ``counts``."""
-        any_state = replace(f, status=None, scheduled=None)
-        per_state = filtered(select(jobs.c.status, func.count()), any_state, now).group_by(jobs.c.status)
-        future = replace(f, status=State.PENDING, scheduled=True)
-        with self.read() as conn:
-            counts = {s.value: 0 for s in State}
-            for status, n in conn.execute(per_state):
-                counts[status] = n
-            scheduled = conn.execute(filtered(select(func.count()).select_from(jobs), future, now)).scalar_one()
-        counts["pending"] -= scheduled
-        counts["scheduled"] = scheduled
-        return counts
-
 
 def filtered(stmt: Any, f: JobFilter, now: datetime) -> Any:
     """``stmt`` narrowed to the jobs ``f`` matches (paging aside); shared by

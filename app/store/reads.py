@@ -106,6 +106,62 @@ def count_matching(store: Store, f: JobFilter, now: datetime, states: frozenset[
         return int(conn.execute(stmt).scalar_one())
 
 
+BADGE_WINDOW = 10_000
+"""Jobs of each state a tab's badge looks through, newest first. A state
+holding more shows a lower bound ("10,000+"): at 1,000,000 jobs an exact
+count of every state is a scan of them all on every list view and poll."""
+
+
+@dataclass(frozen=True)
+class Badge:
+    """A tab's badge: ``n`` jobs, or at least ``n`` where not ``exact``."""
+
+    n: int
+    exact: bool
+
+    def heading(self, page: Page, f: JobFilter) -> Badge:
+        """This badge over ``page``, the list it heads read under ``f``: a
+        first page with nothing older is the whole list, so its rows are the
+        exact count; any other page raises a lower bound to what it shows."""
+        if f.before_id is None and f.after_id is None and page.older is None:
+            return Badge(len(page.jobs), True)
+        if self.exact:
+            return self
+        return Badge(max(self.n, len(page.jobs) + (page.older is not None)), False)
+
+
+def badge_counts(store: Store, f: JobFilter, now: datetime, window: int = BADGE_WINDOW) -> dict[str, Badge]:
+    """Each tab's badge under ``f`` (its status, scheduled split and paging
+    set aside): the jobs ``f`` matches among the newest ``window`` of the
+    tab's state. Exact where the state holds fewer than ``window`` jobs;
+    otherwise a lower bound. Read in one transaction, right after the rows;
+    each state costs at most ``window`` entries of ``(status, id)``, and
+    under a filter their rows."""
+    out: dict[str, Badge] = {}
+    with store.read() as conn:
+        for state in State:
+            newest = (
+                select(jobs.c.id)
+                .where(jobs.c.status == state.value)
+                .order_by(jobs.c.id.desc())
+                .limit(window)
+                .subquery()
+            )
+            held, lowest = conn.execute(select(func.count(), func.min(newest.c.id))).one()
+            exact = held < window
+            splits = [("scheduled", True), (state.value, False)] if state is State.PENDING else [(state.value, None)]
+            for slug, scheduled in splits:
+                if scheduled is None and not f.narrows:
+                    out[slug] = Badge(int(held), exact)
+                    continue
+                mine = replace(f, status=state, scheduled=scheduled)
+                stmt = _filtered(mine, now, select(func.count()).select_from(jobs))
+                if not exact:
+                    stmt = stmt.where(jobs.c.id >= lowest)
+                out[slug] = Badge(int(conn.execute(stmt).scalar_one()), exact)
+    return out
+
+
 def next_batch(
     store: Store, f: JobFilter, now: datetime, states: frozenset[State], below: int, limit: int = BATCH
 ) -> list[int]:

@@ -273,3 +273,8 @@ class JobFilter:
     limit: int = 50
     error_fingerprint: str | None = None
     """One error group (``app.fingerprint``): with ``type``, the errors view's group."""
+
+    @property
+    def narrows(self) -> bool:
+        """Whether it picks jobs by more than their state (and paging)."""
+        return bool(self.type or self.queue or self.search) or self.error_fingerprint is not None

@@ -17,9 +17,11 @@ from app.errors import JobNotFound
 from app.states import SOURCES, AttemptOutcome, State, Transition, allowed
 from app.store import JobRecord
 from app.store.reads import (
+    BADGE_WINDOW,
     MAX_ERROR_GROUPS,
     Snapshots,
     audit_of_job,
+    badge_counts,
     count_matching,
     dead_since,
     error_groups,
@@ -210,27 +212,22 @@ def _list(tab: Tab, source: Any = None) -> dict[str, Any]:
     d = deck()
     now = d.clock()
     args = ListArgs.parse(request.args if source is None else source)
-    page = list_page(d.store, args.job_filter(tab, PAGE_SIZE), now)
+    paged = args.job_filter(tab, PAGE_SIZE)
+    page = list_page(d.store, paged, now)
+    # Counted right after the rows, not from the overview's snapshot, and
+    # under the same filter: a tab's badge must agree with the rows it heads.
+    counts = badge_counts(d.store, args.job_filter(tab, paged=False), now, BADGE_WINDOW)
+    counts[tab.slug] = counts[tab.slug].heading(page, paged)
     return {
         "tab": tab,
         "args": args,
         "page": page,
         "now": now,
-        # Counted right after the rows, not from the overview's snapshot, and
-        # under the same filter: a tab's badge must agree with the rows it heads.
-        "counts": _badge_counts(args, tab, now),
+        "counts": counts,
+        "badge_window": BADGE_WINDOW,
         "types": sorted(set(d.registry.names()) | set(d.config.external_types)),
         "queues": sorted({"default"} | {s.queue for n in d.registry.names() if (s := d.registry.get(n)) and s.queue}),
     }
-
-
-def _badge_counts(args: ListArgs, tab: Tab, now: datetime) -> dict[str, int]:
-    """Each tab's badge: the jobs its list shows under the list's filter
-    (type, queue, search, error group), every job when there is none."""
-    store = deck().store
-    if not args.filtered:
-        return store.counts(now)
-    return store.counts_matching(args.job_filter(tab, paged=False), now)
 
 
 @bp.get("/jobs")
