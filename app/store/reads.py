@@ -119,24 +119,22 @@ class Badge:
     n: int
     exact: bool
 
-    def heading(self, page: Page, f: JobFilter) -> Badge:
-        """This badge over ``page``, the list it heads read under ``f``: a
-        first page with nothing older is the whole list, so its rows are the
-        exact count; any other page raises a lower bound to what it shows."""
-        if f.before_id is None and f.after_id is None and page.older is None:
-            return Badge(len(page.jobs), True)
-        if self.exact:
-            return self
-        return Badge(max(self.n, len(page.jobs) + (page.older is not None)), False)
 
-
-def badge_counts(store: Store, f: JobFilter, now: datetime, window: int = BADGE_WINDOW) -> dict[str, Badge]:
-    """Each tab's badge under ``f`` (its status, scheduled split and paging
-    set aside): the jobs ``f`` matches among the newest ``window`` of the
+def badge_counts(
+    store: Store, f: JobFilter, now: datetime, window: int = BADGE_WINDOW, page: Page | None = None
+) -> dict[str, Badge]:
+    """Each tab's badge under ``f`` (its state and paging set aside for the
+    other tabs): the jobs ``f`` matches among the newest ``window`` of the
     tab's state. Exact where the state holds fewer than ``window`` jobs;
-    otherwise a lower bound. Read in one transaction, right after the rows;
-    each state costs at most ``window`` entries of ``(status, id)``, and
-    under a filter their rows."""
+    otherwise a lower bound. Each state costs at most ``window`` entries of
+    ``(status, id)``, and under a filter their rows.
+
+    ``page``, the list read under ``f``, heads its own tab: a first page
+    with nothing older is the whole list, so its rows are the exact count
+    (and nothing more is read for it); any other page raises the lower bound
+    to what it shows."""
+    own = None if f.status is None else "scheduled" if f.scheduled else f.status.value
+    whole = page is not None and f.before_id is None and f.after_id is None and page.older is None
     out: dict[str, Badge] = {}
     with store.read() as conn:
         for state in State:
@@ -151,14 +149,18 @@ def badge_counts(store: Store, f: JobFilter, now: datetime, window: int = BADGE_
             exact = held < window
             splits = [("scheduled", True), (state.value, False)] if state is State.PENDING else [(state.value, None)]
             for slug, scheduled in splits:
-                if scheduled is None and not f.narrows:
+                if page is not None and whole and slug == own:
+                    out[slug] = Badge(len(page.jobs), True)
+                elif scheduled is None and not f.narrows:
                     out[slug] = Badge(int(held), exact)
-                    continue
-                mine = replace(f, status=state, scheduled=scheduled)
-                stmt = _filtered(mine, now, select(func.count()).select_from(jobs))
-                if not exact:
-                    stmt = stmt.where(jobs.c.id >= lowest)
-                out[slug] = Badge(int(conn.execute(stmt).scalar_one()), exact)
+                else:
+                    mine = replace(f, status=state, scheduled=scheduled)
+                    stmt = _filtered(mine, now, select(func.count()).select_from(jobs))
+                    if not exact:
+                        stmt = stmt.where(jobs.c.id >= lowest)
+                    out[slug] = Badge(int(conn.execute(stmt).scalar_one()), exact)
+                if page is not None and slug == own and not out[slug].exact:
+                    out[slug] = Badge(max(out[slug].n, len(page.jobs) + (page.older is not None)), False)
     return out
 
 

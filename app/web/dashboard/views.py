@@ -216,8 +216,7 @@ def _list(tab: Tab, source: Any = None) -> dict[str, Any]:
     page = list_page(d.store, paged, now)
     # Counted right after the rows, not from the overview's snapshot, and
     # under the same filter: a tab's badge must agree with the rows it heads.
-    counts = badge_counts(d.store, args.job_filter(tab, paged=False), now, BADGE_WINDOW)
-    counts[tab.slug] = counts[tab.slug].heading(page, paged)
+    counts = badge_counts(d.store, paged, now, BADGE_WINDOW, page)
     return {
         "tab": tab,
         "args": args,
