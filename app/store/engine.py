@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.dialects.sqlite.base import SQLiteCompiler
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DisconnectionError, OperationalError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 
 from app.store.models import Base
 
@@ -25,14 +25,8 @@ READONLY = "jobdeck_readonly"
 """Execution option: this connection only reads, so on SQLite it begins a
 deferred transaction instead of taking the write lock."""
 
-PROMPT = "jobdeck_prompt"
-"""Execution option: on SQLite this connection's ``BEGIN IMMEDIATE`` asks
-for the write lock every millisecond (``_begin_promptly``) instead of
-sleeping in SQLite's busy handler. For the few small writes that must not
-fall behind other processes' (heartbeats)."""
-
 PROMPT_POLL = 0.001
-"""Seconds between a prompt writer's tries."""
+"""Seconds between a SQLite writer's tries for the write lock (``_begin_promptly``)."""
 
 
 def make_engine(url: str, *, synchronous: str = "FULL", pool_size: int = 10, busy_timeout: float = 30.0) -> Engine:
@@ -146,39 +140,42 @@ def _sqlite_engine(url: str, synchronous: str, pool_size: int, busy_timeout: flo
     def _on_begin(conn: Any) -> None:
         # A deferred read-to-write upgrade fails at once with "database is
         # locked" whatever the busy timeout; writers take the lock up front.
-        options = conn.get_execution_options()
-        if options.get(READONLY):
+        if conn.get_execution_options().get(READONLY):
             conn.exec_driver_sql("BEGIN")
-        elif options.get(PROMPT):
-            _begin_promptly(conn, busy_timeout)
         else:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            try:
+                _begin_promptly(conn.connection.driver_connection, busy_timeout)
+            except sqlite3.Error as exc:  # raised in an event, so SQLAlchemy would not wrap it
+                raise DBAPIError.instance("BEGIN IMMEDIATE", None, exc, sqlite3.Error) from exc
 
     return engine
 
 
-def _begin_promptly(conn: Any, busy_timeout: float) -> None:
+def _begin_promptly(raw: sqlite3.Connection, busy_timeout: float) -> None:
     """``BEGIN IMMEDIATE``, asking again every millisecond for up to the
     busy timeout. SQLite's busy handler sleeps 1, 2, 5 ... then 100 ms
     between tries, and a writer that just committed begins again at once,
     so a waiter can lose to the other processes' writers for seconds:
     during a three-process drain of one file a heartbeat waited up to 4.5 s
-    there, past the stall timeout. Asking every millisecond, the first free
-    moment goes to this writer."""
-    conn.exec_driver_sql("PRAGMA busy_timeout=0")
+    there, past the stall timeout, and with two worker processes and a
+    producer on one file (benchmark scenario 5) one batch of jobs waited
+    4 s to start. Asking every millisecond, the first free moment goes to
+    this writer. On the driver's connection: two pragmas and a BEGIN
+    through SQLAlchemy cost more than the BEGIN itself."""
+    raw.execute("PRAGMA busy_timeout=0")
     try:
         deadline = time.monotonic() + busy_timeout
         while True:
             try:
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
+                raw.execute("BEGIN IMMEDIATE")
                 return
-            except OperationalError as exc:
-                if "locked" not in str(exc.orig) or time.monotonic() > deadline:
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
                     raise
             time.sleep(PROMPT_POLL)  # the poll that replaces the busy handler's longer sleeps
     finally:
         # The lock is held (or the caller gives up): the wait is over either way.
-        conn.exec_driver_sql(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+        raw.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
 
 
 def _journal_mode_wal(cur: Any) -> None:

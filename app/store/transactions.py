@@ -15,7 +15,7 @@ from sqlalchemy.exc import DBAPIError
 from app.errors import JobNotFound, TransitionRefused
 from app.states import Transition
 from app.store import statements
-from app.store.engine import PROMPT, READONLY
+from app.store.engine import READONLY
 from app.store.postgres import NOTIFY_SQL, PQTRANS_IDLE
 from app.store.records import JobRecord
 from app.store.sqlite import Prepared, db_time, translated_errors
@@ -53,30 +53,24 @@ class Transactions:
     @contextmanager
     def write(self, *, urgent: bool = False) -> Iterator[Connection]:
         """A write transaction. On SQLite the writers of this process queue
-        on a lock first: SQLite has one writer anyway, and a thread that finds
-        the file locked sleeps in SQLite's busy handler (1, 2, 5, 10 ms ...)
-        long after the lock was freed. Other processes still wait through
-        busy_timeout.
+        on a lock first: SQLite has one writer anyway, and one thread asking
+        for the file's lock is enough. The holder of this lock waits for
+        other processes' writers by asking for the file's write lock every
+        millisecond, up to busy_timeout (``app.store.engine._begin_promptly``).
 
         ``urgent`` is for a small write that must not wait behind the others
         (a heartbeat: a drain's back-to-back acks must not delay the beat
         that tells the other processes' sweepers this one is alive). On
         SQLite it skips this process's queue, whose holder may itself be
-        waiting for another process, and asks for the file's write lock
-        every millisecond (``app.store.engine.PROMPT``)."""
+        waiting for another process."""
         outer = getattr(self._joined, "conn", None)
         if outer is not None:
             yield outer
             return
         self._joined.wake = False
-        if self._write_lock is None:
+        if self._write_lock is None or (urgent and not getattr(self._joined, "locked", False)):
             with self.engine.begin() as conn:
                 yield conn
-        elif urgent and not getattr(self._joined, "locked", False):
-            with self.engine.connect() as conn:
-                conn.execution_options(**{PROMPT: True})
-                with conn.begin():
-                    yield conn
         else:
             with self._write_lock:
                 self._joined.locked = True
