@@ -14,7 +14,7 @@ import pytest
 from dashboard_support import make_dash_app
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import delete
+from sqlalchemy import delete, event
 
 from app.deck import Jobdeck
 from app.states import State
@@ -166,3 +166,29 @@ def test_a_page_with_older_rows_raises_the_lower_bound_to_what_it_shows(deck: Jo
     page = make_dash_app(deck).test_client().get("/jobs/dead").get_data(as_text=True)
     assert len(re.findall(r'<tr id="job-\d+"', page)) == 4
     assert tab(page, "Dead letter")[0] == "5+"  # 4 shown and an older page
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("f", [JobFilter(type=REPORT), JobFilter(queue="default"), JobFilter(search="needle")])
+def test_each_filtered_count_walks_its_states_window_not_the_filters_index(deck: Jobdeck, f: JobFilter) -> None:
+    """Without statistics SQLite took (type, id) for a type's count past the
+    window's lowest id: every newer job of the type, not the window's rows
+    (60 ms instead of 15 at 1M jobs). Each count is held to (status, id)."""
+    for kind in KINDS:
+        make(deck, kind, REPORT)
+    seen: list[tuple[str, Any]] = []
+
+    def grab(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if statement.startswith("SELECT count(*)") and "FROM jobs" in statement:
+            seen.append((statement, parameters))
+
+    event.listen(deck.store.engine, "before_cursor_execute", grab)
+    try:
+        badge_counts(deck.store, f, deck.clock(), window=1)
+    finally:
+        event.remove(deck.store.engine, "before_cursor_execute", grab)
+    assert len(seen) >= len(State), seen
+    with deck.store.engine.connect() as conn:
+        for statement, parameters in seen:
+            plan = " ".join(str(row) for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters))
+            assert "ix_jobs_status_id" in plan, (statement, plan)

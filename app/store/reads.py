@@ -127,7 +127,8 @@ def badge_counts(
     other tabs): the jobs ``f`` matches among the newest ``window`` of the
     tab's state. Exact where the state holds fewer than ``window`` jobs;
     otherwise a lower bound. Each state costs at most ``window`` entries of
-    ``(status, id)``, and under a filter their rows.
+    ``(status, id)``, and under a filter their rows (read through that
+    index, whatever the filter).
 
     ``page``, the list read under ``f``, heads its own tab: a first page
     with nothing older is the whole list, so its rows are the exact count
@@ -155,7 +156,12 @@ def badge_counts(
                     out[slug] = Badge(int(held), exact)
                 else:
                     mine = replace(f, status=state, scheduled=scheduled)
-                    stmt = _filtered(mine, now, select(func.count()).select_from(jobs))
+                    # SQLite, without statistics, may walk a filter's own index
+                    # instead ((type, id) from the window's lowest id on: every
+                    # newer job of the type, 45,000 rows at 1M jobs).
+                    stmt = _filtered(mine, now, select(func.count()).select_from(jobs)).with_hint(
+                        jobs, "INDEXED BY ix_jobs_status_id", "sqlite"
+                    )
                     if not exact:
                         stmt = stmt.where(jobs.c.id >= lowest)
                     out[slug] = Badge(int(conn.execute(stmt).scalar_one()), exact)
