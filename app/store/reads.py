@@ -152,7 +152,7 @@ def badge_counts(
             for slug, scheduled in splits:
                 if page is not None and whole and slug == own:
                     out[slug] = Badge(len(page.jobs), True)
-                elif scheduled is None and not f.narrows:
+                elif held == 0 or (scheduled is None and not f.narrows):
                     out[slug] = Badge(int(held), exact)
                 else:
                     mine = replace(f, status=state, scheduled=scheduled)
