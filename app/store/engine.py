@@ -5,8 +5,9 @@ from __future__ import annotations
 import select
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.dialects.sqlite.base import SQLiteCompiler
@@ -25,8 +26,10 @@ READONLY = "jobdeck_readonly"
 """Execution option: this connection only reads, so on SQLite it begins a
 deferred transaction instead of taking the write lock."""
 
+T = TypeVar("T")
+
 PROMPT_POLL = 0.001
-"""Seconds between a SQLite writer's tries for the write lock (``_begin_promptly``)."""
+"""Seconds between a SQLite writer's tries for the write lock (``promptly``)."""
 
 
 def make_engine(url: str, *, synchronous: str = "FULL", pool_size: int = 10, busy_timeout: float = 30.0) -> Engine:
@@ -152,30 +155,37 @@ def _sqlite_engine(url: str, synchronous: str, pool_size: int, busy_timeout: flo
 
 
 def _begin_promptly(raw: sqlite3.Connection, busy_timeout: float) -> None:
-    """``BEGIN IMMEDIATE``, asking again every millisecond for up to the
-    busy timeout. SQLite's busy handler sleeps 1, 2, 5 ... then 100 ms
-    between tries, and a writer that just committed begins again at once,
-    so a waiter can lose to the other processes' writers for seconds:
-    during a three-process drain of one file a heartbeat waited up to 4.5 s
-    there, past the stall timeout, and with two worker processes and a
-    producer on one file (benchmark scenario 5) one batch of jobs waited
-    4 s to start. Asking every millisecond, the first free moment goes to
-    this writer. On the driver's connection: two pragmas and a BEGIN
-    through SQLAlchemy cost more than the BEGIN itself."""
+    """``BEGIN IMMEDIATE``, asked for every millisecond (``promptly``)."""
+    promptly(raw, lambda: raw.execute("BEGIN IMMEDIATE"), busy_timeout)
+
+
+def promptly(raw: sqlite3.Connection, attempt: Callable[[], T], busy_timeout: float | None = None) -> T:
+    """``attempt()``, a statement that takes SQLite's write lock (``BEGIN
+    IMMEDIATE``, or one write in autocommit, which changes nothing when
+    refused), asked again every millisecond for up to the busy timeout
+    (the connection's own unless given). SQLite's busy handler sleeps 1, 2,
+    5 ... then 100 ms between tries, and a writer that just committed
+    begins again at once, so a waiter can lose to the other processes'
+    writers for seconds: during a three-process drain of one file a
+    heartbeat waited up to 4.5 s there, past the stall timeout, and with two
+    worker processes and a producer on one file (benchmark scenario 5) one
+    batch of jobs waited 4 s to start. Asking every millisecond, the first
+    free moment goes to this writer. On the driver's connection: two pragmas
+    and a BEGIN through SQLAlchemy cost more than the BEGIN itself."""
+    ms = int(busy_timeout * 1000) if busy_timeout is not None else int(raw.execute("PRAGMA busy_timeout").fetchone()[0])
     raw.execute("PRAGMA busy_timeout=0")
     try:
-        deadline = time.monotonic() + busy_timeout
+        deadline = time.monotonic() + ms / 1000
         while True:
             try:
-                raw.execute("BEGIN IMMEDIATE")
-                return
+                return attempt()
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
                     raise
             time.sleep(PROMPT_POLL)  # the poll that replaces the busy handler's longer sleeps
     finally:
         # The lock is held (or the caller gives up): the wait is over either way.
-        raw.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+        raw.execute(f"PRAGMA busy_timeout={ms}")
 
 
 def _journal_mode_wal(cur: Any) -> None:

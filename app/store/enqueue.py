@@ -14,6 +14,7 @@ from sqlalchemy import Connection
 from app.errors import IdempotencyConflict
 from app.states import State
 from app.store import statements
+from app.store.engine import promptly
 from app.store.group_commit import GroupCommitter
 from app.store.records import Enqueued, JobRecord, NewJob
 from app.store.sqlite import Prepared, db_time, loads, translated_errors
@@ -251,8 +252,8 @@ class Enqueueing(Transactions):
                 db = raw.driver_connection
                 assert db is not None
                 if len(rows) <= _rows_per_statement(db, rows):
-                    return _insert_rows_sqlite(db, rows)
-                db.execute("BEGIN IMMEDIATE")
+                    return promptly(db, lambda: _insert_rows_sqlite(db, rows))
+                promptly(db, lambda: db.execute("BEGIN IMMEDIATE"))
                 try:
                     ids = _insert_rows_sqlite(db, rows)
                     db.execute("COMMIT")

@@ -56,7 +56,7 @@ class Transactions:
         on a lock first: SQLite has one writer anyway, and one thread asking
         for the file's lock is enough. The holder of this lock waits for
         other processes' writers by asking for the file's write lock every
-        millisecond, up to busy_timeout (``app.store.engine._begin_promptly``).
+        millisecond, up to busy_timeout (``app.store.engine.promptly``).
 
         ``urgent`` is for a small write that must not wait behind the others
         (a heartbeat: a drain's back-to-back acks must not delay the beat
