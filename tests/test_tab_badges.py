@@ -145,6 +145,19 @@ def test_a_state_past_the_window_shows_a_plus_and_says_why(deck: Jobdeck) -> Non
 
 
 @pytest.mark.usefixtures("small_window")
+def test_pending_and_scheduled_share_one_window_and_say_so(deck: Jobdeck) -> None:
+    # Newer scheduled jobs fill the pending state's window: the due tab reads
+    # "0+" over its 2 jobs, and its tooltip must say what was looked through.
+    for kind in ("due", "due", "scheduled", "scheduled", "scheduled"):
+        make(deck, kind)
+    page = make_dash_app(deck).test_client().get("/jobs/dead").get_data(as_text=True)
+    assert tab(page, "Pending") == ("0+", "At least 0: counted among the newest 3 pending and scheduled jobs")
+    assert tab(page, "Scheduled") == ("3+", "At least 3: counted among the newest 3 pending and scheduled jobs")
+    page = make_dash_app(deck).test_client().get("/jobs/pending").get_data(as_text=True)
+    assert tab(page, "Pending") == ("2", None)  # the open tab: its whole list
+
+
+@pytest.mark.usefixtures("small_window")
 def test_the_open_tab_counts_its_rows_when_they_are_the_whole_list(deck: Jobdeck) -> None:
     # The two matches are older than the newest 3 dead jobs: the window alone
     # would say "0+" over two rows. The page holds the whole list, so it is 2.
