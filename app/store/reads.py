@@ -136,6 +136,8 @@ def badge_counts(
     to what it shows."""
     own = None if f.status is None else "scheduled" if f.scheduled else f.status.value
     whole = page is not None and f.before_id is None and f.after_id is None and page.older is None
+    # Jobs the page proves exist: its rows, and one more if there is an older page.
+    shown = 0 if page is None else len(page.jobs) + (page.older is not None)
     out: dict[str, Badge] = {}
     with store.read() as conn:
         for state in State:
@@ -150,11 +152,11 @@ def badge_counts(
             exact = held < window
             splits = [("scheduled", True), (state.value, False)] if state is State.PENDING else [(state.value, None)]
             for slug, scheduled in splits:
-                if page is not None and whole and slug == own:
-                    out[slug] = Badge(len(page.jobs), True)
-                elif held == 0 or (scheduled is None and not f.narrows):
-                    out[slug] = Badge(int(held), exact)
-                else:
+                if slug == own and whole:
+                    out[slug] = Badge(shown, True)
+                    continue
+                n = held
+                if held and (scheduled is not None or f.narrows):
                     mine = replace(f, status=state, scheduled=scheduled)
                     # SQLite, without statistics, may walk a filter's own index
                     # instead ((type, id) from the window's lowest id on: every
@@ -164,9 +166,10 @@ def badge_counts(
                     )
                     if not exact:
                         stmt = stmt.where(jobs.c.id >= lowest)
-                    out[slug] = Badge(int(conn.execute(stmt).scalar_one()), exact)
-                if page is not None and slug == own and not out[slug].exact:
-                    out[slug] = Badge(max(out[slug].n, len(page.jobs) + (page.older is not None)), False)
+                    n = conn.execute(stmt).scalar_one()
+                if slug == own and not exact:
+                    n = max(n, shown)
+                out[slug] = Badge(int(n), exact)
     return out
 
 

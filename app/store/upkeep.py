@@ -190,9 +190,9 @@ def roll_up_minutes(store: Store, until: datetime) -> int:
     after the count is as rare as one committing after the write was."""
     with store.read() as conn:
         mark = conn.execute(select(maintenance_marks.c.value).where(maintenance_marks.c.key == STATS_MARK)).scalar()
-        counts = {} if mark is None or mark >= until else _count_minutes(conn, store, mark, until)
-    if mark is not None and mark >= until:
-        return 0
+        if mark is not None and mark >= until:
+            return 0
+        counts = {} if mark is None else _count_minutes(conn, store, mark, until)
     with store.write() as conn:
         if mark is None:
             conn.execute(
