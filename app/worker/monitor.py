@@ -97,6 +97,9 @@ class Monitoring(Logging):
 
     def _monitor_loop(self) -> None:
         next_beat = time.monotonic() + self.heartbeat_interval
+        # The first batch of log lines waits one whole interval too: an
+        # attempt that starts with the pool is not split by the first tick.
+        self._next_log_flush = time.monotonic() + self.deck.log_limits.flush_interval
         while not self._acker_stop.wait(0.1):
             self.check_timeouts_once()
             self.flush_logs_due()
