@@ -63,3 +63,20 @@ def test_release_keeps_an_interrupted_attempt_and_counts_no_retry(deck: Jobdeck,
     # The next run is the job's second attempt.
     (again,) = [j for j in deck.store.claim("w2", clock(), limit=2) if j.id == started.id]
     assert again.attempt == 2 and again.retry_count == 0
+
+
+def test_release_finds_the_current_attempt_among_stale_pairs_of_the_same_job(deck: Jobdeck, clock) -> None:
+    """A stale (job, attempt) pair listed after the current one of the same
+    job once hid it (the pairs went through a dict by job id): the job
+    stayed running under a worker that had let it go."""
+    job, _ = deck.enqueue("demo.noop", max_retries=2)
+    deck.store.claim("w", clock())
+    deck.store.release("w", [(job.id, 1)], clock())
+    (current,) = deck.store.claim("w", clock())
+    assert current.attempt == 2
+    released = deck.store.release("w", [(job.id, 2), (job.id, 1)], clock(), interrupted={job.id: clock()})
+    assert released == [job.id]
+    after = deck.store.get(job.id)
+    assert (after.status, after.worker_id) == (State.PENDING, None)
+    (row,) = deck.store.attempts_of(job.id)
+    assert (row.attempt, row.outcome) == (2, "interrupted"), "the row names the attempt released, not the stale one"

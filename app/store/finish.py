@@ -297,18 +297,18 @@ class Finishing(Graph, Claiming):
         if not held:
             return []
         started = dict(interrupted or {})
-        attempt_of = dict(held)
-        size, pairs = statements.fenced_pairs(list(attempt_of.items()))
+        # Every pair as given (a stale attempt of a job listed with its
+        # current one must not hide it): the fence matches at most one.
+        size, pairs = statements.fenced_pairs(list(dict.fromkeys(held)))
         t = self._t(now)
         with self.write() as conn:
             moved = self._run(conn, statements.release(size), (t, worker_id, *pairs)).all()
-            self._settle(conn, moved, now)
-            ended = {r[0]: r[1] for r in moved}
-            released = list(ended)
+            self._settle(conn, [r[:4] for r in moved], now)
+            released = [r[0] for r in moved]
             rows = [
-                (job_id, attempt_of[job_id], worker_id, _maybe(self._t, started[job_id]), t, *_cut(ended[job_id]), None)
-                for job_id in released
-                if job_id in started
+                (r[0], r[4], worker_id, _maybe(self._t, started[r[0]]), t, *_cut(r[1]), None)
+                for r in moved
+                if r[0] in started
             ]  # fmt: skip
             self._run_many(conn, statements.attempt(), rows)
             if released:

@@ -570,13 +570,13 @@ _HOLDER = ("worker_id", "claimed_at", "heartbeat_at", "progress", "progress_mess
 def release(n: int) -> Prepared:
     """running -> pending for ``n`` fenced (id, attempt) pairs, no attempt
     counted (graceful shutdown); a job cancelled meanwhile goes to cancelled
-    instead. Returns (id, status, workflow_id, batch_id). Values: now, worker, *(id, attempt)."""
+    instead. Returns (id, status, workflow_id, batch_id, attempt). Values: now, worker, *(id, attempt)."""
     ended = {"status": _cancelled_or(State.PENDING), "finished_at": case((cancel_requested(), NOW), else_=None)}
     stmts = [
         update(jobs)
         .where(_fenced(n, Transition.RELEASE, by_rowid))
         .values(**ended, updated_at=NOW, **dict.fromkeys(_HOLDER))
-        .returning(jobs.c.id, jobs.c.status, *GROUPS)
+        .returning(jobs.c.id, jobs.c.status, *GROUPS, jobs.c.attempt)
         for by_rowid in (False, True)
     ]
     return Prepared(stmts[0], ["now", "worker", *_pairs(n)], stmts[1])
