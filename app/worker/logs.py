@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from app.joblogs import AttemptLog, Pending, install_capture
 from app.store import JobRecord
 from app.store.joblogs import append_lines, append_many
 from app.worker.results import first_line
 from app.worker.shared import PoolShared, Slot, log
+
+_NOT_CAPTURING = nullcontext()
 
 
 class Logging(PoolShared):
@@ -36,13 +38,17 @@ class Logging(PoolShared):
     def _write_log(self, buffer: AttemptLog, pending: Pending) -> None:
         append_lines(self.store, buffer.job_id, buffer.attempt, pending.lines, pending.dropped, buffer.limits)
 
-    @contextmanager
-    def capturing(self, job: JobRecord, buffer: AttemptLog) -> Iterator[None]:
+    def capturing(self, job: JobRecord, buffer: AttemptLog) -> AbstractContextManager[None]:
         """While the handler runs: its thread's ``logging`` records go into
-        ``buffer`` if its type captures (``[logs] capture_logging``)."""
+        ``buffer`` if its type captures (``[logs] capture_logging``). A type
+        that does not capture gets a shared no-op context, not a generator
+        per job."""
         if not self.deck.log_limits.captures(job.type):
-            yield
-            return
+            return _NOT_CAPTURING
+        return self._captured(buffer)
+
+    @contextmanager
+    def _captured(self, buffer: AttemptLog) -> Iterator[None]:
         capture = install_capture()
         capture.bind(buffer)
         try:
