@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection
@@ -54,25 +54,28 @@ class Claiming(Transactions):
         )
         values = (worker_id, self._t(now), *(type_list or ()), *(queue_list or ()), *excluded, limit)
         with self.single() as conn:
-            return self._claimed(conn, prepared, values)
+            return self._claimed(conn, prepared, values, worker_id, now)
 
     def claim_ids(self, conn: Connection, worker_id: str, now: datetime, ids: Sequence[int]) -> list[JobRecord]:
         """Inside the caller's write transaction (``app.queues`` picks the ids
         under its concurrency limits): claim exactly ``ids``, those still
         claimable, in claim order."""
-        return self._claimed(conn, statements.claim_ids(len(ids)), (worker_id, self._t(now), *ids))
+        return self._claimed(conn, statements.claim_ids(len(ids)), (worker_id, self._t(now), *ids), worker_id, now)
 
-    def _claimed(self, conn: Connection, prepared: Prepared, values: tuple[Any, ...]) -> list[JobRecord]:
+    def _claimed(
+        self, conn: Connection, prepared: Prepared, values: tuple[Any, ...], worker_id: str, now: datetime
+    ) -> list[JobRecord]:
         """Run a claim at driver level, its text compiled once per shape:
         Core's execution and its per-column result processing took most of
         the claiming thread's time, on both databases. (SQLite on the raw
         cursor; PostgreSQL sessions run in UTC, so the driver's times are
         what Core would give: ``app.store.engine``.)"""
+        now = now.astimezone(UTC)  # as the database holds it (the records' times are UTC)
         if self.sqlite:
             compiled = prepared.sqlite
             with translated_errors():
                 rows = conn.connection.cursor().execute(compiled.text, compiled.params(values)).fetchall()
-            return _in_claim_order(list(map(JobRecord.from_sqlite, rows)))
+            return _in_claim_order([JobRecord.claimed_sqlite(r, worker_id, now) for r in rows])
         compiled = prepared.postgres
         rows = conn.exec_driver_sql(compiled.text, compiled.params(values)).fetchall()
-        return _in_claim_order(list(map(JobRecord.from_columns, rows)))
+        return _in_claim_order([JobRecord.claimed_columns(r, worker_id, now) for r in rows])

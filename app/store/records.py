@@ -118,6 +118,27 @@ class JobRecord:
             *(r[28:33] if len(r) > 32 else ()),
         ))  # fmt: skip
 
+    @classmethod
+    def claimed_sqlite(cls, r: Sequence[Any], worker_id: str, now: datetime) -> JobRecord:
+        """From a raw SQLite row of a claim's ``CLAIM_COLUMNS``, with what the
+        claim set (running, held by ``worker_id``, claimed, heart-beaten and
+        updated at ``now``, no progress) filled in."""
+        t, req = sqlite.parse_time, sqlite.parse_time_required
+        return _job_of((
+            r[0], r[1], r[2], sqlite.loads(r[3]), r[4], State.RUNNING, r[5], r[6], r[7], r[8],
+            req(r[9]), now, now, worker_id, r[10], None if r[11] is None else json.loads(r[11]),
+            None, None, req(r[12]), now, t(r[13]), t(r[14]),
+            r[15], r[16], r[17], t(r[18]), r[19], r[20], r[21], r[22], r[23], r[24],
+        ))  # fmt: skip
+
+    @classmethod
+    def claimed_columns(cls, r: Sequence[Any], worker_id: str, now: datetime) -> JobRecord:
+        """``claimed_sqlite`` for PostgreSQL's rows (its driver decodes the times)."""
+        return _job_of((
+            r[0], r[1], r[2], sqlite.loads(r[3]), r[4], State.RUNNING, *r[5:9], r[9], now, now, worker_id,
+            r[10], None if r[11] is None else json.loads(r[11]), None, None, r[12], now, *r[13:25],
+        ))  # fmt: skip
+
     def is_scheduled(self, now: datetime) -> bool:
         return self.status is State.PENDING and self.available_at > now
 

@@ -120,3 +120,28 @@ def test_a_concurrency_limit_caps_running_jobs(drv: Driver) -> None:
     assert drv.limited.claim("w", drv.now, limit=10) == []
     accepted, refill = drv.limited.complete_and_claim([Outcome(first[0].id, "w", attempt=1)], "w", drv.now, limit=10)
     assert accepted == [first[0].id] and [j.id for j in refill] == [ids[limit]]
+
+
+@pytest.mark.parametrize("path", sorted(CLAIMERS))
+def test_a_claimed_record_is_the_row_as_stored(drv: Driver, path: str) -> None:
+    """The claim returns only the columns it did not set and fills in the
+    rest (running, the worker, now, no progress): each record must still be
+    the row exactly as a read gives it, whatever the job went through."""
+    store, now = drv.store, drv.now
+    plain, keyed, retried = store.enqueue_many(
+        [
+            NewJob("demo.noop", {"n": [1, "two", None]}, priority=3),
+            NewJob("demo.noop", {}, idempotency_key="k-1", max_retries=0),
+            NewJob("demo.noop", {"again": True}, max_retries=3),
+        ],
+        now,
+    )
+    (first,) = [j for j in store.claim("w0", now, limit=3) if j.id == retried]
+    store.release("w0", [(plain, 1), (keyed, 1)], now)
+    store.fail_many([Outcome(retried, "w0", attempt=first.attempt, error="boom", retryable=True)], now)
+    drv.clock.advance(3600)
+    claimed = claim_with(drv, path, "w1", 5)
+    assert sorted(j.id for j in claimed) == sorted([plain, keyed, retried])
+    for job in claimed:
+        assert job == store.get(job.id)
+    assert {j.id: (j.attempt, j.error) for j in claimed}[retried] == (2, "boom")
