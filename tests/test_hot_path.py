@@ -238,3 +238,36 @@ def test_batched_completion_is_fenced_and_records_each_attempt(deck, clock) -> N
     assert [(x.attempt, x.outcome) for x in deck.store.attempts_of(b.id)] == [(1, "failed"), (2, "completed")]
     assert [(x.attempt, x.outcome, x.worker_id) for x in deck.store.attempts_of(a.id)] == [(1, "completed", "w1")]
     assert deck.store.attempts_of(a.id)[0].started_at == clock()
+
+
+@pytest.mark.parametrize("count", [1, 3, 256, 257, 600])
+def test_a_completed_batch_writes_every_attempt_row_by_multi_row_inserts(deck, clock, count) -> None:  # type: ignore[no-untyped-def]
+    """SQLite writes a batch's attempt rows as a few INSERTs of many rows
+    (power-of-two chunks of at most 256): each job gets its own row, with
+    its own values, whatever the batch's size."""
+    deck.enqueue_many([{"type": "demo.noop", "payload": {"i": i}} for i in range(count)])
+    claimed = deck.store.claim("w1", clock(), limit=count)
+    started = {j.id: clock() - td(milliseconds=j.id) for j in claimed}
+    accepted = deck.store.complete_many(
+        [Outcome(j.id, "w1", attempt=j.attempt, started_at=started[j.id]) for j in claimed], clock()
+    )
+    assert sorted(accepted) == sorted(started)
+    for job_id, at in started.items():
+        (row,) = deck.store.attempts_of(job_id)
+        assert (row.attempt, row.outcome, row.worker_id, row.started_at) == (1, "completed", "w1", at)
+
+
+def test_a_multi_row_insert_that_fails_writes_none_of_its_rows(deck, clock) -> None:  # type: ignore[no-untyped-def]
+    """The chunks run in the batch's transaction: a row the database refuses
+    fails the batch (the acker then writes one by one) with nothing written."""
+    from app.store import statements
+
+    deck.enqueue_many([{"type": "demo.noop"} for _ in range(5)])
+    claimed = deck.store.claim("w1", clock(), limit=5)
+    t = db_time(clock())
+    rows = [(j.id, 1, "w1", t, t, "completed") for j in claimed]
+    rows[3] = (claimed[3].id, 1, "w1", t, t, None)  # outcome is NOT NULL
+    with pytest.raises(IntegrityError):
+        with deck.store.write() as conn:
+            deck.store._run_many(conn, statements.attempt(with_error=False), rows)
+    assert all(deck.store.attempts_of(j.id) == [] for j in claimed)

@@ -142,8 +142,27 @@ class Compiled:
         self._identity = positions == list(range(len(order))) and not constants
         self.as_given = self._identity
         """The values go to the driver as the caller gives them."""
+        self._rows: dict[int, str] = {}
         self._get = itemgetter(*positions) if len(positions) > 1 else None
         self._single = positions[0] if len(positions) == 1 else None
+
+    @cached_property
+    def takes_rows(self) -> bool:
+        """An ``INSERT ... VALUES (?, ...)`` of one row, its values as given:
+        ``rows`` can make it a statement of many."""
+        head, sep, row = self.text.rpartition(" VALUES ")
+        return self.as_given and head.startswith("INSERT ") and row == "(" + ", ".join("?" * row.count("?")) + ")"
+
+    def rows(self, n: int) -> str:
+        """The text of this ``takes_rows`` INSERT for ``n`` rows, their values
+        given row after row: one statement for a batch instead of an
+        ``executemany``, which steps, resets and hands the GIL back and
+        forth once a row."""
+        text = self._rows.get(n)
+        if text is None:
+            head, sep, row = self.text.rpartition(" VALUES ")
+            text = self._rows[n] = head + sep + ", ".join([row] * n)
+        return text
 
     def params(self, values: tuple[Any, ...]) -> tuple[Any, ...]:
         if self._identity:

@@ -229,7 +229,20 @@ class Transactions:
             return
         if self.sqlite:
             compiled = prepared.sqlite
-            conn.exec_driver_sql(compiled.text, [compiled.params(r) for r in rows])
+            if not compiled.takes_rows:
+                conn.exec_driver_sql(compiled.text, [compiled.params(r) for r in rows])
+                return
+            # One INSERT per power-of-two chunk (at most nine shapes to
+            # prepare, all kept in the driver's statement cache): a batch of
+            # 250 attempt rows cost 2.8 us a row by executemany, 1.3 this way.
+            cursor = conn.connection.cursor()
+            start = 0
+            with translated_errors():
+                while start < len(rows):
+                    n = min(ROWS_CHUNK, 1 << ((len(rows) - start).bit_length() - 1))
+                    chunk = rows[start : start + n]
+                    cursor.execute(compiled.rows(n), [v for r in chunk for v in r])
+                    start += n
         elif prepared.as_set is not None and len(rows) > 1:
             conn.execute(prepared.as_set.stmt, prepared.as_set.params(list(zip(*rows, strict=True))))
         else:
@@ -243,6 +256,11 @@ class Transactions:
         if status is None:
             return JobNotFound(job_id)
         return TransitionRefused(job_id, status, transition)
+
+
+ROWS_CHUNK = 256
+"""The most rows one multi-row INSERT takes (``_run_many``): 256 rows of
+the widest attempt row bind 2,048 values, far under SQLite's 32,766."""
 
 
 def _hand_back(raw: Any, db: Any, exc: BaseException | None) -> None:
