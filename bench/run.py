@@ -33,10 +33,11 @@ REDIS_START = ("redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 -
 FULL = dict(drain=100_000, peer_drain={"huey": 20_000, "rq": 3_000, "procrastinate": 3_000}, enqueue=5_000,
             peer_enqueue=2_000, many=200_000, latency=1_000, xlatency=50, http_seconds=5, steady_seconds=60,
             dashboard=1_000_000, dashboard_requests=50, memory=1_000_000, flow=20_000, workflows=10_000,
-            runs=3)  # fmt: skip
+            runs=3, paired_rounds=6)  # fmt: skip
 QUICK = dict(drain=5_000, peer_drain={"huey": 1_000, "rq": 200, "procrastinate": 200}, enqueue=300,
              peer_enqueue=200, many=10_000, latency=100, xlatency=10, http_seconds=1, steady_seconds=2,
-             dashboard=10_000, dashboard_requests=10, memory=10_000, flow=2_000, workflows=1_000, runs=3)  # fmt: skip
+             dashboard=10_000, dashboard_requests=10, memory=10_000, flow=2_000, workflows=1_000, runs=3,
+             paired_rounds=2)  # fmt: skip
 TINY = dict(drain=300, enqueue=50, many=2_000, latency=20, flow=200, workflows=100, runs=1)
 
 
@@ -130,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
             result["serve"] = serve_scenarios(c, only, work, drain)
         if not args.no_peers and not args.tiny:
             result["peers"] = peer_scenarios(c, only)
+            if "1" in only:
+                result["peers"]["huey_paired"] = huey_paired(c, work)
         if "10" in only and not args.tiny:
             result["postgres"] = postgres_scenarios(args.quick, args.no_peers)
     result["seconds"] = time.monotonic() - t0
@@ -178,6 +181,31 @@ def postgres_scenarios(quick: bool, no_peers: bool) -> dict[str, Any]:
     except (RuntimeError, subprocess.CalledProcessError) as exc:  # no PostgreSQL here, or a peer not installable
         print(f"  PostgreSQL scenarios skipped: {exc}", flush=True)
         return {"skipped": str(exc)}
+
+
+def huey_paired(c: dict[str, Any], work: Path) -> dict[str, Any]:
+    """Scenario 1's ratio to Huey from interleaved rounds (Jobdeck then
+    Huey, then Huey then Jobdeck, ...): one drain of each per round, the
+    ratio taken within the round, the median of the ratios reported. Huey
+    commits (and fsyncs) once a job, so its rate follows the disk's fsync
+    latency from minute to minute; Jobdeck's is bound by CPU. Measured apart,
+    minutes from each other, the ratio moved with the disk as much as with
+    either queue (Huey read 2,400 to 5,700 jobs/s from run to run here)."""
+    python = ensure_venv()
+    rounds = []
+    for i in range(c["paired_rounds"]):
+        order = ("jobdeck", "huey") if i % 2 == 0 else ("huey", "jobdeck")
+        got = {}
+        for name in order:
+            if name == "huey":
+                got[name] = peer(python, "huey", "drain", c["peer_drain"]["huey"], 1)["median"]
+            else:
+                got[name] = jb.drain(work, c["drain"], "FULL")
+        rounds.append({**got, "ratio": got["jobdeck"] / got["huey"]})
+        print(f"  paired round {i + 1}: Jobdeck {got['jobdeck']:,.0f}, Huey {got['huey']:,.0f} "
+              f"({got['jobdeck'] / got['huey']:.1f}x)", flush=True)  # fmt: skip
+    ratios = sorted(r["ratio"] for r in rounds)
+    return {"rounds": rounds, "median_ratio": ratios[len(ratios) // 2]}
 
 
 def peer_scenarios(c: dict[str, Any], only: set[str]) -> dict[str, Any]:
