@@ -267,7 +267,6 @@ def test_a_multi_row_insert_that_fails_writes_none_of_its_rows(deck, clock) -> N
     t = db_time(clock())
     rows = [(j.id, 1, "w1", t, t, "completed") for j in claimed]
     rows[3] = (claimed[3].id, 1, "w1", t, t, None)  # outcome is NOT NULL
-    with pytest.raises(IntegrityError):
-        with deck.store.write() as conn:
-            deck.store._run_many(conn, statements.attempt(with_error=False), rows)
+    with pytest.raises(IntegrityError), deck.store.write() as conn:
+        deck.store._run_many(conn, statements.attempt(with_error=False), rows)
     assert all(deck.store.attempts_of(j.id) == [] for j in claimed)

@@ -107,3 +107,73 @@ def test_a_pool_stopped_mid_drain_loses_nothing(live_deck: Jobdeck) -> None:
     counts = live_deck.store.counts(live_deck.clock())
     assert counts[State.RUNNING.value] == 0 and pool.inflight == 0
     assert counts[State.COMPLETED.value] + counts[State.PENDING.value] == n
+
+
+ELSEWHERE = "elsewhere"
+"""The queue the pools of the held-jobs tests serve: they claim nothing of
+the default queue themselves, so the tests decide what each one holds."""
+
+
+def _hold(pool: WorkerPool, deck: Jobdeck, n: int) -> list[int]:
+    """Claim ``n`` jobs for ``pool`` and leave them held for its next claim,
+    as a refill does when the next batch of outcomes is already waiting."""
+    ids = deck.enqueue_many([{"type": "demo.noop"}] * n)
+    with pool._refill_lock:
+        claimed = deck.store.claim(pool.worker_id, deck.clock(), limit=n)
+        with pool._lock:
+            pool._inflight += len(claimed)
+        pool._held = claimed
+    assert sorted(j.id for j in claimed) == sorted(ids)
+    return ids
+
+
+def test_jobs_held_for_the_next_claim_are_given_back_at_stop(live_deck: Jobdeck) -> None:
+    """Held jobs are neither queued nor started: stop releases them with the
+    queued ones (pending, no attempt counted), never leaves them running."""
+    pool = WorkerPool(live_deck, 2, queues=[ELSEWHERE])
+    pool.start()
+    try:
+        ids = _hold(pool, live_deck, 3)
+    finally:
+        pool.stop(grace=5)
+    for job_id in ids:
+        job = live_deck.store.get(job_id)
+        assert (job.status, job.worker_id, job.attempt) == (State.PENDING, None, 1)
+        assert live_deck.store.attempts_of(job_id) == []
+    assert pool.inflight == 0
+
+
+def test_held_jobs_run_when_the_next_batch_has_no_completion(live_deck: Jobdeck) -> None:
+    """The next acknowledgement may hold only failures (no refill, no claim
+    statement): the held jobs are queued at its end all the same."""
+    pool = WorkerPool(live_deck, 2, queues=[ELSEWHERE])
+    pool.start()
+    try:
+        ids = _hold(pool, live_deck, 3)
+        (failing,) = live_deck.enqueue_many([{"type": "demo.noop", "max_retries": 0}])
+        with pool._refill_lock:
+            (claimed,) = live_deck.store.claim(pool.worker_id, live_deck.clock(), limit=1, types=["demo.noop"])
+            with pool._lock:
+                pool._inflight += 1
+        assert claimed.id == failing
+        pool._acks.put(Outcome(failing, pool.worker_id, attempt=1, started_at=live_deck.clock(), error="boom"))
+        wait_for(
+            lambda: all(live_deck.store.get(i).status is State.COMPLETED for i in ids),
+            timeout=15,
+            message="the held jobs ran after a batch of failures alone",
+        )
+        assert live_deck.store.get(failing).status is State.DEAD
+    finally:
+        pool.stop(grace=5)
+
+
+def test_an_unhealthy_pool_gives_back_held_jobs_with_its_queued_ones(live_deck: Jobdeck) -> None:
+    pool = WorkerPool(live_deck, 2, queues=[ELSEWHERE])
+    pool.start()
+    try:
+        ids = _hold(pool, live_deck, 2)
+        pool._give_back_prefetched()  # what the monitor does while the pool is unhealthy
+        assert [live_deck.store.get(i).status for i in ids] == [State.PENDING, State.PENDING]
+        assert pool._held == [] and pool.inflight == 0
+    finally:
+        pool.stop(grace=5)

@@ -35,6 +35,7 @@ class Finishing(Graph, Claiming):
         limit: int,
         types: Iterable[str] | None = None,
         queues: Iterable[str] | None = None,
+        before_claim: Callable[[], object] | None = None,
     ) -> tuple[list[int], list[JobRecord]]:
         """``complete_many`` then ``claim`` in ONE write transaction: the
         pool's acker refills the slots it just freed with one commit (one
@@ -42,11 +43,15 @@ class Finishing(Graph, Claiming):
         (their ``write()`` joins this one), so fencing, attempt rows, SKIP
         LOCKED and an installed ``claim_policy`` (which counts the running
         jobs after these completions) keep their guarantees; if anything
-        fails, neither is applied. Returns (accepted ids, claimed jobs)."""
+        fails, neither is applied. ``before_claim`` runs just before the
+        claim statement (the pool hands its executors work there, to run
+        while the database claims). Returns (accepted ids, claimed jobs)."""
         with self.write() as conn:
             self._joined.conn = conn
             try:
                 accepted = self.complete_many(outcomes, now)
+                if before_claim is not None:
+                    before_claim()
                 claimed = self.claim(worker_id, now, limit=limit, types=types, queues=queues) if limit > 0 else []
             finally:
                 self._joined.conn = None

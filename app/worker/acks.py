@@ -56,6 +56,9 @@ class Acknowledging(PoolShared):
             if snoozed:
                 self._acknowledge(snoozed, lambda group: self.store.snooze_many(group, now), now)
         refilled = self._complete_and_refill(done, len(batch), now) if done and refill else None
+        if not (done and refill) and self._held:
+            with self._refill_lock:
+                self._hand_over()
         if done and refilled is None:
             self._acknowledge(done, lambda group: self.store.complete_many(group, now), now)
         if refilled is None:
@@ -86,19 +89,22 @@ class Acknowledging(PoolShared):
         types = self.deck.registry.names()
         with self._refill_lock:
             if self._stopping.is_set() or not types or self.unhealthy_reason() is not None:
+                self._hand_over()
                 return None
             with self._lock:
                 room = min(self.batch, self._capacity() - self._inflight + acked)
                 if room <= 0:
+                    self._hand_over()
                     return None
                 self._inflight += room
             claimed: list[JobRecord] = []
             try:
                 _, claimed = self._retrying(
                     lambda: self.store.complete_and_claim(
-                        done, self.worker_id, now, limit=room, types=types, queues=self.queues
+                        done, self.worker_id, now, limit=room, types=types, queues=self.queues,
+                        before_claim=self._hand_over,
                     )
-                )
+                )  # fmt: skip
             except Exception as exc:
                 if is_transient(exc):  # still down at the end of shutdown's grace
                     raise
@@ -107,11 +113,32 @@ class Acknowledging(PoolShared):
                 log.warning("acknowledging %d completions failed (%s); one by one", len(done), first_line(exc))
                 self._one_by_one(done, lambda group: self.store.complete_many(group, now), now)
             finally:
+                self._hand_over()  # the last refill's jobs, at the latest now (a failed try, no claim)
                 with self._lock:
                     self._inflight += len(claimed) - room - acked
-            for job in claimed:
-                self._work.put(job)
+            if self._acks.empty() or self._stopping.is_set():
+                for job in claimed:
+                    self._work.put(job)
+            else:  # the next batch is waiting: its claim statement hands these over
+                self._held = claimed
         return len(claimed) >= room
+
+    def _hand_over(self) -> None:
+        """Queue the jobs the last refill held back (under ``_refill_lock``).
+
+        On SQLite the executors share the GIL with the acker: queued right
+        after the commit, 250 no-op jobs kept the GIL from the acker's next
+        transaction until they were done (its BEGIN waited 1.3 ms a batch,
+        the executors' own Python time), and none of their work overlapped
+        the acker's statements, which run off the GIL. When outcomes are
+        already waiting the acker holds the jobs until the next transaction's
+        claim statement (``complete_and_claim``'s ``before_claim``), so they
+        run while SQLite claims. Held only between one refill and the next,
+        which follows at once; ``stop`` and an unhealthy pool's release take
+        them with the queued ones."""
+        held, self._held = self._held, []
+        for job in held:
+            self._work.put(job)
 
     def _ack_loop(self) -> None:
         while not self._acker_stop.is_set():

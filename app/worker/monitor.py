@@ -143,7 +143,8 @@ class Monitoring(Logging):
         process. One try per monitor tick: if the database refuses, they are
         queued again and the next tick retries."""
         with self._refill_lock:
-            unstarted = self._take_queued()
+            unstarted = self._held + self._take_queued()
+            self._held = []
             if not unstarted:
                 return
             try:

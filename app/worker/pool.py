@@ -96,6 +96,7 @@ class WorkerPool(Acknowledging, Monitoring):
         self._acker_stop = threading.Event()
         self._hurry = threading.Event()
         """Set by ``hurry``: ``stop`` ends its grace now."""
+        self._held: list[JobRecord] = []
         self._refill_lock = threading.Lock()
         """Held by the acker from a refill's claim until its jobs are queued;
         ``stop`` takes it before releasing unstarted jobs (see ``flush_acks_once``)."""
@@ -205,7 +206,8 @@ class WorkerPool(Acknowledging, Monitoring):
         return 30.0 if self._give_up_at is None else max(0.0, self._give_up_at - time.monotonic())
 
     def _release_unstarted(self) -> None:
-        unstarted: list[JobRecord] = []
+        """Under ``_refill_lock``: give back the jobs queued or held for the executors."""
+        unstarted, self._held = self._held, []
         while True:
             try:
                 job = self._work.get_nowait()

@@ -76,6 +76,8 @@ class PoolShared:
     _stopping: threading.Event
     _acker_stop: threading.Event
     _refill_lock: threading.Lock
+    _held: list[JobRecord]
+    """Jobs the acker's last refill claimed and holds until its next claim (``Acknowledging._hand_over``)."""
     _abandoned: list[threading.Thread]
     _give_up_at: float | None
     _cancel_before_start: set[int]
