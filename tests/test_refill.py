@@ -5,6 +5,7 @@ the claim policy, atomicity, and a pool that stops mid-drain losing nothing."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -177,3 +178,34 @@ def test_an_unhealthy_pool_gives_back_held_jobs_with_its_queued_ones(live_deck: 
         assert pool._held == [] and pool.inflight == 0
     finally:
         pool.stop(grace=5)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # the refill and its lock wait are SQLite's
+def test_held_jobs_start_while_another_process_holds_the_write_lock(live_deck: Jobdeck, registry, backend) -> None:  # type: ignore[no-untyped-def]
+    """The next refill finds the write lock taken (another process is
+    writing, and this one's fetcher or monitor queues behind it): the held
+    jobs go to the executors before it waits, not after the other
+    process's transaction."""
+    started = threading.Event()
+    registry.handler("t.started")(lambda payload, ctx: started.set())
+    pool = WorkerPool(live_deck, 2, queues=[ELSEWHERE])
+    pool.start()
+    other = sqlite3.connect(str(live_deck.store.engine.url.database), isolation_level=None)
+    try:
+        (held_id,) = live_deck.enqueue_many([{"type": "t.started"}])
+        (done_id,) = live_deck.enqueue_many([{"type": "demo.noop"}])
+        with pool._refill_lock:
+            claimed = live_deck.store.claim(pool.worker_id, live_deck.clock(), limit=2)
+            with pool._lock:
+                pool._inflight += len(claimed)
+            pool._held = [j for j in claimed if j.id == held_id]
+        assert sorted(j.id for j in claimed) == sorted([held_id, done_id])
+        other.execute("BEGIN IMMEDIATE")  # another process's transaction, held open
+        pool._acks.put(Outcome(done_id, pool.worker_id, attempt=1, started_at=live_deck.clock()))
+        ok = started.wait(10)
+        assert ok, "the held job waited for another process's transaction"
+    finally:
+        other.execute("ROLLBACK") if other.in_transaction else None
+        other.close()
+        pool.stop(grace=5)
+    wait_for(lambda: live_deck.store.get(done_id).status is State.COMPLETED, timeout=15)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import select
 import sqlite3
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,6 +32,31 @@ T = TypeVar("T")
 
 PROMPT_POLL = 0.001
 """Seconds between a SQLite writer's tries for the write lock (``promptly``)."""
+
+_before_wait = threading.local()
+
+
+@contextmanager
+def before_lock_wait(fn: Callable[[], object]) -> Iterator[None]:
+    """Inside: if this thread's SQLite writer finds the write lock taken
+    (another process is writing, or another thread of this one waits for
+    it), ``fn`` runs once before it waits. The
+    pool's acker hands its executors the jobs it held for its next claim
+    there, so they do not wait on another process's transaction."""
+    outer = getattr(_before_wait, "fn", None)
+    _before_wait.fn = fn
+    try:
+        yield
+    finally:
+        _before_wait.fn = outer
+
+
+def waiting_for_lock() -> None:
+    """This thread is about to wait for a write lock (SQLite's, or this
+    process's queue for it): run its ``before_lock_wait`` function, once."""
+    fn, _before_wait.fn = getattr(_before_wait, "fn", None), None
+    if fn is not None:
+        fn()
 
 
 def make_engine(url: str, *, synchronous: str = "FULL", pool_size: int = 10, busy_timeout: float = 30.0) -> Engine:
@@ -182,6 +209,7 @@ def promptly(raw: sqlite3.Connection, attempt: Callable[[], T], busy_timeout: fl
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
                     raise
+            waiting_for_lock()
             time.sleep(PROMPT_POLL)  # the poll that replaces the busy handler's longer sleeps
     finally:
         # The lock is held (or the caller gives up): the wait is over either way.

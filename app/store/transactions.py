@@ -15,7 +15,7 @@ from sqlalchemy.exc import DBAPIError
 from app.errors import JobNotFound, TransitionRefused
 from app.states import Transition
 from app.store import statements
-from app.store.engine import READONLY
+from app.store.engine import READONLY, waiting_for_lock
 from app.store.postgres import NOTIFY_SQL, PQTRANS_IDLE
 from app.store.records import JobRecord
 from app.store.sqlite import Prepared, db_time, translated_errors
@@ -72,13 +72,16 @@ class Transactions:
             with self.engine.begin() as conn:
                 yield conn
         else:
-            with self._write_lock:
+            if not self._write_lock.acquire(blocking=False):
+                waiting_for_lock()  # behind another thread's write: this thread's ``before_lock_wait`` first
+                self._write_lock.acquire()
+            try:
                 self._joined.locked = True
-                try:
-                    with self.engine.begin() as conn:
-                        yield conn
-                finally:
-                    self._joined.locked = False
+                with self.engine.begin() as conn:
+                    yield conn
+            finally:
+                self._joined.locked = False
+                self._write_lock.release()
         if self._joined.wake:  # jobs became claimable in it (``Graph._wake``): tell this process's pools
             self._joined.wake = False
             self._notify_enqueued()

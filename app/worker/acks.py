@@ -19,6 +19,7 @@ from datetime import datetime
 from functools import partial
 
 from app.store import JobRecord, Outcome
+from app.store.engine import before_lock_wait
 from app.store.faults import is_transient, storable_text
 from app.worker.results import first_line
 from app.worker.shared import PoolShared, log
@@ -99,12 +100,13 @@ class Acknowledging(PoolShared):
                 self._inflight += room
             claimed: list[JobRecord] = []
             try:
-                _, claimed = self._retrying(
-                    lambda: self.store.complete_and_claim(
-                        done, self.worker_id, now, limit=room, types=types, queues=self.queues,
-                        before_claim=self._hand_over,
-                    )
-                )  # fmt: skip
+                with before_lock_wait(self._hand_over):
+                    _, claimed = self._retrying(
+                        lambda: self.store.complete_and_claim(
+                            done, self.worker_id, now, limit=room, types=types, queues=self.queues,
+                            before_claim=self._hand_over,
+                        )
+                    )  # fmt: skip
             except Exception as exc:
                 if is_transient(exc):  # still down at the end of shutdown's grace
                     raise
@@ -134,8 +136,9 @@ class Acknowledging(PoolShared):
         already waiting the acker holds the jobs until the next transaction's
         claim statement (``complete_and_claim``'s ``before_claim``), so they
         run while SQLite claims. Held only between one refill and the next,
-        which follows at once; ``stop`` and an unhealthy pool's release take
-        them with the queued ones."""
+        which follows at once, and not while it waits for the write lock
+        (another process writing: ``before_lock_wait``); ``stop`` and an
+        unhealthy pool's release take them with the queued ones."""
         held, self._held = self._held, []
         for job in held:
             self._work.put(job)
