@@ -40,9 +40,9 @@ _before_wait = threading.local()
 def before_lock_wait(fn: Callable[[], object]) -> Iterator[None]:
     """Inside: if this thread's SQLite writer finds the write lock taken
     (another process is writing, or another thread of this one waits for
-    it), ``fn`` runs once before it waits. The
-    pool's acker hands its executors the jobs it held for its next claim
-    there, so they do not wait on another process's transaction."""
+    it), ``fn`` runs once before it waits. The pool's acker hands its
+    executors the jobs it held for its next claim there, so they do not
+    wait on another process's transaction."""
     outer = getattr(_before_wait, "fn", None)
     _before_wait.fn = fn
     try:
