@@ -103,7 +103,7 @@ def baseline_checkout(rev: str, into: Path) -> Path:
     return into
 
 
-def _run_child(root: Path, scenario: str, n: int, postgres: str | None) -> float:
+def run_child(root: Path, scenario: str, n: int, postgres: str | None) -> float:
     env = dict(os.environ, PYTHONPATH=str(root))
     for name in [k for k in env if k.startswith("JOBDECK_")]:
         env.pop(name)
@@ -126,7 +126,7 @@ def compare(rev: str, counts: dict[str, int], scenarios: list[str], rounds: int,
             order = list(sides) if i % 2 == 0 else list(reversed(sides))
             for scenario in scenarios:
                 for side in order:
-                    rate = _run_child(sides[side], scenario, counts[scenario], postgres)
+                    rate = run_child(sides[side], scenario, counts[scenario], postgres)
                     runs[scenario][side].append(rate)
                     log(f"  round {i + 1}/{rounds} {scenario:<12} {side}: {rate:,.0f} jobs/s")
     result: dict[str, Any] = {}
