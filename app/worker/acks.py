@@ -57,7 +57,7 @@ class Acknowledging(PoolShared):
             if snoozed:
                 self._acknowledge(snoozed, lambda group: self.store.snooze_many(group, now), now)
         refilled = self._complete_and_refill(done, len(batch), now) if done and refill else None
-        if not (done and refill) and self._held:
+        if refilled is None and self._held:  # no refill took them (none ran, or it had no room)
             with self._refill_lock:
                 self._hand_over()
         if done and refilled is None:
@@ -90,12 +90,10 @@ class Acknowledging(PoolShared):
         types = self.deck.registry.names()
         with self._refill_lock:
             if self._stopping.is_set() or not types or self.unhealthy_reason() is not None:
-                self._hand_over()
                 return None
             with self._lock:
                 room = min(self.batch, self._capacity() - self._inflight + acked)
                 if room <= 0:
-                    self._hand_over()
                     return None
                 self._inflight += room
             claimed: list[JobRecord] = []
