@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.store import statements
-from app.store.records import JobRecord
-from app.store.sqlite import Prepared, translated_errors
+from app.store.records import JobRecord, claimed_records
+from app.store.sqlite import Prepared, parse_time_required, translated_errors
 from app.store.transactions import Transactions
 
 
@@ -75,7 +75,7 @@ class Claiming(Transactions):
             compiled = prepared.sqlite
             with translated_errors():
                 rows = conn.connection.cursor().execute(compiled.text, compiled.params(values)).fetchall()
-            return _in_claim_order([JobRecord.claimed_sqlite(r, worker_id, now) for r in rows])
+            return _in_claim_order(claimed_records(rows, worker_id, now, parse_time_required))
         compiled = prepared.postgres
         rows = conn.exec_driver_sql(compiled.text, compiled.params(values)).fetchall()
-        return _in_claim_order([JobRecord.claimed_columns(r, worker_id, now) for r in rows])
+        return _in_claim_order(claimed_records(rows, worker_id, now, None))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import fields
 from datetime import timedelta
 
 import pytest
@@ -144,4 +145,5 @@ def test_a_claimed_record_is_the_row_as_stored(drv: Driver, path: str) -> None:
     assert sorted(j.id for j in claimed) == sorted([plain, keyed, retried])
     for job in claimed:
         assert job == store.get(job.id)
+        assert vars(job).keys() == {f.name for f in fields(JobRecord)}  # none left to a class default
     assert {j.id: (j.attempt, j.error) for j in claimed}[retried] == (2, "boom")
