@@ -199,14 +199,14 @@ class QueueControls:
 
             def pick(rows: list[Any]) -> list[int]:
                 chosen: list[int] = []
-                for row in rows:
-                    if left_t.get(row.type, 1) <= 0 or left_q.get(row.queue, 1) <= 0:
+                for job_id, job_type, queue in rows:
+                    if left_t.get(job_type, 1) <= 0 or left_q.get(queue, 1) <= 0:
                         continue
-                    chosen.append(row.id)
-                    if row.type in left_t:
-                        left_t[row.type] -= 1
-                    if row.queue in left_q:
-                        left_q[row.queue] -= 1
+                    chosen.append(job_id)
+                    if job_type in left_t:
+                        left_t[job_type] -= 1
+                    if queue in left_q:
+                        left_q[queue] -= 1
                     if len(chosen) >= limit:
                         break
                 return chosen

@@ -71,11 +71,19 @@ class Claiming(Transactions):
         cursor; PostgreSQL sessions run in UTC, so the driver's times are
         what Core would give: ``app.store.engine``.)"""
         now = now.astimezone(UTC)  # as the database holds it (the records' times are UTC)
+        rows = self.driver_rows(conn, prepared, values)
+        return _in_claim_order(claimed_records(rows, worker_id, now, parse_time_required if self.sqlite else None))
+
+    def driver_rows(self, conn: Connection, prepared: Prepared, values: tuple[Any, ...]) -> list[Any]:
+        """Run ``prepared`` in ``conn``'s transaction at driver level: its
+        text compiled once, the values positional (times as ``_t`` gives
+        them), the rows as the driver returns them (SQLite's text for times).
+        For the claims and their policies' reads, where Core's compile and
+        result processing cost more than the statement."""
         if self.sqlite:
             compiled = prepared.sqlite
             with translated_errors():
-                rows = conn.connection.cursor().execute(compiled.text, compiled.params(values)).fetchall()
-            return _in_claim_order(claimed_records(rows, worker_id, now, parse_time_required))
+                rows: list[Any] = conn.connection.cursor().execute(compiled.text, compiled.params(values)).fetchall()
+            return rows
         compiled = prepared.postgres
-        rows = conn.exec_driver_sql(compiled.text, compiled.params(values)).fetchall()
-        return _in_claim_order(claimed_records(rows, worker_id, now, None))
+        return list(conn.exec_driver_sql(compiled.text, compiled.params(values)).fetchall())

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, select
+from sqlalchemy import Integer, bindparam, func, select
 
 from app.states import State
 from app.store import postgres, statements
 from app.store.lifecycle import Store
 from app.store.models import jobs, queue_state
 from app.store.records import JobRecord
+from app.store.sqlite import Prepared
 
 Pick = Callable[[list[Any]], list[int]]
-"""Given due (id, type, queue) rows in claim order, the ids to claim."""
+"""Given due (id, type, queue) rows (tuples) in claim order, the ids to claim."""
 
 
 def paused_queues(store: Store) -> frozenset[str]:
@@ -46,9 +48,24 @@ def queue_counts(store: Store) -> tuple[dict[str, dict[str, int]], dict[str, boo
     return counts, paused
 
 
-def _running(conn: Connection, column: Any, names: Iterable[str]) -> dict[str, int]:
-    stmt = select(column, func.count()).where(statements.running(), column.in_(list(names))).group_by(column)
-    return {name: n for name, n in conn.execute(stmt)}
+@lru_cache(maxsize=64)
+def _running(column: str, n: int) -> Prepared:
+    """Running jobs of each of ``n`` values of ``column`` (type or queue). Values: the names."""
+    col = jobs.c[column]
+    stmt = select(col, func.count()).where(statements.running(), col.in_(statements.binds("name_", n))).group_by(col)
+    return Prepared(stmt, statements.names("name_", n))
+
+
+@lru_cache(maxsize=256)
+def _due(n_types: int | None, n_queues: int | None, n_skipped: int, n_full: int) -> Prepared:
+    """The due jobs' (id, type, queue) in claim order, but for the full
+    types. Values: now, *types, *queues, *skipped queues, *full types, limit."""
+    stmt = statements.due(n_types, n_queues, n_skipped, columns=(jobs.c.id, jobs.c.type, jobs.c.queue))
+    if n_full:  # named apart from the due list's type_N binds, which an anonymous bind would collide with
+        stmt = stmt.where(jobs.c.type.not_in(statements.binds("full_", n_full)))
+    stmt = stmt.limit(bindparam("limit", type_=Integer))
+    order = [*statements.due_order(n_types, n_queues, n_skipped), *statements.names("full_", n_full), "limit"]
+    return Prepared(stmt, order)
 
 
 def claim_due(
@@ -69,30 +86,25 @@ def claim_due(
     limited types and queues and answers (full types, queues to skip, how to
     pick); the due jobs are read with the claim's own predicate, a little
     past ``limit`` so a limited type at the head of the line does not starve
-    the rest of the batch, and the picked ids are claimed (``claim_ids``)."""
+    the rest of the batch, and the picked ids are claimed (``claim_ids``).
+    Every statement runs at driver level, compiled once per shape: built
+    and run through Core, the reads cost a claim of one job 630 us against
+    the plain claim's 140, and a deployment with any limit pays that on
+    every claim."""
     type_list = None if types is None else list(types)
     queue_list = None if queues is None else list(queues)
+    n_types = None if type_list is None else len(type_list)
+    n_queues = None if queue_list is None else len(queue_list)
     with store.write() as conn:
         if store.dialect == "postgresql":
             conn.execute(postgres.lock_limited_claims())
-        running_t = _running(conn, jobs.c.type, limited_types) if limited_types else {}
-        running_q = _running(conn, jobs.c.queue, limited_queues) if limited_queues else {}
-        full_t, skip_q, pick = decide(running_t, running_q)
-        stmt = statements.due(
-            None if type_list is None else len(type_list),
-            None if queue_list is None else len(queue_list),
-            len(skip_q),
-            columns=(jobs.c.id, jobs.c.type, jobs.c.queue),
-        )
-        if full_t:  # named apart from the due list's type_N binds, which an anonymous bind would collide with
-            stmt = stmt.where(jobs.c.type.not_in(bindparam("full_types", expanding=True)))
-        values = statements.due_order(
-            None if type_list is None else len(type_list), None if queue_list is None else len(queue_list), len(skip_q)
-        )
-        params = dict(zip(values, (now, *(type_list or ()), *(queue_list or ()), *skip_q), strict=True))
-        if full_t:
-            params["full_types"] = full_t
-        chosen = pick(list(conn.execute(stmt.limit(limit * 4 + 16), params)))
+        running = []
+        for column, names in (("type", list(limited_types)), ("queue", list(limited_queues))):
+            rows = store.driver_rows(conn, _running(column, len(names)), tuple(names)) if names else []
+            running.append({name: int(n) for name, n in rows})
+        full_t, skip_q, pick = decide(*running)
+        values = (store.stored_time(now), *(type_list or ()), *(queue_list or ()), *skip_q, *full_t, limit * 4 + 16)
+        chosen = pick(store.driver_rows(conn, _due(n_types, n_queues, len(skip_q), len(full_t)), values))
         if not chosen:
             return []
         return store.claim_ids(conn, worker_id, now, chosen)

@@ -83,11 +83,11 @@ def dialect_insert(dialect: str) -> Any:
     return pg_dialect.insert if dialect == "postgresql" else sqlite_dialect.insert
 
 
-def _binds(prefix: str, n: int, type_: Any = None) -> list[BindParameter[Any]]:
+def binds(prefix: str, n: int, type_: Any = None) -> list[BindParameter[Any]]:
     return [bindparam(f"{prefix}{i}", type_=type_) for i in range(n)]
 
 
-def _names(prefix: str, n: int | None) -> list[str]:
+def names(prefix: str, n: int | None) -> list[str]:
     return [f"{prefix}{i}" for i in range(n or 0)]
 
 
@@ -275,17 +275,17 @@ def due(
     *queues, *excluded queues."""
     stmt = select(*columns).with_hint(jobs, "INDEXED BY ix_jobs_claim", "sqlite").where(claimable())
     if n_types is not None:
-        stmt = stmt.where(jobs.c.type.in_(_binds("type_", n_types)))
+        stmt = stmt.where(jobs.c.type.in_(binds("type_", n_types)))
     if n_queues is not None:
-        stmt = stmt.where(jobs.c.queue.in_(_binds("queue_", n_queues)))
+        stmt = stmt.where(jobs.c.queue.in_(binds("queue_", n_queues)))
     if n_excluded:
-        stmt = stmt.where(jobs.c.queue.not_in(_binds("skip_", n_excluded)))
+        stmt = stmt.where(jobs.c.queue.not_in(binds("skip_", n_excluded)))
     stmt = stmt.order_by(jobs.c.priority.desc(), jobs.c.available_at, jobs.c.id)
     return stmt.with_for_update(skip_locked=True) if lock else stmt
 
 
 def due_order(n_types: int | None, n_queues: int | None, n_excluded: int) -> list[str]:
-    return ["now", *_names("type_", n_types), *_names("queue_", n_queues), *_names("skip_", n_excluded)]
+    return ["now", *names("type_", n_types), *names("queue_", n_queues), *names("skip_", n_excluded)]
 
 
 @lru_cache(maxsize=256)
@@ -307,11 +307,11 @@ def claim_ids(n: int) -> Prepared:
     policy picks the ids itself). Values: worker, now, *ids."""
     stmt = (
         update(jobs)
-        .where(jobs.c.id.in_(_binds("id_", n, BigInteger())), claimable())
+        .where(jobs.c.id.in_(binds("id_", n, BigInteger())), claimable())
         .values(_claimed_values())
         .returning(*CLAIM_COLUMNS)
     )
-    return Prepared(stmt, ["worker", "now", *_names("id_", n)])
+    return Prepared(stmt, ["worker", "now", *names("id_", n)])
 
 
 # -- finishing an attempt ----------------------------------------------------------
@@ -335,8 +335,8 @@ def _fenced(n: int, transition: Transition, by_rowid: bool = False) -> ColumnEle
     names the ids alone as well, for SQLite: it then finds the rows by rowid
     and checks the pairs only on the rows found. PostgreSQL plans the pair
     list alone better (its drain was 5-7% slower with both)."""
-    ids = _binds("id_", n, BigInteger())
-    pairs = [tuple_(i, a) for i, a in zip(ids, _binds("at_", n, Integer()), strict=True)]
+    ids = binds("id_", n, BigInteger())
+    pairs = [tuple_(i, a) for i, a in zip(ids, binds("at_", n, Integer()), strict=True)]
     fence = [
         tuple_(jobs.c.id, jobs.c.attempt).in_(pairs),
         jobs.c.worker_id == bindparam("worker"),

@@ -215,9 +215,11 @@ class Transactions:
 
     # -- running statements ------------------------------------------------------
 
-    def _t(self, when: datetime) -> Any:
-        """A time as the dialect's path takes it: SQLite's stored text, or the datetime."""
+    def stored_time(self, when: datetime) -> Any:
+        """A time as the dialect's driver-level path takes it: SQLite's stored text, or the datetime."""
         return db_time(when) if self.sqlite else when
+
+    _t = stored_time  # the short name the store's own statements use
 
     def _run(self, conn: Connection, prepared: Prepared, values: tuple[Any, ...]) -> Any:
         """Run one of the statements: compiled text with positional values on
