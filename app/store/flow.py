@@ -20,14 +20,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, TextClause, bindparam, delete, func, insert, select, text
+from sqlalchemy import Connection, Integer, TextClause, bindparam, delete, func, insert, select, text
 
 from app.store import postgres, statements
 from app.store.lifecycle import Store
 from app.store.models import CLAIMABLE_STATES, UTCDateTime, flow_closed, flow_starts, jobs
 from app.store.records import JobRecord
+from app.store.sqlite import Prepared, parse_time_required
 
 CANDIDATE_COLUMNS = (
     jobs.c.id, jobs.c.type, jobs.c.queue, jobs.c.priority, jobs.c.available_at, jobs.c.rate_key, jobs.c.concurrency_key,
@@ -159,23 +160,19 @@ def claim_flow(
             conn.execute(postgres.lock_limited_claims())
         for name, before in prune:
             conn.execute(delete(flow_starts).where(flow_starts.c.limit_name == name, flow_starts.c.started_at < before))
-        running, closed = _running(conn), _closed(conn, now)
-        unkeyed = _starts(conn, [r for r in rated if not r[2]], [])
+        reads = _Reads(store, conn)
+        running, closed = reads.running(), reads.closed(now)
+        unkeyed = reads.starts([r for r in rated if not r[2]], [])
         full_types, full_queues = blocked(FlowReads(running, closed, unkeyed))
         skip += [q for q in full_queues if q not in skip]
-        head = statements.due(n_types, n_queues, len(skip), columns=CANDIDATE_COLUMNS)
-        values = statements.due_order(n_types, n_queues, len(skip))
-        params = dict(zip(values, (now, *(type_list or ()), *(queue_list or ()), *skip), strict=True))
-        if full_types:  # named apart from the due list's type_N binds (as in app.store.controls)
-            head = head.where(jobs.c.type.not_in(bindparam("full_types", expanding=True)))
-            params["full_types"] = full_types
         want = min(limit, MAX_PICK) + 16
-        rows = {r.id: r for r in conn.execute(head.limit(want), params)}
+        values = (*(type_list or ()), *(queue_list or ()), *skip, *full_types, want)
+        rows = {r.id: r for r in reads.head(_head(n_types, n_queues, len(skip), len(full_types)), now, values)}
         keyed = [r for r in rated if r[2]]
 
         def decide() -> list[tuple[int, list[tuple[str, str]]]]:
             candidates = sorted(rows.values(), key=lambda r: (-r.priority, r.available_at, r.id))
-            return pick(FlowReads(running, closed, {**unkeyed, **_starts(conn, keyed, candidates)}), candidates)
+            return pick(FlowReads(running, closed, {**unkeyed, **reads.starts(keyed, candidates)}), candidates)
 
         chosen = decide()
         cursors: dict[str, str] = {}
@@ -202,34 +199,110 @@ def claim_flow(
         return claimed, cursors
 
 
-def _running(conn: Connection) -> list[Running]:
+class Candidate(NamedTuple):
+    """A due job the flow claim may pick: ``CANDIDATE_COLUMNS``, the time decoded."""
+
+    id: int
+    type: str
+    queue: str
+    priority: int
+    available_at: datetime
+    rate_key: str | None
+    concurrency_key: str | None
+
+
+@lru_cache(maxsize=256)
+def _head(n_types: int | None, n_queues: int | None, n_skipped: int, n_full: int) -> Prepared:
+    """The head of the line: due jobs' ``CANDIDATE_COLUMNS`` in claim order,
+    but for the full types. Values: now, *types, *queues, *skipped queues,
+    *full types, limit."""
+    stmt = statements.due(n_types, n_queues, n_skipped, columns=CANDIDATE_COLUMNS)
+    if n_full:  # named apart from the due list's type_N binds (as in app.store.controls)
+        stmt = stmt.where(jobs.c.type.not_in(statements.binds("full_", n_full)))
+    stmt = stmt.limit(bindparam("limit", type_=Integer))
+    order = [*statements.due_order(n_types, n_queues, n_skipped), *statements.names("full_", n_full), "limit"]
+    return Prepared(stmt, order)
+
+
+@lru_cache(maxsize=1)
+def _running_by_key() -> Prepared:
     stmt = (
         select(jobs.c.type, jobs.c.queue, jobs.c.concurrency_key, func.count())
         .where(statements.running())
         .group_by(jobs.c.type, jobs.c.queue, jobs.c.concurrency_key)
     )
-    return [Running(t, q, k, int(n)) for t, q, k, n in conn.execute(stmt)]
+    return Prepared(stmt, [])
+
+
+@lru_cache(maxsize=1)
+def _closed_now() -> Prepared:
+    now = bindparam("now", type_=UTCDateTime())
+    stmt = select(flow_closed.c.limit_name, flow_closed.c.key, flow_closed.c.until).where(flow_closed.c.until > now)
+    return Prepared(stmt, ["now"])
+
+
+@lru_cache(maxsize=256)
+def _starts_since(n_keys: int | None) -> Prepared:
+    """Starts by key of one limit since a time; of ``n_keys`` keys only.
+    Values: limit, since, *keys."""
+    since = bindparam("since", type_=UTCDateTime())
+    where = [flow_starts.c.limit_name == bindparam("limit"), flow_starts.c.started_at > since]
+    if n_keys is not None:
+        where.append(flow_starts.c.key.in_(statements.binds("key_", n_keys)))
+    stmt = select(flow_starts.c.key, func.sum(flow_starts.c.count)).where(*where).group_by(flow_starts.c.key)
+    return Prepared(stmt, ["limit", "since", *statements.names("key_", n_keys)])
+
+
+class _Reads:
+    """The flow claim's reads in its write transaction, at driver level
+    (``Claiming.driver_rows``), compiled once per shape: built and run
+    through Core they were most of the claim's own time. Times come back
+    as the driver gives them (SQLite's text) and are decoded here."""
+
+    def __init__(self, store: Store, conn: Connection) -> None:
+        self.store, self.conn = store, conn
+        self.time = parse_time_required if store.sqlite else _as_is
+
+    def _rows(self, prepared: Prepared, values: tuple[Any, ...]) -> list[Any]:
+        return self.store.driver_rows(self.conn, prepared, values)
+
+    def running(self) -> list[Running]:
+        return [Running(t, q, k, int(n)) for t, q, k, n in self._rows(_running_by_key(), ())]
+
+    def closed(self, now: datetime) -> dict[tuple[str, str], datetime]:
+        rows = self._rows(_closed_now(), (self.store.stored_time(now),))
+        return {(n, k): self.time(u) for n, k, u in rows}
+
+    def starts(self, rated: Sequence[RateWindow], candidates: list[Any]) -> dict[tuple[str, str], int]:
+        """Starts since each window's start: of the unkeyed limits, and of the
+        candidates' keys of the keyed ones (a bounded set)."""
+        found: dict[tuple[str, str], int] = {}
+        keys = sorted({c.rate_key if c.rate_key is not None else "null" for c in candidates})
+        for name, since, keyed in rated:
+            if keyed and not keys:
+                continue
+            prepared = _starts_since(len(keys) if keyed else None)
+            values = (name, self.store.stored_time(since), *(keys if keyed else ()))
+            found.update({(name, k): int(n) for k, n in self._rows(prepared, values)})
+        return found
+
+    def head(self, prepared: Prepared, now: datetime, values: tuple[Any, ...]) -> list[Candidate]:
+        t = self.time
+        return [Candidate(i, ty, q, p, t(at), rk, ck) for i, ty, q, p, at, rk, ck in self._rows(
+            prepared, (self.store.stored_time(now), *values)
+        )]  # fmt: skip
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+def _running(conn: Connection) -> list[Running]:
+    return [Running(t, q, k, int(n)) for t, q, k, n in conn.execute(_running_by_key().stmt)]
 
 
 def _closed(conn: Connection, now: datetime) -> dict[tuple[str, str], datetime]:
-    stmt = select(flow_closed.c.limit_name, flow_closed.c.key, flow_closed.c.until).where(flow_closed.c.until > now)
-    return {(n, k): u for n, k, u in conn.execute(stmt)}
-
-
-def _starts(conn: Connection, rated: Sequence[RateWindow], candidates: list[Any]) -> dict[tuple[str, str], int]:
-    """Starts since each window's start: of the unkeyed limits, and of the
-    candidates' keys of the keyed ones (a bounded set)."""
-    found: dict[tuple[str, str], int] = {}
-    keys = sorted({c.rate_key if c.rate_key is not None else "null" for c in candidates})
-    for name, since, keyed in rated:
-        where = [flow_starts.c.limit_name == name, flow_starts.c.started_at > since]
-        if keyed:
-            if not keys:
-                continue
-            where.append(flow_starts.c.key.in_(keys))
-        stmt = select(flow_starts.c.key, func.sum(flow_starts.c.count)).where(*where).group_by(flow_starts.c.key)
-        found.update({(name, k): int(n) for k, n in conn.execute(stmt)})
-    return found
+    return {(n, k): u for n, k, u in conn.execute(_closed_now().stmt, {"now": now})}
 
 
 # -- reads for the queues page, and the handler's 429 ----------------------------
@@ -242,13 +315,7 @@ def window_use(store: Store, windows: Sequence[tuple[str, datetime, int]], now: 
     with store.read() as conn:
         closed = _closed(conn, now)
         for name, since, count in windows:
-            by_key = dict(
-                conn.execute(
-                    select(flow_starts.c.key, func.sum(flow_starts.c.count))
-                    .where(flow_starts.c.limit_name == name, flow_starts.c.started_at > since)
-                    .group_by(flow_starts.c.key)
-                ).all()
-            )
+            by_key = dict(conn.execute(_starts_since(None).stmt, {"limit": name, "since": since}).all())
             shut = [u for (n, _), u in closed.items() if n == name]
             out[name] = {
                 "starts": {k: int(v) for k, v in by_key.items()},
