@@ -76,8 +76,8 @@ class Claiming(Transactions):
 
     def driver_rows(self, conn: Connection, prepared: Prepared, values: tuple[Any, ...]) -> list[Any]:
         """Run ``prepared`` in ``conn``'s transaction at driver level: its
-        text compiled once, the values positional (times as ``_t`` gives
-        them), the rows as the driver returns them (SQLite's text for times).
+        text compiled once, the values positional (times as ``stored_time``
+        gives them), the rows as the driver returns them (SQLite's text for times).
         For the claims and their policies' reads, where Core's compile and
         result processing cost more than the statement."""
         if self.sqlite:

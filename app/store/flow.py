@@ -287,10 +287,8 @@ class _Reads:
         return found
 
     def head(self, prepared: Prepared, now: datetime, values: tuple[Any, ...]) -> list[Candidate]:
-        t = self.time
-        return [Candidate(i, ty, q, p, t(at), rk, ck) for i, ty, q, p, at, rk, ck in self._rows(
-            prepared, (self.store.stored_time(now), *values)
-        )]  # fmt: skip
+        rows, t = self._rows(prepared, (self.store.stored_time(now), *values)), self.time
+        return [Candidate(i, ty, q, p, t(at), rk, ck) for i, ty, q, p, at, rk, ck in rows]
 
 
 def _as_is(value: Any) -> Any:
