@@ -8,7 +8,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Integer, bindparam, func, select
+from sqlalchemy import func, select
 
 from app.states import State
 from app.store import postgres, statements
@@ -16,6 +16,8 @@ from app.store.lifecycle import Store
 from app.store.models import jobs, queue_state
 from app.store.records import JobRecord
 from app.store.sqlite import Prepared
+
+DUE_COLUMNS = (jobs.c.id, jobs.c.type, jobs.c.queue)
 
 Pick = Callable[[list[Any]], list[int]]
 """Given due (id, type, queue) rows (tuples) in claim order, the ids to claim."""
@@ -56,18 +58,6 @@ def _running(column: str, n: int) -> Prepared:
     return Prepared(stmt, statements.names("name_", n))
 
 
-@lru_cache(maxsize=256)
-def _due(n_types: int | None, n_queues: int | None, n_skipped: int, n_full: int) -> Prepared:
-    """The due jobs' (id, type, queue) in claim order, but for the full
-    types. Values: now, *types, *queues, *skipped queues, *full types, limit."""
-    stmt = statements.due(n_types, n_queues, n_skipped, columns=(jobs.c.id, jobs.c.type, jobs.c.queue))
-    if n_full:  # named apart from the due list's type_N binds, which an anonymous bind would collide with
-        stmt = stmt.where(jobs.c.type.not_in(statements.binds("full_", n_full)))
-    stmt = stmt.limit(bindparam("limit", type_=Integer))
-    order = [*statements.due_order(n_types, n_queues, n_skipped), *statements.names("full_", n_full), "limit"]
-    return Prepared(stmt, order)
-
-
 def claim_due(
     store: Store,
     worker_id: str,
@@ -104,7 +94,8 @@ def claim_due(
             running.append({name: int(n) for name, n in rows})
         full_t, skip_q, pick = decide(*running)
         values = (store.stored_time(now), *(type_list or ()), *(queue_list or ()), *skip_q, *full_t, limit * 4 + 16)
-        chosen = pick(store.driver_rows(conn, _due(n_types, n_queues, len(skip_q), len(full_t)), values))
+        due = statements.due_picks(DUE_COLUMNS, n_types, n_queues, len(skip_q), len(full_t))
+        chosen = pick(store.driver_rows(conn, due, values))
         if not chosen:
             return []
         return store.claim_ids(conn, worker_id, now, chosen)

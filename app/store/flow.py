@@ -22,7 +22,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, Integer, TextClause, bindparam, delete, func, insert, select, text
+from sqlalchemy import Connection, TextClause, bindparam, delete, func, insert, select, text
 
 from app.store import postgres, statements
 from app.store.lifecycle import Store
@@ -167,7 +167,8 @@ def claim_flow(
         skip += [q for q in full_queues if q not in skip]
         want = min(limit, MAX_PICK) + 16
         values = (*(type_list or ()), *(queue_list or ()), *skip, *full_types, want)
-        rows = {r.id: r for r in reads.head(_head(n_types, n_queues, len(skip), len(full_types)), now, values)}
+        head = statements.due_picks(CANDIDATE_COLUMNS, n_types, n_queues, len(skip), len(full_types))
+        rows = {r.id: r for r in reads.head(head, now, values)}
         keyed = [r for r in rated if r[2]]
 
         def decide() -> list[tuple[int, list[tuple[str, str]]]]:
@@ -211,19 +212,6 @@ class Candidate(NamedTuple):
     concurrency_key: str | None
 
 
-@lru_cache(maxsize=256)
-def _head(n_types: int | None, n_queues: int | None, n_skipped: int, n_full: int) -> Prepared:
-    """The head of the line: due jobs' ``CANDIDATE_COLUMNS`` in claim order,
-    but for the full types. Values: now, *types, *queues, *skipped queues,
-    *full types, limit."""
-    stmt = statements.due(n_types, n_queues, n_skipped, columns=CANDIDATE_COLUMNS)
-    if n_full:  # named apart from the due list's type_N binds (as in app.store.controls)
-        stmt = stmt.where(jobs.c.type.not_in(statements.binds("full_", n_full)))
-    stmt = stmt.limit(bindparam("limit", type_=Integer))
-    order = [*statements.due_order(n_types, n_queues, n_skipped), *statements.names("full_", n_full), "limit"]
-    return Prepared(stmt, order)
-
-
 @lru_cache(maxsize=1)
 def _running_by_key() -> Prepared:
     stmt = (
@@ -261,7 +249,7 @@ class _Reads:
 
     def __init__(self, store: Store, conn: Connection) -> None:
         self.store, self.conn = store, conn
-        self.time = parse_time_required if store.sqlite else _as_is
+        self.time: Callable[[Any], datetime] = parse_time_required if store.sqlite else (lambda value: value)
 
     def _rows(self, prepared: Prepared, values: tuple[Any, ...]) -> list[Any]:
         return self.store.driver_rows(self.conn, prepared, values)
@@ -289,10 +277,6 @@ class _Reads:
     def head(self, prepared: Prepared, now: datetime, values: tuple[Any, ...]) -> list[Candidate]:
         rows, t = self._rows(prepared, (self.store.stored_time(now), *values)), self.time
         return [Candidate(i, ty, q, p, t(at), rk, ck) for i, ty, q, p, at, rk, ck in rows]
-
-
-def _as_is(value: Any) -> Any:
-    return value
 
 
 def _running(conn: Connection) -> list[Running]:

@@ -288,6 +288,20 @@ def due_order(n_types: int | None, n_queues: int | None, n_excluded: int) -> lis
     return ["now", *names("type_", n_types), *names("queue_", n_queues), *names("skip_", n_excluded)]
 
 
+@lru_cache(maxsize=512)
+def due_picks(
+    columns: tuple[Any, ...], n_types: int | None, n_queues: int | None, n_excluded: int, n_full: int
+) -> Prepared:
+    """What a claim policy picks its ids from: ``columns`` of the due jobs in
+    claim order, but for ``n_full`` types at their limit, up to a bound
+    limit. Values: now, *types, *queues, *excluded queues, *full types, limit."""
+    stmt = due(n_types, n_queues, n_excluded, columns=columns)
+    if n_full:  # named apart from the due list's type_N binds, which an anonymous bind would collide with
+        stmt = stmt.where(jobs.c.type.not_in(binds("full_", n_full)))
+    stmt = stmt.limit(bindparam("limit", type_=Integer))
+    return Prepared(stmt, [*due_order(n_types, n_queues, n_excluded), *names("full_", n_full), "limit"])
+
+
 @lru_cache(maxsize=256)
 def claim(n_types: int | None, n_queues: int | None, n_excluded: int) -> Prepared:
     """pending|failed (due) -> running, up to ``limit`` jobs in one statement.
