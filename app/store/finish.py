@@ -20,6 +20,7 @@ from app.store.faults import storable_text
 from app.store.graph import Graph
 from app.store.models import jobs
 from app.store.records import JobRecord, Outcome
+from app.store.statements import CANCELLED_WHILE_RUNNING
 from app.store.transactions import Backoff
 
 
@@ -59,17 +60,29 @@ class Finishing(Graph, Claiming):
 
     def complete_many(self, outcomes: Sequence[Outcome], now: datetime) -> list[int]:
         """Mark running jobs completed, each only if still held by the worker
-        and attempt that ran it; returns the ids accepted (late results of a
-        timed-out or rescued attempt are refused)."""
+        and attempt that ran it, with an attempt row for each completion
+        applied; returns the ids accepted (late results of a timed-out or
+        rescued attempt are refused).
+
+        On PostgreSQL each worker's batch is one statement
+        (``statements.complete_recorded``). Outside a transaction (the pool's
+        acker) that statement runs alone in autocommit for the jobs in no
+        workflow and no batch; the rest, and the refused, then go through a
+        transaction, where the ends of workflow and batch jobs move the jobs
+        waiting on them."""
         if not outcomes:
             return []
         accepted: list[int] = []
-        # (job, attempt, worker) of each completion applied: only those get an
-        # attempt row, not a refused late outcome of the same job in the batch.
-        won: set[tuple[int, int, str]] = set()
-        cancelled: set[int] = set()
-        ended: list[Any] = []
         t = self._t(now)
+        if self.outside() and all(o.attempt is not None for o in outcomes):
+            crash_point("ack")  # this acknowledgement's one statement is its transaction
+            with self.single() as conn:
+                applied = self._complete_groups(conn, outcomes, t, alone=True)
+            accepted = [r[0] for r in applied]
+            won = {(r[0], r[1]) for r in applied}
+            outcomes = [o for o in outcomes if (o.job_id, o.attempt) not in won]
+            if not outcomes:
+                return accepted
         with self.write() as conn:
             pending = list(outcomes)
             if any(o.attempt is None for o in pending):
@@ -78,46 +91,59 @@ class Finishing(Graph, Claiming):
                     if o.attempt is None:
                         row = current.get(o.job_id)
                         o.attempt = row.attempt if row is not None else -1
-            by_worker: dict[tuple[str, bool], list[Outcome]] = {}
-            for o in pending:
-                by_worker.setdefault((o.worker_id, o.result is not None), []).append(o)
-            for (worker_id, has_result), group in by_worker.items():
-                if not self.sqlite:
-                    arrays: tuple[Any, ...] = (t, worker_id, [o.job_id for o in group], [o.attempt for o in group])
-                    if has_result:
-                        arrays += ([dumps(o.result) for o in group],)
-                    applied = self._run(conn, statements.complete_set(has_result), arrays).all()
-                elif has_result:
-                    applied = []
-                    for o in group:
-                        values = (t, worker_id, o.job_id, o.attempt, dumps(o.result))
-                        applied.extend(self._run(conn, statements.complete(1, True), values).all())
-                else:
-                    size, pairs = statements.fenced_pairs([(o.job_id, o.attempt) for o in group])
-                    applied = self._run(conn, statements.complete(size), (t, worker_id, *pairs)).all()
-                accepted.extend(r[0] for r in applied)
-                won.update((r[0], r[1], worker_id) for r in applied)
-                cancelled.update(r[0] for r in applied if r[2] == CANCELLED)
-                ended.extend((r[0], r[2], r[3], r[4]) for r in applied if r[3] is not None or r[4] is not None)
-            if ended:
-                self._settle(conn, ended, now)
-            pending = [o for o in pending if (o.job_id, o.attempt, o.worker_id) in won]
-            pending = list({(o.job_id, o.attempt): o for o in pending}.values())  # one row per attempt
+            applied = self._complete_groups(conn, pending, t)
+            accepted.extend(r[0] for r in applied)
+            self._settle(conn, [(r[0], r[2], r[3], r[4]) for r in applied], now)
             crash_point("ack")
-            done = AttemptOutcome.COMPLETED.value
-            rows = [
-                (o.job_id, o.attempt, o.worker_id, o.started_at and self._t(o.started_at), t, done)
-                for o in pending
-                if o.job_id not in cancelled
-            ]
-            self._run_many(conn, statements.attempt(with_error=False), rows)
-            if cancelled:
-                self._run_many(
-                    conn,
-                    statements.attempt(),
-                    [_cancelled_row(self._t, o, t) for o in pending if o.job_id in cancelled],
-                )
+            if self.sqlite:
+                self._record_completed(conn, pending, applied, t)
         return accepted
+
+    def _complete_groups(self, conn: Connection, outcomes: Sequence[Outcome], t: Any, alone: bool = False) -> list[Any]:
+        """Complete each worker's ``outcomes`` (those with a result apart);
+        returns the rows applied: (id, attempt, status, workflow_id,
+        batch_id, worker). On PostgreSQL their attempt rows are written too."""
+        by_worker: dict[tuple[str, bool], list[Outcome]] = {}
+        for o in outcomes:
+            by_worker.setdefault((o.worker_id, o.result is not None), []).append(o)
+        applied: list[Any] = []
+        for (worker_id, has_result), group in by_worker.items():
+            if not self.sqlite:
+                values: tuple[Any, ...] = (
+                    t, worker_id, [o.job_id for o in group], [o.attempt for o in group],
+                    [o.started_at and self._t(o.started_at) for o in group],
+                )  # fmt: skip
+                if has_result:
+                    values += ([dumps(o.result) for o in group],)
+                rows = self._run(conn, statements.complete_recorded(has_result, alone), values).all()
+            elif has_result:
+                rows = []
+                for o in group:
+                    values = (t, worker_id, o.job_id, o.attempt, dumps(o.result))
+                    rows.extend(self._run(conn, statements.complete(1, True), values).all())
+            else:
+                size, pairs = statements.fenced_pairs([(o.job_id, o.attempt) for o in group])
+                rows = self._run(conn, statements.complete(size), (t, worker_id, *pairs)).all()
+            applied.extend((*r, worker_id) for r in rows)
+        return applied
+
+    def _record_completed(self, conn: Connection, outcomes: Sequence[Outcome], applied: list[Any], t: Any) -> None:
+        """SQLite: the attempt rows of the completions ``applied``, one per
+        attempt, not for a refused late outcome of the same job in the batch."""
+        won = {(r[0], r[1], r[5]): r[2] for r in applied}
+        pending = {(o.job_id, o.attempt): o for o in outcomes if (o.job_id, o.attempt, o.worker_id) in won}
+        done = AttemptOutcome.COMPLETED.value
+        rows, cancelled = [], []
+        for o in pending.values():
+            started = o.started_at and self._t(o.started_at)
+            if won[o.job_id, o.attempt, o.worker_id] == CANCELLED:
+                cancelled.append(
+                    (o.job_id, o.attempt, o.worker_id, started, t, CANCELLED, CANCELLED_WHILE_RUNNING, None)
+                )
+            else:
+                rows.append((o.job_id, o.attempt, o.worker_id, started, t, done))
+        self._run_many(conn, statements.attempt(with_error=False), rows)
+        self._run_many(conn, statements.attempt(), cancelled)
 
     def _current(self, conn: Connection, ids: list[int], lock: bool = False) -> dict[int, Any]:
         return {row.id: row for row in conn.execute(statements.current(lock), {"ids": ids})}
@@ -333,12 +359,6 @@ def _cut(status: str) -> tuple[str, str]:
     if status == CANCELLED:
         return CANCELLED, "cancelled; shutdown cut the attempt short"
     return AttemptOutcome.INTERRUPTED.value, "interrupted by shutdown"
-
-
-def _cancelled_row(t: Callable[[datetime], Any], o: Outcome, at: Any) -> tuple[Any, ...]:
-    """The attempt row of a completion that ended its job cancelled."""
-    why = "cancelled while running; the handler returned anyway"
-    return (o.job_id, o.attempt, o.worker_id, _maybe(t, o.started_at), at, CANCELLED, why, None)
 
 
 def _maybe(fn: Callable[[datetime], Any], value: datetime | None) -> Any:

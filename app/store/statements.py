@@ -442,21 +442,51 @@ def complete(n: int, with_result: bool = False) -> Prepared:
     return Prepared(stmts[0], ["now", "worker", *_pairs(n), *(["with_result"] if with_result else [])], stmts[1])
 
 
-@lru_cache(maxsize=2)
-def complete_set(with_result: bool = False) -> Prepared:
-    """``complete`` for PostgreSQL, the pairs (and results) as arrays: one
-    statement for a whole batch, results included.
-    Values: now, worker, ids, attempts, [results]."""
-    carried = [jobs.c.result.label("results")] if with_result else []
+ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "started_at", "finished_at", "outcome", "error", "traceback")
+
+
+CANCELLED_WHILE_RUNNING = "cancelled while running; the handler returned anyway"
+"""The error of the attempt row of a completion that ended its job cancelled."""
+
+
+@lru_cache(maxsize=4)
+def complete_recorded(with_result: bool = False, alone: bool = False) -> Prepared:
+    """``complete`` for PostgreSQL: the pairs (and results) as arrays, and
+    the attempt rows of the completions applied written by the same
+    statement (the UPDATE's rows feed the INSERT): a batch's completion is
+    one statement, whatever its size. Returns what ``complete`` returns.
+
+    ``alone``: only the completions that need no other statement in their
+    transaction, those of jobs in no workflow and no batch (their ends move
+    the jobs that wait on them, ``app.store.graph``). Atomic by itself, it
+    then runs in autocommit: the acker's batch takes one round trip where
+    BEGIN, the UPDATE, the INSERT and COMMIT took four, each a wake-up of
+    its thread while the executors and the fetcher want the GIL.
+    Values: now, worker, ids, attempts, started, [results]."""
+    carried = [attempts.c.started_at.label("started")]
+    if with_result:
+        carried.append(jobs.c.result.label("results"))
     done, fence = _fenced_set(Transition.COMPLETE, *carried)
+    if alone:
+        fence += [jobs.c.workflow_id.is_(None), jobs.c.batch_id.is_(None)]
     values = _completed(done.c.results if with_result else None)
-    stmt = update(jobs).where(*fence).values(values).returning(*COMPLETE_RETURNS)
-    order = ["now", "worker", "ids", "attempts", *(["results"] if with_result else [])]
+    completing = update(jobs).where(*fence).values(values).returning(*COMPLETE_RETURNS, done.c.started)
+    completed = completing.cte("completed")
+    cancelled = completed.c.status == State.CANCELLED.value
+    rows = select(
+        completed.c.id,
+        completed.c.attempt,
+        bindparam("worker", type_=attempts.c.worker_id.type),
+        completed.c.started,
+        NOW,
+        case((cancelled, AttemptOutcome.CANCELLED.value), else_=AttemptOutcome.COMPLETED.value),
+        case((cancelled, CANCELLED_WHILE_RUNNING), else_=None),
+    )
+    recorded = insert(attempts).from_select(list(ATTEMPT_FIELDS[:7]), rows).cte("recorded")
+    stmt = select(*(completed.c[c.name] for c in COMPLETE_RETURNS)).add_cte(recorded)
+    order = ["now", "worker", "ids", "attempts", "started", *(["results"] if with_result else [])]
     arrays = [jobs.c.id.label("ids"), jobs.c.attempt.label("attempts"), *carried]
     return Prepared(stmt, order, encoders=_encoders(order, arrays))
-
-
-ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "started_at", "finished_at", "outcome", "error", "traceback")
 
 
 @lru_cache(maxsize=2)

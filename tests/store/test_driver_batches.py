@@ -1,7 +1,7 @@
 """Batches as the pool's acker writes them: many completions (with and
-without results, fenced per job) and their attempt rows in one statement
-each, on PostgreSQL as arrays (``statements.complete_set``, the attempts'
-``as_set``); a claimed job decoded by position equals the job read back."""
+without results, fenced per job) and their attempt rows, on PostgreSQL in
+one statement over arrays (``statements.complete_recorded``); a claimed job
+decoded by position equals the job read back."""
 
 from __future__ import annotations
 
@@ -129,3 +129,32 @@ def test_batches_padded_to_a_shape_complete_and_release_each_pair_once(drv: Driv
     assert sorted(moved) == sorted(j.id for j in released)
     assert {drv.store.get(j.id).status for j in released} == {State.PENDING}
     assert drv.store.get(spare[1].id).status is State.RUNNING
+
+
+def test_one_acknowledgement_mixes_plain_workflow_batch_and_cancelled_jobs(drv: Driver) -> None:
+    """The acker's batch outside any transaction (on PostgreSQL its plain
+    jobs complete in one statement in autocommit, the rest in a transaction
+    that moves what waits on them): each kind gets its own end, and every
+    completion applied gets one attempt row."""
+    deck = drv.deck
+    wf = deck.workflow("pair").add("first", "demo.noop").add("then", "demo.noop", depends_on=["first"]).enqueue()
+    batch = deck.batch(on_complete="demo.noop")
+    (in_batch,) = batch.add_many([{"type": "demo.noop"}])
+    batch.close()
+    plain, to_cancel = (drv.enqueue().id for _ in range(2))
+    claimed = {j.id: j for j in drv.store.claim("w1", drv.now, limit=10)}
+    assert set(claimed) == {wf.jobs["first"], in_batch, plain, to_cancel}
+    drv.store.cancel(to_cancel, drv.now)  # requested while it runs: the handler's return ends it cancelled
+    outcomes = [Outcome(j.id, "w1", attempt=j.attempt, started_at=drv.now) for j in claimed.values()]
+    outcomes.append(Outcome(plain, "w1", attempt=claimed[plain].attempt + 1, started_at=drv.now))  # a stale one
+
+    assert sorted(drv.store.complete_many(outcomes, drv.now)) == sorted(claimed)
+
+    assert drv.store.get(wf.jobs["then"]).status is State.PENDING  # promoted by its dependency's completion
+    assert drv.store.batch(batch.id).fired_at is not None
+    assert drv.store.get(to_cancel).status is State.CANCELLED
+    (cancelled,) = drv.store.attempts_of(to_cancel)
+    assert (cancelled.outcome, cancelled.error) == ("cancelled", "cancelled while running; the handler returned anyway")
+    for job_id in (wf.jobs["first"], in_batch, plain):
+        assert drv.store.get(job_id).status is State.COMPLETED
+        assert [(a.attempt, a.outcome, a.error) for a in drv.store.attempts_of(job_id)] == [(1, "completed", None)]
