@@ -28,6 +28,18 @@ DATABASE = "bench_pg_jobdeck"
 DSN = f"postgresql://postgres@127.0.0.1:5432/{DATABASE}"
 URL = f"postgresql+psycopg://postgres@127.0.0.1:5432/{DATABASE}"
 FILL_CHUNK = 5000
+WITHOUT = {
+    "attempts_fk": ["ALTER TABLE attempts DROP CONSTRAINT attempts_job_id_fkey"],
+    "type_index": ["DROP INDEX ix_jobs_type_id"],
+    "status_index": ["DROP INDEX ix_jobs_status_id"],
+    "attempts_indexes": ["DROP INDEX ix_attempts_job", "DROP INDEX ix_attempts_finished"],
+}
+"""What a guarantee or a read of the product costs, for the note on the
+drain's profile: ``BENCH_JOBDECK_WITHOUT=attempts_fk,type_index`` drops
+those from the measured database after its migration. Never the product's
+configuration: each is something Jobdeck keeps (the attempts' integrity,
+the dashboard's type filter and status lists, a job's history page and the
+throughput roll-up)."""
 
 
 def _deck(workdir: Path, workers: int, handler: Any = None) -> Any:
@@ -44,6 +56,14 @@ class Jobdeck:
     def install(self) -> None:
         pg_harness.fresh_database(DATABASE)
         self.deck = _deck(Path(self._tmp.name), 0)  # migrates the new database
+        without = [name for name in os.environ.get("BENCH_JOBDECK_WITHOUT", "").split(",") if name]
+        if without:
+            import psycopg
+
+            with psycopg.connect(DSN, autocommit=True) as conn:
+                for name in without:
+                    for sql in WITHOUT[name]:
+                        conn.execute(sql)
 
     def fill(self, n: int) -> None:
         for start in range(0, n, FILL_CHUNK):
