@@ -38,12 +38,13 @@ def _explain(conn: Any, text: str, params: tuple[Any, ...]) -> dict[str, float]:
     """Run ``text`` under EXPLAIN ANALYZE; its WAL is read from the log
     itself (``pg_walinspect``): a plan's WAL counters miss the work of a
     data-modifying CTE that no node reads from."""
+    conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
     start = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
     plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + text, params).fetchall())
     end = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
     records, size = conn.execute(
         "SELECT count(*), coalesce(sum(record_length), 0) FROM pg_get_wal_records_info(%s, %s)"
-        " WHERE resource_manager <> 'Transaction'",  # not the commit record
+        " WHERE resource_manager NOT IN ('Transaction', 'XLOG', 'Standby')",  # not the commit, nor the background's
         (start, end),
     ).fetchone()
     triggers = sum(float(t) for t in re.findall(r"Trigger for .*?: time=([\d.]+)", plan))
@@ -74,7 +75,6 @@ def profile(jobs: int, batch: int, rounds: int) -> dict[str, dict[str, float]]:
     per_round: dict[str, list[dict[str, float]]] = {"claim": [], "completion and attempt rows": []}
     with psycopg.connect(system.dsn, autocommit=True) as conn:
         conn.execute("SET TIME ZONE 'UTC'")
-        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
         for _ in range(rounds + 1):  # the first batch warms the caches and is not counted
             now = datetime.now(UTC)
             text = claim.postgres.text
