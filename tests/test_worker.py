@@ -230,6 +230,20 @@ def test_prefetched_jobs_are_shed_when_slow_jobs_hold_every_thread(make_deck, re
         other.stop(grace=5)
 
 
+def test_prefetch_is_two_batches_on_sqlite_and_four_on_postgres_within_50_ms_of_work(make_deck) -> None:
+    """Tiny jobs: SQLite's acker claims in its own commit, so two batches
+    keep it busy; PostgreSQL's fetcher claims on its own connection while
+    the acker completes, and with two it waited for each completion to free
+    room. Slower jobs: the prefetch stays what starts within about 50 ms."""
+    deck = make_deck()
+    pool = WorkerPool(deck, 4, batch=10)
+    assert pool._capacity() == 4  # nothing ran yet: no prefetch
+    pool._avg_duration = 1e-5
+    assert pool._capacity() == 4 + (2 if deck.store.sqlite else 4) * 10
+    pool._avg_duration = 0.01  # 4 threads x 50 ms / 10 ms
+    assert pool._capacity() == 4 + 20
+
+
 def test_pool_survives_an_unexpected_error_in_its_loops(make_deck, registry: Registry) -> None:
     """A bug in a claim (here a claim policy that raises once) is logged and the
     pool keeps working instead of losing its fetcher or acker thread."""
