@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -208,8 +209,8 @@ def huey_paired(c: dict[str, Any], work: Path) -> dict[str, Any]:
         rounds.append({**got, "ratio": got["jobdeck"] / got["huey"]})
         print(f"  paired round {i + 1}: Jobdeck {got['jobdeck']:,.0f}, Huey {got['huey']:,.0f} "
               f"({got['jobdeck'] / got['huey']:.1f}x)", flush=True)  # fmt: skip
-    ratios = sorted(r["ratio"] for r in rounds)
-    return {"rounds": rounds, "median_ratio": ratios[len(ratios) // 2]}
+    # An even count of rounds: the mean of the two middle ratios, not the upper one.
+    return {"rounds": rounds, "median_ratio": statistics.median(r["ratio"] for r in rounds)}
 
 
 def peer_scenarios(c: dict[str, Any], only: set[str]) -> dict[str, Any]:
