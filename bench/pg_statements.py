@@ -6,14 +6,15 @@ It fills Jobdeck's benchmark database (``bench/pg_jobdeck.py``) with
 ``--jobs`` no-op jobs, runs ``VACUUM ANALYZE``, then drains it the way one
 pool's batch does: the claim of ``--batch`` jobs (autocommit, as the
 fetcher runs it), then their completion with their attempt rows (one
-statement in autocommit, as the acker writes them). Each statement is the store's own
-(``app.store.statements``), compiled as the store compiles it, and runs
-under ``EXPLAIN (ANALYZE, BUFFERS)``, so it does its real work; its WAL is
-read from the log with ``pg_walinspect`` (the plan's counters miss a CTE
-that no node reads from, and row locks). Printed per job, the median over
-``--rounds`` batches: the server's execution time, the time in triggers
-(the attempts' foreign key), and WAL records and bytes. ``drain`` in ``bench/pg_bench.py`` measures the same work end to
-end (CPU per job of the consumers and of the server).
+statement in autocommit, as the acker writes them). Each statement is the
+store's own (``app.store.statements``), compiled as the store compiles it,
+and runs under ``EXPLAIN (ANALYZE, BUFFERS)``, so it does its real work;
+its WAL is read from the log with ``pg_walinspect`` (the plan's counters
+miss a CTE that no node reads from, and row locks). Printed per job, the
+median over ``--rounds`` batches: the server's execution time, the time in
+triggers (the attempts' foreign key), and WAL records and bytes. ``drain``
+in ``bench/pg_bench.py`` measures the same work end to end (CPU per job of
+the consumers and of the server).
 """
 
 from __future__ import annotations
