@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import flow_bench, pg_bench, raw, serve_bench, workflow_bench  # noqa: E402
 from bench import jobdeck_bench as jb  # noqa: E402
-from bench.common import REPO, machine, repeat  # noqa: E402
+from bench.common import REPO, machine, median, repeat  # noqa: E402
 from bench.compare import run_child  # noqa: E402
 
 VENV = REPO / "bench" / ".venv"
@@ -72,7 +71,7 @@ def peer(python: Path, name: str, scenario: str, n: int, runs: int, threads: int
 
     once(max(100, n // 10))  # warm-up
     values = [once(n) for _ in range(runs)]
-    return {"median": sorted(values)[len(values) // 2], "runs": values, "jobs": n}
+    return {"median": median(values), "runs": values, "jobs": n}
 
 
 def jobdeck_scenarios(c: dict[str, Any], only: set[str], work: Path, log: Any = print) -> dict[str, Any]:
@@ -209,8 +208,7 @@ def huey_paired(c: dict[str, Any], work: Path) -> dict[str, Any]:
         rounds.append({**got, "ratio": got["jobdeck"] / got["huey"]})
         print(f"  paired round {i + 1}: Jobdeck {got['jobdeck']:,.0f}, Huey {got['huey']:,.0f} "
               f"({got['jobdeck'] / got['huey']:.1f}x)", flush=True)  # fmt: skip
-    # An even count of rounds: the mean of the two middle ratios, not the upper one.
-    return {"rounds": rounds, "median_ratio": statistics.median(r["ratio"] for r in rounds)}
+    return {"rounds": rounds, "median_ratio": median([r["ratio"] for r in rounds])}
 
 
 def peer_scenarios(c: dict[str, Any], only: set[str]) -> dict[str, Any]:
