@@ -559,6 +559,11 @@ class DashboardSession(Base):
     """SHA-256 (hex) of the token in the session cookie."""
     user_name: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    credential: Mapped[str | None] = mapped_column(String(64))
+    """The fingerprint of the user's password hash and role at login
+    (``app.web.dashboard.settings.User.credential``): a session whose user
+    has since been given another password or role no longer matches, and
+    is refused in every process running the new config."""
 
     __table_args__ = (Index("ix_dashboard_sessions_created", "created_at"),)
 

@@ -6,6 +6,11 @@ cookie carries only a random token whose SHA-256 names the row. Every
 request checks the row still exists; logout deletes it, which every process
 sharing the database sees at once. The table holds hashes, not tokens, so
 reading it gives no usable cookie.
+
+Each row also keeps the fingerprint of its user's credential (password hash
+and role) at login: a session is honoured only while the config still gives
+its user that credential, so changing a password or a role ends the user's
+existing sessions in every process that runs the new config.
 """
 
 from __future__ import annotations
@@ -28,21 +33,29 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def open_session(store: Store, user_name: str, now: datetime) -> str:
-    """Record a new session for ``user_name``; returns the token for the
+def open_session(store: Store, user_name: str, credential: str, now: datetime) -> str:
+    """Record a new session for ``user_name`` holding ``credential`` (the
+    fingerprint of its password hash and role); returns the token for the
     cookie. Expired sessions of anyone are pruned in the same transaction."""
     token = secrets.token_urlsafe(32)
     with store.write() as conn:
         conn.execute(delete(dashboard_sessions).where(dashboard_sessions.c.created_at < now - SESSION_LIFETIME))
-        conn.execute(insert(dashboard_sessions).values(id=_digest(token), user_name=user_name, created_at=now))
+        conn.execute(
+            insert(dashboard_sessions).values(
+                id=_digest(token), user_name=user_name, created_at=now, credential=credential
+            )
+        )
     return token
 
 
-def session_user(store: Store, token: str, now: datetime) -> str | None:
+def session_user(store: Store, token: str, credential: str, now: datetime) -> str | None:
     """The user a live session belongs to; None when it was closed, never
-    existed or has expired."""
+    existed, has expired, or was opened with another credential than
+    ``credential`` (the user's password or role changed since)."""
     stmt = select(dashboard_sessions.c.user_name).where(
-        dashboard_sessions.c.id == _digest(token), dashboard_sessions.c.created_at >= now - SESSION_LIFETIME
+        dashboard_sessions.c.id == _digest(token),
+        dashboard_sessions.c.created_at >= now - SESSION_LIFETIME,
+        dashboard_sessions.c.credential == credential,
     )
     with store.read() as conn:
         name = conn.execute(stmt).scalar_one_or_none()

@@ -293,15 +293,15 @@ def test_a_session_expires_after_its_lifetime_and_is_pruned(deck, clock):
     assert client.get("/").status_code == 200
     clock.advance(2)
     assert client.get("/").status_code == 302
-    old = open_session(deck.store, "alice", clock() - SESSION_LIFETIME * 2)
-    open_session(deck.store, "victor", clock())  # a login prunes the expired rows
+    old = open_session(deck.store, "alice", "fingerprint", clock() - SESSION_LIFETIME * 2)
+    open_session(deck.store, "victor", "fingerprint", clock())  # a login prunes the expired rows
     from sqlalchemy import func, select
 
     from app.store.models import dashboard_sessions
 
     with deck.store.read() as conn:
         assert conn.execute(select(func.count()).select_from(dashboard_sessions)).scalar_one() == 1
-    assert session_user(deck.store, old, clock()) is None
+    assert session_user(deck.store, old, "fingerprint", clock()) is None
 
 
 def test_a_cookie_from_before_server_side_sessions_is_refused(deck):

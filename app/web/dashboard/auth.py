@@ -7,7 +7,8 @@ dashboard is open and everyone is an operator, which ``jobdeck serve`` and
 
 A session is a row in the database (``app.store.sessions``) named by a token in
 the signed cookie: logout deletes the row, so a copied cookie stops working
-in every process. Logins are throttled before any password is hashed
+in every process; so does a change of the user's password or role in the
+config (the row keeps a fingerprint of both). Logins are throttled before any password is hashed
 (``app.web.dashboard.throttle``). The JSON API honours the same sessions and
 roles when users are configured (``app.web.guard``). Mounted in a host app
 (``app.embed``), the host's ``current_role`` decides instead of sessions.
@@ -93,8 +94,9 @@ def current_user() -> User | None:
         name, token = session.get("user"), session.get("sid")
         if isinstance(name, str) and isinstance(token, str) and name in s.users:
             deck = _deck()
-            if sessions.session_user(deck.store, token, deck.clock()) == name:
-                user = s.users[name]
+            known = s.users[name]
+            if sessions.session_user(deck.store, token, known.credential, deck.clock()) == name:
+                user = known
     g.jobdeck_user = user
     return user
 
@@ -188,7 +190,7 @@ def login() -> Any:
     if ok and user is not None:
         t.succeeded(keys[0])
         deck = _deck()
-        token = sessions.open_session(deck.store, user.name, deck.clock())
+        token = sessions.open_session(deck.store, user.name, user.credential, deck.clock())
         session.clear()
         session["user"] = user.name
         session["sid"] = token

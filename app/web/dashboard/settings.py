@@ -15,6 +15,7 @@ Validated when the app is built, so a typo stops start-up with the key named.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,15 @@ class User:
     @property
     def can_act(self) -> bool:
         return self.role == OPERATOR
+
+    @property
+    def credential(self) -> str:
+        """A fingerprint of what this user signs in with and may do: a
+        session remembers it (``app.store.sessions``) and ends when the
+        config gives the user another password or role. A digest of the
+        (salted, slow) password hash, so it tells nothing of the password."""
+        text = "\0".join((self.name, self.password_hash, self.role))
+        return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
