@@ -16,6 +16,7 @@ from sqlalchemy.dialects.sqlite.base import SQLiteCompiler
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 
+from app import forks
 from app.store.models import Base
 
 # SQLAlchemy drops table hints on SQLite; render them so a query can say
@@ -60,9 +61,19 @@ def waiting_for_lock() -> None:
 
 
 def make_engine(url: str, *, synchronous: str = "FULL", pool_size: int = 10, busy_timeout: float = 30.0) -> Engine:
+    """The engine of one database, its connections refused in a child a
+    handler forked (``app.forks``)."""
     parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        return _sqlite_engine(url, synchronous, pool_size, busy_timeout)
+    engine = (
+        _sqlite_engine(url, synchronous, pool_size, busy_timeout)
+        if parsed.get_backend_name() == "sqlite"
+        else _postgres_engine(url, pool_size)
+    )
+    forks.watch(engine)
+    return engine
+
+
+def _postgres_engine(url: str, pool_size: int) -> Engine:
     engine = create_engine(
         url,
         pool_size=pool_size,

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
+from app import forks
 from app.errors import JobNotFound, TransitionRefused
 from app.states import Transition
 from app.store import statements
@@ -63,6 +64,8 @@ class Transactions:
         that tells the other processes' sweepers this one is alive). On
         SQLite it skips this process's queue, whose holder may itself be
         waiting for another process."""
+        if forks.forked:  # before this process's write lock, which the fork may have copied held
+            forks.leave(70, "the database")
         outer = getattr(self._joined, "conn", None)
         if outer is not None:
             yield outer

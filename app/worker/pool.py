@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime
 
-from app import health
+from app import forks, health
 from app.config import non_retryable
 from app.crashpoints import crash_point
 from app.deck import Jobdeck
@@ -120,6 +120,7 @@ class WorkerPool(Acknowledging, Monitoring):
         if self._started:
             raise RuntimeError("worker pool already started")
         self._started = True
+        forks.pool_started()
         self.store.register_worker(
             self.worker_id, socket.gethostname(), os.getpid(), self.threads, self.deck.clock(), queues=self.queues
         )
@@ -197,6 +198,7 @@ class WorkerPool(Acknowledging, Monitoring):
             # sweep of any process rescues it once the heartbeats have stopped.
             log.error("worker pool %s stopped without writing its last state (%s)", self.worker_id, first_line(exc))
         health.unregister(self.deck, self.unhealthy_reason)
+        forks.pool_stopped()
         self._stopped.set()
         log.info(
             "worker pool %s stopped", self.worker_id, extra={"event": "worker.stopped", "worker_id": self.worker_id}
@@ -312,6 +314,8 @@ class WorkerPool(Acknowledging, Monitoring):
             )  # fmt: skip
             with self.capturing(job, buffer):
                 result = spec.fn(job.payload, ctx)
+            if forks.forked:  # a child the handler forked returned here: it is no executor
+                forks.leave(0, f"the end of job {job.id}'s handler")
             if isinstance(result, Snooze):
                 raise result  # returned or raised, one path
             outcome.result = result
@@ -321,6 +325,8 @@ class WorkerPool(Acknowledging, Monitoring):
             # other: letting them through killed this thread and left the job
             # running forever. The pool stops its executors with a sentinel,
             # never by raising into them, so nothing here is the pool's own.
+            if forks.forked:
+                forks.leave(forks.exit_status(exc), f"the end of job {job.id}'s handler")
             failure: BaseException | None = exc
             if isinstance(exc, Snooze) and spec is not None:
                 failure = self._snoozed(outcome, exc, job.type)
