@@ -84,6 +84,13 @@ class Config:
     heartbeat_interval: float = 5.0
     stall_timeout: float = 60.0
     sweep_interval: float = 5.0
+    clock_skew_warn: float = 1.0
+    """PostgreSQL: seconds a host's clock may be off the database's before
+    Jobdeck logs a warning. Every process runs on the database's clock
+    (``app.clock``) whatever its host's says; the warning points at broken NTP."""
+    clock_check_interval: float = 60.0
+    """PostgreSQL: seconds between measurements of this process's clock
+    against the database's (the sweeper also measures before each rescue)."""
     shutdown_grace: float = 30.0
     claim_batch: int = 250
     max_abandoned_threads: int = 10
@@ -160,7 +167,7 @@ ENV_KEYS = (
     "sqlite_synchronous", "handler_modules", "external_types", "demo",
     "api_token", "secret_key", "secure_cookies", "max_payload_bytes", "default_max_retries",
     "poll_interval", "heartbeat_interval", "stall_timeout", "sweep_interval",
-    "shutdown_grace", "claim_batch",
+    "clock_skew_warn", "clock_check_interval", "shutdown_grace", "claim_batch",
     "auto_migrate", "max_abandoned_threads", "exit_when_unhealthy", "sqlite_busy_timeout",
     "allowed_hosts", "log_format",
 )  # fmt: skip
@@ -268,7 +275,8 @@ def validate(config: Config) -> None:
     for key in ("http_threads", "http_connection_limit", "http_channel_timeout",
                 "max_payload_bytes", "backoff_base", "backoff_cap", "poll_interval",
                 "heartbeat_interval", "stall_timeout", "sweep_interval", "claim_batch",
-                "max_abandoned_threads", "sqlite_busy_timeout"):  # fmt: skip
+                "max_abandoned_threads", "sqlite_busy_timeout", "clock_skew_warn",
+                "clock_check_interval"):  # fmt: skip
         positive(key)
     positive("shutdown_grace", allow_zero=True)
     if config.claim_batch > 1000:

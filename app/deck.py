@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from app.clock import DatabaseClock
 from app.config import Config, artifact_max_bytes, log_limits
 from app.errors import InvalidField, PayloadTooLarge, TransitionRefused, UnknownType
 from app.flow import Flow, parse_flow
@@ -42,6 +43,7 @@ from app.store.enqueue import PlainJob
 from app.store.lifecycle import Edited, JobChanges, Seen
 from app.store.reads import record_action
 from app.store.records import Enqueued
+from app.store.timekeeping import database_time
 from app.unique import Unique, claim_for, parse_unique, parse_unique_types
 from app.validation import check_json, check_text, parse_priority, parse_time
 from app.workflows import parse_config_workflows
@@ -80,21 +82,23 @@ class Jobdeck:
         self,
         config: Config,
         registry: Registry | None = None,
-        clock: Clock = utcnow,
+        clock: Clock | None = None,
         store: Store | None = None,
     ) -> None:
         self.config = config
         self.registry = registry if registry is not None else default_registry
-        self.clock = clock
         if store is None:
             engine = make_engine(
                 config.resolved_database_url(),
                 synchronous=config.sqlite_synchronous,
                 pool_size=max(5, config.workers + config.http_threads + 4),
                 busy_timeout=config.sqlite_busy_timeout,
+                idle_in_transaction=max(10.0, config.stall_timeout),
             )
             store = Store(engine)
         self.store = store
+        self.clock: Clock = self._clock_for(clock)
+        """What every time this deck writes or compares comes from (``app.clock``)."""
         self.store.backoff = self.backoff
         self.store.artifact_max_bytes = artifact_max_bytes(config)
         self.unique_types: dict[str, Unique] = parse_unique_types(config)
@@ -209,10 +213,26 @@ class Jobdeck:
 
     def init_db(self) -> None:
         """Bring the schema to the code's revision (Alembic, see app.store.migrate);
-        with ``auto_migrate`` off, refuse a schema that is behind."""
+        with ``auto_migrate`` off, refuse a schema that is behind. On
+        PostgreSQL, also take the first reading of the database's clock."""
         from app.store.schema import ensure_current
 
         ensure_current(self.store.engine, self.config.auto_migrate)
+        if isinstance(self.clock, DatabaseClock):
+            self.clock.measure()
+
+    def _clock_for(self, clock: Clock | None) -> Clock:
+        """The injected clock as it is; by default this host's clock on
+        SQLite (one host, one clock) and the database's on PostgreSQL. A
+        ``DatabaseClock`` given is bound to this deck's database."""
+        if clock is None:
+            if self.store.sqlite:
+                return utcnow
+            clock = DatabaseClock(warn_after=self.config.clock_skew_warn)
+        if isinstance(clock, DatabaseClock) and not self.store.sqlite:
+            store = self.store
+            clock.read = lambda: database_time(store)
+        return clock
 
     # -- policy -------------------------------------------------------------
 

@@ -193,6 +193,15 @@ class JobContext:
         ``check_cancelled`` between steps. A handler that ignores it runs on
         until its timeout; either way the job ends ``cancelled``."""
 
+    @property
+    def cancel_reason(self) -> str | None:
+        """Why ``cancelled`` is set: ``"cancelled"`` (a person or the API:
+        the job ends cancelled), ``"lease lost"`` (this process lost touch
+        with the database for half of ``stall_timeout``: another process may
+        soon run the job, so stop; the attempt is given back, not failed,
+        ``app.worker.lease``), or None while it is not set."""
+        return getattr(self.cancelled, "reason", None) if self.cancelled.is_set() else None
+
     MAX_RATE_LIMITED = 7 * 24 * 3600.0
 
     def rate_limited(self, seconds: float) -> NoReturn:

@@ -10,7 +10,10 @@ import signal
 import threading
 from typing import TYPE_CHECKING, Protocol
 
+from app.clock import DatabaseClock, Reading
 from app.deck import Jobdeck
+from app.maintenance.clock_check import ClockCheck
+from app.store.timekeeping import record_clock_offset
 from app.worker.pool import WorkerPool
 
 if TYPE_CHECKING:
@@ -49,11 +52,18 @@ class Runtime:
             listener = listener_for(deck, self.pool.wake) or watcher_for(deck, self.pool)
             if listener is not None:
                 self.services.append(listener)
+        if isinstance(deck.clock, DatabaseClock):
+            self.services.append(ClockCheck(deck.clock, deck.config.clock_check_interval, self._record_reading))
         if services:
             from app.maintenance.scheduler import SchedulerService
 
             self.services.append(SchedulerService(deck))
         self._started = False
+
+    def _record_reading(self, reading: Reading) -> None:
+        """Show this process's clock offset on the Workers page (its pool's row)."""
+        if self.pool is not None:
+            record_clock_offset(self.deck.store, self.pool.worker_id, reading.offset)
 
     def _exit_to_restart(self, reason: str) -> None:
         """``exit_when_unhealthy``: the abandoned threads cannot be freed

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from app.clock import DatabaseClock
 from app.config import Config, ConfigError
 from app.states import ENDED, FINISHED, State
 from app.store.upkeep import (
@@ -44,6 +45,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jobdeck.maintenance")
 
+RESCUE_SKEW_FRACTION = 0.25
+"""A sweeper whose clock is off the database's by more than this fraction
+of ``stall_timeout`` rescues nothing (``Maintenance._clock_agrees``)."""
 STATS_SETTLE = timedelta(seconds=30)
 """A minute is rolled up this long after it ends, so late acks land in it."""
 
@@ -91,6 +95,8 @@ class Maintenance:
         without stopping (and un-mark one that came back). Returns the ids of
         the rescued jobs."""
         timeout = self.deck.config.stall_timeout
+        if not self._clock_agrees(timeout):
+            return []
         rescued = self.store.rescue_stalled(now, timeout)
         for job in rescued:
             log.warning("rescued job %s (%s) -> %s: %s", job.id, job.type, job.status.value, job.error,
@@ -99,6 +105,30 @@ class Maintenance:
         for worker_id in mark_silent_workers(self.store, now, now - timedelta(seconds=timeout)):
             log.warning("worker %s stopped heart-beating; marked gone", worker_id)
         return [j.id for j in rescued]
+
+    def _clock_agrees(self, stall_timeout: float) -> bool:
+        """On PostgreSQL, measure this process's clock against the database's
+        before judging anyone stalled: a clock off by more than a fraction
+        of ``stall_timeout`` (a process that was suspended, a reading gone
+        stale) would rescue live jobs, so this sweep rescues nothing and the
+        clock takes up the fresh reading; the next sweep runs on it."""
+        clock = self.deck.clock
+        if not isinstance(clock, DatabaseClock):
+            return True  # SQLite (one host, one clock) or a clock the caller injected
+        checked = clock.drift()
+        if checked is None:
+            return True
+        drift, reading = checked
+        limit = stall_timeout * RESCUE_SKEW_FRACTION
+        if drift <= limit and reading.uncertainty <= limit:
+            return True
+        log.warning(
+            "this process's clock was %.3f s off the database's (reading uncertain by %.3f s), more than "
+            "%g s (%g of stall_timeout): this sweep rescues nothing",
+            drift, reading.uncertainty, limit, RESCUE_SKEW_FRACTION,
+            extra={"event": "clock.sweep_skipped", "drift": drift},
+        )  # fmt: skip
+        return False
 
     # -- retention --------------------------------------------------------------
 

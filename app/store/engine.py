@@ -60,20 +60,35 @@ def waiting_for_lock() -> None:
         fn()
 
 
-def make_engine(url: str, *, synchronous: str = "FULL", pool_size: int = 10, busy_timeout: float = 30.0) -> Engine:
+def make_engine(
+    url: str,
+    *,
+    synchronous: str = "FULL",
+    pool_size: int = 10,
+    busy_timeout: float = 30.0,
+    idle_in_transaction: float = 30.0,
+) -> Engine:
     """The engine of one database, its connections refused in a child a
-    handler forked (``app.forks``)."""
+    handler forked (``app.forks``).
+
+    ``idle_in_transaction`` (PostgreSQL): seconds after which the server
+    ends a session of ours left idle inside a transaction. A host cut off
+    mid-transaction (a partition) leaves its backend waiting for a COMMIT
+    that never comes, holding the row locks of the jobs it beat, and the
+    other hosts' rescue skips locked rows: without this, for hours."""
     parsed = make_url(url)
     engine = (
         _sqlite_engine(url, synchronous, pool_size, busy_timeout)
         if parsed.get_backend_name() == "sqlite"
-        else _postgres_engine(url, pool_size)
+        else _postgres_engine(url, pool_size, idle_in_transaction)
     )
     forks.watch(engine)
     return engine
 
 
-def _postgres_engine(url: str, pool_size: int) -> Engine:
+def _postgres_engine(url: str, pool_size: int, idle_in_transaction: float) -> Engine:
+    parsed = make_url(url)
+    idle_ms = int(idle_in_transaction * 1000)
     engine = create_engine(
         url,
         pool_size=pool_size,
@@ -84,7 +99,7 @@ def _postgres_engine(url: str, pool_size: int) -> Engine:
         pool_use_lifo=True,
         # A host that does not answer (not one that refuses) would block a
         # connect forever: the pool's retries and its shutdown need an end.
-        connect_args={"connect_timeout": 5},
+        connect_args={"connect_timeout": 5, **{k: v for k, v in _LIVENESS.items() if k not in parsed.query}},
     )
 
     @event.listens_for(engine, "connect")
@@ -95,6 +110,7 @@ def _postgres_engine(url: str, pool_size: int) -> Engine:
         autocommit = dbapi_conn.autocommit
         dbapi_conn.autocommit = True
         dbapi_conn.execute("SET TIME ZONE 'UTC'")
+        dbapi_conn.execute(f"SET idle_in_transaction_session_timeout = {idle_ms}")
         dbapi_conn.autocommit = autocommit
 
     @event.listens_for(engine, "checkin")
@@ -114,6 +130,14 @@ def _postgres_engine(url: str, pool_size: int) -> Engine:
 
     return engine
 
+
+_LIVENESS = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 3, "keepalives_count": 3,
+             "tcp_user_timeout": 15000}  # fmt: skip
+"""libpq's settings that end a connection whose peer went silent (a
+partition, a host gone) in about 15-20 s instead of TCP's 15 minutes: a
+statement stuck on one then fails, is retried on a new connection, and
+resumes once the network does. A busy server's kernel still answers both,
+so a long statement is never cut. A URL that sets one keeps its own."""
 
 RESTING_SINCE = "jobdeck_resting_since"
 """A pooled connection's ``info``: when it was last handed back (monotonic)."""

@@ -117,6 +117,8 @@ class LiveWorker:
     id: str
     queues: tuple[str, ...] | None
     """The queues the pool claims from; None for every queue."""
+    clock_offset: float | None = None
+    """Seconds the database's clock is ahead of the pool's host clock (``app.clock``); None on SQLite."""
 
     def serves(self, queue: str) -> bool:
         return self.queues is None or queue in self.queues
@@ -127,12 +129,12 @@ def live_workers(store: Store, now: datetime, stall_timeout: float) -> list[Live
     and heard from within ``stall_timeout`` (a pool killed a moment ago is
     not live even before the sweeper marks it)."""
     cutoff = now - timedelta(seconds=stall_timeout)
-    stmt = select(workers.c.id, workers.c.queues).where(
+    stmt = select(workers.c.id, workers.c.queues, workers.c.clock_offset).where(
         workers.c.stopped_at.is_(None), workers.c.gone_at.is_(None), workers.c.heartbeat_at >= cutoff
     )
     with store.read() as conn:
         rows = conn.execute(stmt.order_by(workers.c.id)).all()
-    return [LiveWorker(r.id, None if r.queues is None else tuple(json.loads(r.queues))) for r in rows]
+    return [LiveWorker(r.id, None if r.queues is None else tuple(json.loads(r.queues)), r.clock_offset) for r in rows]
 
 
 @dataclass(frozen=True)

@@ -328,6 +328,9 @@ class Worker(Base):
     queues: Mapped[str | None] = mapped_column(Text)
     """The queues the pool claims from, as a JSON list; None for every queue
     (revision 0019: the "no live workers for a queue" threshold reads it)."""
+    clock_offset: Mapped[float | None] = mapped_column(Float)
+    """Seconds the database's clock was ahead of this process's host clock at
+    its last measurement (``app.clock``); None on SQLite (revision 0022)."""
 
 
 jobs = cast(Table, Job.__table__)

@@ -40,6 +40,7 @@ from flask import Blueprint, Response, current_app
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from app.clock import offset_of
 from app.states import State
 from app.store import durations
 from app.store.metrics import (
@@ -122,9 +123,29 @@ class JobdeckCollector:
         for queue in queues:
             serving.add_metric([label(queue)], sum(1 for p in pools if p.serves(queue)))
         yield serving
+        yield from self._clocks(deck, pools)
 
         yield from self._runs(store)
         yield from self._schedules(deck, store)
+
+    def _clocks(self, deck: Any, pools: list[Any]) -> Iterator[Metric]:
+        """PostgreSQL: how far each host's clock is off the database's (``app.clock``)."""
+        offset = offset_of(deck.clock)
+        if offset is not None:
+            yield GaugeMetricFamily(
+                "jobdeck_clock_offset_seconds",
+                "Seconds the database's clock is ahead of this process's host clock (negative: behind).",
+                value=offset,
+            )
+        per_pool = GaugeMetricFamily(
+            "jobdeck_worker_clock_offset_seconds",
+            "Seconds the database's clock is ahead of each live worker pool's host clock, as the pool last measured.",
+            labels=["worker"],
+        )
+        for p in pools:
+            if p.clock_offset is not None:
+                per_pool.add_metric([label(p.id)], p.clock_offset)
+        yield per_pool
 
     def _runs(self, store: Any) -> Iterator[Metric]:
         totals = type_totals(store)

@@ -89,7 +89,7 @@ class Acknowledging(PoolShared):
         runs, so the fetcher cannot claim it too."""
         types = self.deck.registry.names()
         with self._refill_lock:
-            if self._stopping.is_set() or not types or self.unhealthy_reason() is not None:
+            if self._stopping.is_set() or not types or self.lease.lost or self.unhealthy_reason() is not None:
                 return None
             with self._lock:
                 room = min(self.batch, self._capacity() - self._inflight + acked)

@@ -32,6 +32,7 @@ from app.snooze import InvalidSnooze, Snooze, max_snoozes, seconds_of
 from app.store import JobRecord, Outcome
 from app.store.faults import is_transient
 from app.worker.acks import Acknowledging
+from app.worker.lease import LEASE_LOST, Lease, SetAside
 from app.worker.monitor import Monitoring
 from app.worker.results import first_line, format_traceback, jsonable, safe_repr
 from app.worker.shared import RETRY_CAP, STOP_MARGIN, Slot, log
@@ -110,6 +111,8 @@ class WorkerPool(Acknowledging, Monitoring):
         """Set by ``stop``: past it, ``_retrying`` stops retrying."""
         self._cancel_before_start: set[int] = set()
         """Held jobs a cancel reached before their handler started (``cancel_running``)."""
+        self.lease = Lease(cfg.stall_timeout)
+        self._set_aside: list[SetAside] = []
         self._started = False
         self.store.on_enqueue(self.wake)
         self.store.on_cancel(self.cancel_running)
@@ -124,7 +127,12 @@ class WorkerPool(Acknowledging, Monitoring):
         self.store.register_worker(
             self.worker_id, socket.gethostname(), os.getpid(), self.threads, self.deck.clock(), queues=self.queues
         )
-        for name, target in (("fetcher", self._fetch_loop), ("acker", self._ack_loop), ("monitor", self._monitor_loop)):
+        self.lease.renew(time.monotonic())  # registering stamped the worker's row
+        loops = (
+            ("fetcher", self._fetch_loop), ("acker", self._ack_loop), ("monitor", self._monitor_loop),
+            ("heartbeat", self._heartbeat_loop),
+        )  # fmt: skip
+        for name, target in loops:
             t = threading.Thread(target=target, name=f"jobdeck-{name}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -191,6 +199,8 @@ class WorkerPool(Acknowledging, Monitoring):
                     lambda: self.store.release(self.worker_id, held, self.deck.clock(), interrupted=started)
                 )
                 log.warning("released %d running jobs at shutdown: %s", len(released), released)
+            if self._set_aside:  # the lease was lost: one try; if it fails, the stalled sweep takes them
+                self._release_set_aside()
             self._retrying(lambda: self.store.stop_worker(self.worker_id, self.deck.clock()))
         except Exception as exc:
             # The database stayed unreachable past the grace: what could not
@@ -228,7 +238,7 @@ class WorkerPool(Acknowledging, Monitoring):
     def fetch_once(self, now: datetime | None = None) -> int:
         """Claim as many due jobs as there is room for; returns how many."""
         types = self.deck.registry.names()
-        if not types or self.unhealthy_reason() is not None:
+        if not types or self.lease.lost or self.unhealthy_reason() is not None:
             return 0
         with self._lock:
             room = min(self.batch, self._capacity() - self._inflight)
@@ -301,7 +311,11 @@ class WorkerPool(Acknowledging, Monitoring):
             self._running[job.id] = slot
             if job.id in self._cancel_before_start or job.cancel_requested_at is not None:
                 self._cancel_before_start.discard(job.id)
-                slot.cancelled.set()
+                slot.cancelled.cancel("cancelled")
+            if self.lease.lost:  # claimed before the lease went: another process may run it now
+                del self._running[job.id]
+                self._set_aside.append(SetAside(job))
+                return slot
         outcome = Outcome(job.id, self.worker_id, attempt=job.attempt, started_at=started)
         try:
             if spec is None:
@@ -339,12 +353,18 @@ class WorkerPool(Acknowledging, Monitoring):
                 if spec is not None and not outcome.retryable:
                     outcome.error += not_retried_note(failure, job)
         elapsed = time.monotonic() - mono
+        stopped_for_lease = outcome.error is not None and slot.cancelled.reason == LEASE_LOST
         with self._lock:
             late = slot.abandoned or self._running.get(job.id) is not slot
             if late:
                 slot.abandoned = True
             else:
                 del self._running[job.id]
+                if stopped_for_lease:  # not a failure: given back once the lease is held again
+                    self._set_aside.append(SetAside(job, started))
+        if stopped_for_lease and not late:
+            self.flush_log(buffer)
+            return slot
         if late:
             log.warning("late result of job %s attempt %s refused (timed out or released)", job.id, job.attempt)
             self.flush_log(buffer)  # its lines are still the attempt's

@@ -23,6 +23,7 @@ from app.deck import Jobdeck
 from app.joblogs import AttemptLog
 from app.store import JobRecord, Outcome, Store
 from app.store.faults import is_transient
+from app.worker.lease import CancelSignal, Lease, SetAside
 
 log = logging.getLogger("jobdeck.worker")
 T = TypeVar("T")
@@ -50,7 +51,7 @@ class Slot:
     deadline: float | None
     thread: threading.Thread
     abandoned: bool = field(default=False)
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    cancelled: CancelSignal = field(default_factory=CancelSignal)
     log: AttemptLog | None = field(default=None)
     """The attempt's log buffer, flushed by the monitor and at the end."""
 
@@ -81,12 +82,16 @@ class PoolShared:
     _abandoned: list[threading.Thread]
     _give_up_at: float | None
     _cancel_before_start: set[int]
+    lease: Lease
+    """This pool's lease on its jobs (``app.worker.lease``)."""
+    _set_aside: list[SetAside]
+    """Jobs held but neither run nor acknowledged while the lease is lost."""
     flush_outcome_logs: Callable[[list[Any]], int]
     """``app.worker.logs.Logging``'s: the acker writes its batch's log lines with it."""
 
-    def cancel_running(self, job_ids: list[int], held: bool = False) -> list[int]:
+    def cancel_running(self, job_ids: list[int], held: bool = False, reason: str = "cancelled") -> list[int]:
         """Tell the handlers of these jobs that they were cancelled (set
-        their ``ctx.cancelled``); returns the ids of those running here.
+        their ``ctx.cancelled``, with ``reason``); returns the ids of those running here.
         ``held``: the ids are all of this pool's cancelled jobs (its heartbeat
         said so), so those not started yet are remembered, until the next
         beat, and never start their handler."""
@@ -95,7 +100,7 @@ class PoolShared:
             for job_id in job_ids:
                 slot = self._running.get(job_id)
                 if slot is not None:
-                    slot.cancelled.set()
+                    slot.cancelled.cancel(reason)
                     told.append(job_id)
             if held:
                 self._cancel_before_start = set(job_ids) - set(told)

@@ -332,6 +332,7 @@ def _workers() -> dict[str, Any]:
         "stopped": stopped,
         "held": running_by_worker(d.store, [w["id"] for w in live + gone[:50] if w["running"]]),
         "stall_timeout": d.config.stall_timeout,
+        "clock_skew_warn": d.config.clock_skew_warn,
     }
 
 

@@ -1,0 +1,32 @@
+"""The database's clock, read for ``app.clock.DatabaseClock``, and the
+offset each process measured against it, kept in its workers row."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sqlalchemy import update
+
+from app.store.models import workers
+
+if TYPE_CHECKING:
+    from app.store import Store
+
+
+def database_time(store: Store) -> datetime:
+    """The database server's ``clock_timestamp()`` (the time now, not the
+    transaction's start), in UTC. PostgreSQL only: SQLite's processes share
+    their host's clock."""
+    if store.sqlite:
+        raise ValueError("SQLite has no clock of its own: its processes share their host's")
+    with store.glance() as db:
+        value = db.execute("SELECT clock_timestamp()").fetchone()[0]
+    assert isinstance(value, datetime)
+    return value
+
+
+def record_clock_offset(store: Store, worker_id: str, offset: float) -> None:
+    """Keep a pool's last measured offset in its row, for every process's Workers page."""
+    with store.write() as conn:
+        conn.execute(update(workers).where(workers.c.id == worker_id).values(clock_offset=offset))

@@ -1,0 +1,92 @@
+"""A pool's lease on the jobs it holds, and what the pool does when it is lost.
+
+Every other process judges this one's jobs by its heartbeats: once its last
+beat is ``stall_timeout`` old (on the database's clock), any sweeper rescues
+its jobs and another process runs them. A process cut off from the database
+(a partition, the database down, a machine too starved to beat) cannot see
+that happen, so it keeps its own count on its monotonic clock: when no beat
+has landed for half of ``stall_timeout``, it knows the lease is going, and
+before anyone else may take the jobs over it
+
+- tells its running handlers (``ctx.cancelled`` set, ``ctx.cancel_reason``
+  "lease lost"), so a handler that checks stops before another host starts;
+- stops claiming, and starts none of the jobs it claimed but has not started;
+- keeps every outcome it has for the acker, which writes them, fenced, when
+  the database answers again: those of jobs rescued meanwhile are refused.
+
+When a beat lands again the lease is back: the jobs it never started, and
+those whose handlers stopped for the lost lease, are released to ``pending``
+(fenced: one rescued meanwhile is not touched) and claiming resumes, with no
+restart. A handler that ignores ``ctx.cancelled`` runs on; its late result
+is refused if the job was rescued, and ``ctx.effect`` keeps its side effect
+from being performed twice.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from app.store import JobRecord
+
+LEASE_LOST = "lease lost"
+"""``ctx.cancel_reason`` when the pool lost its lease."""
+
+
+class CancelSignal(threading.Event):
+    """A handler's ``ctx.cancelled``: an Event that also says why it was set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reason: str | None = None
+
+    def cancel(self, reason: str) -> None:
+        if not self.is_set():
+            self.reason = reason
+        self.set()
+
+
+@dataclass
+class SetAside:
+    """A job this pool holds but will not run or acknowledge while the lease
+    is lost: released when it is back. ``started`` when its handler ran (the
+    release records the attempt as interrupted)."""
+
+    job: JobRecord
+    started: datetime | None = None
+
+
+class Lease:
+    """How long since this pool's last heartbeat landed, on the monotonic clock."""
+
+    def __init__(self, stall_timeout: float) -> None:
+        self.ttl = stall_timeout / 2
+        """No beat for this long and the lease is lost."""
+        self.renewed = time.monotonic()
+        self.lost_at: float | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def lost(self) -> bool:
+        return self.lost_at is not None
+
+    def renew(self, beat_started: float) -> None:
+        """A beat that started at ``beat_started`` (monotonic) landed: the
+        heartbeat it wrote is at least that recent."""
+        with self._lock:
+            self.renewed = max(self.renewed, beat_started)
+
+    def check(self, mono_now: float | None = None) -> str | None:
+        """``"lost"`` the moment the lease runs out, ``"regained"`` the moment
+        a beat lands after that, else None."""
+        now = time.monotonic() if mono_now is None else mono_now
+        with self._lock:
+            if self.lost_at is None and now - self.renewed > self.ttl:
+                self.lost_at = now
+                return "lost"
+            if self.lost_at is not None and self.renewed > self.lost_at:
+                self.lost_at = None
+                return "regained"
+        return None

@@ -1,0 +1,59 @@
+"""Job types for the clock-skew and partition tests, which run in real
+worker processes (``handler_modules = ["tests.skew_handlers"]``).
+
+``skew.hold`` holds its attempt for ``payload["seconds"]`` (waking at once on
+``ctx.cancelled``), then records the run as one JSON line in the file
+``payload["log"]`` names, with this host's true ``time.time()``; with
+``payload["effect"]`` it performs one effect through ``ctx.effect`` (an
+append to ``payload["effects"]``) first. One short write of an ``O_APPEND``
+file per line: lines from several processes never interleave."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from app.errors import Cancelled
+from app.handlers import JobContext, Registry
+from app.handlers import registry as default_registry
+
+HOLD = "skew.hold"
+
+
+def append(path: str, row: dict[str, Any]) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, (json.dumps(row) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def hold(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    started = time.time()
+    row = {"job": ctx.job_id, "attempt": ctx.attempt, "worker": ctx.worker_id, "pid": os.getpid(), "start": started}
+    append(payload["log"], {**row, "event": "start"})
+    if ctx.cancelled.wait(float(payload.get("seconds", 0))):
+        append(payload["log"], {**row, "event": "stopped", "reason": ctx.cancel_reason, "end": time.time()})
+        raise Cancelled(ctx.job_id)
+    if payload.get("effect"):
+        key = f"effect:{payload['effect']}"
+        ctx.effect(key, lambda: append(payload["effects"], {"key": key, "job": ctx.job_id, "pid": os.getpid()}))
+    append(payload["log"], {**row, "event": "done", "end": time.time()})
+    return {"pid": os.getpid()}
+
+
+def register(registry: Registry) -> None:
+    registry.handler(HOLD)(hold)
+
+
+def read(path: Any) -> list[dict[str, Any]]:
+    """Every line written to ``path`` so far."""
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.endswith("\n")]
+
+
+register(default_registry)
