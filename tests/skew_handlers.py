@@ -1,8 +1,9 @@
 """Job types for the clock-skew and partition tests, which run in real
 worker processes (``handler_modules = ["tests.skew_handlers"]``).
 
-``skew.hold`` holds its attempt for ``payload["seconds"]`` (waking at once on
-``ctx.cancelled``), then records the run as one JSON line in the file
+``skew.hold`` holds its attempt for ``payload["seconds"]`` (its later
+attempts for ``payload["later"]``, if given), waking at once on
+``ctx.cancelled``, then records the run as one JSON line in the file
 ``payload["log"]`` names, with this host's true ``time.time()``; with
 ``payload["effect"]`` it performs one effect through ``ctx.effect`` (an
 append to ``payload["effects"]``) first. One short write of an ``O_APPEND``
@@ -34,7 +35,8 @@ def hold(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     started = time.time()
     row = {"job": ctx.job_id, "attempt": ctx.attempt, "worker": ctx.worker_id, "pid": os.getpid(), "start": started}
     append(payload["log"], {**row, "event": "start"})
-    if ctx.cancelled.wait(float(payload.get("seconds", 0))):
+    seconds = float(payload.get("seconds", 0) if ctx.attempt == 1 else payload.get("later", payload.get("seconds", 0)))
+    if ctx.cancelled.wait(seconds):
         append(payload["log"], {**row, "event": "stopped", "reason": ctx.cancel_reason, "end": time.time()})
         raise Cancelled(ctx.job_id)
     if payload.get("effect"):

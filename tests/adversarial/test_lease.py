@@ -1,0 +1,75 @@
+"""A pool that cannot heartbeat knows its lease is going (``app.worker.lease``).
+
+The database goes away for real (PostgreSQL: every connection of the test
+relayed, then dropped and refused; SQLite: another process holds the write
+lock), while a handler runs. Within half of ``stall_timeout`` the handler is
+told ``ctx.cancelled`` with the reason "lease lost", and the pool claims
+nothing; when the database is back the pool has its lease again without a
+restart, gives the stopped attempt back (recorded as interrupted, no retry
+counted), and runs the job again to completion.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from app.deck import Jobdeck
+from app.states import State
+from app.worker.lease import LEASE_LOST
+from app.worker.pool import WorkerPool
+from tests import skew_handlers
+from tests.adversarial.outages import Outage
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.backends
+STALL = 4.0
+
+
+def test_a_pool_cut_off_for_half_the_stall_timeout_stops_its_handlers_and_takes_its_lease_back(
+    backend, db_url, tmp_path, make_config, registry
+):
+    skew_handlers.register(registry)
+    outage = Outage(backend, db_url)
+    deck = Jobdeck(
+        make_config(database_url=outage.url, stall_timeout=STALL, heartbeat_interval=0.5, sqlite_busy_timeout=2.0),
+        registry,
+    )
+    deck.init_db()
+    runs = tmp_path / "runs.jsonl"
+    job = deck.enqueue(skew_handlers.HOLD, {"seconds": 60, "later": 0, "log": str(runs)}).job
+    pool = WorkerPool(deck, 1)
+    pool.start()
+    try:
+        wait_for(lambda: skew_handlers.read(runs), timeout=20, message="the handler started")
+        cut = time.monotonic()
+        outage.down()
+        try:
+            stopped = wait_for(
+                lambda: [r for r in skew_handlers.read(runs) if r["event"] == "stopped"],
+                timeout=STALL,
+                message="the handler told the lease is lost, before stall_timeout",
+            )
+            told_after = time.monotonic() - cut
+            assert stopped[0]["reason"] == LEASE_LOST
+            assert pool.lease.lost
+            assert pool.fetch_once() == 0, "a pool without its lease claims nothing (and does not even try)"
+        finally:
+            outage.up()
+        wait_for(lambda: not pool.lease.lost, timeout=20, message="the lease back once a beat lands")
+        done = wait_for(
+            lambda: deck.store.get(job.id).status is State.COMPLETED and deck.store.get(job.id),
+            timeout=30,
+            message="the job given back and run again",
+        )
+        attempts = deck.store.attempts_of(job.id)
+    finally:
+        pool.stop(2.0)
+        outage.close()
+        deck.store.engine.dispose()
+    print(f"{backend}: handler told 'lease lost' {told_after:.2f} s after the cut (stall_timeout {STALL:g} s); "
+          f"attempts {[str(a.outcome) for a in attempts]}")  # fmt: skip
+    assert told_after < STALL
+    assert [a.outcome for a in attempts] == ["interrupted", "completed"]
+    assert done.retry_count == 0, "losing the lease is not the handler's failure"
