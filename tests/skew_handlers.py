@@ -6,7 +6,8 @@ attempts for ``payload["later"]``, if given), waking at once on
 ``ctx.cancelled``, then records the run as one JSON line in the file
 ``payload["log"]`` names, with this host's true ``time.time()``; with
 ``payload["effect"]`` it performs one effect through ``ctx.effect`` (an
-append to ``payload["effects"]``) first. One short write of an ``O_APPEND``
+append to ``payload["effects"]``) after the hold (before it, with
+``effect_first``); with ``ignore_cancel`` it sleeps through a cancel. One short write of an ``O_APPEND``
 file per line: lines from several processes never interleave."""
 
 from __future__ import annotations
@@ -36,14 +37,24 @@ def hold(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     row = {"job": ctx.job_id, "attempt": ctx.attempt, "worker": ctx.worker_id, "pid": os.getpid(), "start": started}
     append(payload["log"], {**row, "event": "start"})
     seconds = float(payload.get("seconds", 0) if ctx.attempt == 1 else payload.get("later", payload.get("seconds", 0)))
-    if ctx.cancelled.wait(seconds):
+    effect = (lambda: _effect(payload, ctx)) if payload.get("effect") else (lambda: None)
+    if payload.get("effect_first"):
+        effect()
+    if payload.get("ignore_cancel"):
+        time.sleep(seconds)  # a handler that never looks at ctx.cancelled
+    elif ctx.cancelled.wait(seconds):
         append(payload["log"], {**row, "event": "stopped", "reason": ctx.cancel_reason, "end": time.time()})
         raise Cancelled(ctx.job_id)
-    if payload.get("effect"):
-        key = f"effect:{payload['effect']}"
-        ctx.effect(key, lambda: append(payload["effects"], {"key": key, "job": ctx.job_id, "pid": os.getpid()}))
+    if not payload.get("effect_first"):
+        effect()
     append(payload["log"], {**row, "event": "done", "end": time.time()})
     return {"pid": os.getpid()}
+
+
+def _effect(payload: dict[str, Any], ctx: JobContext) -> None:
+    """One effect through the ledger: an append to ``payload["effects"]``."""
+    key = f"effect:{payload['effect']}"
+    ctx.effect(key, lambda: append(payload["effects"], {"key": key, "job": ctx.job_id, "pid": os.getpid()}))
 
 
 def register(registry: Registry) -> None:

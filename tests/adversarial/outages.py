@@ -27,9 +27,11 @@ from sqlalchemy.engine import make_url
 class Proxy:
     """A TCP relay from 127.0.0.1:<port> to ``target``, with a switch."""
 
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, listen: str = "127.0.0.1") -> None:
         self.target = (target_host, target_port)
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.listen = listen
+        """The address it listens on (another network namespace reaches it over a veth pair)."""
+        self._listener = socket.create_server((listen, 0))
         self.port = int(self._listener.getsockname()[1])
         self._down = threading.Event()
         self._lock = threading.Lock()
@@ -113,7 +115,7 @@ class Proxy:
 
     def url(self, url: str) -> str:
         """``url`` (a PostgreSQL URL) pointed at this relay."""
-        return make_url(url).set(host="127.0.0.1", port=self.port).render_as_string(hide_password=False)
+        return make_url(url).set(host=self.listen, port=self.port).render_as_string(hide_password=False)
 
 
 _LOCKER = """
