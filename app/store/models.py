@@ -330,7 +330,7 @@ class Worker(Base):
     (revision 0019: the "no live workers for a queue" threshold reads it)."""
     clock_offset: Mapped[float | None] = mapped_column(Float)
     """Seconds the database's clock was ahead of this process's host clock at
-    its last measurement (``app.clock``); None on SQLite (revision 0022)."""
+    its last measurement (``app.clock``); None on SQLite (revision 0023)."""
 
 
 jobs = cast(Table, Job.__table__)
