@@ -13,6 +13,7 @@ share ``app.worker.shared``.
 
 from __future__ import annotations
 
+import inspect
 import os
 import queue
 import socket
@@ -34,7 +35,7 @@ from app.store.faults import is_transient
 from app.worker.acks import Acknowledging
 from app.worker.lease import LEASE_LOST, Lease, SetAside
 from app.worker.monitor import Monitoring
-from app.worker.results import first_line, format_traceback, jsonable, safe_repr
+from app.worker.results import awaited, first_line, format_traceback, jsonable, safe_repr
 from app.worker.shared import RETRY_CAP, STOP_MARGIN, Slot, log
 
 __all__ = ["RETRY_CAP", "STOP_MARGIN", "WorkerPool", "new_worker_id"]
@@ -328,6 +329,8 @@ class WorkerPool(Acknowledging, Monitoring):
             )  # fmt: skip
             with self.capturing(job, buffer):
                 result = spec.fn(job.payload, ctx)
+                if inspect.isawaitable(result):  # an ``async def`` handler
+                    result = awaited(result)
             if forks.forked:  # a child the handler forked returned here: it is no executor
                 forks.leave(0, f"the end of job {job.id}'s handler")
             if isinstance(result, Snooze):

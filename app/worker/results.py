@@ -5,8 +5,11 @@ executor thread that reports it)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import traceback
+from collections.abc import Awaitable
+from typing import Any
 
 
 def first_line(exc: BaseException) -> str:
@@ -40,3 +43,15 @@ def jsonable(value: object) -> bool:
     except (TypeError, ValueError, RecursionError):
         return False
     return True
+
+
+def awaited(result: Awaitable[Any]) -> Any:
+    """What an ``async def`` handler returned, its coroutine run to the end on
+    an event loop of this executor thread's own. Handed back unawaited, the
+    coroutine never ran and its job was reported completed with the
+    coroutine's repr as its result."""
+
+    async def wait() -> Any:
+        return await result
+
+    return asyncio.run(wait())
