@@ -117,6 +117,7 @@ class Jobdeck:
         if self.flow.keyed_columns:
             self.store.flow_keys = self.flow.keys
         self.health: Health = Health()
+        self.health.register(lambda: self.store.storage.problem(self.clock()))
         self.alerts: Alerts = Alerts(self, parse_alerts(config))
         self.alerts.install()  # registers jobdeck.alert before the schedules are checked against the types
         self.thresholds: ThresholdAlerts = ThresholdAlerts(self, parse_thresholds(config), self.alerts.settings)

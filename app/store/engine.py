@@ -29,6 +29,10 @@ READONLY = "jobdeck_readonly"
 """Execution option: this connection only reads, so on SQLite it begins a
 deferred transaction instead of taking the write lock."""
 
+LOCK_WAIT = "jobdeck_lock_wait"
+"""Execution option: on SQLite, the seconds this connection's write
+transaction waits for the write lock, instead of the busy timeout."""
+
 T = TypeVar("T")
 
 PROMPT_POLL = 0.001
@@ -209,7 +213,8 @@ def _sqlite_engine(url: str, synchronous: str, pool_size: int, busy_timeout: flo
             conn.exec_driver_sql("BEGIN")
         else:
             try:
-                _begin_promptly(conn.connection.driver_connection, busy_timeout)
+                wait = conn.get_execution_options().get(LOCK_WAIT, busy_timeout)
+                _begin_promptly(conn.connection.driver_connection, wait)
             except sqlite3.Error as exc:  # raised in an event, so SQLAlchemy would not wrap it
                 raise DBAPIError.instance("BEGIN IMMEDIATE", None, exc, sqlite3.Error) from exc
 

@@ -20,6 +20,7 @@ from app.store.engine import READONLY, waiting_for_lock
 from app.store.postgres import NOTIFY_SQL, PQTRANS_IDLE
 from app.store.records import JobRecord
 from app.store.sqlite import Prepared, db_time, translated_errors
+from app.store.storage import StorageHealth
 
 Backoff = Callable[[str, int], float]
 """(job type, retry_count) -> seconds until the retry."""
@@ -37,6 +38,8 @@ class Transactions:
         self._enqueue_listeners: list[Callable[[], None]] = []
         self._dead_listeners: list[Callable[[list[JobRecord]], None]] = []
         self._write_lock = threading.RLock() if self.sqlite else None
+        self.storage = StorageHealth(engine, self._write_lock)
+        """Whether writes land now (``app.store.storage``): health and the sweeper ask it."""
         self._decode: Callable[[Any], JobRecord] = JobRecord.from_sqlite if self.sqlite else JobRecord.from_columns
         """A job row as the dialect's path returns it, decoded."""
         self._autocommit: Engine | None = (
@@ -71,20 +74,24 @@ class Transactions:
             yield outer
             return
         self._joined.wake = False
-        if self._write_lock is None or (urgent and not getattr(self._joined, "locked", False)):
-            with self.engine.begin() as conn:
-                yield conn
-        else:
-            if not self._write_lock.acquire(blocking=False):
-                waiting_for_lock()  # behind another thread's write: this thread's ``before_lock_wait`` first
-                self._write_lock.acquire()
-            try:
-                self._joined.locked = True
+        try:
+            if self._write_lock is None or (urgent and not getattr(self._joined, "locked", False)):
                 with self.engine.begin() as conn:
                     yield conn
-            finally:
-                self._joined.locked = False
-                self._write_lock.release()
+            else:
+                if not self._write_lock.acquire(blocking=False):
+                    waiting_for_lock()  # behind another thread's write: this thread's ``before_lock_wait`` first
+                    self._write_lock.acquire()
+                try:
+                    self._joined.locked = True
+                    with self.engine.begin() as conn:
+                        yield conn
+                finally:
+                    self._joined.locked = False
+                    self._write_lock.release()
+        except Exception as exc:
+            self.storage.note(exc)  # an outage shows on /api/health at once
+            raise
         if self._joined.wake:  # jobs became claimable in it (``Graph._wake``): tell this process's pools
             self._joined.wake = False
             self._notify_enqueued()

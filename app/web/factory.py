@@ -20,16 +20,11 @@ from app.config import Config, load
 from app.deck import Jobdeck
 from app.errors import JobdeckError
 from app.handlers import Registry
-from app.store.faults import is_unavailable
 from app.validation import fits_id, max_body_bytes
 from app.web.converters import IdConverter, NamePathConverter
 
 log = logging.getLogger("jobdeck.web")
 _PACKAGE = Path(__file__).resolve().parents[1]
-
-RETRY_AFTER_SECONDS = 1
-"""What a 503 for an unreachable or locked database asks clients to wait:
-the pool and the engine reconnect within about a second once it is back."""
 
 
 def create_app(
@@ -117,19 +112,30 @@ def _register_errors(app: Flask) -> None:
         return exc
 
     def _database_error(exc: Exception) -> Any:
-        """An outage (connection lost or refused, database locked) is the
-        client's to retry: 503 with ``Retry-After``, never 500. Any other
-        database error is a bug and stays a 500, with its traceback logged."""
-        if not is_unavailable(exc):
+        """An outage (connection lost or refused, database locked, disk
+        full, read-only storage, no memory or connection slots left) is the
+        client's to retry: 503, or 507 for a full disk, with ``Retry-After``
+        and the cause, never 500. Any other database error is a bug and
+        stays a 500, with its traceback logged."""
+        store = deck_of(app).store
+        outage = store.storage.outage_of(exc)
+        if outage is None:
             raise exc
-        log.warning("%s %s: database unavailable (%s)", request.method, request.path, exc.__class__.__name__)
-        message = "the database is unavailable right now; retry shortly"
+        store.storage.failed(outage)
+        driver_error = getattr(exc, "orig", None) or exc
+        log.warning("%s %s: %s (%s: %s)", request.method, request.path, outage.message,
+                    driver_error.__class__.__name__, driver_error)  # fmt: skip
         if _wants_json():
-            response = jsonify({"error": message})
+            response = jsonify({"error": outage.message, "cause": outage.cause})
+            response.status_code = outage.status
+        elif request.headers.get("HX-Request"):
+            from app.web.dashboard.views import error_response
+
+            response = error_response(outage.message, outage.status)
         else:
-            response = app.make_response(render_template("error.html", code=503, message=message))
-        response.status_code = 503
-        response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+            page = render_template("error.html", code=outage.status, message=outage.message)
+            response = app.make_response((page, outage.status))
+        response.headers["Retry-After"] = str(outage.retry_after)
         return response
 
     for kind in (sa_exc.DBAPIError, sa_exc.TimeoutError, sqlite3.Error):

@@ -124,7 +124,14 @@
 
   body.addEventListener("htmx:responseError", function (event) {
     var xhr = event.detail.xhr;
-    say("The server answered " + xhr.status + " " + (xhr.statusText || "") + "; nothing was changed by this page.");
+    var told = null;
+    try {  // the server's own words when it sent them (a full disk, a read-only database)
+      var doc = new DOMParser().parseFromString(xhr.responseText || "", "text/html");
+      var flash = doc.querySelector(".flash span");
+      if (flash) { told = flash.textContent.trim(); }
+    } catch (e) { /* not HTML: the status alone */ }
+    say(told ? told + " (" + xhr.status + "; nothing was changed by this page)" :
+      "The server answered " + xhr.status + " " + (xhr.statusText || "") + "; nothing was changed by this page.");
   });
   body.addEventListener("htmx:sendError", function () {
     body.classList.add("offline");

@@ -266,7 +266,10 @@ def test_an_unreachable_or_locked_database_answers_503_with_retry_after(
             for response in answers:
                 assert response.status_code == 503, (response.status_code, response.get_data(as_text=True)[:300])
                 assert response.headers["Retry-After"] == "1"
-            assert answers[0].get_json() == {"error": "the database is unavailable right now; retry shortly"}
+            assert answers[0].get_json() == {
+                "error": "the database is unavailable right now; retry shortly",
+                "cause": "unavailable",
+            }
         wait_for(
             lambda: api.post("/api/jobs", json=job).status_code == 201, timeout=10, message="back after the outage"
         )

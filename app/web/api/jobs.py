@@ -111,8 +111,9 @@ def _str_list(data: dict[str, Any], field: str) -> list[str] | None:
 @bp.get("/health")
 def health() -> Any:
     """200 ``{"ok": true}`` while this process is healthy; 503 with the
-    reasons when it needs a restart (``deck.health``), so a load balancer
-    or supervisor can take it out of service."""
+    reasons when it needs a restart or its database writes fail (a full
+    disk, read-only storage, an outage: ``deck.health``), so a load
+    balancer or supervisor can take it out of service until they pass."""
     reasons = _deck().health.problems()
     if not reasons:
         return jsonify({"ok": True})

@@ -48,8 +48,13 @@ _FORBIDDEN = _json(
     _ref("Error"),
     "Refused: a browser's cross-site call without the bearer token, or a dashboard viewer's session",
 )
-_UNAVAILABLE = _json(_ref("Error"), "The database is unreachable or locked; retry after `Retry-After` seconds")
+_UNAVAILABLE = _json(
+    _ref("Error"),
+    "The database cannot take this now (unreachable, locked, read-only, out of memory or of connections: "
+    "`cause` says which); retry after `Retry-After` seconds",
+)
 """Any operation that reaches the database answers this during an outage, never a 500."""
+_FULL = _json(_ref("Error"), "The database's disk is full (`cause` `disk_full`); retry after `Retry-After` seconds")
 _ERRORS = {
     "400": _json(_ref("Error"), "Malformed JSON (or not UTF-8)"),
     **_UNAUTHORIZED,
@@ -113,6 +118,11 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
                         "field": {"type": "string", "description": "The request field at fault"},
                         "job_id": {"type": "integer", "description": "The job concerned (a conflict)"},
                         "status": {"type": "string", "description": "That job's state (a refused transition)"},
+                        "cause": {
+                            "type": "string",
+                            "description": "Why the database cannot take it now (503, 507): unavailable, disk_full, "
+                            "read_only, storage_error, out_of_memory or too_many_connections",
+                        },
                     },
                 },
                 "Attempt": {
@@ -317,7 +327,8 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
                                     "reasons": {"type": "array", "items": {"type": "string"}},
                                 },
                             },
-                            "Unhealthy: needs a restart (e.g. too many handler threads abandoned after a timeout)",
+                            "Unhealthy: needs a restart (e.g. too many handler threads abandoned after a timeout), "
+                            "or database writes fail (a full disk, read-only storage, an outage) until they land again",
                         ),
                     },
                 }
@@ -609,6 +620,7 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
             continue
         for method, operation in operations.items():
             operation["responses"].setdefault("503", _UNAVAILABLE)
+            operation["responses"].setdefault("507", _FULL)
             if method == "post":
                 operation["responses"].setdefault("403", _FORBIDDEN)
             if operation.get("security") != []:
