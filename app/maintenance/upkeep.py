@@ -7,6 +7,10 @@ counters the dashboard's charts read.
 "stalled: worker W stopped heart-beating at T" and the fail rule sends the job
 to ``failed`` or, with no retries left, ``dead``) and marks silent workers
 gone. Every update is conditional, so several processes may sweep at once.
+It rescues nothing for one ``stall_timeout`` after a write of this process
+met an outage (``app.store.storage``): a full disk or a database that was
+down stopped every process's heartbeats and acknowledgements too, and a
+job whose handler finished must not run again because they were late.
 
 Retention (``[retention]`` in config)::
 
@@ -96,6 +100,10 @@ class Maintenance:
         the rescued jobs."""
         timeout = self.deck.config.stall_timeout
         if not self._clock_agrees(timeout):
+            return []
+        if self.store.storage.failed_within(timeout):
+            # Writes failed here lately, so they failed for the others too: their
+            # heartbeats and acknowledgements get one stall timeout to land first.
             return []
         rescued = self.store.rescue_stalled(now, timeout)
         for job in rescued:

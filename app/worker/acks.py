@@ -14,19 +14,28 @@ third faster than claiming inside the acknowledgement)."""
 from __future__ import annotations
 
 import queue
+import time
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
+from pathlib import Path
 
 from app.store import JobRecord, Outcome
 from app.store.engine import before_lock_wait
 from app.store.faults import is_transient, storable_text
 from app.worker.results import first_line
 from app.worker.shared import PoolShared, log
+from app.worker.spool import AckSpool, orphans
+
+ADOPT_EVERY = 1.0
+"""Seconds between looks for outcomes kept by stopped pools, while idle."""
 
 
 class Acknowledging(PoolShared):
     """Writes outcomes; part of ``WorkerPool``."""
+
+    _spool: AckSpool | None
+    _spool_folder: Path
 
     def flush_acks_once(self, now: datetime | None = None, refill: bool = False) -> int:
         """Write every queued outcome: completions in one statement, failures
@@ -44,18 +53,15 @@ class Acknowledging(PoolShared):
                 break
         if not batch:
             return 0
+        with self._lock:
+            self._unlanded.update((id(o), o) for o in batch)  # until they land: ``stop`` keeps them if they never do
         now = now or self.deck.clock()
         logged = [o.log for o in batch if o.log is not None]
         if logged:  # the attempts' last lines, before their outcomes
             self.flush_outcome_logs(logged)
         done = [o for o in batch if o.ok]
         if len(done) < len(batch):
-            failed = [o for o in batch if o.error is not None]
-            if failed:
-                self._acknowledge(failed, lambda group: self.store.fail_many(group, now), now)
-            snoozed = [o for o in batch if o.snooze is not None and o.error is None]
-            if snoozed:
-                self._acknowledge(snoozed, lambda group: self.store.snooze_many(group, now), now)
+            self._write_ended(batch, now, done=False)
         refilled = self._complete_and_refill(done, len(batch), now) if done and refill else None
         if refilled is None and self._held:  # no refill took them (none ran, or it had no room)
             with self._refill_lock:
@@ -67,6 +73,9 @@ class Acknowledging(PoolShared):
                 self._inflight -= len(batch)
         if not refilled:  # no refill, or one that found less than the room: the fetcher looks
             self._room.set()
+        with self._lock:
+            for o in batch:
+                self._unlanded.pop(id(o), None)
         if refilled is None and self._limits_hold_back():
             # The fetcher may be waiting out its poll because a limit held its
             # last claim back; these jobs' ends may have freed that limit.
@@ -74,6 +83,65 @@ class Acknowledging(PoolShared):
             # enqueue only), and a limited type drained one job per poll.
             self._wake.set()
         return len(batch)
+
+    def _write_ended(self, outcomes: list[Outcome], now: datetime, done: bool = True, retry: bool = True) -> None:
+        """Write the failures and snoozes among ``outcomes`` (and, with
+        ``done``, the completions), each kind by its rule; without ``retry``
+        one try, raising an outage."""
+        acknowledge = self._acknowledge if retry else lambda group, write, _now: write(group)
+        failed = [o for o in outcomes if o.error is not None]
+        if failed:
+            acknowledge(failed, lambda group: self.store.fail_many(group, now), now)
+        snoozed = [o for o in outcomes if o.snooze is not None and o.error is None]
+        if snoozed:
+            acknowledge(snoozed, lambda group: self.store.snooze_many(group, now), now)
+        completed = [o for o in outcomes if o.ok] if done else []
+        if completed:
+            acknowledge(completed, lambda group: self.store.complete_many(group, now), now)
+
+    def adopt_kept_once(self, now: datetime | None = None, retry: bool = True) -> int:
+        """Write the outcomes that stopped pools on this host kept because
+        they could not write them (``app.worker.spool``), as their workers'
+        (fenced: one rescued meanwhile is refused). Returns how many."""
+        adopted = 0
+        for orphan in orphans(self._spool_folder, own=self._spool.path if self._spool is not None else None):
+            landed = False
+            try:
+                self._write_ended(orphan.outcomes, now or self.deck.clock(), retry=retry)
+                landed = True
+            finally:
+                orphan.done(landed)
+            adopted += len(orphan.outcomes)
+            log.warning(
+                "wrote %d outcomes that a stopped worker pool kept (%s)", len(orphan.outcomes), orphan.path.name
+            )
+        return adopted
+
+    def keep_unlanded(self) -> list[Outcome]:
+        """At ``stop``, after the last writes: keep the outcomes that never
+        landed in this pool's spool, for the next pool on this host; returns
+        those that could not be kept, each logged (its job is rescued as
+        stalled and runs again)."""
+        with self._lock:
+            unlanded, self._unlanded = list(self._unlanded.values()), {}
+        while True:
+            try:
+                unlanded.append(self._acks.get_nowait())
+            except queue.Empty:
+                break
+        lost = self._spool.keep(unlanded) if self._spool is not None and unlanded else unlanded
+        if len(lost) < len(unlanded):
+            log.error("kept %d outcomes the database did not take in %s, for the next worker pool on this host: "
+                      "jobs %s", len(unlanded) - len(lost), self._spool_folder,
+                      [o.job_id for o in unlanded[: len(unlanded) - len(lost)]])  # fmt: skip
+        for o in lost:
+            log.error("job %s attempt %s: its outcome (%s) was neither stored nor kept; it stays running under %s "
+                      "and is rescued as stalled, then runs again", o.job_id, o.attempt,
+                      "completed" if o.ok else ("snoozed" if o.error is None else f"failed: {o.error}"),
+                      o.worker_id)  # fmt: skip
+        if self._spool is not None:
+            self._spool.close(kept=len(lost) < len(unlanded))
+        return lost
 
     def _limits_hold_back(self) -> bool:
         """A concurrency limit (a queue's, a type's or per key) is configured:
@@ -142,19 +210,25 @@ class Acknowledging(PoolShared):
             self._work.put(job)
 
     def _ack_loop(self) -> None:
+        next_adoption = 0.0
         while not self._acker_stop.is_set():
             try:
                 first = self._acks.get(timeout=0.2)
             except queue.Empty:
+                if time.monotonic() >= next_adoption:
+                    next_adoption = time.monotonic() + ADOPT_EVERY
+                    try:
+                        self.adopt_kept_once()
+                    except Exception as exc:
+                        log.warning("writing kept outcomes failed (%s)", first_line(exc))
                 continue
             self._acks.put(first)
             try:
                 self.flush_acks_once(refill=self.store.sqlite)
             except Exception:
-                # Database errors are retried inside; anything else is a bug.
-                # Keep acknowledging later outcomes: the jobs of the lost batch
-                # stay running under this worker and are rescued as stalled
-                # once this process stops heart-beating them.
+                # Outages are retried inside; anything else is a bug. Keep
+                # acknowledging later outcomes: the lost batch's stay in
+                # ``_unlanded``, kept at stop for the next pool.
                 log.exception("acknowledging a batch of outcomes failed")
                 self._acker_stop.wait(1.0)
 

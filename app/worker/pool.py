@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 
 from app import forks, health
 from app.config import non_retryable
@@ -37,6 +38,7 @@ from app.worker.lease import LEASE_LOST, Lease, SetAside
 from app.worker.monitor import Monitoring
 from app.worker.results import awaited, first_line, format_traceback, jsonable, safe_repr
 from app.worker.shared import RETRY_CAP, STOP_MARGIN, Slot, log
+from app.worker.spool import AckSpool
 
 __all__ = ["RETRY_CAP", "STOP_MARGIN", "WorkerPool", "new_worker_id"]
 
@@ -114,6 +116,10 @@ class WorkerPool(Acknowledging, Monitoring):
         """Held jobs a cancel reached before their handler started (``cancel_running``)."""
         self.lease = Lease(cfg.stall_timeout)
         self._set_aside: list[SetAside] = []
+        self.write_outage = None
+        self._unlanded = {}
+        self._spool_folder = Path(cfg.instance_path) / "acks"
+        self._spool = None
         self._started = False
         self.store.on_enqueue(self.wake)
         self.store.on_cancel(self.cancel_running)
@@ -128,6 +134,7 @@ class WorkerPool(Acknowledging, Monitoring):
         self.store.register_worker(
             self.worker_id, socket.gethostname(), os.getpid(), self.threads, self.deck.clock(), queues=self.queues
         )
+        self._reserve_spool()
         self.lease.renew(time.monotonic())  # registering stamped the worker's row
         loops = (
             ("fetcher", self._fetch_loop), ("acker", self._ack_loop), ("monitor", self._monitor_loop),
@@ -142,6 +149,22 @@ class WorkerPool(Acknowledging, Monitoring):
         health.register(self.deck, self.unhealthy_reason)
         log.info("worker pool %s started with %d threads", self.worker_id, self.threads,
                  extra={"event": "worker.started", "worker_id": self.worker_id, "threads": self.threads})  # fmt: skip
+
+    def _reserve_spool(self) -> None:
+        """Reserve the file for outcomes that never land (``app.worker.spool``)
+        and write what stopped pools on this host kept, once: the acker
+        retries if the database refuses now."""
+        spool = AckSpool(self._spool_folder, self.worker_id)
+        try:
+            spool.reserve()
+            self._spool = spool
+        except OSError as exc:
+            log.warning("no room reserved for outcomes that may not land at shutdown (%s): "
+                        "they would be logged and their jobs rescued", exc)  # fmt: skip
+        try:
+            self.adopt_kept_once(retry=False)
+        except Exception as exc:
+            log.warning("writing outcomes kept by stopped pools failed (%s); retrying", first_line(exc))
 
     def wake(self) -> None:
         """Something was enqueued in this process: claim now, not at the next poll."""
@@ -208,6 +231,7 @@ class WorkerPool(Acknowledging, Monitoring):
             # be written stays running under this worker, and the stalled
             # sweep of any process rescues it once the heartbeats have stopped.
             log.error("worker pool %s stopped without writing its last state (%s)", self.worker_id, first_line(exc))
+        self.keep_unlanded()
         health.unregister(self.deck, self.unhealthy_reason)
         forks.pool_stopped()
         self._stopped.set()
@@ -239,8 +263,8 @@ class WorkerPool(Acknowledging, Monitoring):
     def fetch_once(self, now: datetime | None = None) -> int:
         """Claim as many due jobs as there is room for; returns how many."""
         types = self.deck.registry.names()
-        if not types or self.lease.lost or self.unhealthy_reason() is not None:
-            return 0
+        if not types or self.lease.lost or self.unhealthy_reason() is not None or self.write_outage is not None:
+            return 0  # a pool that cannot acknowledge takes no new jobs
         with self._lock:
             room = min(self.batch, self._capacity() - self._inflight)
         if room <= 0:

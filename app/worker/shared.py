@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from app.deck import Jobdeck
 from app.joblogs import AttemptLog
 from app.store import JobRecord, Outcome, Store
-from app.store.faults import is_transient
+from app.store.faults import Outage
 from app.worker.lease import CancelSignal, Lease, SetAside
 
 log = logging.getLogger("jobdeck.worker")
@@ -86,6 +86,10 @@ class PoolShared:
     """This pool's lease on its jobs (``app.worker.lease``)."""
     _set_aside: list[SetAside]
     """Jobs held but neither run nor acknowledged while the lease is lost."""
+    write_outage: Outage | None
+    """Why the pool's last write failed while it is still being retried (no claims meanwhile)."""
+    _unlanded: dict[int, Outcome]
+    """Outcomes taken for writing that have not landed (``Acknowledging.flush_acks_once``)."""
     flush_outcome_logs: Callable[[list[Any]], int]
     """``app.worker.logs.Logging``'s: the acker writes its batch's log lines with it."""
 
@@ -122,25 +126,38 @@ class PoolShared:
 
     def _retrying(self, fn: Callable[[], T]) -> T:
         """Run a store write until it succeeds, retrying only what can
-        succeed on a later try (``app.store.faults.is_transient``): an outcome is
-        never dropped because the database was briefly unreachable, and an
-        error that can never succeed (a value the database refuses) is
-        raised at once instead of wedging the pool. While stopping, retries
-        end at the stop's deadline (``shutdown_grace`` + ``STOP_MARGIN``)."""
+        succeed on a later try (``app.store.faults.outage_of``): an outcome is
+        never dropped because the database was briefly unreachable, full or
+        read-only, and an error that can never succeed (a value the database
+        refuses) is raised at once instead of wedging the pool. While a write
+        fails so, ``write_outage`` says why and the pool claims nothing new.
+        While stopping, retries end at the stop's deadline (``shutdown_grace``
+        + ``STOP_MARGIN``)."""
         delay = 0.05
+        failed = False
         while True:
             try:
-                return fn()
+                result = fn()
             except Exception as exc:
-                if not is_transient(exc):
+                outage = self.store.storage.note(exc)
+                if outage is None:
                     raise
+                self.write_outage = outage
                 give_up = self._give_up_at
                 if give_up is not None and time.monotonic() + delay > give_up:
-                    log.error("database write failed (%s) while stopping; giving up", exc.__class__.__name__)
+                    log.error("database write failed (%s) while stopping; giving up", outage.cause)
                     raise
-                log.warning("database write failed (%s); retrying in %.2fs", exc.__class__.__name__, delay)
+                log.warning("database write failed (%s: %s); retrying in %.2fs", exc.__class__.__name__,
+                            outage.cause, delay)  # fmt: skip
                 time.sleep(delay)  # backoff between retries of one write; nothing to wake for
                 delay = min(RETRY_CAP, delay * 2)
+                failed = True
+                continue
+            if failed:  # it landed: claim again at once
+                self.write_outage = None
+                self.store.storage.wrote()
+                self._wake.set()
+            return result
 
     def _take_queued(self) -> list[JobRecord]:
         """Take every job waiting for an executor off the work queue (a
