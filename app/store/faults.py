@@ -66,6 +66,16 @@ _SQLSTATES = {
 }
 _SQLSTATE_CLASSES = {"08": UNAVAILABLE}  # connection exceptions
 
+# A connection the server refused at start-up carries no SQLSTATE in psycopg,
+# only the server's message (in English unless lc_messages says otherwise).
+_CONNECT_MESSAGES = {
+    "too many connections": TOO_MANY_CONNECTIONS,  # the server's, a role's or a database's limit
+    "too many clients already": TOO_MANY_CONNECTIONS,
+    "remaining connection slots are reserved": TOO_MANY_CONNECTIONS,
+    "out of memory": OUT_OF_MEMORY,
+    "no space left on device": DISK_FULL,
+}
+
 # SQLite's primary result codes (``sqlite_errorcode & 0xFF``).
 _SQLITE_CODES = {
     5: UNAVAILABLE,  # SQLITE_BUSY: another connection holds the lock past busy_timeout
@@ -138,8 +148,12 @@ def _postgres_outage(err: BaseException | None) -> Outage | None:
     state = err.sqlstate
     if state is None:
         # psycopg raises OperationalError without a SQLSTATE when the
-        # connection itself failed (refused, closed by the server, reset).
-        return UNAVAILABLE if isinstance(err, psycopg.OperationalError) else None
+        # connection itself failed (refused, closed by the server, reset, or
+        # refused at start-up for a cause only its message names).
+        if not isinstance(err, psycopg.OperationalError):
+            return None
+        message = str(err).lower()
+        return next((outage for text, outage in _CONNECT_MESSAGES.items() if text in message), UNAVAILABLE)
     return _SQLSTATES.get(state) or _SQLSTATE_CLASSES.get(state[:2])
 
 

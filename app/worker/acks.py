@@ -225,11 +225,14 @@ class Acknowledging(PoolShared):
             self._acks.put(first)
             try:
                 self.flush_acks_once(refill=self.store.sqlite)
-            except Exception:
-                # Outages are retried inside; anything else is a bug. Keep
-                # acknowledging later outcomes: the lost batch's stay in
-                # ``_unlanded``, kept at stop for the next pool.
-                log.exception("acknowledging a batch of outcomes failed")
+            except Exception as exc:
+                # Outages are retried inside until a stop gives up on them;
+                # anything else is a bug. Either way the batch's outcomes stay
+                # in ``_unlanded``, kept at stop for the next pool.
+                if is_transient(exc):
+                    log.error("acknowledging a batch of outcomes: the database stayed down past the stop's deadline")
+                else:
+                    log.exception("acknowledging a batch of outcomes failed")
                 self._acker_stop.wait(1.0)
 
     def _acknowledge(self, outcomes: list[Outcome], write: Callable[[list[Outcome]], object], now: datetime) -> None:

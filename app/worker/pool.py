@@ -172,9 +172,12 @@ class WorkerPool(Acknowledging, Monitoring):
 
     def hurry(self) -> None:
         """End a ``stop``'s grace now (a second shutdown signal): what is
-        still running is released at once. Only sets an event, so any
-        thread may call it."""
+        still running is released at once, and writes that meet an outage
+        are no longer retried (what did not land is kept, ``keep_unlanded``).
+        Only sets an event and a deadline, so any thread may call it."""
         self._hurry.set()
+        if self._give_up_at is not None:
+            self._give_up_at = min(self._give_up_at, time.monotonic())
 
     def stop(self, grace: float | None = None) -> None:
         """Stop claiming, let running jobs finish for up to ``grace`` seconds

@@ -56,11 +56,12 @@ def _mount_ext4(image: Path, folder: Path, size_mb: int, options: str = "") -> s
 
 
 @contextlib.contextmanager
-def small_disk(tmp_path: Path, size_mb: int) -> Iterator[Path]:
-    """A folder on a file system of ``size_mb`` megabytes, unmounted after."""
-    folder = tmp_path / "disk"
-    folder.mkdir()
-    tmpfs = _run("mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(folder))
+def small_disk(tmp_path: Path, size_mb: int, folder: Path | None = None) -> Iterator[Path]:
+    """A folder (``tmp_path / "disk"`` unless given) on a file system of
+    ``size_mb`` megabytes, unmounted after."""
+    folder = folder or tmp_path / "disk"
+    folder.mkdir(exist_ok=True)
+    tmpfs = _run("mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=755", "tmpfs", str(folder))
     if tmpfs.returncode != 0:
         error = _mount_ext4(tmp_path / "disk.img", folder, size_mb)
         if error is not None:
