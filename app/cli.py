@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from app import docs
 from app.config import HTTP_SERVERS, Config, ConfigError, load
 from app.states import ALL_STATES, CLAIMABLE, SOURCES, State, Transition
 from app.structured_logs import use_log_format
@@ -179,6 +180,7 @@ def serve(demo: bool, bind: str | None, workers: int | None, http_server: str | 
     runtime.start()
     server.start()
     click.echo(f"Jobdeck serving on http://{config.bind} with {config.workers} workers", err=True)
+    click.echo(docs.where(), err=True)
     _stop_on_signals(runtime, signals, config, server.stop)
     if runtime.exit_status:  # exit_when_unhealthy: a supervisor restarts us
         sys.exit(runtime.exit_status)
@@ -203,6 +205,7 @@ def _serve_granian(app: Any, config: Config) -> None:
     except OSError as exc:  # the port is taken, or the address is not this host's
         raise click.ClickException(f"bind: cannot listen on {config.bind}: {exc.strerror or exc}") from None
     click.echo(f"Jobdeck serving on http://{config.bind} (granian) with {config.workers} workers", err=True)
+    click.echo(docs.where(), err=True)
     granian_server.serve(config)
 
 

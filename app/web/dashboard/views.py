@@ -13,6 +13,7 @@ from typing import Any
 from flask import Blueprint, abort, current_app, flash, redirect, render_template, request, session, url_for
 
 from app.deck import Jobdeck
+from app.docs import DOCS_PORT, DOCS_URL
 from app.errors import JobNotFound
 from app.states import SOURCES, AttemptOutcome, State, Transition, allowed
 from app.store import JobRecord
@@ -118,6 +119,8 @@ def _layout() -> dict[str, Any]:
         "SOURCES": SOURCES,
         "tab_of": tab_of,
         "allowed": allowed,
+        "docs_port": DOCS_PORT,
+        "docs_url": DOCS_URL,
     }
 
 
