@@ -237,6 +237,8 @@ def free_port() -> int:
 def clean_env(**extra: str) -> dict[str, str]:
     """This environment without JOBDECK_* settings, which would change what the examples do."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDECK_")}
+    # The commands' python3 and jobdeck are this interpreter's, activated or not.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     return {**env, **extra}
 
