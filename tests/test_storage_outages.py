@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from dashboard_support import HTMX, csrf_token, make_dash_app
-from sqlalchemy import event
 
 from app import create_app
 from app.deck import Jobdeck
@@ -27,36 +26,7 @@ from app.store import storage
 from app.store.faults import DISK_FULL, READ_ONLY, outage_of
 from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
-
-
-class Limits:
-    """What each connection of an engine is held to at checkout."""
-
-    def __init__(self, deck: Jobdeck) -> None:
-        self.read_only = False
-        self.max_pages: int | None = None
-        self.probes = 0
-        event.listen(deck.store.engine, "checkout", self._apply)
-        probe = deck.store.storage._write_probe
-
-        def counted(now: Any) -> None:
-            self.probes += 1
-            probe(now)
-
-        deck.store.storage._write_probe = counted  # type: ignore[method-assign]
-
-    def _apply(self, dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
-        dbapi_conn.execute(f"PRAGMA query_only = {int(self.read_only)}")
-        pages = self.max_pages or 1 << 30
-        dbapi_conn.execute(f"PRAGMA max_page_count = {pages}")
-
-    def fill(self, deck: Jobdeck) -> None:
-        """The database may not grow by a page from now on."""
-        raw = deck.store.engine.raw_connection()
-        try:
-            self.max_pages = raw.driver_connection.execute("PRAGMA page_count").fetchone()[0]
-        finally:
-            raw.close()
+from tests.outage_support import Limits
 
 
 @pytest.fixture
