@@ -302,7 +302,38 @@ def validate(config: Config) -> None:
     if not (url.startswith("sqlite") or url.startswith("postgresql")):
         raise ConfigError(f"database_url: only sqlite:// and postgresql+psycopg:// are supported, got {url!r}")
     _check_non_retryable(config)
+    _check_option_names(config)
     check_snooze_config(config)
+
+
+QUEUE_OPTIONS = frozenset({"concurrency", "rate", "rate_key", "concurrency_key"})
+"""What a ``[queues.NAME]`` table may set (``app.queues``, ``app.flow``)."""
+TYPE_OPTIONS = QUEUE_OPTIONS | {"unique", "non_retryable", "max_snoozes", "capture_logging"}
+"""What a ``[types."T"]`` table may set: the queue's options, and ``app.unique``'s,
+``non_retryable``, ``app.snooze``'s and ``app.joblogs``' own."""
+_HANDLER_ONLY = {"timeout", "max_retries", "queue", "priority", "backoff_base", "backoff_cap"}
+"""Options of ``@handler`` that a ``[types."T"]`` table cannot set: named in the error."""
+
+
+def _check_option_names(config: Config) -> None:
+    """A key that no part of Jobdeck reads is refused: ``timeout = 30`` under
+    ``[types."T"]`` was silently ignored, and the job ran without one."""
+    for table, allowed in (("queues", QUEUE_OPTIONS), ("types", TYPE_OPTIONS)):
+        entries = config.extra.get(table)
+        if not isinstance(entries, dict):
+            continue  # a malformed table is named by the part that reads it
+        for name, options in entries.items():
+            if not isinstance(options, dict):
+                continue
+            for key in sorted(set(options) - allowed, key=str):
+                hint = (
+                    f"; {key} is an option of @handler({key}=...) in the code"
+                    if table == "types" and key in _HANDLER_ONLY
+                    else ""
+                )
+                raise ConfigError(
+                    f"{table}.{name}: unknown key {str(key)[:80]!r} (known: {', '.join(sorted(allowed))}){hint}"
+                )
 
 
 def non_retryable(config: Config, job_type: str) -> tuple[str, ...]:

@@ -56,3 +56,30 @@ def test_a_types_table_naming_no_known_type_is_warned_about_at_start(make_deck, 
         make_deck(types={"demo.nop": {"max_snoozes": 3}, "demo.noop": {"concurrency": 2}})
     warned = [r.getMessage() for r in caplog.records if r.name == "jobdeck" and "[types." in r.getMessage()]
     assert len(warned) == 1 and '[types."demo.nop"]' in warned[0] and "demo.noop" in warned[0], warned
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[types."demo.noop"]\ntimeout = 30\n', "types.demo.noop: unknown key 'timeout'"),
+        ("[queues.mail]\nconcurency = 2\n", "queues.mail: unknown key 'concurency' (known: concurrency, "),
+        ("[queues.mail]\nunique = true\n", "queues.mail: unknown key 'unique'"),
+    ],
+)
+def test_an_option_no_part_reads_is_refused_not_ignored(tmp_path, text, message) -> None:
+    """``timeout = 30`` under ``[types."T"]`` was accepted and did nothing: the job ran without one."""
+    path = tmp_path / "jobdeck.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load(path=path, env={})
+    assert message in str(info.value)
+    if "timeout" in text:
+        assert "@handler(timeout=...)" in str(info.value)
+
+
+def test_the_option_lists_are_what_the_code_reads() -> None:
+    """The refusal above names every key some part reads, and only those."""
+    from app.config import QUEUE_OPTIONS, TYPE_OPTIONS
+    from tests.test_docs_reference import _option_reads
+
+    assert _option_reads() == (set(QUEUE_OPTIONS), set(TYPE_OPTIONS))
