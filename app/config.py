@@ -62,6 +62,12 @@ class Config:
     """Seconds an HTTP connection may sit idle (no request in progress)
     before the server closes it (waitress's default: 120). Checked every
     ``http_channel_timeout / 2`` seconds, at most every 30."""
+    http_body_timeout: float = 30.0
+    """Seconds a request's body may take to arrive once its headers have
+    (waitress: the whole request, from its first byte). A slower request is
+    answered 408 and its connection closed. A body being received holds no
+    thread on either server, so slow clients cannot take the threads the
+    others need; this bounds how long each holds a connection."""
     sqlite_synchronous: str = "FULL"
     """FULL: an acknowledged job survives a power cut. NORMAL: faster; a
     power cut may lose the last transactions (never corrupts)."""
@@ -163,7 +169,7 @@ HTTP_SERVERS = ("waitress", "granian")
 # Keys read from the environment as JOBDECK_<KEY upper-cased>.
 ENV_KEYS = (
     "database_url", "instance_path", "bind", "workers", "http_server", "http_threads",
-    "http_connection_limit", "http_channel_timeout",
+    "http_connection_limit", "http_channel_timeout", "http_body_timeout",
     "sqlite_synchronous", "handler_modules", "external_types", "demo",
     "api_token", "secret_key", "secure_cookies", "max_payload_bytes", "default_max_retries",
     "poll_interval", "heartbeat_interval", "stall_timeout", "sweep_interval",
@@ -272,7 +278,7 @@ def validate(config: Config) -> None:
 
     positive("workers", allow_zero=True)
     positive("default_max_retries", allow_zero=True)
-    for key in ("http_threads", "http_connection_limit", "http_channel_timeout",
+    for key in ("http_threads", "http_connection_limit", "http_channel_timeout", "http_body_timeout",
                 "max_payload_bytes", "backoff_base", "backoff_cap", "poll_interval",
                 "heartbeat_interval", "stall_timeout", "sweep_interval", "claim_batch",
                 "max_abandoned_threads", "sqlite_busy_timeout", "clock_skew_warn",

@@ -1,11 +1,15 @@
 """granian (a Rust HTTP server with a WSGI interface) as ``jobdeck serve``
 runs it when ``http_server = "granian"``.
 
-granian reads, parses and writes HTTP in Rust, outside the GIL; only the
-WSGI call itself runs Python, on ``http_threads`` blocking threads. Idle
+granian reads, parses and writes HTTP in Rust, outside the GIL. The app is
+served through granian's RSGI interface (``app.web.buffered_wsgi``): a
+request's body is read on granian's event loop, within
+``http_body_timeout``, and only then does the WSGI call take one of
+``http_threads`` threads, so slow clients hold no thread. Idle
 connections are tokio tasks: they hold no thread, and a connection that
 sends no request for ``http_channel_timeout`` seconds (at most 60, granian's
-limit) is closed.
+limit) is closed. granian holds ``http_connection_limit`` connections at
+once; more wait to be accepted.
 
 Processes: this process is granian's supervisor. It binds the socket and
 forks exactly one worker process, which builds the app and starts the
@@ -95,15 +99,15 @@ def serve(config: Config) -> None:
     deadline = multiprocessing.Value("d", 0.0, lock=False)
     """When the runtime's grace ends, counted from the first signal (a
     monotonic time, the same clock in both processes)."""
-    connection_limit(config)  # raises the open-file limit for the idle connections
+    connections = connection_limit(config)  # also raises the open-file limit for the idle connections
     idle_ms = min(MAX_IDLE_SECONDS, max(1, math.ceil(config.http_channel_timeout))) * 1000
     server = Supervisor(
         "jobdeck",  # a name only: ``_load`` builds the app
         address=config.host,
         port=config.port,
-        interface=Interfaces.WSGI,
+        interface=Interfaces.RSGI,
         workers=1,
-        blocking_threads=config.http_threads,
+        backpressure=connections,
         http1_settings=HTTP1Settings(header_read_timeout=idle_ms),
         websockets=False,
         log_enabled=True,
@@ -111,7 +115,6 @@ def serve(config: Config) -> None:
         respawn_failed_workers=False,
         workers_kill_timeout=math.ceil(config.shutdown_grace) + KILL_MARGIN,
     )
-    logging.getLogger("_granian").addFilter(_not_the_thread_warning)
     server.serve(target_loader=partial(_load, config, deadline), wrap_loader=True)
 
 
@@ -145,6 +148,7 @@ def _load(config: Config, deadline: Any, _target: str) -> Any:
     dies with the supervisor (``_die_with_parent``)."""
     from app import create_app
     from app.runtime import Runtime
+    from app.web.buffered_wsgi import BufferedWsgi
 
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
@@ -153,7 +157,12 @@ def _load(config: Config, deadline: Any, _target: str) -> Any:
     runtime = Runtime.for_app(app)
     runtime.start()
     multiprocessing.util.Finalize(runtime, _stop, args=(runtime, config.shutdown_grace, deadline), exitpriority=10)
-    return app
+    return BufferedWsgi(
+        app,
+        threads=config.http_threads,
+        body_timeout=config.http_body_timeout,
+        max_body=app.config["MAX_CONTENT_LENGTH"],
+    )
 
 
 def _stop(runtime: Any, grace: float, deadline: Any) -> None:
@@ -184,12 +193,6 @@ def _die_with_parent() -> None:
         pass
     if os.getppid() == 1:  # the supervisor died before the request took effect
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _not_the_thread_warning(record: logging.LogRecord) -> bool:
-    """granian warns at every start that more than 2 x cores + 1 blocking
-    threads "seems quite high"; here they are chosen (``http_threads``)."""
-    return "Python threads" not in record.getMessage()
 
 
 def _granian_level() -> Any:

@@ -10,6 +10,13 @@ uses ``poll``, since the select call cannot watch a descriptor above 1023.
 Each connection is a file descriptor, so the process's soft limit is raised
 to fit, up to the hard limit.
 
+waitress reads a request whole before a thread runs it, so slow clients
+hold no thread; a request still arriving ``http_body_timeout`` seconds
+after its first byte is answered 408 and its connection closed
+(``_Channel``), and a request carrying both ``Content-Length`` and
+``Transfer-Encoding`` is refused with 400 (``_Parser``): waitress would
+read the chunked body and answer the request smuggled after it.
+
 The loop runs on its own thread; the main thread waits for signals
 (``app.shutdown``) and stops it through waitress's trigger, so the stop
 runs inside the loop, between two polls, never as an exception.
@@ -17,14 +24,19 @@ runs inside the loop, between two polls, never as an exception.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import threading
+import time
 from typing import Any
 
 from waitress import create_server, wasyncore
+from waitress.channel import HTTPChannel
+from waitress.parser import HTTPRequestParser, ParsingError
 
 from app.config import Config
+from app.validation import max_body_bytes
 
 log = logging.getLogger("jobdeck.http")
 
@@ -61,22 +73,78 @@ def connection_limit(config: Config) -> int:
     return max(1, min(wanted, allowed))
 
 
+class _Parser(HTTPRequestParser):  # type: ignore[misc]
+    """waitress's parser, which notes when a request's first byte came and
+    refuses two framings of one body."""
+
+    def __init__(self, adj: Any) -> None:
+        super().__init__(adj)
+        self.began = time.monotonic()
+
+    def parse_header(self, header_plus: bytes) -> None:
+        super().parse_header(header_plus)
+        framed = self.chunked or "TRANSFER_ENCODING" in self.headers
+        if framed and "CONTENT_LENGTH" in self.headers:
+            raise ParsingError("Content-Length and Transfer-Encoding together")
+
+
+class _Channel(HTTPChannel):  # type: ignore[misc]
+    parser_class = _Parser
+
+    def cut_if_slow(self, began_before: float, timeout: float) -> None:
+        """On the loop's thread: answer 408 and close once flushed if the
+        request being received began before ``began_before``. Skipped while
+        an earlier request of this connection is being answered: its
+        response goes first, and the next sweep comes back."""
+        with self.requests_lock:
+            request: Any = self.request  # type: ignore[has-type]
+            if request is None or self.requests or request.began >= began_before:
+                return
+            body = (
+                json.dumps({"error": f"the request did not arrive within {timeout:g} s (http_body_timeout)"}) + "\n"
+            ).encode()
+            answer = (
+                b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            with self.outbuf_lock:
+                self.outbufs[-1].append(answer)
+                self.current_outbuf_count += len(answer)
+                self.total_outbufs_len += len(answer)
+            self.request = None
+            self.close_when_flushed = True
+
+
 class HttpServer:
     """waitress on a thread of its own, stopped from any other thread."""
 
     def __init__(self, app: Any, config: Config) -> None:
         timeout = max(1, math.ceil(config.http_channel_timeout))
+        body_timeout = config.http_body_timeout
         self.server: Any = create_server(
             app,
             host=config.host,
             port=config.port,
             threads=config.http_threads,
             connection_limit=connection_limit(config),
+            # waitress's own default is 1 GB, spooled to a file before the app refuses it
+            max_request_body_size=max_body_bytes(config.max_payload_bytes) + 1,
             channel_timeout=timeout,
-            cleanup_interval=max(1, min(30, timeout // 2)),
+            cleanup_interval=max(1, min(30, timeout // 2, math.floor(body_timeout / 4))),
             asyncore_use_poll=True,
             ident="jobdeck",
         )
+        self.server.channel_class = _Channel
+        idle_sweep = self.server.maintenance
+
+        def maintenance(now: float) -> None:
+            idle_sweep(now)
+            began_before = time.monotonic() - body_timeout
+            for channel in list(self.server.active_channels.values()):
+                if isinstance(channel, _Channel):
+                    channel.cut_if_slow(began_before, body_timeout)
+
+        self.server.maintenance = maintenance
         self._thread = threading.Thread(target=self._run, name="jobdeck-http", daemon=True)
 
     @property
