@@ -112,6 +112,16 @@ class Config:
     sqlite_busy_timeout: float = 30.0
     """Seconds a SQLite write waits for another process's lock before it
     fails with "database is locked" (the API then answers 503)."""
+    request_lock_timeout: float = 5.0
+    """PostgreSQL: seconds a statement of an HTTP request (API or
+    dashboard) waits for a lock before it fails and the request is answered
+    503 with ``Retry-After``, having committed nothing: a held ``LOCK
+    TABLE`` otherwise kept enqueues waiting past their clients' timeouts, to
+    commit them later, so a retry without a key stored the job twice. 0: no
+    limit. The worker pool and maintenance wait as long as they need."""
+    request_statement_timeout: float = 30.0
+    """PostgreSQL: seconds one statement of an HTTP request may run before
+    it is cancelled (503). 0: no limit."""
     allowed_hosts: list[str] = field(default_factory=list)
     """Host names besides ``localhost`` and loopback addresses that an open
     deployment (no ``[users]``) answers to. A web page that rebinds its own
@@ -175,6 +185,7 @@ ENV_KEYS = (
     "poll_interval", "heartbeat_interval", "stall_timeout", "sweep_interval",
     "clock_skew_warn", "clock_check_interval", "shutdown_grace", "claim_batch",
     "auto_migrate", "max_abandoned_threads", "exit_when_unhealthy", "sqlite_busy_timeout",
+    "request_lock_timeout", "request_statement_timeout",
     "allowed_hosts", "log_format",
 )  # fmt: skip
 
@@ -285,6 +296,8 @@ def validate(config: Config) -> None:
                 "clock_check_interval"):  # fmt: skip
         positive(key)
     positive("shutdown_grace", allow_zero=True)
+    positive("request_lock_timeout", allow_zero=True)
+    positive("request_statement_timeout", allow_zero=True)
     if config.claim_batch > 1000:
         raise ConfigError(f"claim_batch: must be at most 1000, got {config.claim_batch}")
     if config.sqlite_synchronous.upper() not in {"FULL", "NORMAL"}:

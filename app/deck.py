@@ -77,6 +77,29 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def _store_of(config: Config) -> Store:
+    """The store on the configured database. On PostgreSQL the HTTP
+    requests get an engine of their own whose sessions carry the request
+    timeouts (``Store.bound_requests``), with ``http_threads`` of the pool
+    (the rest serve the workers and maintenance)."""
+    url = config.resolved_database_url()
+    requests = config.http_threads if url.startswith("postgresql") else 0
+    idle = max(10.0, config.stall_timeout)
+    store = Store(
+        make_engine(
+            url,
+            synchronous=config.sqlite_synchronous,
+            pool_size=max(5, config.workers + config.http_threads + 4 - requests),
+            busy_timeout=config.sqlite_busy_timeout,
+            idle_in_transaction=idle,
+        )
+    )
+    if requests:
+        timeouts = (config.request_lock_timeout, config.request_statement_timeout)
+        store.bound_requests(make_engine(url, pool_size=requests, idle_in_transaction=idle, timeouts=timeouts))
+    return store
+
+
 class Jobdeck:
     def __init__(
         self,
@@ -88,14 +111,7 @@ class Jobdeck:
         self.config = config
         self.registry = registry if registry is not None else default_registry
         if store is None:
-            engine = make_engine(
-                config.resolved_database_url(),
-                synchronous=config.sqlite_synchronous,
-                pool_size=max(5, config.workers + config.http_threads + 4),
-                busy_timeout=config.sqlite_busy_timeout,
-                idle_in_transaction=max(10.0, config.stall_timeout),
-            )
-            store = Store(engine)
+            store = _store_of(config)
         self.store = store
         self.clock: Clock = self._clock_for(clock)
         """What every time this deck writes or compares comes from (``app.clock``)."""

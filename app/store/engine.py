@@ -71,6 +71,7 @@ def make_engine(
     pool_size: int = 10,
     busy_timeout: float = 30.0,
     idle_in_transaction: float = 30.0,
+    timeouts: tuple[float, float] | None = None,
 ) -> Engine:
     """The engine of one database, its connections refused in a child a
     handler forked (``app.forks``).
@@ -79,18 +80,23 @@ def make_engine(
     ends a session of ours left idle inside a transaction. A host cut off
     mid-transaction (a partition) leaves its backend waiting for a COMMIT
     that never comes, holding the row locks of the jobs it beat, and the
-    other hosts' rescue skips locked rows: without this, for hours."""
+    other hosts' rescue skips locked rows: without this, for hours.
+
+    ``timeouts`` (PostgreSQL; seconds, 0 for none): every session's
+    ``lock_timeout`` and ``statement_timeout``."""
     parsed = make_url(url)
     engine = (
         _sqlite_engine(url, synchronous, pool_size, busy_timeout)
         if parsed.get_backend_name() == "sqlite"
-        else _postgres_engine(url, pool_size, idle_in_transaction)
+        else _postgres_engine(url, pool_size, idle_in_transaction, timeouts)
     )
     forks.watch(engine)
     return engine
 
 
-def _postgres_engine(url: str, pool_size: int, idle_in_transaction: float) -> Engine:
+def _postgres_engine(
+    url: str, pool_size: int, idle_in_transaction: float, timeouts: tuple[float, float] | None
+) -> Engine:
     parsed = make_url(url)
     idle_ms = int(idle_in_transaction * 1000)
     engine = create_engine(
@@ -115,6 +121,9 @@ def _postgres_engine(url: str, pool_size: int, idle_in_transaction: float) -> En
         dbapi_conn.autocommit = True
         dbapi_conn.execute("SET TIME ZONE 'UTC'")
         dbapi_conn.execute(f"SET idle_in_transaction_session_timeout = {idle_ms}")
+        if timeouts is not None:
+            lock, statement = (f"{round(seconds * 1000)}ms" for seconds in timeouts)
+            dbapi_conn.execute(f"SET lock_timeout = '{lock}'; SET statement_timeout = '{statement}'")
         dbapi_conn.autocommit = autocommit
 
     @event.listens_for(engine, "checkin")

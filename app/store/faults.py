@@ -50,12 +50,27 @@ OUT_OF_MEMORY = Outage("out_of_memory", 503, 5, "the database is out of memory")
 TOO_MANY_CONNECTIONS = Outage(
     "too_many_connections", 503, 1, "the database has no free connection slots (too many connections)"
 )
+LOCK_TIMEOUT = Outage(
+    "lock_timeout",
+    503,
+    1,
+    "a database lock was held longer than this request may wait (request_lock_timeout): "
+    "nothing of it was stored; retry shortly",
+)
+STATEMENT_TIMEOUT = Outage(
+    "statement_timeout",
+    503,
+    1,
+    "the database cancelled a statement of this request (request_statement_timeout): "
+    "nothing of it was stored; retry shortly",
+)
 
 # SQLSTATEs after which the same statement can succeed on a later try.
 _SQLSTATES = {
     "40001": UNAVAILABLE,  # serialization_failure
     "40P01": UNAVAILABLE,  # deadlock_detected
-    "55P03": UNAVAILABLE,  # lock_not_available (lock_timeout)
+    "55P03": LOCK_TIMEOUT,  # lock_not_available (lock_timeout)
+    "57014": STATEMENT_TIMEOUT,  # query_canceled (statement_timeout, pg_cancel_backend)
     "57P01": UNAVAILABLE,  # admin_shutdown (pg_terminate_backend, a fast shutdown)
     "57P02": UNAVAILABLE,  # crash_shutdown
     "57P03": UNAVAILABLE,  # cannot_connect_now (starting up, recovering)

@@ -3,13 +3,14 @@ dialect: the plumbing every part of ``Store`` shares."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import DBAPIError
 
 from app import forks
@@ -47,6 +48,11 @@ class Transactions:
         )
         """PostgreSQL: the engine in autocommit, for a write that is one
         statement (``single``): no BEGIN and COMMIT round trips around it."""
+        self._for_requests: tuple[Engine, Engine] | None = None
+        """PostgreSQL: the engine whose sessions carry the request timeouts,
+        and its autocommit twin (``bound_requests``)."""
+        self._serving = threading.local()
+        """``on`` while this thread answers an HTTP request (``serving_request``)."""
         self._joined = threading.local()
         """``conn`` set while ``complete_and_claim`` or ``_one_transaction``
         runs: this thread's ``write()`` joins it. ``locked`` while this thread
@@ -76,7 +82,7 @@ class Transactions:
         self._joined.wake = False
         try:
             if self._write_lock is None or (urgent and not getattr(self._joined, "locked", False)):
-                with self.engine.begin() as conn:
+                with self._engines()[0].begin() as conn:
                     yield conn
             else:
                 if not self._write_lock.acquire(blocking=False):
@@ -108,8 +114,9 @@ class Transactions:
             with self.write() as conn:
                 yield conn
             return
-        assert self._autocommit is not None
-        with self._autocommit.connect() as conn:
+        autocommit = self._engines()[1]
+        assert autocommit is not None
+        with autocommit.connect() as conn:
             yield conn
 
     @contextmanager
@@ -122,7 +129,7 @@ class Transactions:
         any other path, and a connection they broke leaves the pool."""
         error = self.engine.dialect.loaded_dbapi.Error
         try:
-            raw = self.engine.raw_connection()  # connecting can fail too: inside the translation
+            raw = self._engines()[0].raw_connection()  # connecting can fail too: inside the translation
         except error as exc:
             raise DBAPIError.instance(None, None, exc, error) from exc
         db = raw.driver_connection
@@ -163,6 +170,39 @@ class Transactions:
             finally:
                 raw.close()
 
+    def bound_requests(self, engine: Engine) -> None:
+        """PostgreSQL: statements run inside ``serving_request`` go to
+        ``engine``, whose sessions carry ``lock_timeout`` and
+        ``statement_timeout`` (``make_engine``), so a request blocked on a
+        lock fails (503) before its client gives up, having committed
+        nothing. The worker pool and maintenance keep this store's own
+        engine, without them: their long statements are not cut short.
+        Disposing this store's engine disposes that one too; in a process
+        forked since, without closing the parent's connections."""
+        self._for_requests = (engine, engine.execution_options(isolation_level="AUTOCOMMIT"))
+        built_in = os.getpid()
+
+        @event.listens_for(self.engine, "engine_disposed")
+        def _dispose_too(_engine: Engine) -> None:
+            engine.dispose(close=os.getpid() == built_in)
+
+    @contextmanager
+    def serving_request(self) -> Iterator[None]:
+        """This thread answers an HTTP request: its statements run under the
+        request timeouts (``bound_requests``)."""
+        outer = getattr(self._serving, "on", False)
+        self._serving.on = True
+        try:
+            yield
+        finally:
+            self._serving.on = outer
+
+    def _engines(self) -> tuple[Engine, Engine | None]:
+        """The engine for this thread's statements, and its autocommit twin."""
+        if self._for_requests is not None and getattr(self._serving, "on", False):
+            return self._for_requests
+        return self.engine, self._autocommit
+
     def outside(self) -> bool:
         """PostgreSQL, and no transaction of this thread's open: a write of
         one statement runs alone in autocommit (``single``, ``alone``)."""
@@ -174,7 +214,7 @@ class Transactions:
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
-        with self.engine.connect() as conn:
+        with self._engines()[0].connect() as conn:
             conn = conn.execution_options(**{READONLY: True})
             with conn.begin():
                 yield conn

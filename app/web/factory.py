@@ -48,6 +48,7 @@ def create_app(
     app.config["SECRET_KEY"] = config.secret_key or secrets.token_hex(32)
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes(config.max_payload_bytes)
     app.extensions["jobdeck"] = deck
+    app.wsgi_app = _under_request_timeouts(app.wsgi_app, deck)  # type: ignore[method-assign]
     Htmx(app)
 
     from app.web.api import artifacts, effects, errors, jobs, logs, queues
@@ -72,6 +73,17 @@ def create_app(
     if config.secure_cookies:
         app.after_request(_strict_transport)
     return app
+
+
+def _under_request_timeouts(wsgi_app: Any, deck: Jobdeck) -> Any:
+    """Every statement a request makes runs under the request timeouts
+    (PostgreSQL: ``request_lock_timeout``, ``request_statement_timeout``)."""
+
+    def serve(environ: Any, start_response: Any) -> Any:
+        with deck.store.serving_request():
+            return wsgi_app(environ, start_response)
+
+    return serve
 
 
 def deck_of(app: Flask) -> Jobdeck:
