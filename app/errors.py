@@ -133,6 +133,23 @@ class DeadLetter(Exception):
     retryable = False
 
 
+class ResultTooLarge(JobdeckError, DeadLetter):
+    """A handler's result over ``max_result_bytes`` (as stored: compact
+    UTF-8 JSON). The attempt fails and is not retried (the same handler
+    would return it again, after redoing its work); an HTTP worker's
+    completion carrying one is refused with 413. A result is stored in the
+    job's row and sent whole wherever the job is shown: a large output
+    belongs in an artifact."""
+
+    status_code = 413
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"the result is {size:,} bytes as JSON, over max_result_bytes ({limit:,}): store a large output "
+            "as an artifact (ctx.artifact(name, data) in a handler) and return a small reference to it"
+        )
+
+
 class EffectOutcomeUnknown(DeadLetter):
     """An earlier attempt started the effect and never said how it ended:
     performing it again might do it twice, skipping it might never do it."""

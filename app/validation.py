@@ -22,7 +22,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from app.errors import InvalidField
+from app.errors import InvalidField, ResultTooLarge
 from app.states import PRIORITY_LABELS
 
 INT64_MAX = 2**63 - 1
@@ -152,6 +152,14 @@ def parse_int(raw: str, field: str, low: int, high: int = INT64_MAX) -> int:
 def fits_id(value: int) -> bool:
     """Whether ``value`` can be a row id (a positive BIGINT)."""
     return 1 <= value <= INT64_MAX
+
+
+def check_result_size(text: str, max_bytes: int) -> None:
+    """Raise ``ResultTooLarge`` when ``text`` (a result's compact JSON) is
+    over ``max_bytes`` in UTF-8 (``max_result_bytes``); a character is at
+    most 4 bytes, so only a text near the limit is encoded to count."""
+    if len(text) * 4 > max_bytes and (size := len(text.encode("utf-8", "surrogatepass"))) > max_bytes:
+        raise ResultTooLarge(size, max_bytes)
 
 
 def max_body_bytes(max_payload_bytes: int) -> int:

@@ -36,7 +36,7 @@ from app.store.faults import is_transient
 from app.worker.acks import Acknowledging
 from app.worker.lease import LEASE_LOST, Lease, SetAside
 from app.worker.monitor import Monitoring
-from app.worker.results import awaited, first_line, format_traceback, jsonable, safe_repr
+from app.worker.results import awaited, first_line, format_traceback, storable_result
 from app.worker.shared import RETRY_CAP, STOP_MARGIN, Slot, log
 from app.worker.spool import AckSpool
 
@@ -81,6 +81,7 @@ class WorkerPool(Acknowledging, Monitoring):
         self.heartbeat_interval = heartbeat_interval or cfg.heartbeat_interval
         self.queues = queues
         self.max_abandoned_threads = cfg.max_abandoned_threads
+        self.max_result_bytes = cfg.max_result_bytes
         self.on_unhealthy = on_unhealthy
         """Called once, from the monitor thread, when the pool turns unhealthy
         (``app.runtime`` uses it for ``exit_when_unhealthy``)."""
@@ -362,7 +363,7 @@ class WorkerPool(Acknowledging, Monitoring):
                 forks.leave(0, f"the end of job {job.id}'s handler")
             if isinstance(result, Snooze):
                 raise result  # returned or raised, one path
-            outcome.result = result
+            outcome.result = storable_result(result, self.max_result_bytes)
         except BaseException as exc:
             # SystemExit and KeyboardInterrupt from a handler (sys.exit() in
             # library code, a stray raise) are the handler's failure like any
@@ -401,8 +402,6 @@ class WorkerPool(Acknowledging, Monitoring):
             return slot
         with self._lock:
             self._avg_duration = elapsed if self._avg_duration is None else 0.9 * self._avg_duration + 0.1 * elapsed
-        if outcome.result is not None and not jsonable(outcome.result):
-            outcome.result = safe_repr(outcome.result)
         if buffer.has_pending():  # the acker writes it before the outcome, one transaction per batch
             outcome.log = buffer
         self._acks.put(outcome)

@@ -11,6 +11,11 @@ import traceback
 from collections.abc import Awaitable
 from typing import Any
 
+from app.validation import check_result_size
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+"""As the store writes a result."""
+
 
 def first_line(exc: BaseException) -> str:
     try:
@@ -34,15 +39,20 @@ def safe_repr(value: object) -> str:
         return f"<unrepresentable {type(value).__name__}>"
 
 
-def jsonable(value: object) -> bool:
-    """Whether a handler's result can be stored and served as strict JSON:
-    NaN or Infinity would be stored and sent back as JSON that strict clients
-    refuse, like the API refuses them in a payload."""
+def storable_result(value: object, max_bytes: int) -> object:
+    """A handler's result as it is stored: itself when it is strict JSON,
+    else its repr (NaN or Infinity would be stored and sent back as JSON that
+    strict clients refuse, like the API refuses them in a payload). Raises
+    ``ResultTooLarge`` past ``max_bytes`` of compact UTF-8 JSON."""
+    if value is None:
+        return None
     try:
-        json.dumps(value, allow_nan=False)
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError, RecursionError):
-        return False
-    return True
+        value = safe_repr(value)
+        text = json.dumps(value, ensure_ascii=False)
+    check_result_size(text, max_bytes)
+    return value
 
 
 def awaited(result: Awaitable[Any]) -> Any:

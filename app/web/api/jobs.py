@@ -18,7 +18,7 @@ from app.store.joblogs import append_lines, count_lines
 from app.store.lifecycle import Seen
 from app.store.reads import record_action
 from app.store.upkeep import HEALTH_WINDOWS, type_health
-from app.validation import INT64_MAX, MAX_SEARCH_CHARS, check_text, loads, parse_int, parse_time
+from app.validation import INT64_MAX, MAX_SEARCH_CHARS, check_result_size, check_text, loads, parse_int, parse_time
 from app.web.guard import authenticate
 from app.web.serialize import enqueue_waiting, iso, job_json
 
@@ -199,8 +199,11 @@ def complete(job_id: int) -> Any:
     data = _body()
     now = deck.clock()
     worker_id = _worker_id(data)
+    result = data.get("result")
+    if result is not None:
+        check_result_size(json.dumps(result, ensure_ascii=False, separators=(",", ":")), deck.config.max_result_bytes)
     _last_lines(deck, job_id, worker_id, data, now)
-    job = deck.store.complete(job_id, worker_id, now, result=data.get("result"))
+    job = deck.store.complete(job_id, worker_id, now, result=result)
     return jsonify(job_json(job, now))
 
 

@@ -469,10 +469,21 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
                             "required": ["worker_id"],
                             "properties": {
                                 "worker_id": _WORKER_ID,
-                                "result": {"description": f"Any JSON, at most {MAX_JSON_DEPTH} levels deep"},
+                                "result": {
+                                    "description": f"Any JSON, at most {MAX_JSON_DEPTH} levels deep and "
+                                    "`max_result_bytes` (default 1 MiB) as compact UTF-8 JSON"
+                                },
                             },
                         }
                     ),
+                    "responses": {
+                        **job_action["responses"],
+                        "413": _json(
+                            _ref("Error"),
+                            "The request body is over the server's cap, or the result is over `max_result_bytes` "
+                            "(the job stays running: keep large outputs elsewhere and complete with a reference)",
+                        ),
+                    },
                 }
             },
             "/api/jobs/{job_id}/fail": {
