@@ -99,7 +99,7 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
     job_type: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": MAX_TYPE_CHARS}
     if types:
         job_type = {"type": "string", "enum": sorted(types)}
-    job_action = {
+    job_action: dict[str, Any] = {
         "parameters": [_JOB_ID],
         "requestBody": _body(_WORKER),
         "responses": {"200": _json(_ref("Job"), "The job as it now stands"), **_JOB_ERRORS},
