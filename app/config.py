@@ -83,6 +83,11 @@ class Config:
     browser refuses plain HTTP to this host for a year. Leave off for plain
     HTTP, or the browser drops the cookie and nobody can sign in."""
     max_payload_bytes: int = 65536
+    max_list_bytes: int = 2097152
+    """The most bytes of payloads, results and errors one page of jobs
+    carries (``GET /api/jobs``, the dashboard's lists): the page ends early,
+    with more to come, where the next job would pass it. A field larger
+    than this by itself is left out of lists (``app.store.listing``)."""
     max_result_bytes: int = 1048576
     """The largest result a handler may return (or an HTTP worker complete
     with), as compact UTF-8 JSON. A result lives in the job's row and is
@@ -187,7 +192,8 @@ ENV_KEYS = (
     "database_url", "instance_path", "bind", "workers", "http_server", "http_threads",
     "http_connection_limit", "http_channel_timeout", "http_body_timeout",
     "sqlite_synchronous", "handler_modules", "external_types", "demo",
-    "api_token", "secret_key", "secure_cookies", "max_payload_bytes", "max_result_bytes", "default_max_retries",
+    "api_token", "secret_key", "secure_cookies", "max_payload_bytes", "max_result_bytes", "max_list_bytes",
+    "default_max_retries",
     "poll_interval", "heartbeat_interval", "stall_timeout", "sweep_interval",
     "clock_skew_warn", "clock_check_interval", "shutdown_grace", "claim_batch",
     "auto_migrate", "max_abandoned_threads", "exit_when_unhealthy", "sqlite_busy_timeout",
@@ -296,7 +302,7 @@ def validate(config: Config) -> None:
     positive("workers", allow_zero=True)
     positive("default_max_retries", allow_zero=True)
     for key in ("http_threads", "http_connection_limit", "http_channel_timeout", "http_body_timeout",
-                "max_payload_bytes", "max_result_bytes", "backoff_base", "backoff_cap", "poll_interval",
+                "max_payload_bytes", "max_result_bytes", "max_list_bytes", "backoff_base", "backoff_cap", "poll_interval",
                 "heartbeat_interval", "stall_timeout", "sweep_interval", "claim_batch",
                 "max_abandoned_threads", "sqlite_busy_timeout", "clock_skew_warn",
                 "clock_check_interval"):  # fmt: skip

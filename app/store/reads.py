@@ -29,6 +29,7 @@ from sqlalchemy import Select, and_, case, exists, func, insert, literal_column,
 from app.states import AttemptOutcome, State
 from app.store import statements
 from app.store.lifecycle import JobFilter, JobRecord, Store, filtered
+from app.store.listing import list_within
 from app.store.models import (
     ERROR_STATES,
     attempts,
@@ -66,17 +67,19 @@ class Page:
     """``after_id`` for the previous (newer) page, None on the first."""
 
 
-def list_page(store: Store, f: JobFilter, now: datetime) -> Page:
-    """One page, newest first, by keyset on id: never OFFSET."""
-    rows = store.list_jobs(replace(f, limit=f.limit + 1), now)
+def list_page(store: Store, f: JobFilter, now: datetime, max_bytes: int) -> Page:
+    """One page, newest first, by keyset on id: never OFFSET. Its rows
+    carry their errors (at most ``max_bytes`` of them), not their payloads
+    or results: a list shows neither (``app.store.listing``)."""
+    rows, cut = list_within(store, replace(f, limit=f.limit + 1), now, max_bytes, fields=("error",))
     if f.after_id is not None:
         # Paging newer: the extra row is beyond the newest end.
-        more_newer = len(rows) > f.limit
+        more_newer = cut or len(rows) > f.limit
         rows = rows[-f.limit :] if more_newer else rows
         newer = rows[0].id if rows and more_newer else None
         older = rows[-1].id if rows and _exists(store, f, now, below=rows[-1].id) else None
         return Page(rows, older, newer)
-    more_older = len(rows) > f.limit
+    more_older = cut or len(rows) > f.limit
     rows = rows[: f.limit]
     older = rows[-1].id if more_older and rows else None
     newer = None

@@ -57,6 +57,10 @@ class JobRecord:
     deps_left: int | None = None
     """Dependencies not completed yet, while blocked."""
     on_dependency_failure: str | None = None
+    omitted: tuple[str, ...] = ()
+    """Of ``payload``, ``result`` and ``error``, those a list bounded by
+    bytes left out (``app.store.listing``): here ``{}`` or None, not the
+    job's; the job read alone has them."""
 
     @classmethod
     def from_row(cls, row: Any) -> JobRecord:
@@ -65,7 +69,7 @@ class JobRecord:
             id=m["id"],
             type=m["type"],
             queue=m["queue"],
-            payload=json.loads(m["payload"]),
+            payload={} if m["payload"] is None else json.loads(m["payload"]),  # None: left out of a list
             priority=m["priority"],
             status=State(m["status"]),
             attempt=m["attempt"],

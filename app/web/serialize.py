@@ -63,6 +63,8 @@ def job_json(job: JobRecord, now: datetime, attempts: list[AttemptRecord] | None
         "batch_id": job.batch_id,
         "step": job.step,
     }
+    if job.omitted:  # a list bounded by bytes left these out (``app.store.listing``)
+        data.update(dict.fromkeys(job.omitted), omitted=list(job.omitted))
     reasons = request_waiting()
     if reasons is not None:
         data["waiting_reason"] = reasons.of(job)

@@ -16,6 +16,7 @@ from app.states import State
 from app.store import JobFilter
 from app.store.joblogs import append_lines, count_lines
 from app.store.lifecycle import Seen
+from app.store.listing import list_within
 from app.store.reads import record_action
 from app.store.upkeep import HEALTH_WINDOWS, type_health
 from app.validation import INT64_MAX, MAX_SEARCH_CHARS, check_result_size, check_text, loads, parse_int, parse_time
@@ -303,8 +304,8 @@ def index() -> Any:
         limit=limit + 1,
     )
     now = deck.clock()
-    jobs = deck.store.list_jobs(f, now)
-    more = len(jobs) > limit
+    jobs, cut = list_within(deck.store, f, now, deck.config.max_list_bytes)
+    more = cut or len(jobs) > limit
     jobs = jobs[:limit]
     return jsonify({"jobs": [job_json(j, now) for j in jobs], "next_cursor": jobs[-1].id if more else None})
 

@@ -626,6 +626,9 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
 
     doc["paths"].update(openapi_logs.paths())
     openapi_logs.amend(doc)
+    from app.web.api import openapi_lists
+
+    openapi_lists.install(doc)
     for path, operations in doc["paths"].items():
         if path == "/api/openapi.json":
             continue

@@ -216,7 +216,7 @@ def _list(tab: Tab, source: Any = None) -> dict[str, Any]:
     now = d.clock()
     args = ListArgs.parse(request.args if source is None else source)
     paged = args.job_filter(tab, PAGE_SIZE)
-    page = list_page(d.store, paged, now)
+    page = list_page(d.store, paged, now, d.config.max_list_bytes)
     # Counted right after the rows, not from the overview's snapshot, and
     # under the same filter: a tab's badge must agree with the rows it heads.
     counts = badge_counts(d.store, paged, now, BADGE_WINDOW, page)
