@@ -40,6 +40,7 @@ whole, as one waitress process would, and the crash matrix holds for both.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import math
 import multiprocessing
@@ -67,7 +68,7 @@ def serve(config: Config) -> None:
     """Serve until signalled; returns after a graceful stop. Raises
     SystemExit (non-zero) if the worker exited on its own. Call
     ``check_bindable`` first: granian reports a failed bind as a traceback."""
-    from granian.constants import Interfaces
+    from granian.constants import Interfaces, Loops
     from granian.http import HTTP1Settings
     from granian.server import MPServer
 
@@ -106,6 +107,7 @@ def serve(config: Config) -> None:
         address=config.host,
         port=config.port,
         interface=Interfaces.RSGI,
+        loop=Loops.uvloop if importlib.util.find_spec("uvloop") else Loops.asyncio,  # the faster loop (pyproject)
         workers=1,
         backpressure=connections,
         http1_settings=HTTP1Settings(header_read_timeout=idle_ms),
