@@ -33,7 +33,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from app.store.engine import LOCK_WAIT
-from app.store.faults import Outage, outage_of
+from app.store.faults import LOCK_TIMEOUT, STATEMENT_TIMEOUT, Outage, outage_of
 from app.store.models import maintenance_marks
 from app.store.statements import dialect_insert
 
@@ -77,7 +77,12 @@ class StorageHealth:
         return outage_of(exc, self.where)
 
     def failed(self, outage: Outage) -> None:
-        """A real write met ``outage``: health says so until a write lands."""
+        """A real write met ``outage``: health says so until a write lands.
+        Not a request's lock or statement timeout: a lock held longer than a
+        request may wait says nothing of the storage, and behind one ``LOCK
+        TABLE`` every process would turn unhealthy at once."""
+        if outage in (LOCK_TIMEOUT, STATEMENT_TIMEOUT):
+            return
         now = time.monotonic()
         with self._state:
             if self._outage is None:

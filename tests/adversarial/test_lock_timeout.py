@@ -82,6 +82,7 @@ def test_an_enqueue_blocked_by_a_held_lock_answers_503_and_stores_nothing(tmp_pa
             f"{server.url}/api/jobs", {"type": "demo.noop", "payload": {"blocked": 1}}
         )
         page_status, _, page, page_seconds = _request(f"{server.url}/jobs")
+        health_status = _request(f"{server.url}/api/health")[0]
         still_held = time.monotonic() - held_since < HELD
         release.set()
         holder.join(10)
@@ -94,7 +95,8 @@ def test_an_enqueue_blocked_by_a_held_lock_answers_503_and_stores_nothing(tmp_pa
         assert still_held, "the lock was released before the answers came: they say nothing"
         assert seconds < LOCK_TIMEOUT + 2, f"the blocked enqueue took {seconds:.2f} s to answer"
         assert headers.get("Retry-After"), dict(headers)
-        assert json.loads(body)["error"], body
+        assert json.loads(body)["cause"] == "lock_timeout" and "request_lock_timeout" in json.loads(body)["error"], body
+        assert health_status == 200, "a lock held past a request's patience turned the process unhealthy"
         assert page_status == 503 and page_seconds < LOCK_TIMEOUT + 2, (page_status, page_seconds, page[:300])
 
         assert _request(f"{server.url}/api/jobs", {"type": "demo.noop", "payload": {"after": 1}})[0] == 201

@@ -121,7 +121,7 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
                         "cause": {
                             "type": "string",
                             "description": "Why the database cannot take it now (503, 507): unavailable, disk_full, "
-                            "read_only, storage_error, out_of_memory or too_many_connections",
+                            "read_only, storage_error, out_of_memory, too_many_connections, lock_timeout or statement_timeout",
                         },
                     },
                 },
