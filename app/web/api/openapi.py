@@ -58,6 +58,7 @@ _FULL = _json(_ref("Error"), "The database's disk is full (`cause` `disk_full`);
 _ERRORS = {
     "400": _json(_ref("Error"), "Malformed JSON (or not UTF-8)"),
     **_UNAUTHORIZED,
+    "408": _json(_ref("Error"), "The body took longer than `http_body_timeout` to arrive; the connection is closed"),
     "413": _json(
         _ref("Error"), "The request body is over the server's cap (three times `max_payload_bytes` plus 64 KiB)"
     ),
