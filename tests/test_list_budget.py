@@ -78,3 +78,21 @@ def test_the_api_pages_by_bytes_and_its_answers_conform(make_deck: Any) -> None:
 
     small = check(client.get("/api/jobs?limit=1"), "/api/jobs", "get")
     assert [j["id"] for j in small["jobs"]] == [ids[3]] and small["next_cursor"] == ids[3]
+
+
+def test_the_overview_and_workers_lists_read_no_payloads(make_deck: Any) -> None:
+    from app.store.reads import last_dead, running_by_worker
+
+    deck = make_deck(max_payload_bytes=BUDGET * 2)
+    dead = deck.enqueue("demo.noop", _payload(15000), max_retries=0)[0].id
+    held = deck.enqueue("demo.noop", _payload(15000))[0].id
+    now = datetime.now(UTC)
+    claimed = deck.store.claim("w1", now, limit=2)
+    assert {j.id for j in claimed} == {dead, held}
+    deck.store.fail(dead, "w1", "boom", now, retryable=False)
+
+    [overview] = last_dead(deck.store, 50)
+    assert overview.id == dead and overview.error == "boom"
+    assert overview.payload == {} and overview.omitted == ("payload", "result")
+    [running] = running_by_worker(deck.store, ["w1"])["w1"]
+    assert running.id == held and running.payload == {} and running.omitted == ("payload", "result", "error")

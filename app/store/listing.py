@@ -74,6 +74,19 @@ def list_within(
     return records, len(kept) < len(candidates)
 
 
+def without_texts(*keep: str) -> list[Any]:
+    """Every column of ``jobs``, with ``SIZED`` ones other than ``keep``
+    read as NULL: what a dashboard list that shows none of them selects
+    (``summarized`` names them in each job's ``omitted``)."""
+    return [null().label(c.name) if c.name in SIZED and c.name not in keep else c for c in jobs.c]
+
+
+def summarized(rows: Sequence[Any], *keep: str) -> list[JobRecord]:
+    """The jobs of rows selected with ``without_texts(*keep)``."""
+    omitted = tuple(name for name in SIZED if name not in keep)
+    return [replace(JobRecord.from_row(r), omitted=omitted) for r in rows]
+
+
 def _bytes(store: Store, column: Any) -> Any:
     """The byte length of a text column (0 for NULL), computed by the database."""
     if store.sqlite:  # octet_length() is SQLite 3.43's; a text cast to a blob counts bytes

@@ -29,7 +29,7 @@ from sqlalchemy import Select, and_, case, exists, func, insert, literal_column,
 from app.states import AttemptOutcome, State
 from app.store import statements
 from app.store.lifecycle import JobFilter, JobRecord, Store, filtered
-from app.store.listing import list_within
+from app.store.listing import list_within, summarized, without_texts
 from app.store.models import (
     ERROR_STATES,
     attempts,
@@ -196,19 +196,20 @@ def newest_id(store: Store) -> int:
 
 
 def running_by_worker(store: Store, worker_ids: Sequence[str], limit: int = 50) -> dict[str, list[JobRecord]]:
-    """The jobs each worker holds (served by the partial running index)."""
+    """The jobs each worker holds (served by the partial running index),
+    without their payloads, results and errors (the Workers page shows none)."""
     held: dict[str, list[JobRecord]] = {w: [] for w in worker_ids}
     if not worker_ids:
         return held
     with store.read() as conn:
         for wid in worker_ids:
             rows = conn.execute(
-                select(jobs)
+                select(*without_texts())
                 .where(jobs.c.worker_id == wid, jobs.c.status == State.RUNNING.value)
                 .order_by(jobs.c.id)
                 .limit(limit)
             ).all()
-            held[wid] = [JobRecord.from_row(r) for r in rows]
+            held[wid] = summarized(rows)
     return held
 
 
@@ -235,14 +236,15 @@ def dead_since(store: Store, since: datetime, cap: int = 1000) -> int:
 def last_dead(store: Store, limit: int) -> list[JobRecord]:
     """The jobs that died last, by when they died (``finished_at``, then id):
     a job enqueued long ago that died just now comes first, not after every
-    newer job. Read in that order from ``ix_jobs_dead_finished``."""
+    newer job. Read in that order from ``ix_jobs_dead_finished``, with their
+    errors but not their payloads or results (the overview shows neither)."""
     with store.read() as conn:
-        return [JobRecord.from_row(r) for r in conn.execute(last_dead_statement(limit))]
+        return summarized(conn.execute(last_dead_statement(limit)).all(), "error")
 
 
 def last_dead_statement(limit: int) -> Select[Any]:
     return (
-        select(jobs)
+        select(*without_texts("error"))
         .with_hint(jobs, "INDEXED BY ix_jobs_dead_finished", "sqlite")  # unanalyzed, it would sort by status's
         .where(jobs.c.status == literal_column(f"'{State.DEAD.value}'"))  # literal: the partial index's own WHERE
         .order_by(jobs.c.finished_at.desc(), jobs.c.id.desc())
