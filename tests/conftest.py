@@ -5,9 +5,11 @@ an injectable clock, and ``wait_for`` (a poll with a deadline, never a sleep).
 
 from __future__ import annotations
 
-import os
+import shutil
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -66,18 +68,59 @@ def registry() -> Registry:
     return reg
 
 
-def _postgres_url() -> str | None:
-    return os.environ.get("JOBDECK_TEST_POSTGRES_URL") or None
-
-
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'jobdeck.db'}"
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated to head once per test process: each test's
+    ``db_url`` is a copy of it (milliseconds, where migrating is half a second)."""
+    from app.store.engine import make_engine
+    from app.store.schema import ensure_current
+
+    path = tmp_path_factory.mktemp("template") / "jobdeck.db"
+    engine = make_engine(f"sqlite:///{path}", pool_size=1)
+    try:
+        ensure_current(engine, auto_migrate=True)
+    finally:
+        engine.dispose()
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # everything in the one file that is copied
+    return path
+
+
+@pytest.fixture(scope="session")
+def pg_schemas() -> Iterator[Any]:
+    """Migrated PostgreSQL schemas for this test process, reset between
+    tests (``tests.pgtest.Schemas``); made on first use, dropped at the end."""
+    from tests.pgtest import Schemas
+
+    schemas = Schemas()
+    yield schemas
+    schemas.close()
+
+
 @pytest.fixture
 def db_url(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> Iterator[str]:
-    """The database of one test: a fresh SQLite file, or (for tests marked
-    ``backends`` running their postgres variant) a fresh PostgreSQL schema."""
+    """The database of one test, already at the code's schema revision and
+    holding no jobs: a copy of the migrated SQLite file, or (for tests marked
+    ``backends`` running their postgres variant) a PostgreSQL schema of its
+    own, reset to the migrated one. The migrations themselves are tested
+    from ``empty_db_url``."""
+    if backend == "postgres":
+        from tests.pgtest import migrated_schema
+
+        yield from migrated_schema(request, request.getfixturevalue("pg_schemas"))
+        return
+    shutil.copyfile(request.getfixturevalue("sqlite_template"), tmp_path / "jobdeck.db")
+    yield sqlite_url(tmp_path)
+
+
+@pytest.fixture
+def empty_db_url(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """An empty database (no file yet on SQLite), for what must start from
+    nothing: the migrations, and processes that migrate at start-up."""
     if backend == "postgres":
         from tests.pgtest import fresh_schema
 

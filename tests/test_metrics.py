@@ -236,7 +236,7 @@ def test_with_users_a_viewer_session_may_scrape(deck):
     assert value(scrape(client), "jobdeck_workers_live") == 0
 
 
-def test_revision_0019_fills_the_totals_from_the_minutes_kept(db_url, clock):
+def test_revision_0019_fills_the_totals_from_the_minutes_kept(empty_db_url, clock):
     from sqlalchemy import select
 
     from app.store import Store, migrate
@@ -244,7 +244,7 @@ def test_revision_0019_fills_the_totals_from_the_minutes_kept(db_url, clock):
     from app.store.metrics import type_totals
     from app.store.models import stats_minutely
 
-    engine = make_engine(db_url, pool_size=2)
+    engine = make_engine(empty_db_url, pool_size=2)
     try:
         migrate.upgrade(engine, "0013")
         store = Store(engine)

@@ -20,6 +20,12 @@ pytestmark = pytest.mark.backends
 
 
 @pytest.fixture
+def db_url(empty_db_url):
+    """Here every database starts empty: the migrations are what is tested."""
+    return empty_db_url
+
+
+@pytest.fixture
 def engine(db_url):
     e = make_engine(db_url, pool_size=4)
     yield e

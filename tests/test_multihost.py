@@ -145,7 +145,8 @@ def _states(store: Store) -> Counter[str]:
         )
 
 
-def test_three_processes_share_one_database(db_url, tmp_path, backend):
+def test_three_processes_share_one_database(empty_db_url, tmp_path, backend):
+    db_url = empty_db_url  # they migrate it together
     cluster = Cluster(db_url, tmp_path)
     engine = make_engine(db_url, pool_size=4)
     store = Store(engine)
