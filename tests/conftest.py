@@ -21,6 +21,8 @@ from app.config import load
 from app.deck import Jobdeck
 from app.handlers import Registry
 
+pytest_plugins = ["tests.tiers"]  # the quick tier, and the tests that run alone
+
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 
 CHROMIUM = Path("/usr/bin/chromium")

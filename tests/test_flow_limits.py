@@ -77,6 +77,7 @@ def _intervals(deck: Jobdeck) -> list[tuple[Any, Any, dict[str, Any]]]:
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # starts per second are counted
 def test_a_rate_of_20_per_second_is_never_exceeded_across_three_processes(db_url, tmp_path, make_deck):
     deck = make_deck(**{"types": {"demo.noop": {"rate": "20/1s"}}})
     procs = _workers(db_url, tmp_path, '[types."demo.noop"]\nrate = "20/1s"\n')

@@ -127,6 +127,7 @@ def server(tmp_path: Path, db_url: str) -> Iterator[int]:
         log.close()
 
 
+@pytest.mark.alone  # recovery times are bounded
 @postgres_only
 def test_backend_termination_bursts_lose_nothing_and_recover_fast(
     server: int, request: pytest.FixtureRequest, db_url: str

@@ -22,6 +22,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -38,6 +39,9 @@ BACKLOG = 20_000
 """Due jobs kept waiting (refilled at half), so the drain never pauses."""
 OBSERVE = 10.0
 """Seconds of saturated drain observed."""
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 
 def _spawn(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:

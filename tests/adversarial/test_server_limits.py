@@ -30,6 +30,7 @@ def _soft_limit_1024() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
 
 
+@pytest.mark.alone  # a latency bound
 @pytest.mark.parametrize("http_server", HTTP_SERVERS)
 def test_health_answers_within_a_second_while_a_thousand_connections_sit_idle(tmp_path: Path, http_server: str) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -49,6 +49,7 @@ def _traffic(port: int, stop: threading.Event, answered: list[int]) -> None:
             conn.close()  # a connection the server dropped mid-request still holds its socket
 
 
+@pytest.mark.alone  # each stop is timed against shutdown_grace
 @pytest.mark.parametrize("http_server", HTTP_SERVERS)
 def test_sigterm_under_traffic_stops_the_server_every_time(tmp_path: Path, http_server: str) -> None:
     config = write_config(tmp_path, shutdown_grace=GRACE, http_threads=4, http_server=http_server)

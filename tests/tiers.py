@@ -1,0 +1,96 @@
+"""The suite's tiers and how its tests share the machine (a pytest plugin,
+loaded by ``tests/conftest.py``).
+
+- Every test under ``tests/adversarial/`` is marked ``adversarial``; every
+  test marked none of ``slow``, ``e2e`` and ``adversarial`` is marked
+  ``quick``: ``python3 -m pytest -m quick`` is the edit-test loop.
+- The run is spread over processes by pytest-xdist (``-n`` in pyproject's
+  ``addopts``). A test marked ``alone`` (timing-sensitive, several
+  processes) runs with no other test of the run beside it: it takes a
+  file lock exclusively, every other test takes it shared. A waiting
+  ``alone`` test first takes a gate that new tests must pass, so a stream
+  of short tests cannot keep it waiting.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).parent
+ADVERSARIAL = HERE / "adversarial"
+NOT_QUICK = ("slow", "e2e", "adversarial")
+LOCKS = "jobdeck_locks"
+"""The key, in xdist's worker input, of the folder that holds this run's locks."""
+_folder = pytest.StashKey[Path]()
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if ADVERSARIAL in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.adversarial)
+        if not any(item.get_closest_marker(name) for name in NOT_QUICK):
+            item.add_marker(pytest.mark.quick)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
+        config.stash[_folder] = Path(tempfile.mkdtemp(prefix="jobdeck-test-locks-"))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(_folder, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist (controller): tell each worker where this run's locks are."""
+    node.workerinput[LOCKS] = str(node.config.stash[_folder])
+
+
+@contextmanager
+def _flock(path: Path, mode: int) -> Iterator[None]:
+    with path.open("a") as fh:
+        fcntl.flock(fh, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextmanager
+def _turn(item: pytest.Item) -> Iterator[None]:
+    """Hold this test's share of the machine: exclusive for ``alone``."""
+    workerinput = getattr(item.config, "workerinput", None)
+    if workerinput is None or LOCKS not in workerinput:  # one process: every test is alone
+        yield
+        return
+    folder = Path(workerinput[LOCKS])
+    gate, machine = folder / "gate", folder / "machine"
+    if item.get_closest_marker("alone"):
+        with _flock(gate, fcntl.LOCK_EX), _flock(machine, fcntl.LOCK_EX):
+            yield
+        return
+    with _flock(gate, fcntl.LOCK_EX):
+        held = _flock(machine, fcntl.LOCK_SH)
+        held.__enter__()
+    try:
+        yield
+    finally:
+        held.__exit__(None, None, None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    with _turn(item):
+        return (yield)
