@@ -5,10 +5,11 @@ with a real worker pool running the demo handlers, on a temporary SQLite
 file; Schemathesis' CLI runs in a subprocess against /api/openapi.json, once
 without ``api_token`` and once with one (sending the bearer token). Every
 operation goes through the coverage phase (boundary and negative values
-derived from the schema) and the fuzzing phase (hypothesis-generated
-requests, repeated until the time budget is spent), with the checks
-not_a_server_error, status_code_conformance, content_type_conformance and
-response_schema_conformance. The seed is fixed, so a CI failure replays.
+derived from the schema: about 2,300 cases, most of them refused input)
+and the fuzzing phase (``EXAMPLES`` hypothesis-generated requests per
+operation), with the checks not_a_server_error, status_code_conformance,
+content_type_conformance and response_schema_conformance. The seed and the
+number of cases are fixed, so a CI failure replays case for case.
 
 Two independent witnesses must agree that nothing failed: Schemathesis'
 own report, and a WSGI wrapper that counts every status the server sent
@@ -36,13 +37,14 @@ from app import create_app
 from app.deck import Jobdeck
 from app.web.api.openapi import document
 
-BUDGET_SECONDS = 45
-"""Per configuration. Schemathesis's fuzzing phase fuzzes until the budget
-is spent, one operation after another, ``EXAMPLES`` cases each before it
-moves on; the test asks that it reached every operation, so the budget must
-leave room for a machine whose other core is busy (30 s with 20 cases each
-did not reach the last eight operations under load)."""
 EXAMPLES = 10
+"""Cases per operation in the fuzzing phase: one pass over every operation.
+(A time budget instead, fuzzing until it was spent, cost 45 s per
+configuration whatever the machine, fuzzed a number of cases that depended
+on the machine's speed, and on a loaded machine did not reach every
+operation.)"""
+TIMEOUT_SECONDS = 240
+"""Only a hang comes near this: both phases take about 25 s here."""
 SEED = 20260109
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
 TOKEN = "fuzz-token-0123456789abcdef"
@@ -127,14 +129,14 @@ def test_schemathesis_finds_no_failure(live_api: Callable[..., LiveApi], tmp_pat
     command = [
         sys.executable, "-m", "schemathesis.cli", "run", f"{live.url}/api/openapi.json",
         "--checks", CHECKS, "--phases", "coverage,fuzzing", "--seed", str(SEED),
-        "--max-time", str(BUDGET_SECONDS), "--max-examples", str(EXAMPLES), "--workers", "1",
+        "--max-examples", str(EXAMPLES), "--workers", "1",
         "--request-timeout", "20", "--generation-database", "none", "--no-color",
         "--report", "json,ndjson", "--report-json-path", str(report), "--report-ndjson-path", str(events),
     ]  # fmt: skip
     if token:
         command += ["--header", f"Authorization: Bearer {token}"]
     started = time.monotonic()
-    run = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=BUDGET_SECONDS + 120)
+    run = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT_SECONDS)
     elapsed = time.monotonic() - started
     output = run.stdout[-20000:] + run.stderr[-5000:]
 
@@ -159,8 +161,7 @@ def test_schemathesis_finds_no_failure(live_api: Callable[..., LiveApi], tmp_pat
     for phase in ("coverage", "fuzzing"):
         missed = sorted(expected - {label for p, label in seen if p == phase})
         assert not missed, f"the {phase} phase never ran {missed}"
-    assert summary["running_time"] >= BUDGET_SECONDS * 0.95, summary["running_time"]  # the whole budget was used
-    assert cases >= summary["test_cases"]["generated"] > 100, summary["test_cases"]  # a few hundred to 2,000 here
+    assert cases >= summary["test_cases"]["generated"] > 2000, summary["test_cases"]  # about 2,700 here
     # The fuzzer reached the API's logic, not only its doorstep: jobs were
     # created (so with a token, the token was sent and accepted).
     assert live.statuses.counts[("POST", 201)] > 0, live.statuses.counts
