@@ -43,7 +43,9 @@ def _explain(conn: Any, text: str, params: tuple[Any, ...]) -> dict[str, float]:
     conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
     start = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
     plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + text, params).fetchall())
-    end = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
+    # The statement committed, so its WAL is flushed; the insert position may
+    # already be past what is flushed (other sessions), which the reader refuses.
+    end = conn.execute("SELECT pg_current_wal_flush_lsn()").fetchone()[0]
     records, size = conn.execute(
         "SELECT count(*), coalesce(sum(record_length), 0) FROM pg_get_wal_records_info(%s, %s)"
         " WHERE resource_manager NOT IN ('Transaction', 'XLOG', 'Standby')",  # not the commit, nor the background's
