@@ -41,7 +41,7 @@ def _fill(store: Store, clock) -> dict[int, State]:
     keep. Written in the baseline's own columns, in SQL: this code's
     statements name columns that later revisions add (``cancel_requested_at``)."""
     now = clock()
-    t = now.replace(tzinfo=None) if store.dialect == "sqlite" else now
+    t = now.replace(tzinfo=None).isoformat(" ") if store.dialect == "sqlite" else now  # as sqlite3 wrote it
     job_sql = text(
         "INSERT INTO jobs (type, queue, payload, priority, status, attempt, retry_count, max_retries,"
         " idempotency_key, available_at, created_at, updated_at, worker_id, error)"
@@ -242,7 +242,7 @@ def test_cli_db_upgrade_and_current(db_url, tmp_path, monkeypatch):
 def _insert_keyed(engine, clock, key: str | None, unique_key: str | None = None) -> int:
     """A job in 0020's own columns, in SQL (this code's statements name the head's indexes)."""
     now = clock()
-    t = now.replace(tzinfo=None) if engine.dialect.name == "sqlite" else now
+    t = now.replace(tzinfo=None).isoformat(" ") if engine.dialect.name == "sqlite" else now
     with engine.begin() as conn:
         conn.execute(
             text(
