@@ -159,7 +159,7 @@ def serve(demo: bool, bind: str | None, workers: int | None, http_server: str | 
     releases the running jobs at once (see app/web/granian_server.py, and
     app/shutdown.py for waitress)."""
     from app.runtime import Runtime
-    from app.shutdown import ShutdownSignals
+    from app.shutdown import ShutdownSignals, leave_stuck_threads
     from app.web.server import HttpServer
 
     _logging(log_level)
@@ -182,6 +182,7 @@ def serve(demo: bool, bind: str | None, workers: int | None, http_server: str | 
     click.echo(f"Jobdeck serving on http://{config.bind} with {config.workers} workers", err=True)
     click.echo(docs.where(), err=True)
     _stop_on_signals(runtime, signals, config, server.stop)
+    leave_stuck_threads(runtime.exit_status)
     if runtime.exit_status:  # exit_when_unhealthy: a supervisor restarts us
         sys.exit(runtime.exit_status)
 
@@ -239,7 +240,7 @@ def worker(demo: bool, workers: int | None, log_level: str) -> None:
 
     Stops on signals like serve."""
     from app.runtime import Runtime
-    from app.shutdown import ShutdownSignals
+    from app.shutdown import ShutdownSignals, leave_stuck_threads
 
     _logging(log_level)
     config = _config(demo, workers=workers)
@@ -252,6 +253,7 @@ def worker(demo: bool, workers: int | None, log_level: str) -> None:
     runtime.start()
     click.echo(f"Jobdeck worker running with {config.workers} threads", err=True)
     _stop_on_signals(runtime, signals, config)
+    leave_stuck_threads(runtime.exit_status)
     if runtime.exit_status:  # exit_when_unhealthy: a supervisor restarts us
         sys.exit(runtime.exit_status)
 

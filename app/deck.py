@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from app.clock import DatabaseClock
+from app.clock import RESCUE_SKEW_FRACTION, DatabaseClock, HostClock
 from app.config import Config, artifact_max_bytes, log_limits
 from app.errors import InvalidField, PayloadTooLarge, TransitionRefused, UnknownType
 from app.flow import Flow, parse_flow
@@ -240,12 +240,14 @@ class Jobdeck:
 
     def _clock_for(self, clock: Clock | None) -> Clock:
         """The injected clock as it is; by default this host's clock on
-        SQLite (one host, one clock) and the database's on PostgreSQL. A
+        SQLite (one host, one clock) and the database's on PostgreSQL, each
+        watching for steps larger than a quarter of ``stall_timeout``. A
         ``DatabaseClock`` given is bound to this deck's database."""
+        step_limit = self.config.stall_timeout * RESCUE_SKEW_FRACTION
         if clock is None:
             if self.store.sqlite:
-                return utcnow
-            clock = DatabaseClock(warn_after=self.config.clock_skew_warn)
+                return HostClock(step_limit=step_limit)
+            clock = DatabaseClock(warn_after=self.config.clock_skew_warn, step_limit=step_limit)
         if isinstance(clock, DatabaseClock) and not self.store.sqlite:
             store = self.store
             clock.read = lambda: database_time(store)

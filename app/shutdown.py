@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +33,7 @@ from select import POLLIN, poll
 from types import FrameType
 
 from app.runtime import Runtime
+from app.worker.shared import STOP_MARGIN
 
 log = logging.getLogger("jobdeck.shutdown")
 
@@ -114,7 +117,47 @@ def run_until_signalled(
     if not stopped.is_set():
         say("second signal: releasing running jobs now")
         runtime.hurry()
-        signals.wait_until(stopped.is_set)
+        if not signals.wait_until(stopped.is_set, timeout=grace + STOP_MARGIN + STUCK_MARGIN):
+            log.error(
+                "the runtime did not stop within shutdown_grace + %g s; exiting anyway", STOP_MARGIN + STUCK_MARGIN
+            )
     if failure:
         log.error("shutdown failed", exc_info=failure[0])
         raise RuntimeError(f"shutdown failed: {failure[0]}")
+
+
+STUCK_MARGIN = 2.0
+"""Seconds past the pool's own deadline that a stop waits for the threads
+left (a maintenance loop stuck on a connection the network dropped), before
+``exit_promptly`` leaves them behind."""
+
+
+def leave_stuck_threads(status: int = 0) -> None:
+    """Once the runtime has stopped, do not wait on a thread stuck in the
+    database driver. Python joins every non-daemon thread at exit (the
+    scheduler's executor threads among them), and one blocked on a
+    connection whose peer went silent held a stopped process for 15-20 s
+    more: they get ``STUCK_MARGIN`` seconds; if any is still running the
+    process exits now with ``status``, else this returns."""
+    deadline = time.monotonic() + STUCK_MARGIN
+    for thread in _joined_at_exit():
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    stuck = [t.name for t in _joined_at_exit() if t.is_alive()]
+    if not stuck:
+        return
+    log.warning("exiting with %d threads still waiting on the database: %s", len(stuck), ", ".join(stuck))
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def _joined_at_exit() -> list[threading.Thread]:
+    """The threads Python waits for before the process exits: the non-daemon
+    ones, and every ``concurrent.futures`` worker, daemon or not (its exit
+    hook joins them all; APScheduler's executor threads are such workers)."""
+    from concurrent.futures import thread as futures_threads
+
+    me = threading.current_thread()
+    workers = set(getattr(futures_threads, "_threads_queues", {}))  # CPython's registry of them
+    return [t for t in threading.enumerate() if t is not me and (not t.daemon or t in workers)]

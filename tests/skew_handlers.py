@@ -7,7 +7,8 @@ attempts for ``payload["later"]``, if given), waking at once on
 ``payload["log"]`` names, with this host's true ``time.time()``; with
 ``payload["effect"]`` it performs one effect through ``ctx.effect`` (an
 append to ``payload["effects"]``) after the hold (before it, with
-``effect_first``); with ``ignore_cancel`` it sleeps through a cancel. One short write of an ``O_APPEND``
+``effect_first``); with ``ignore_cancel`` it sleeps through a cancel;
+with ``chatty`` it writes a ``ctx.log`` line every 0.1 s while it holds. One short write of an ``O_APPEND``
 file per line: lines from several processes never interleave."""
 
 from __future__ import annotations
@@ -42,13 +43,26 @@ def hold(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         effect()
     if payload.get("ignore_cancel"):
         time.sleep(seconds)  # a handler that never looks at ctx.cancelled
-    elif ctx.cancelled.wait(seconds):
+    elif _wait(ctx, seconds, bool(payload.get("chatty"))):
         append(payload["log"], {**row, "event": "stopped", "reason": ctx.cancel_reason, "end": time.time()})
         raise Cancelled(ctx.job_id)
     if not payload.get("effect_first"):
         effect()
     append(payload["log"], {**row, "event": "done", "end": time.time()})
     return {"pid": os.getpid()}
+
+
+def _wait(ctx: JobContext, seconds: float, chatty: bool) -> bool:
+    """Wait ``seconds`` or until cancelled (True); ``chatty``: writing a
+    ``ctx.log`` line every 0.1 s meanwhile."""
+    if not chatty:
+        return ctx.cancelled.wait(seconds)
+    until = time.monotonic() + seconds
+    while (left := until - time.monotonic()) > 0:
+        if ctx.cancelled.wait(min(0.1, left)):
+            return True
+        ctx.log("still holding, %.1f s left", left)
+    return False
 
 
 def _effect(payload: dict[str, Any], ctx: JobContext) -> None:

@@ -52,5 +52,5 @@ class ClockCheck:
     def stop(self, grace: float | None = None) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=1)  # a daemon: one stuck on a dropped connection is left behind
             self._thread = None

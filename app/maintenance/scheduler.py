@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +27,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.exc import DBAPIError
 
+from app.clock import since_boot
 from app.deck import Jobdeck
 
 log = logging.getLogger("jobdeck.scheduler")
@@ -35,14 +37,22 @@ STATS_TICK = 15.0
 PRUNE_TICK = 60.0
 THRESHOLD_TICK = 15.0
 
+STEP_BACK = 1.0
+"""Seconds the wall clock must step back for the ticks to be rearmed."""
+
 _running: SchedulerService | None = None
 _running_lock = threading.Lock()
 
 
 class SchedulerService:
-    def __init__(self, deck: Jobdeck) -> None:
+    def __init__(self, deck: Jobdeck, wall: Callable[[], float] = time.time) -> None:
         self.deck = deck
+        self.wall = wall
+        """The wall clock APScheduler runs on (a test steps it)."""
         self.scheduler: BackgroundScheduler | None = None
+        self._stop = threading.Event()
+        self._watch: threading.Thread | None = None
+        self._wall_base: float | None = None
 
     def start(self) -> None:
         global _running
@@ -71,10 +81,34 @@ class SchedulerService:
                           next_run_time=datetime.now(UTC))  # fmt: skip
         sched.start()
         self.scheduler = sched
+        self._stop.clear()
+        self._watch = threading.Thread(target=self._watch_loop, name="jobdeck-scheduler-clock", daemon=True)
+        self._watch.start()
         count = len(self.deck.schedules.schedules)
         log.info(
             "scheduler started with %d schedule(s)", count, extra={"event": "scheduler.started", "schedules": count}
         )
+
+    def rearm_after_step_once(self) -> bool:
+        """APScheduler times its ticks on the wall clock: stepped back an
+        hour, it ran no sweep, no cron and no retention for an hour. Each
+        second this compares the wall clock with the boot clock; after a
+        step back every tick is due now. True when it rearmed."""
+        base = self.wall() - since_boot()
+        stepped = self._wall_base is not None and base < self._wall_base - STEP_BACK
+        self._wall_base = base
+        sched = self.scheduler
+        if not stepped or sched is None:
+            return False
+        log.warning("this host's clock stepped back; the maintenance ticks run now instead of waiting it out")
+        now = datetime.now(UTC)
+        for job in sched.get_jobs():
+            job.modify(next_run_time=now)
+        return True
+
+    def _watch_loop(self) -> None:
+        while not self._stop.wait(1.0):
+            self.rearm_after_step_once()
 
     def _shell(self, name: str, body: Callable[[datetime], Any]) -> Callable[[], None]:
         def run() -> None:
@@ -89,8 +123,11 @@ class SchedulerService:
 
     def stop(self, grace: float | None = None) -> None:
         global _running
+        self._stop.set()
         if self.scheduler is not None:
-            self.scheduler.shutdown(wait=True)
+            # Not waiting: a loop stuck on a connection the network dropped
+            # held the stop (and the pool's grace behind it) for 15-20 s.
+            self.scheduler.shutdown(wait=False)
             self.scheduler = None
         with _running_lock:
             if _running is self:

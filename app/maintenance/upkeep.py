@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from app.clock import DatabaseClock
+from app.clock import RESCUE_SKEW_FRACTION, DatabaseClock, HostClock
 from app.config import Config, ConfigError
 from app.states import ENDED, FINISHED, State
 from app.store.upkeep import (
@@ -49,9 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jobdeck.maintenance")
 
-RESCUE_SKEW_FRACTION = 0.25
-"""A sweeper whose clock is off the database's by more than this fraction
-of ``stall_timeout`` rescues nothing (``Maintenance._clock_agrees``)."""
 STATS_SETTLE = timedelta(seconds=30)
 """A minute is rolled up this long after it ends, so late acks land in it."""
 
@@ -115,28 +112,35 @@ class Maintenance:
         return [j.id for j in rescued]
 
     def _clock_agrees(self, stall_timeout: float) -> bool:
-        """On PostgreSQL, measure this process's clock against the database's
-        before judging anyone stalled: a clock off by more than a fraction
-        of ``stall_timeout`` (a process that was suspended, a reading gone
-        stale) would rescue live jobs, so this sweep rescues nothing and the
-        clock takes up the fresh reading; the next sweep runs on it."""
+        """Before judging anyone stalled, look at this process's clock: on
+        PostgreSQL measure it against the database's, on SQLite compare the
+        host's wall clock with the boot clock. A clock that is off by more
+        than a fraction of ``stall_timeout`` (a process that was suspended, a
+        reading gone stale), or that stepped within the last
+        ``stall_timeout`` (NTP set this host's clock, or the database's),
+        would judge heartbeats written on another time line: this sweep
+        rescues nothing. The clock takes up the fresh reading, and once every
+        live process has beaten on the new time line the sweeps rescue again."""
         clock = self.deck.clock
-        if not isinstance(clock, DatabaseClock):
-            return True  # SQLite (one host, one clock) or a clock the caller injected
-        checked = clock.drift()
-        if checked is None:
-            return True
-        drift, reading = checked
         limit = stall_timeout * RESCUE_SKEW_FRACTION
-        if drift <= limit and reading.uncertainty <= limit:
-            return True
-        log.warning(
-            "this process's clock was %.3f s off the database's (reading uncertain by %.3f s), more than "
-            "%g s (%g of stall_timeout): this sweep rescues nothing",
-            drift, reading.uncertainty, limit, RESCUE_SKEW_FRACTION,
-            extra={"event": "clock.sweep_skipped", "drift": drift},
-        )  # fmt: skip
-        return False
+        if isinstance(clock, HostClock):
+            clock.check()
+        elif isinstance(clock, DatabaseClock):
+            checked = clock.drift()
+            if checked is not None and (checked[0] > limit or checked[1].uncertainty > limit):
+                log.warning(
+                    "this process's clock was %.3f s off the database's (reading uncertain by %.3f s), more than "
+                    "%g s (%g of stall_timeout): this sweep rescues nothing",
+                    checked[0], checked[1].uncertainty, limit, RESCUE_SKEW_FRACTION,
+                    extra={"event": "clock.sweep_skipped", "drift": checked[0]},
+                )  # fmt: skip
+                return False
+        else:
+            return True  # a clock the caller injected
+        if clock.stepped_within(stall_timeout):
+            log.info("the clock stepped less than stall_timeout ago: this sweep rescues nothing")
+            return False
+        return True
 
     # -- retention --------------------------------------------------------------
 

@@ -6,9 +6,9 @@ the sessions and the migrations.
 """
 
 from app.store.lifecycle import Backoff, Store, backoff_delay, exponential_backoff, filtered
-from app.store.records import AttemptRecord, JobFilter, JobRecord, NewJob, Outcome
+from app.store.records import AttemptRecord, JobFilter, JobRecord, NewJob, Outcome, PoolBeat
 
 __all__ = [
-    "AttemptRecord", "Backoff", "JobFilter", "JobRecord", "NewJob", "Outcome", "Store", "backoff_delay",
+    "AttemptRecord", "Backoff", "JobFilter", "JobRecord", "NewJob", "Outcome", "PoolBeat", "Store", "backoff_delay",
     "exponential_backoff", "filtered",
 ]  # fmt: skip

@@ -19,7 +19,7 @@ from app.store.enqueue import dumps
 from app.store.faults import storable_text
 from app.store.graph import Graph
 from app.store.models import jobs
-from app.store.records import JobRecord, Outcome
+from app.store.records import JobRecord, Outcome, PoolBeat
 from app.store.statements import CANCELLED_WHILE_RUNNING
 from app.store.transactions import Backoff
 
@@ -276,9 +276,16 @@ class Finishing(Graph, Claiming):
     def heartbeat_worker_with_cancels(
         self, worker_id: str, now: datetime | Callable[[], datetime]
     ) -> tuple[int, list[int]]:
+        """``heartbeat_pool``: how many jobs were beaten, and the ids of those cancelled."""
+        beat = self.heartbeat_pool(worker_id, now)
+        return len(beat.held), beat.cancelled
+
+    def heartbeat_pool(self, worker_id: str, now: datetime | Callable[[], datetime]) -> PoolBeat:
         """Heartbeat every job a worker holds, and the worker itself; returns
-        how many jobs were beaten and the ids of those a cancel was requested
-        for: how a pool learns of another process's cancel within one beat.
+        the jobs beaten (id and attempt: a pool finds there a job it claimed
+        without knowing, whose claim's reply was lost) and the ids of those a
+        cancel was requested for: how a pool learns of another process's
+        cancel within one beat.
 
         An urgent write (``Store.write``): it must not wait behind the acks
         and claims it vouches for, nor behind other processes' writers.
@@ -289,7 +296,10 @@ class Finishing(Graph, Claiming):
             params = {"worker": worker_id, "now": now() if callable(now) else now}
             beaten = conn.execute(statements.heartbeat_held(self.dialect), params).all()
             conn.execute(statements.heartbeat_worker(), params)
-        return len(beaten), [job_id for job_id, requested_at in beaten if requested_at is not None]
+        return PoolBeat(
+            {job_id: attempt for job_id, _, attempt in beaten},
+            [job_id for job_id, requested_at, _ in beaten if requested_at is not None],
+        )
 
     def set_progress(
         self, job_id: int, attempt: int, worker_id: str, progress: float | None, message: str | None, now: datetime

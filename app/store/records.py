@@ -271,6 +271,16 @@ class NewJob:
     """A unique job's key and what a duplicate does (``app.unique``)."""
 
 
+@dataclass(frozen=True)
+class PoolBeat:
+    """What a pool's heartbeat found (``Store.heartbeat_pool``)."""
+
+    held: dict[int, int]
+    """Every running job held by the pool's worker id that the beat reached: id -> attempt."""
+    cancelled: list[int]
+    """The ids among them that a cancel was requested for."""
+
+
 @dataclass
 class Outcome:
     """How one attempt ended, as the worker reports it."""

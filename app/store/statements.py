@@ -589,7 +589,7 @@ def heartbeat_held(dialect: str) -> Any:
     """Every job a worker holds; rows another transaction holds (an ack
     finishing them) are skipped, not waited for: waiting deadlocked with an
     ack batch locking the same rows in another order. Returns (id,
-    cancel_requested_at): how other processes' cancels reach the pool (not
+    cancel_requested_at, attempt): how other processes' cancels reach the pool (not
     ``IS NOT NULL``: SQLite's RETURNING answered it true for NULL).
     Values: worker, now."""
     held = select(jobs.c.id).where(jobs.c.worker_id == bindparam("worker"), in_states(Transition.HEARTBEAT))
@@ -597,7 +597,7 @@ def heartbeat_held(dialect: str) -> Any:
         update(jobs)
         .where(_among(held.with_for_update(skip_locked=True).scalar_subquery(), dialect))
         .values(heartbeat_at=NOW)
-        .returning(jobs.c.id, jobs.c.cancel_requested_at)
+        .returning(jobs.c.id, jobs.c.cancel_requested_at, jobs.c.attempt)
     )
 
 

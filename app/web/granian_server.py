@@ -53,6 +53,7 @@ from functools import partial
 from typing import Any
 
 from app.config import Config
+from app.shutdown import leave_stuck_threads
 
 log = logging.getLogger("jobdeck.http")
 
@@ -178,6 +179,7 @@ def _stop(runtime: Any, grace: float, deadline: Any) -> None:
     runtime.stop(max(0.0, min(grace, left)))
     if runtime.exit_status:  # exit_when_unhealthy: the supervisor sees a worker exit non-zero
         os._exit(runtime.exit_status)
+    leave_stuck_threads(0)  # a maintenance loop blocked on a dropped connection is not waited for
 
 
 def _die_with_parent() -> None:

@@ -76,6 +76,7 @@ class Acknowledging(PoolShared):
         with self._lock:
             for o in batch:
                 self._unlanded.pop(id(o), None)
+                self._holding.discard(o.job_id)
         if refilled is None and self._limits_hold_back():
             # The fetcher may be waiting out its poll because a limit held its
             # last claim back; these jobs' ends may have freed that limit.
@@ -184,6 +185,7 @@ class Acknowledging(PoolShared):
                 self._hand_over()  # the last refill's jobs, at the latest now (a failed try, no claim)
                 with self._lock:
                     self._inflight += len(claimed) - room - acked
+                    self._holding.update(j.id for j in claimed)
             if self._acks.empty() or self._stopping.is_set():
                 for job in claimed:
                     self._work.put(job)

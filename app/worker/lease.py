@@ -25,10 +25,10 @@ from being performed twice.
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 from datetime import datetime
 
+from app.clock import since_boot
 from app.store import JobRecord
 
 LEASE_LOST = "lease lost"
@@ -59,12 +59,17 @@ class SetAside:
 
 
 class Lease:
-    """How long since this pool's last heartbeat landed, on the monotonic clock."""
+    """How long since this pool's last heartbeat landed (``since_boot``).
+
+    Two threads use it and neither waits on the other: a watchdog that does
+    no I/O asks ``expired`` (a thread that writes can be stuck on a dropped
+    connection, or behind a lock, for longer than the lease), and the
+    heartbeat thread calls ``renew`` after each beat that landed."""
 
     def __init__(self, stall_timeout: float) -> None:
         self.ttl = stall_timeout / 2
         """No beat for this long and the lease is lost."""
-        self.renewed = time.monotonic()
+        self.renewed = since_boot()
         self.lost_at: float | None = None
         self._lock = threading.Lock()
 
@@ -72,21 +77,22 @@ class Lease:
     def lost(self) -> bool:
         return self.lost_at is not None
 
-    def renew(self, beat_started: float) -> None:
-        """A beat that started at ``beat_started`` (monotonic) landed: the
-        heartbeat it wrote is at least that recent."""
-        with self._lock:
-            self.renewed = max(self.renewed, beat_started)
-
-    def check(self, mono_now: float | None = None) -> str | None:
-        """``"lost"`` the moment the lease runs out, ``"regained"`` the moment
-        a beat lands after that, else None."""
-        now = time.monotonic() if mono_now is None else mono_now
+    def expired(self, now: float | None = None) -> bool:
+        """True the moment the lease runs out (once, until it is regained)."""
+        now = since_boot() if now is None else now
         with self._lock:
             if self.lost_at is None and now - self.renewed > self.ttl:
                 self.lost_at = now
-                return "lost"
+                return True
+        return False
+
+    def renew(self, beat_started: float) -> bool:
+        """A beat that started at ``beat_started`` (``since_boot``) landed: the
+        heartbeat it wrote is at least that recent. True when this gives a
+        lost lease back (a beat that started before the loss does not)."""
+        with self._lock:
+            self.renewed = max(self.renewed, beat_started)
             if self.lost_at is not None and self.renewed > self.lost_at:
                 self.lost_at = None
-                return "regained"
-        return None
+                return True
+        return False

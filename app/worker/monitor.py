@@ -13,7 +13,6 @@ from datetime import datetime
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from app.store import Outcome
-from app.worker.lease import LEASE_LOST, SetAside
 from app.worker.logs import Logging
 from app.worker.results import first_line
 from app.worker.shared import Slot, log
@@ -62,15 +61,6 @@ class Monitoring(Logging):
                 self._spawn_executor()
         return [s.job.id for s in expired]
 
-    def heartbeat_once(self, now: datetime | None = None) -> int:
-        """Beat for every held job and for the worker; without ``now`` the
-        time is read once the store's write lock is held. The answer names
-        the held jobs cancelled meanwhile (by any process): their handlers
-        are told at once."""
-        beaten, cancelled = self.store.heartbeat_worker_with_cancels(self.worker_id, now or self.deck.clock)
-        self.cancel_running(cancelled, held=True)
-        return beaten
-
     def shed_once(self, mono_now: float | None = None) -> list[int]:
         """Give prefetched, unstarted jobs back when every thread is stuck on
         a slow job: the prefetch was sized for fast jobs, and the held ones
@@ -93,81 +83,15 @@ class Monitoring(Logging):
         released = self._retrying(lambda: self.store.release(self.worker_id, held, self.deck.clock()))
         with self._lock:
             self._inflight -= len(shed)
+            self._holding.difference_update(j.id for j in shed)
         log.info("shed %d prefetched jobs while all %d threads run slow jobs", len(released), self.threads)
         return released
-
-    def _heartbeat_loop(self) -> None:
-        """Beat on a thread of its own: a beat stuck on a connection the
-        network dropped must not stop the timeouts, nor the lease's count.
-        At least four beats per lease (half of ``stall_timeout``), so one
-        slow beat does not lose it."""
-        interval = min(self.heartbeat_interval, self.lease.ttl / 2)
-        while not self._acker_stop.wait(interval):
-            started = time.monotonic()
-            try:
-                self.heartbeat_once()
-            except Exception as exc:
-                log.warning("heartbeat failed: %s", first_line(exc))
-                continue
-            self.lease.renew(started)
-
-    def lease_once(self, mono_now: float | None = None) -> str | None:
-        """Act on the lease (``app.worker.lease``): when it is lost, tell the
-        running handlers and set the unstarted jobs aside; while it is held,
-        release what was set aside. Returns what happened to the lease."""
-        event = self.lease.check(mono_now)
-        if event == "lost":
-            with self._refill_lock:
-                unstarted = self._held + self._take_queued()
-                self._held = []
-            with self._lock:
-                running = list(self._running)
-                self._set_aside.extend(SetAside(job) for job in unstarted)
-            self.cancel_running(running, reason=LEASE_LOST)
-            log.error(
-                "worker pool %s lost its lease: no heartbeat landed for %.1f s (half of stall_timeout); "
-                "its %d running handlers are told to stop (ctx.cancelled), %d claimed jobs are not started, "
-                "and nothing is claimed until a heartbeat lands",
-                self.worker_id, self.lease.ttl, len(running), len(unstarted),
-                extra={"event": "worker.lease_lost", "worker_id": self.worker_id},
-            )  # fmt: skip
-        elif event == "regained":
-            log.warning("worker pool %s has its lease again; claiming resumes", self.worker_id,
-                        extra={"event": "worker.lease_regained", "worker_id": self.worker_id})  # fmt: skip
-            self._wake.set()
-        if not self.lease.lost and self._set_aside:
-            self._release_set_aside()
-        return event
-
-    def _release_set_aside(self) -> None:
-        """Give back the jobs set aside while the lease was lost, fenced: a
-        job rescued meanwhile is not touched. Kept for the next tick if the
-        database refuses."""
-        with self._lock:
-            aside, self._set_aside = self._set_aside, []
-        held = [(a.job.id, a.job.attempt) for a in aside]
-        interrupted = {a.job.id: a.started for a in aside if a.started is not None}
-        try:
-            released = self.store.release(self.worker_id, held, self.deck.clock(), interrupted=interrupted)
-        except Exception as exc:
-            with self._lock:
-                self._set_aside = aside + self._set_aside
-            log.warning("releasing jobs set aside for the lost lease failed (%s); next tick retries", first_line(exc))
-            return
-        with self._lock:
-            self._inflight -= len(aside)
-        self._room.set()
-        log.warning(
-            "released %d of %d jobs set aside while the lease was lost (the others were rescued meanwhile)",
-            len(released), len(aside),
-        )  # fmt: skip
 
     def _monitor_loop(self) -> None:
         # The first batch of log lines waits one whole interval too: an
         # attempt that starts with the pool is not split by the first tick.
         self._next_log_flush = time.monotonic() + self.deck.log_limits.flush_interval
         while not self._acker_stop.wait(0.1):
-            self.lease_once()
             self.check_timeouts_once()
             self.flush_logs_due()
             try:
@@ -216,4 +140,5 @@ class Monitoring(Logging):
                 raise
             with self._lock:
                 self._inflight -= len(unstarted)
+                self._holding.difference_update(j.id for j in unstarted)
         log.warning("unhealthy: gave %d claimed, unstarted jobs back", len(released))

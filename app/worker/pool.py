@@ -25,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 
 from app import forks, health
+from app.clock import since_boot
 from app.config import non_retryable
 from app.crashpoints import crash_point
 from app.deck import Jobdeck
@@ -35,6 +36,7 @@ from app.store import JobRecord, Outcome
 from app.store.faults import is_transient
 from app.worker.acks import Acknowledging
 from app.worker.lease import LEASE_LOST, Lease, SetAside
+from app.worker.leasing import Leasing
 from app.worker.monitor import Monitoring
 from app.worker.results import awaited, first_line, format_traceback, storable_result
 from app.worker.shared import RETRY_CAP, STOP_MARGIN, Slot, log
@@ -58,7 +60,7 @@ def not_retried_note(exc: BaseException, job: JobRecord) -> str:
     return f"\n(not retried: {type(exc).__name__} is non-retryable)"
 
 
-class WorkerPool(Acknowledging, Monitoring):
+class WorkerPool(Acknowledging, Monitoring, Leasing):
     def __init__(
         self,
         deck: Jobdeck,
@@ -117,6 +119,8 @@ class WorkerPool(Acknowledging, Monitoring):
         """Held jobs a cancel reached before their handler started (``cancel_running``)."""
         self.lease = Lease(cfg.stall_timeout)
         self._set_aside: list[SetAside] = []
+        self._holding: set[int] = set()
+        self._suspects: dict[int, int] = {}
         self.write_outage = None
         self._unlanded = {}
         self._spool_folder = Path(cfg.instance_path) / "acks"
@@ -136,10 +140,10 @@ class WorkerPool(Acknowledging, Monitoring):
             self.worker_id, socket.gethostname(), os.getpid(), self.threads, self.deck.clock(), queues=self.queues
         )
         self._reserve_spool()
-        self.lease.renew(time.monotonic())  # registering stamped the worker's row
+        self.lease.renew(since_boot())  # registering stamped the worker's row
         loops = (
             ("fetcher", self._fetch_loop), ("acker", self._ack_loop), ("monitor", self._monitor_loop),
-            ("heartbeat", self._heartbeat_loop),
+            ("heartbeat", self._heartbeat_loop), ("lease", self._lease_watch_loop),
         )  # fmt: skip
         for name, target in loops:
             t = threading.Thread(target=target, name=f"jobdeck-{name}", daemon=True)
@@ -227,7 +231,7 @@ class WorkerPool(Acknowledging, Monitoring):
                     lambda: self.store.release(self.worker_id, held, self.deck.clock(), interrupted=started)
                 )
                 log.warning("released %d running jobs at shutdown: %s", len(released), released)
-            if self._set_aside:  # the lease was lost: one try; if it fails, the stalled sweep takes them
+            if self._set_aside and not self.lease.lost:  # one try; if it fails, the stalled sweep takes them
                 self._release_set_aside()
             self._retrying(lambda: self.store.stop_worker(self.worker_id, self.deck.clock()))
         except Exception as exc:
@@ -259,6 +263,7 @@ class WorkerPool(Acknowledging, Monitoring):
         if unstarted:
             with self._lock:
                 self._inflight -= len(unstarted)
+                self._holding.difference_update(j.id for j in unstarted)
             held = [(j.id, j.attempt) for j in unstarted]
             self._retrying(lambda: self.store.release(self.worker_id, held, self.deck.clock()))
 
@@ -280,6 +285,7 @@ class WorkerPool(Acknowledging, Monitoring):
             crash_point("claim")
             with self._lock:
                 self._inflight += len(claimed)
+                self._holding.update(j.id for j in claimed)
             for job in claimed:
                 self._work.put(job)
         return len(claimed)

@@ -38,6 +38,10 @@ RETRY_CAP = 1.0
 once the database is back, work resumes within about this long."""
 
 
+class Unreachable(Exception):
+    """A write the stopping pool does not try: the database is not answering."""
+
+
 @dataclass
 class Slot:
     """A job an executor is running: the monitor times it out by ``deadline``,
@@ -86,6 +90,9 @@ class PoolShared:
     """This pool's lease on its jobs (``app.worker.lease``)."""
     _set_aside: list[SetAside]
     """Jobs held but neither run nor acknowledged while the lease is lost."""
+    _holding: set[int]
+    """The ids of every job this pool holds, from its claim until its outcome
+    is written or it is given back (``Leasing._release_orphans`` reads it)."""
     write_outage: Outage | None
     """Why the pool's last write failed while it is still being retried (no claims meanwhile)."""
     _unlanded: dict[int, Outcome]
@@ -135,6 +142,11 @@ class PoolShared:
         + ``STOP_MARGIN``)."""
         delay = 0.05
         failed = False
+        if self._give_up_at is not None and self.lease.lost:
+            # Stopping, and no beat has landed for half of stall_timeout: each
+            # try would wait out a connect or a dropped connection (5-15 s);
+            # what is not written is kept (``keep_unlanded``) or rescued.
+            raise Unreachable("the database has not answered for half of stall_timeout; stopping without writing")
         while True:
             try:
                 result = fn()

@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -246,7 +247,118 @@ def test_the_offset_is_measured_warned_about_and_shown_on_the_workers_page_and_m
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_on_sqlite_every_process_shares_the_host_clock(make_deck):
-    from app.deck import utcnow
+    from app.clock import HostClock
 
     deck = make_deck()
-    assert deck.clock is utcnow
+    assert isinstance(deck.clock, HostClock) and abs(deck.clock() - datetime.now(UTC)) < timedelta(seconds=1)
+
+
+# -- clocks that step ----------------------------------------------------------------------------
+
+
+class Movable:
+    """A clock that a test steps: ``base`` plus ``shift`` seconds."""
+
+    def __init__(self, base: Callable[[], datetime]) -> None:
+        self.base = base
+        self.shift = 0.0
+
+    def __call__(self) -> datetime:
+        return self.base() + timedelta(seconds=self.shift)
+
+
+def _live_pool_and_sweeper(make_deck, sweeper_clock, pool_clock, tmp_path):
+    """A pool running three long jobs, and a second deck whose sweeper judges them."""
+    from app.worker.pool import WorkerPool
+
+    settings = {"stall_timeout": 4.0, "heartbeat_interval": 0.5}
+    pool_deck = make_deck(clock=pool_clock, **settings)
+    sweeper = make_deck(clock=sweeper_clock, **settings)
+    runs = tmp_path / "runs.jsonl"
+    ids = pool_deck.enqueue_many([{"type": skew_handlers.HOLD, "payload": {"seconds": 30, "log": str(runs)}}] * 3)
+    pool = WorkerPool(pool_deck, 3)
+    pool.start()
+    wait_for(lambda: len(skew_handlers.read(runs)) == 3, timeout=20, message="three jobs running")
+    return pool, sweeper, ids
+
+
+def _sweep_for(sweeper: Jobdeck, seconds: float) -> list[int]:
+    rescued: list[int] = []
+    deadline = datetime.now(UTC) + timedelta(seconds=seconds)
+    while datetime.now(UTC) < deadline:
+        rescued += sweeper.maintenance.sweep_once(sweeper.clock())
+        time.sleep(0.2)  # the sweeper's own interval, shortened
+    return rescued
+
+
+@ON_POSTGRES
+@pytest.mark.parametrize("control", [False, True], ids=["hold-off", "control-no-hold-off"])
+def test_a_step_of_the_database_clock_rescues_no_live_job(make_deck, registry, tmp_path, control):
+    """The database's clock steps 60 s forward. Every process reads it
+    through ``database_time``; here that read is moved, the same for both.
+    The sweeper notices first and rescues nothing for a stall_timeout; the
+    pool follows at its next beat. The control sweeps on a clock that jumps
+    with the database but has no hold-off: it rescues the live jobs."""
+    skew_handlers.register(registry)
+    shift = [0.0]
+
+    def stepping(clock: DatabaseClock) -> DatabaseClock:
+        original = clock.read
+        assert original is not None
+        clock.read = lambda: original() + timedelta(seconds=shift[0])
+        return clock
+
+    pool_clock = DatabaseClock()
+    sweeper_clock: Any = DatabaseClock()
+    pool, sweeper, ids = _live_pool_and_sweeper(make_deck, sweeper_clock, pool_clock, tmp_path)
+    stepping(pool_clock), stepping(sweeper_clock)
+    if control:
+        sweeper.clock = lambda: database_time(sweeper.store) + timedelta(seconds=shift[0])
+    try:
+        shift[0] = 60.0
+        rescued = _sweep_for(sweeper, 2 * 4.0)
+    finally:
+        pool.stop(1.0)
+    print(f"{'control' if control else 'hold-off'}: rescued {len(rescued)} of 3 live jobs after a 60 s step")
+    if control:
+        assert sorted(rescued) == sorted(ids), "the control rescues the live jobs: the defect"
+    else:
+        assert rescued == []
+        assert pool_clock.reading is not None and pool_clock.stepped_within(10), "the pool followed the step"
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("control", [False, True], ids=["hold-off", "control-no-hold-off"])
+def test_a_step_of_the_host_clock_rescues_no_live_job_on_sqlite(make_deck, registry, tmp_path, control):
+    """One host, one clock: stepped 90 s forward, every heartbeat written before
+    the step looks 90 s old. The sweeper sees the step against the boot clock
+    and rescues nothing for a stall_timeout, while the pool beats on the new time."""
+    from app.clock import HostClock
+
+    skew_handlers.register(registry)
+    host = Movable(lambda: datetime.now(UTC))
+    pool, sweeper, ids = _live_pool_and_sweeper(make_deck, host if control else HostClock(host), host, tmp_path)
+    try:
+        sweeper.maintenance.sweep_once(sweeper.clock())  # the sweeper's first look at the clock
+        host.shift = SKEW
+        rescued = _sweep_for(sweeper, 2 * 4.0)
+    finally:
+        pool.stop(1.0)
+    print(f"{'control' if control else 'hold-off'}: rescued {len(rescued)} of 3 live jobs after a 90 s step")
+    if control:
+        assert sorted(rescued) == sorted(ids), "the control rescues the live jobs: the defect"
+    else:
+        assert rescued == []
+
+
+@ON_POSTGRES
+def test_a_producer_that_never_ran_init_db_enqueues_on_the_database_clock(db_url, make_config, registry, make_deck):
+    make_deck()  # the schema
+    producer = Jobdeck(make_config(), registry, clock=DatabaseClock(moved(3600)))
+    try:
+        job = producer.enqueue("demo.noop", delay_seconds=30).job
+        due_in = (job.available_at - database_time(producer.store)).total_seconds()
+    finally:
+        producer.store.engine.dispose()
+    print(f"a host 1 h ahead, delay_seconds=30: due in {due_in:.1f} s on the database's clock")
+    assert 25 < due_in <= 30.5

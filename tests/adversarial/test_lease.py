@@ -11,7 +11,9 @@ counted), and runs the job again to completion.
 
 from __future__ import annotations
 
+import logging
 import time
+from datetime import timedelta
 
 import pytest
 
@@ -73,3 +75,32 @@ def test_a_pool_cut_off_for_half_the_stall_timeout_stops_its_handlers_and_takes_
     assert told_after < STALL
     assert [a.outcome for a in attempts] == ["interrupted", "completed"]
     assert done.retry_count == 0, "losing the lease is not the handler's failure"
+
+
+def test_a_job_claimed_under_the_pools_id_that_never_reached_it_is_given_back(live_deck, registry, tmp_path, caplog):
+    """A claim whose COMMIT landed but whose reply was lost (the connection
+    died on the way back) holds jobs under the pool's worker id that the pool
+    never queued; its heartbeats used to keep them alive forever, never run.
+    Here the same claim statement runs under the pool's id and its answer is
+    dropped: two beats later the job is given back and the pool runs it."""
+    skew_handlers.register(registry)
+    runs = tmp_path / "runs.jsonl"
+    pool = WorkerPool(live_deck, 1)
+    pool.start()
+    try:
+        # Due in 2 s, claimed now from 3 s ahead: the pool's own fetcher cannot have it first.
+        job = live_deck.enqueue(skew_handlers.HOLD, {"seconds": 0, "log": str(runs)}, delay_seconds=2).job
+        ahead = live_deck.clock() + timedelta(seconds=3)
+        assert [j.id for j in live_deck.store.claim(pool.worker_id, ahead, limit=1, types=[skew_handlers.HOLD])] == [
+            job.id
+        ]
+        with caplog.at_level(logging.WARNING, "jobdeck.worker"):
+            wait_for(
+                lambda: live_deck.store.get(job.id).status is State.COMPLETED,
+                timeout=20,
+                message="the job given back and run",
+            )
+    finally:
+        pool.stop(2.0)
+    assert "that the pool never received" in caplog.text
+    assert [r["job"] for r in skew_handlers.read(runs) if r["event"] == "done"] == [job.id]

@@ -7,7 +7,9 @@ namespace's end of it, since the server listens on loopback); host B is a
 cut for longer than ``stall_timeout`` (the interface taken down: packets
 vanish, nothing is refused), then restored. What must hold:
 
-- A's handlers are told "lease lost" within half of ``stall_timeout``;
+- A's handlers, which write ``ctx.log`` lines all the while, are told
+  "lease lost" within half of ``stall_timeout`` (plus one watch tick),
+  whether the link goes down or packets silently vanish;
 - B rescues A's jobs once they stall and runs them;
 - A's late acknowledgement (a handler that ignores the cancel and finishes
   during the partition) is refused when the link is back;
@@ -24,6 +26,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -74,11 +77,25 @@ class Namespace:
     def run(self, *argv: str) -> None:
         subprocess.run(["ip", "netns", "exec", self.name, *argv], check=True, capture_output=True)
 
-    def cut(self) -> None:
-        self.run("ip", "link", "set", self.inner, "down")
+    def cut(self, silent: bool = False) -> None:
+        """The link taken down (a local error for every send), or, ``silent``,
+        packets vanishing both ways with the link and routes up (a firewall
+        that drops everything): each side's neighbour is pinned to an address
+        nobody has, so nothing answers, nothing is refused."""
+        self.silent = silent
+        if silent:
+            self.run("ip", "neigh", "replace", self.outer_ip, "lladdr", "02:00:00:00:00:01", "nud", "permanent",
+                     "dev", self.inner)  # fmt: skip
+            _ip("neigh", "replace", self.inner_ip, "lladdr", "02:00:00:00:00:02", "nud", "permanent", "dev", self.outer)
+        else:
+            self.run("ip", "link", "set", self.inner, "down")
 
     def restore(self) -> None:
-        self.run("ip", "link", "set", self.inner, "up")
+        if self.silent:
+            self.run("ip", "neigh", "del", self.outer_ip, "dev", self.inner)
+            _ip("neigh", "del", self.inner_ip, "dev", self.outer)
+        else:
+            self.run("ip", "link", "set", self.inner, "up")
 
     def close(self) -> None:
         subprocess.run(["ip", "link", "del", self.outer], capture_output=True)
@@ -127,8 +144,9 @@ def _worker(config: Path, log: Path, netns: str | None = None) -> subprocess.Pop
         return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
 
 
+@pytest.mark.parametrize("silent", [False, True], ids=["link-down", "silent-drop"])
 def test_a_host_cut_off_longer_than_the_stall_timeout_hands_over_and_rejoins(
-    db_url, tmp_path, make_deck, registry, namespace
+    db_url, tmp_path, make_deck, registry, namespace, silent
 ):
     skew_handlers.register(registry)
     deck = make_deck()
@@ -138,7 +156,7 @@ def test_a_host_cut_off_longer_than_the_stall_timeout_hands_over_and_rejoins(
     config_b = _config(tmp_path / "b.toml", db_url, tmp_path)
     log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
     runs, done_effects = tmp_path / "runs.jsonl", tmp_path / "effects.jsonl"
-    common = {"log": str(runs), "effects": str(done_effects), "later": 0.5}
+    common = {"log": str(runs), "effects": str(done_effects), "later": 0.5, "chatty": True}
     procs: list[subprocess.Popen[bytes]] = []
     try:
         procs.append(_worker(config_a, log_a, namespace.name))
@@ -157,10 +175,10 @@ def test_a_host_cut_off_longer_than_the_stall_timeout_hands_over_and_rejoins(
         wait_for(lambda: len(_live(deck)) == 2, timeout=60, message="host B started")
 
         cut = time.monotonic()
-        namespace.cut()
+        namespace.cut(silent)
         stopped = wait_for(
             lambda: _all(_events(runs, "stopped"), 4),
-            timeout=STALL,
+            timeout=STALL + 1,
             message="A's four cancel-aware handlers told",
         )
         told_after = time.monotonic() - cut
@@ -192,7 +210,7 @@ def test_a_host_cut_off_longer_than_the_stall_timeout_hands_over_and_rejoins(
     performed = Counter(line["key"] for line in _lines(done_effects))
     late_done = _events(runs, "done", job=ids[4], attempt=1)
     print(
-        f"cut for {partition:.1f} s (stall_timeout {STALL:g} s): A's handlers told 'lease lost' after {told_after:.2f} s; "
+        f"{'silent drop' if silent else 'link down'}, handlers logging: cut for {partition:.1f} s (stall_timeout {STALL:g} s): A's handlers told 'lease lost' after {told_after:.2f} s; "
         f"B finished A's jobs {handed_over:.1f} s after the cut; A had its lease back {rejoined - partition:.1f} s "
         f"after the link; effects performed {dict(performed)}; ledger {ledger}"
     )
@@ -231,3 +249,75 @@ def _completed(deck, ids: list[int]) -> bool:
     with deck.store.read() as conn:
         states = [s for (s,) in conn.execute(select(jobs.c.status).where(jobs.c.id.in_(ids)))]
     return states == ["completed"] * len(ids)
+
+
+def test_a_host_cut_off_for_less_than_the_stall_timeout_keeps_its_jobs(
+    db_url, tmp_path, make_deck, registry, namespace
+):
+    """A silent cut of 0.7 of ``stall_timeout``: the handlers are told at half
+    of it and stop; when the network is back a beat lands at once (not after
+    TCP's retransmission backoff, on a new connection), before anyone
+    rescues, and the jobs are given back, interrupted, no retry counted."""
+    skew_handlers.register(registry)
+    deck = make_deck()
+    parsed = make_url(db_url)
+    relay = Proxy(parsed.host or "127.0.0.1", parsed.port or 5432, listen=namespace.outer_ip)
+    config_a = _config(tmp_path / "a.toml", relay.url(db_url), tmp_path)
+    config_b = _config(tmp_path / "b.toml", db_url, tmp_path)
+    log_a = tmp_path / "a.log"
+    runs = tmp_path / "runs.jsonl"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        procs.append(_worker(config_a, log_a, namespace.name))
+        wait_for(lambda: _live(deck), timeout=60, message="host A started")
+        payload = {"seconds": 60, "later": 0.2, "log": str(runs), "chatty": True}
+        ids = deck.enqueue_many([{"type": skew_handlers.HOLD, "payload": payload}] * 3)
+        wait_for(lambda: len(_events(runs, "start")) == 3, timeout=30, message="host A runs all three")
+        procs.append(_worker(config_b, tmp_path / "b.log"))  # a sweeper elsewhere, ready to rescue
+        wait_for(lambda: len(_live(deck)) == 2, timeout=60, message="host B started")
+        namespace.cut(silent=True)
+        wait_for(lambda: _all(_events(runs, "stopped"), 3), timeout=STALL, message="A's handlers told")
+        time.sleep(0.7 * STALL - 0.5 * STALL)  # the cut's length: 0.7 of stall_timeout in all
+        namespace.restore()
+        wait_for(lambda: _completed(deck, ids), timeout=60, message="the jobs run again")
+        with deck.store.read() as conn:
+            outcomes = [o for (o,) in conn.execute(select(attempts.c.outcome).where(attempts.c.job_id.in_(ids)))]
+            retries = [r for (r,) in conn.execute(select(jobs.c.retry_count).where(jobs.c.id.in_(ids)))]
+    finally:
+        stop(procs)
+        relay.close()
+    print(f"silent cut of {0.7 * STALL:.1f} s (stall_timeout {STALL:g} s): attempts {sorted(outcomes)}")
+    assert "stalled" not in outcomes, "nobody rescued: A was back in time"
+    assert sorted(outcomes) == ["completed"] * 3 + ["interrupted"] * 3 and retries == [0, 0, 0]
+
+
+def test_a_host_stopped_while_cut_off_exits_within_its_grace(db_url, tmp_path, make_deck, registry, namespace):
+    """SIGTERM while packets silently vanish: the pool gives up its last
+    writes at its deadline (``shutdown_grace`` + 2 s), and threads stuck on
+    the dropped connections are not waited for (they held the process for
+    30 s with a grace of 2 s)."""
+    skew_handlers.register(registry)
+    deck = make_deck()
+    parsed = make_url(db_url)
+    relay = Proxy(parsed.host or "127.0.0.1", parsed.port or 5432, listen=namespace.outer_ip)
+    config = _config(tmp_path / "a.toml", relay.url(db_url), tmp_path)
+    runs = tmp_path / "runs.jsonl"
+    proc = _worker(config, tmp_path / "a.log", namespace.name)
+    try:
+        wait_for(lambda: _live(deck), timeout=60, message="host A started")
+        deck.enqueue_many([{"type": skew_handlers.HOLD, "payload": {"seconds": 60, "log": str(runs), "chatty": True}}])
+        wait_for(lambda: _events(runs, "start"), timeout=30, message="host A runs the job")
+        namespace.cut(silent=True)
+        time.sleep(1.0)  # the cut settles in: statements now hang instead of failing
+        began = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        took = time.monotonic() - began
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        relay.close()
+    grace = 2.0
+    print(f"SIGTERM during a silent cut: exited {proc.returncode} after {took:.1f} s (shutdown_grace {grace:g} s)")
+    # grace, the pool's margin, the stuck threads' margin, and room for a busy machine (it took 30 s before)
+    assert took < grace + 2.0 + 2.0 + 5.0

@@ -1,0 +1,155 @@
+"""The pool's heartbeats and its lease (``app.worker.lease``): the beats that
+tell every process this one is alive, the watch that acts when they stop
+landing, and the jobs given back once they land again.
+
+Three rules make it hold on a bad network:
+
+- The watch does no I/O. A thread that writes can be stuck on a connection
+  the network dropped, or behind a lock, for longer than the lease: acting
+  on the lease from such a thread told handlers 76 s after a cut.
+- A beat that has not landed within one interval does not hold up the
+  next: another starts on another connection (at most ``BEATS_IN_FLIGHT``),
+  so the first beat after the network is back lands at once instead of
+  after TCP's retransmission backoff.
+- Each beat also reads the database's clock once (``DatabaseClock.follow``),
+  so every process follows a step of the database's clock within one beat.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+
+from app.clock import DatabaseClock, since_boot
+from app.store import PoolBeat
+from app.worker.lease import LEASE_LOST, SetAside
+from app.worker.results import first_line
+from app.worker.shared import PoolShared, log
+
+BEATS_IN_FLIGHT = 4
+"""At most this many heartbeats of one pool wait on the database at once."""
+
+
+class Leasing(PoolShared):
+    """Heartbeats and the lease; part of ``WorkerPool``."""
+
+    heartbeat_interval: float
+    _suspects: dict[int, int]
+    """Jobs the last beat found held by this worker id that the pool does not know: id -> attempt."""
+
+    def heartbeat_once(self, now: datetime | None = None) -> int:
+        """Beat for every held job and for the worker; without ``now`` the
+        time is read once the store's write lock is held. The answer names
+        the held jobs cancelled meanwhile (by any process): their handlers
+        are told at once. Returns how many jobs were beaten."""
+        beat = self.store.heartbeat_pool(self.worker_id, now or self.deck.clock)
+        self.cancel_running(beat.cancelled, held=True)
+        self._release_orphans(beat)
+        return len(beat.held)
+
+    def beat_once(self) -> bool:
+        """One heartbeat as the beat threads make it: follow the database's
+        clock, beat, renew the lease, give back what was set aside. False
+        when the database did not answer."""
+        started = since_boot()
+        try:
+            if isinstance(self.deck.clock, DatabaseClock):
+                self.deck.clock.follow()
+            self.heartbeat_once()
+        except Exception as exc:
+            log.warning("heartbeat failed: %s", first_line(exc))
+            return False
+        if self.lease.renew(started):
+            log.warning("worker pool %s has its lease again; claiming resumes", self.worker_id,
+                        extra={"event": "worker.lease_regained", "worker_id": self.worker_id})  # fmt: skip
+            self._wake.set()
+        if not self.lease.lost and self._set_aside:
+            self._release_set_aside()
+        return True
+
+    def _heartbeat_loop(self) -> None:
+        """Start a beat every interval (at least four per lease, half of
+        ``stall_timeout``), each on a thread of its own: a beat still waiting
+        after one interval does not hold up the next."""
+        interval = min(self.heartbeat_interval, self.lease.ttl / 2)
+        beats: list[threading.Thread] = []
+        while not self._acker_stop.wait(interval):
+            beats = [t for t in beats if t.is_alive()]
+            if len(beats) >= BEATS_IN_FLIGHT:
+                continue
+            beat = threading.Thread(target=self.beat_once, name="jobdeck-beat", daemon=True)
+            beat.start()
+            beats.append(beat)
+
+    # -- the lease ---------------------------------------------------------------
+
+    def lease_watch_once(self, now: float | None = None) -> bool:
+        """When the lease runs out, tell the running handlers (``ctx.cancelled``,
+        reason "lease lost") and set the queued, unstarted jobs aside. No I/O
+        and no lock a writer holds: it runs on time whatever the database
+        does. True when the lease was lost just now."""
+        if not self.lease.expired(now):
+            return False
+        unstarted = self._take_queued()  # the acker's held refill is set aside as it is handed over (run_job)
+        with self._lock:
+            running = list(self._running)
+            self._set_aside.extend(SetAside(job) for job in unstarted)
+        self.cancel_running(running, reason=LEASE_LOST)
+        log.error(
+            "worker pool %s lost its lease: no heartbeat landed for %.1f s (half of stall_timeout); "
+            "its %d running handlers are told to stop (ctx.cancelled), %d claimed jobs are not started, "
+            "and nothing is claimed until a heartbeat lands",
+            self.worker_id, self.lease.ttl, len(running), len(unstarted),
+            extra={"event": "worker.lease_lost", "worker_id": self.worker_id},
+        )  # fmt: skip
+        return True
+
+    def _lease_watch_loop(self) -> None:
+        while not self._acker_stop.wait(0.1):
+            self.lease_watch_once()
+
+    def _release_set_aside(self) -> None:
+        """Give back the jobs set aside while the lease was lost, fenced: a
+        job rescued meanwhile is not touched. Kept for the next beat if the
+        database refuses."""
+        with self._lock:
+            aside, self._set_aside = self._set_aside, []
+        if not aside:
+            return
+        held = [(a.job.id, a.job.attempt) for a in aside]
+        interrupted = {a.job.id: a.started for a in aside if a.started is not None}
+        try:
+            released = self.store.release(self.worker_id, held, self.deck.clock(), interrupted=interrupted)
+        except Exception as exc:
+            with self._lock:
+                self._set_aside = aside + self._set_aside
+            log.warning("releasing jobs set aside for the lost lease failed (%s); next beat retries", first_line(exc))
+            return
+        with self._lock:
+            self._inflight -= len(aside)
+            self._holding.difference_update(a.job.id for a in aside)
+        self._room.set()
+        log.warning(
+            "released %d of %d jobs set aside while the lease was lost (the others were rescued meanwhile)",
+            len(released), len(aside),
+        )  # fmt: skip
+
+    # -- jobs held without knowing ------------------------------------------------
+
+    def _release_orphans(self, beat: PoolBeat) -> None:
+        """A claim whose COMMIT landed but whose reply was lost holds jobs in
+        the database that this pool never queued, and its beats kept them
+        alive forever. A job the beats find under this worker id that the
+        pool does not hold, twice in a row (a claim landing between the beat
+        and the look is not taken for one), is released, fenced by its attempt."""
+        with self._lock:
+            unknown = {job_id: attempt for job_id, attempt in beat.held.items() if job_id not in self._holding}
+            orphans = [(j, a) for j, a in unknown.items() if self._suspects.get(j) == a]
+            self._suspects = {j: a for j, a in unknown.items() if (j, a) not in orphans}
+        if not orphans:
+            return
+        released = self.store.release(self.worker_id, orphans, self.deck.clock())
+        log.warning(
+            "released %d jobs held under this worker id that the pool never received (a claim whose reply was "
+            "lost): %s", len(released), released,
+        )  # fmt: skip
