@@ -20,6 +20,7 @@ from app.deck import Jobdeck
 from app.handlers import JobContext, Registry
 from app.states import State
 from app.store import NewJob
+from app.worker.leasing import BEATS_IN_FLIGHT
 from app.worker.pool import STOP_MARGIN, WorkerPool
 from tests.adversarial.outages import Outage
 from tests.conftest import wait_for
@@ -237,8 +238,9 @@ def test_abandoned_threads_are_bounded_and_the_process_reports_unhealthy(
         # 2 threads run, 3 abandoned make it unhealthy: at most one more round.
         assert ran <= 3 + 2, f"{ran} hung handlers started; the bound is 3 abandoned threads"
         assert sum(_status(deck, j.id) is State.PENDING for j in hung) == 12 - ran
-        # fetcher, acker, monitor and heartbeat; the threads that ran a hung handler; two idle executors
-        assert threading.active_count() <= baseline + 4 + ran + 2
+        # fetcher, acker, monitor, heartbeat and lease watch, and the beats in flight (at most
+        # BEATS_IN_FLIGHT); the threads that ran a hung handler; two idle executors
+        assert threading.active_count() <= baseline + 5 + BEATS_IN_FLIGHT + ran + 2
 
         response = api.get("/api/health")
         assert response.status_code == 503
