@@ -15,11 +15,11 @@ from __future__ import annotations
 import mimetypes
 import os
 import re
-import unicodedata
 from pathlib import Path
 from typing import Union
 
 from app.errors import JobdeckError
+from app.validation import hidden_problem
 
 ArtifactData = Union[bytes, bytearray, memoryview, str, "os.PathLike[str]"]
 """What ``ctx.artifact`` takes: bytes, text (stored as UTF-8), or a path to
@@ -34,10 +34,6 @@ FALLBACK_TYPE = "application/octet-stream"
 
 _TOKEN = r"[A-Za-z0-9!#$&^_.+-]+"
 _CONTENT_TYPE = re.compile(rf"{_TOKEN}/{_TOKEN}(?:\s*;\s*{_TOKEN}=(?:{_TOKEN}|\"[^\"\\\x00-\x1f\x7f]*\"))*")
-_FORBIDDEN_CATEGORIES = {"Cc", "Cf", "Cs", "Zl", "Zp"}
-"""Control and format characters (NUL, newlines, bidi overrides that make
-``report‮vsc.exe`` read as ``report.exe.csv``), lone surrogates and line
-separators: nothing a file name needs, each a way to forge one."""
 
 
 class InvalidArtifact(JobdeckError, ValueError):
@@ -80,8 +76,11 @@ def check_name(name: object) -> str:
     shown = ascii(name[:60])
     if "/" in name or "\\" in name:
         raise InvalidArtifact(f"artifact name {shown}: no path separators (/ or \\); it names one file")
-    if any(unicodedata.category(c) in _FORBIDDEN_CATEGORIES for c in name):
-        raise InvalidArtifact(f"artifact name {shown}: no control characters (NUL, newlines, bidi overrides)")
+    # Control, format and invisible characters (``hidden_character``: NUL, newlines, bidi
+    # overrides that make ``report‮vsc.exe`` read as ``report.exe.csv``): each a way to forge a name.
+    problem = hidden_problem(name)
+    if problem is not None:
+        raise InvalidArtifact(f"artifact name {shown}: {problem}")
     if name in (".", "..") or name != name.strip():
         raise InvalidArtifact(f"artifact name {shown}: not . or .., and no leading or trailing spaces")
     if len(name.encode()) > MAX_NAME_BYTES:

@@ -326,10 +326,9 @@ def status_names(states: Iterable[State] = ALL_STATES) -> list[str]:
 def job_filter(status: str | None, job_type: str | None, queue: str | None, limit: int = 50) -> JobFilter:
     """The store's filter for a ``--status`` name (``pending`` the due jobs,
     ``scheduled`` the future ones), a type and a queue."""
-    from app.deck import MAX_QUEUE_CHARS, MAX_TYPE_CHARS
     from app.errors import InvalidField
     from app.store import JobFilter
-    from app.validation import check_text
+    from app.validation import MAX_QUEUE_CHARS, MAX_TYPE_CHARS, check_text
 
     for value, name, most in ((job_type, "--type", MAX_TYPE_CHARS), (queue, "--queue", MAX_QUEUE_CHARS)):
         try:

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.artifacts import DEFAULT_MAX_BYTES
+from app.errors import InvalidField
 from app.snooze import check_config as check_snooze_config
+from app.validation import MAX_QUEUE_CHARS, MAX_TYPE_CHARS, check_name
 
 if TYPE_CHECKING:
     from app.joblogs import LogLimits
@@ -335,6 +337,27 @@ def validate(config: Config) -> None:
     _check_non_retryable(config)
     _check_option_names(config)
     check_snooze_config(config)
+    _check_names(config)
+
+
+def _check_names(config: Config) -> None:
+    """Queue and type names the config declares, held to the enqueue's rule
+    and NFC-normalized (``app.validation.check_name``)."""
+    try:
+        config.external_types = [check_name(n, "external_types", MAX_TYPE_CHARS) for n in config.external_types]
+        for table, most in (("queues", MAX_QUEUE_CHARS), ("types", MAX_TYPE_CHARS)):
+            section = config.extra.get(table)
+            if not isinstance(section, dict):
+                continue
+            normal: dict[str, Any] = {}
+            for key, value in section.items():
+                name = check_name(key, f"[{table}.{ascii(key)}]", most)
+                if name in normal:
+                    raise ConfigError(f"[{table}]: {ascii(key)} and another name are the same name once normalized")
+                normal[name] = value
+            config.extra[table] = normal
+    except InvalidField as exc:
+        raise ConfigError(str(exc)) from None
 
 
 QUEUE_OPTIONS = frozenset({"concurrency", "rate", "rate_key", "concurrency_key"})

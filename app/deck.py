@@ -45,7 +45,16 @@ from app.store.reads import record_action
 from app.store.records import Enqueued
 from app.store.timekeeping import database_time
 from app.unique import Unique, claim_for, parse_unique, parse_unique_types
-from app.validation import check_json, check_text, parse_priority, parse_time
+from app.validation import (
+    MAX_QUEUE_CHARS,
+    MAX_TYPE_CHARS,
+    check_json,
+    check_name,
+    check_text,
+    parse_priority,
+    parse_time,
+    spellings,
+)
 from app.workflows import parse_config_workflows
 
 if TYPE_CHECKING:
@@ -62,8 +71,6 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan
 """Built once: ``json.dumps`` with options builds an encoder per call. It
 refuses NaN and Infinity, which are not JSON and break strict clients."""
 
-MAX_TYPE_CHARS = 200
-MAX_QUEUE_CHARS = 100
 log = logging.getLogger("jobdeck")
 
 MAX_KEY_CHARS = 255
@@ -269,7 +276,8 @@ class Jobdeck:
         return sorted(set(self.registry.names()) | set(self.config.external_types))
 
     def known_type(self, name: str) -> bool:
-        return name in self.registry or name in self.config.external_types
+        """Registered here or an external type, under either spelling (``spellings``)."""
+        return any(n in self.registry or n in self.config.external_types for n in spellings(name))
 
     def _warn_unknown_types(self) -> None:
         """A ``[types."X"]`` table whose X no handler here registers and
@@ -479,7 +487,7 @@ class Jobdeck:
         job_type = data.get("type")
         if not isinstance(job_type, str) or not job_type.strip():
             raise InvalidField("type", "required, a non-empty string")
-        check_text(job_type, "type", MAX_TYPE_CHARS)
+        job_type = check_name(job_type, "type", MAX_TYPE_CHARS)
         if not self.known_type(job_type):
             raise UnknownType(job_type)
         spec = self.registry.get(job_type)
@@ -555,10 +563,8 @@ EDITABLE = ("payload", "priority", "queue", "run_at")
 
 
 def queue_name(value: Any) -> str:
-    """A queue name as enqueue and edit accept it."""
-    if not isinstance(value, str) or not value or len(value) > MAX_QUEUE_CHARS:
-        raise InvalidField("queue", f"must be a non-empty string of at most {MAX_QUEUE_CHARS} characters")
-    return check_text(value, "queue", MAX_QUEUE_CHARS)
+    """A queue name as enqueue and edit accept it (``check_name``: normalized, nothing hidden)."""
+    return check_name(value, "queue", MAX_QUEUE_CHARS)
 
 
 def _available_at(run_at: Any, delay: Any, now: datetime) -> datetime:

@@ -41,6 +41,8 @@ from app.states import EffectState
 from app.store import artifacts as artifact_store
 from app.store.artifacts import ArtifactInfo
 from app.store.ledger import storable
+from app.validation import MAX_QUEUE_CHARS, MAX_TYPE_CHARS
+from app.validation import check_name as checked_name
 
 if TYPE_CHECKING:
     from app.store import Store
@@ -107,6 +109,9 @@ class Registry:
         non_retryable: Iterable[str] = (),
         max_snoozes: int | None = None,
     ) -> Callable[[F], F]:
+        name = checked_name(name, "type", MAX_TYPE_CHARS)
+        if queue is not None:
+            queue = checked_name(queue, "queue", MAX_QUEUE_CHARS)
         if max_retries is not None and max_retries < 0:
             raise ValueError(f"{name}: max_retries must be >= 0")
         if timeout is not None and timeout <= 0:

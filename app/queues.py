@@ -43,6 +43,7 @@ from app.flow import Flow
 from app.flow_claim import FlowClaim
 from app.states import State
 from app.store import JobRecord, Store, controls
+from app.validation import spellings
 
 _RUNNING = State.RUNNING.value
 
@@ -115,11 +116,18 @@ class QueueControls:
         return names
 
     def set_paused(self, name: str, paused: bool, now: datetime, actor: str) -> dict[str, Any]:
-        controls.set_paused(self.store, name, paused, now)
+        """Pause or resume the queue ``name`` NFC-normalized, where new jobs
+        land (``app.validation.spellings``), and ``name`` as given too when a
+        queue of that spelling exists (one enqueued to before names were
+        normalized): the operator meant both, and no lookalike is made."""
+        *given, normal = spellings(name)
+        known = {q["name"] for q in self.list_queues()} if given else set()
+        for spelled in [normal, *(g for g in given if g in known)]:
+            controls.set_paused(self.store, spelled, paused, now)
         with self._lock:
             self._read_at = None
         actions.record(actor, "queue.pause" if paused else "queue.resume", name, now, store=self.store)
-        return self.describe(name)
+        return self.describe(name if name in known else normal)
 
     # -- reads ------------------------------------------------------------------
 

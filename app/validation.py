@@ -12,6 +12,12 @@ Each rule is written once here and used by the API, the dashboard and
   ``DataError``) and is of bounded length.
 - Integers are ASCII digits (``"²".isdigit()`` is true, ``int("²")`` fails)
   that fit the databases' BIGINT (SQLite raises ``OverflowError`` past it).
+- Names people read and match (queue and type names, workflow and artifact
+  names) hold no character that cannot be seen (``hidden_character``): seven
+  queues that all read "billing" were once listed, and pausing one left the
+  others running. Queue and type names are also NFC-normalized (``name``),
+  so a name typed on a keyboard that composes accents differently is the
+  same queue. Idempotency keys are not names: they stay exact bytes.
 """
 
 from __future__ import annotations
@@ -19,11 +25,15 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from datetime import UTC, datetime
 from typing import Any
 
 from app.errors import InvalidField, ResultTooLarge
 from app.states import PRIORITY_LABELS
+
+MAX_TYPE_CHARS = 200
+MAX_QUEUE_CHARS = 100
 
 INT64_MAX = 2**63 - 1
 """The largest id, cursor or priority the databases' BIGINT can hold."""
@@ -136,6 +146,122 @@ def check_text(value: str, field: str, max_length: int) -> str:
         raise InvalidField(field, "must not contain NUL characters")
     _check_unicode(value, field)
     return value
+
+
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})
+"""Control, format (bidi controls, zero-width characters, the BOM), surrogate,
+private-use and unassigned characters, and line, paragraph and space
+separators (the plain space, U+0020, is allowed)."""
+_HIDDEN_OTHERS = frozenset(
+    [0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180B, 0x180C, 0x180D, 0x180F, 0x2800, 0x3164, 0xFFA0]
+    + list(range(0xFE00, 0xFE10))
+    + list(range(0xE0100, 0xE01F0))
+)
+"""Invisible characters of other categories: Unicode's default-ignorable
+marks and fillers (combining grapheme joiner, Hangul fillers, Khmer inherent
+vowels, Mongolian and other variation selectors) and the braille blank."""
+
+
+def hidden_character(text: str) -> tuple[int, str] | None:
+    """The first character of ``text`` that cannot be seen, or reads as
+    another (a non-breaking space for a space), as (position from 1, the
+    character); None when there is none. The one check behind every name a
+    person reads: queue and type names (``name``), workflow names and
+    artifact names."""
+    if text.isascii():
+        for i, c in enumerate(text, 1):
+            if c < " " or c == "\x7f":
+                return i, c
+        return None
+    for i, c in enumerate(text, 1):
+        if c == " ":
+            continue
+        if unicodedata.category(c) in _HIDDEN_CATEGORIES or ord(c) in _HIDDEN_OTHERS:
+            return i, c
+    return None
+
+
+def character_name(c: str) -> str:
+    """``U+200B ZERO WIDTH SPACE``: a character as a message names it."""
+    name = unicodedata.name(c, "")
+    return f"U+{ord(c):04X} {name}" if name else f"U+{ord(c):04X}"
+
+
+def hidden_problem(text: str) -> str | None:
+    """What ``hidden_character`` found, in words, or None."""
+    found = hidden_character(text)
+    if found is None:
+        return None
+    position, c = found
+    return (
+        f"{character_name(c)} at position {position}: no control characters, nor format, bidi, "
+        "zero-width or other invisible ones"
+    )
+
+
+def check_name(value: Any, field: str, max_length: int) -> str:
+    """A queue or job type name: a non-empty string of at most ``max_length``
+    characters, NFC-normalized (a decomposed "é" is the same queue as a
+    composed one), with no hidden character, no leading or trailing space,
+    and no lookalike (``lookalike_problem``). ``InvalidField`` names the
+    character and its position. Returns the normalized name."""
+    if not isinstance(value, str) or not value or len(value) > max_length:
+        raise InvalidField(field, f"must be a non-empty string of at most {max_length} characters")
+    _check_unicode(value, field)
+    normal = value if value.isascii() else unicodedata.normalize("NFC", value)
+    problem = hidden_problem(normal)
+    if problem is not None:
+        raise InvalidField(field, problem)
+    if normal != normal.strip():
+        raise InvalidField(field, "no leading or trailing spaces")
+    problem = lookalike_problem(normal)
+    if problem is not None:
+        raise InvalidField(field, problem)
+    return normal
+
+
+_CONFUSABLE_SCRIPTS = ("LATIN", "CYRILLIC", "GREEK")
+"""Scripts whose letters read alike ("а" is Cyrillic, "ο" Greek): a name may use one of them, not several."""
+
+
+def lookalike_problem(text: str) -> str | None:
+    """A visible character that makes ``text`` read as another name: a
+    compatibility form of a letter or digit (fullwidth "ｂ", the ligature
+    "ﬁ", a superscript "²"), or letters of Latin, Cyrillic and Greek mixed
+    (a Cyrillic "і" in "bіlling"). None when there is none."""
+    if text.isascii():
+        return None
+    scripts: dict[str, tuple[int, str]] = {}
+    for i, c in enumerate(text, 1):
+        if c.isascii():
+            if c.isalpha():
+                scripts.setdefault("LATIN", (i, c))
+            continue
+        category = unicodedata.category(c)
+        if category[0] in "LN" and unicodedata.normalize("NFKC", c) != c:
+            plain = unicodedata.normalize("NFKC", c)
+            return f"{character_name(c)} at position {i} is a compatibility form of {plain!r}: write {plain!r}"
+        if category[0] == "L":
+            script = unicodedata.name(c, "").split(" ", 1)[0]
+            if script in _CONFUSABLE_SCRIPTS:
+                scripts.setdefault(script, (i, c))
+    if len(scripts) < 2:
+        return None
+    (first, _), (other, (i, c)) = sorted(scripts.items(), key=lambda kv: kv[1][0])[:2]
+    return (
+        f"{character_name(c)} at position {i}: mixes {other.capitalize()} and {first.capitalize()} letters, "
+        "which look alike"
+    )
+
+
+def spellings(value: str) -> tuple[str, ...]:
+    """A name as given and its NFC form, when they differ: what a filter or
+    a pause matches, so rows stored before names were normalized are still
+    found by their own spelling and by the normal one."""
+    if value.isascii():
+        return (value,)
+    normal = unicodedata.normalize("NFC", value)
+    return (value,) if normal == value else (value, normal)
 
 
 def parse_int(raw: str, field: str, low: int, high: int = INT64_MAX) -> int:

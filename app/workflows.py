@@ -34,14 +34,13 @@ added, by any process (``deck.open_batch(id).add(...)``).
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app.config import ConfigError
 from app.errors import InvalidField, JobdeckError
 from app.store.graph import CALLBACKS, ON_DEPENDENCY_FAILURE, EnqueuedWorkflow, NewWorkflow, Step
-from app.validation import check_text
+from app.validation import check_text, hidden_problem
 
 if TYPE_CHECKING:
     from app.deck import Jobdeck
@@ -56,9 +55,6 @@ REFUSED_OPTIONS = ("idempotency_key", "unique")
 """Job options a workflow step may not carry: a workflow is made once by its own ``key``."""
 
 
-_UNSHOWABLE = {"Cc", "Cf", "Cs", "Zl", "Zp"}
-"""Control, format (bidi overrides) and separator characters: a name is shown
-in pages, the graph's labels and logs, where these break lines or reverse text."""
 RESERVED_KEY_PREFIX = "schedule:"
 """Workflow keys of schedule fires (``app.maintenance.cron.fire_key``): no
 caller may take one, or it would answer in the schedule's stead."""
@@ -68,8 +64,10 @@ def _name(value: Any, field: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InvalidField(field, "required, a non-empty string")
     check_text(value, field, MAX_NAME_CHARS)
-    if any(unicodedata.category(c) in _UNSHOWABLE for c in value):
-        raise InvalidField(field, "no control characters (newlines, tabs, bidi overrides)")
+    # Shown in pages, the graph's labels and logs, where these break lines or reverse text.
+    problem = hidden_problem(value)
+    if problem is not None:
+        raise InvalidField(field, problem)
     return value
 
 

@@ -31,7 +31,7 @@ from app.store.models import ERROR_STATES, attempts, jobs, status_in, workers
 from app.store.records import AttemptRecord, JobFilter, JobRecord, NewJob, Outcome
 from app.store.snoozing import Snoozing
 from app.store.transactions import Backoff
-from app.validation import fits_id
+from app.validation import fits_id, spellings
 
 __all__ = [
     "AttemptRecord", "Backoff", "Edited", "JobChanges", "JobFilter", "JobRecord", "NewJob", "Outcome", "Seen", "Store",
@@ -380,14 +380,21 @@ def filtered(stmt: Any, f: JobFilter, now: datetime) -> Any:
     elif f.scheduled is False:
         stmt = stmt.where(jobs.c.available_at <= now)
     if f.type:
-        stmt = stmt.where(jobs.c.type == f.type)
+        stmt = stmt.where(_named(jobs.c.type, f.type))
     if f.queue:
-        stmt = stmt.where(jobs.c.queue == f.queue)
+        stmt = stmt.where(_named(jobs.c.queue, f.queue))
     if f.search:
         stmt = stmt.where(_search(f.search))
     if f.error_fingerprint is not None:
         stmt = stmt.where(error_group(f.error_fingerprint))
     return stmt
+
+
+def _named(column: Any, name: str) -> Any:
+    """``column`` holds ``name`` as given or NFC-normalized (``spellings``):
+    rows written before names were normalized are found either way."""
+    forms = spellings(name)
+    return column == forms[0] if len(forms) == 1 else column.in_(forms)
 
 
 def error_group(fingerprint: str) -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 
 from flask import Blueprint, current_app, jsonify, request, url_for
 
-from app.deck import MAX_QUEUE_CHARS, MAX_TYPE_CHARS, Jobdeck
+from app.deck import Jobdeck
 from app.errors import InvalidField, JobdeckError, TransitionRefused
 from app.joblogs import parse_lines
 from app.snooze import MAX_REASON_CHARS, InvalidSnooze, check_seconds, max_snoozes
@@ -19,7 +19,17 @@ from app.store.lifecycle import Seen
 from app.store.listing import list_within
 from app.store.reads import record_action
 from app.store.upkeep import HEALTH_WINDOWS, type_health
-from app.validation import INT64_MAX, MAX_SEARCH_CHARS, check_result_size, check_text, loads, parse_int, parse_time
+from app.validation import (
+    INT64_MAX,
+    MAX_QUEUE_CHARS,
+    MAX_SEARCH_CHARS,
+    MAX_TYPE_CHARS,
+    check_result_size,
+    check_text,
+    loads,
+    parse_int,
+    parse_time,
+)
 from app.web.guard import authenticate
 from app.web.serialize import enqueue_waiting, iso, job_json
 

@@ -12,13 +12,19 @@ from typing import Any
 from app.deck import (
     MAX_DELAY_SECONDS,
     MAX_KEY_CHARS,
-    MAX_QUEUE_CHARS,
     MAX_RETRIES,
-    MAX_TYPE_CHARS,
 )
 from app.states import PRIORITY_LABELS, State
 from app.store.models import OUTCOMES
-from app.validation import INT64_MAX, MAX_JSON_DEPTH, MAX_PRIORITY, MAX_SEARCH_CHARS, PRIORITY_NUMBER
+from app.validation import (
+    INT64_MAX,
+    MAX_JSON_DEPTH,
+    MAX_PRIORITY,
+    MAX_QUEUE_CHARS,
+    MAX_SEARCH_CHARS,
+    MAX_TYPE_CHARS,
+    PRIORITY_NUMBER,
+)
 from app.waiting import WAITING_CODES
 from app.web.api.jobs import MAX_ERROR_CHARS
 

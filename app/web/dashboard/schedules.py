@@ -21,11 +21,11 @@ from typing import Any
 
 from flask import Blueprint, abort, current_app, flash, jsonify, redirect, render_template, url_for
 
-from app.deck import MAX_QUEUE_CHARS, Jobdeck
+from app.deck import Jobdeck
 from app.store.artifacts import last_completed_artifacts
 from app.store.reads import running_by_type
 from app.store.upkeep import HEALTH_WINDOWS, type_health
-from app.validation import check_text
+from app.validation import MAX_QUEUE_CHARS, check_text
 from app.web.api import jobs as api
 from app.web.dashboard.auth import current_user, require_operator
 from app.web.dashboard.tabs import BY_SLUG

@@ -10,11 +10,10 @@ from typing import Any
 from flask import abort
 from werkzeug.datastructures import MultiDict
 
-from app.deck import MAX_QUEUE_CHARS, MAX_TYPE_CHARS
 from app.fingerprint import MAX_CHARS as MAX_FINGERPRINT_CHARS
 from app.states import ALL_STATES, SOURCES, State, Transition
 from app.store import JobFilter, JobRecord
-from app.validation import MAX_SEARCH_CHARS, check_text, parse_int
+from app.validation import MAX_QUEUE_CHARS, MAX_SEARCH_CHARS, MAX_TYPE_CHARS, check_text, parse_int
 
 LABELS: dict[State, str] = {
     State.PENDING: "Pending",
