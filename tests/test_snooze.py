@@ -347,7 +347,7 @@ def test_the_timeline_shows_the_snooze(dash: Any, deck: Jobdeck, clock: Clock) -
     _snooze(deck, _claim(deck), 30)
     html = dash.get(f"/jobs/{job.id}").get_data(as_text=True)
     assert 'class="badge badge-outcome-snoozed">snoozed</span>' in html
-    assert '<p class="snooze-line">snoozed for 30 s</p>' in html
+    assert '<p class="snooze-line"><bdi>snoozed for 30 s</bdi></p>' in html
 
 
 # -- two real processes ------------------------------------------------------------------

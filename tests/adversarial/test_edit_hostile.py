@@ -74,7 +74,7 @@ def test_a_cross_site_patch_without_the_token_is_refused(client, deck, backend) 
 def test_the_form_refuses_nul_bytes_and_a_missing_csrf_token(dash, deck, backend) -> None:
     job, _ = deck.enqueue("demo.noop", {"n": 1}, delay_seconds=60)
     r = dash_post(dash, f"/actions/jobs/{job.id}/edit", {"queue": "a\x00b"})
-    assert r.status_code == 422 and "must not contain NUL" in r.get_data(as_text=True)
+    assert r.status_code == 422 and "U+0000 at position 2: no control characters" in r.get_data(as_text=True)
     r = dash_post(dash, f"/actions/jobs/{job.id}/edit", {"payload": "[" * 5000 + "]" * 5000})
     assert r.status_code == 422 and "Not an acceptable payload" in r.get_data(as_text=True)
     no_token = dash.post(f"/actions/jobs/{job.id}/edit", data={"priority": "9"}, headers=HTMX)
