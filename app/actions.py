@@ -50,7 +50,7 @@ def record(
         log.info("%s by %s: %s %s", verb, actor, target, detail or "",
                  extra={"event": "audit", "actor": actor, "action": verb, "target": target})  # fmt: skip
     else:  # record_action logs it (jobdeck.audit)
-        from app.store.reads import record_action
+        from app.store.audit import record_action
 
         job_id = detail.get("job_id")
         text = target if changes is None else f"{target}: {changes}"

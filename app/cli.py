@@ -25,6 +25,7 @@ from app.structured_logs import use_log_format
 if TYPE_CHECKING:
     from app.deck import Jobdeck
     from app.store import AttemptRecord, JobFilter, JobRecord, Store
+    from app.store.audit import Tally
 
 
 def _config(demo: bool, **overrides: Any) -> Config:
@@ -537,16 +538,17 @@ class JobAction:
     one: Callable[[Jobdeck, int], JobRecord]
     """Move one job and write its audit entry; raises ``TransitionRefused``
     (it moved on) or ``JobNotFound``."""
-    many: Callable[[Jobdeck, list[int], datetime], list[int]] | None = None
+    many: Callable[[Jobdeck, list[int], datetime, Tally], list[int]] | None = None
     """Move a batch of ids at once, returning those moved (the rest had
-    moved on); the caller writes the audit entry. None: ids only."""
+    moved on), counted into the bulk action's audit entry (``Tally``) in
+    the batch's own transaction. None: ids only."""
 
 
 def audited(verb: str, move: Callable[[Store, int, datetime], JobRecord]) -> Callable[[Jobdeck, int], JobRecord]:
     """``move`` for one job, audit-logged as the dashboard's buttons are: a
     refusal is written too (count 0, with the reason)."""
     from app.errors import TransitionRefused
-    from app.store.reads import record_action
+    from app.store.audit import record_action
 
     def one(deck: Jobdeck, job_id: int) -> JobRecord:
         now = deck.clock()
@@ -563,10 +565,10 @@ def audited(verb: str, move: Callable[[Store, int, datetime], JobRecord]) -> Cal
 
 JOB_ACTIONS: tuple[JobAction, ...] = (
     JobAction("retry", "retried", Transition.RETRY, audited("retry", lambda store, job_id, now: store.retry(job_id, now)),
-              lambda deck, ids, now: deck.store.retry_ids(ids, now)),
+              lambda deck, ids, now, tally: deck.store.retry_ids(ids, now, tally)),
     JobAction("discard", "discarded", Transition.DISCARD,
               audited("discard", lambda store, job_id, now: store.discard(job_id, now)),
-              lambda deck, ids, now: deck.store.discard_ids(ids, now)),
+              lambda deck, ids, now, tally: deck.store.discard_ids(ids, now, tally)),
     JobAction("cancel", "cancelled", Transition.CANCEL, lambda deck, job_id: deck.cancel(job_id, actor=ACTOR)),
 )  # fmt: skip
 
@@ -595,17 +597,19 @@ def outcome(action: JobAction, job: JobRecord) -> str:
     return f"{action.name} requested" if job.status is State.RUNNING else action.past
 
 
-Move = Callable[["Jobdeck", list[int], datetime], list[int]]
+Move = Callable[["Jobdeck", list[int], datetime, "Tally"], list[int]]
 
 
 def act_on_matching(action: JobAction, move: Move, deck: Jobdeck, f: JobFilter, what: str, yes: bool) -> int:
     """Every job ``f`` matches in a source state of the action, as the
     dashboard's "all N matching" does it: the jobs up to today's newest id
     (later ones are left alone), in batches of ``BATCH``, one short
-    transaction each, newest first, with one audit entry counting what
-    moved and a progress line per batch. Returns how many moved on
-    meanwhile (each is named on a line of its own)."""
-    from app.store.reads import BATCH, add_to_action, count_matching, newest_id, next_batch, record_action
+    transaction each, newest first, each counting what it moved into the
+    action's audit entry in that transaction (``app.store.audit``), and a
+    progress line per batch. Returns how many moved on meanwhile (each is
+    named on a line of its own)."""
+    from app.store.audit import Tally, finish_bulk, open_bulk
+    from app.store.reads import BATCH, count_matching, newest_id, next_batch
 
     store, states = deck.store, SOURCES[action.transition]
     up_to = newest_id(store)
@@ -615,12 +619,15 @@ def act_on_matching(action: JobAction, move: Move, deck: Jobdeck, f: JobFilter, 
         return 0
     if not yes:
         click.confirm(f"{action.name.capitalize()} {total} {what}?", abort=True, err=True)
-    entry = record_action(store, ACTOR, f"{action.name} all", deck.clock(), count=0, detail=f"all {what}")
+    entry = open_bulk(store, ACTOR, f"{action.name} all", deck.clock(), total=total, detail=f"all {what}")
     done = refused = 0
     below = up_to + 1
-    while batch := next_batch(store, f, deck.clock(), states, below):
-        moved = move(deck, batch, deck.clock())
-        add_to_action(store, entry, len(moved))
+    while True:
+        batch = next_batch(store, f, deck.clock(), states, below)
+        if not batch:
+            finish_bulk(store, entry, deck.clock())
+            break
+        moved = move(deck, batch, deck.clock(), Tally(entry, last=len(batch) < BATCH))
         for job_id in sorted(set(batch) - set(moved), reverse=True):
             click.echo(f"refused: job {job_id} moved on meanwhile; left alone", err=True)
         refused += len(batch) - len(moved)

@@ -38,10 +38,10 @@ from app.maintenance.upkeep import Maintenance, parse_retention
 from app.queues import QueueControls, parse_limits
 from app.states import State
 from app.store import JobRecord, NewJob, Store, backoff_delay
+from app.store.audit import record_action
 from app.store.engine import make_engine
 from app.store.enqueue import PlainJob
 from app.store.lifecycle import Edited, JobChanges, Seen
-from app.store.reads import record_action
 from app.store.records import Enqueued
 from app.store.timekeeping import database_time
 from app.unique import Unique, claim_for, parse_unique, parse_unique_types

@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 from app.config import ConfigError
 from app.errors import InvalidField, JobdeckError
+from app.states import Transition
+from app.store.audit import Tally, open_bulk
 from app.store.graph import CALLBACKS, ON_DEPENDENCY_FAILURE, EnqueuedWorkflow, NewWorkflow, Step
 from app.validation import check_text, hidden_problem
 
@@ -348,3 +350,16 @@ def enqueue_configured(deck: Jobdeck, name: str, key: str | None = None) -> Enqu
     if data is None:
         raise UnknownWorkflow(name)
     return deck.store.enqueue_workflows([parse_workflow(deck, data, key=key)], deck.clock())[0]
+
+
+def act_on_workflow(deck: Jobdeck, workflow_id: int, transition: Transition, actor: str, verb: str) -> list[int]:
+    """Retry the failed part of a workflow (``Transition.RETRY``) or cancel
+    the rest (``Transition.CANCEL``), as one bulk action: its audit entry is
+    opened with the jobs it applies to, and counts what moved in the move's
+    own transaction (``app.store.audit``). Returns the ids moved; raises
+    ``WorkflowNotFound``."""
+    now = deck.clock()
+    members = deck.store.workflow_members(workflow_id, transition)
+    entry = open_bulk(deck.store, actor, verb, now, total=len(members), detail=f"workflow {workflow_id}")
+    move = deck.store.retry_ids if transition is Transition.RETRY else deck.store.cancel_ids
+    return move(members, now, Tally(entry, last=True))

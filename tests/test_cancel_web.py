@@ -13,7 +13,7 @@ from werkzeug.security import generate_password_hash
 from app import create_app
 from app.deck import Jobdeck
 from app.states import State
-from app.store.reads import list_audit
+from app.store.audit import list_audit
 from tests.openapi_check import check
 
 CANCEL = "/api/jobs/{job_id}/cancel"

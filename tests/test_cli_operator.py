@@ -22,7 +22,8 @@ from app.handlers import Registry
 from app.present import attempts_allowed
 from app.states import ALL_STATES, State, Transition
 from app.store import Outcome, Store
-from app.store.reads import BATCH, AuditRecord, list_audit
+from app.store.audit import AuditRecord, list_audit
+from app.store.reads import BATCH
 from app.web.serialize import job_json
 from tests.dashboard_support import make_dead
 from tests.test_cli import ROOT, jobdeck_env
@@ -286,6 +287,7 @@ def test_retry_all_matching_runs_in_batches_with_progress(run, live_deck: Jobdec
     [entry] = audit(live_deck)
     assert (entry.actor, entry.action, entry.count, entry.job_id) == ("cli", "retry all", total, None)
     assert entry.detail == "all dead jobs of type demo.fail"
+    assert entry.total == total and entry.finished_at is not None
 
 
 def test_discard_all_asks_first_and_does_nothing_when_told_no(run, live_deck: Jobdeck) -> None:
@@ -311,16 +313,18 @@ def test_all_matching_names_each_job_that_moved_on_and_exits_1(live_deck: Jobdec
     assert retry.many is not None
     real_move = retry.many
 
-    def someone_else_first(deck: Jobdeck, batch: list[int], now: Any) -> list[int]:
+    def someone_else_first(deck: Jobdeck, batch: list[int], now: Any, tally: Any) -> list[int]:
         deck.store.retry(ids[1], now)
-        return real_move(deck, batch, now)
+        return real_move(deck, batch, now, tally)
 
     f = cli.job_filter("dead", "demo.fail", None)
     refused = cli.act_on_matching(retry, someone_else_first, live_deck, f, "dead jobs", yes=True)
     assert refused == 1
     err = capsys.readouterr().err
     assert f"refused: job {ids[1]} moved on meanwhile; left alone\n" in err and "retried 2 of 3" in err
-    assert [a.count for a in audit(live_deck)] == [2]
+    assert [(a.count, a.total) for a in audit(live_deck)] == [(2, 3)]
+    (progress,) = [a.progress(live_deck.clock()) for a in audit(live_deck)]
+    assert progress is not None and progress.describe() == "2 of 3; 1 had moved on"
 
 
 def test_all_needs_a_status_the_action_can_move(run, live_deck: Jobdeck) -> None:

@@ -9,7 +9,8 @@ import json
 from dashboard_support import csrf_token, make_dead, post
 
 from app.states import State
-from app.store.reads import BATCH, list_audit
+from app.store.audit import list_audit
+from app.store.reads import BATCH
 
 
 def _audit(deck):

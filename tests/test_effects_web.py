@@ -13,7 +13,7 @@ from app.errors import EffectOutcomeUnknown
 from app.handlers import JobContext
 from app.states import EffectState, State
 from app.store import Outcome
-from app.store.reads import list_audit
+from app.store.audit import list_audit
 
 KEY = "charge:o-1"
 

@@ -20,7 +20,7 @@ from app import Jobdeck
 from app.config import ConfigError
 from app.docs import DOCS_URL
 from app.states import State
-from app.store.reads import list_audit
+from app.store.audit import list_audit
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.backends

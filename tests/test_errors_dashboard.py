@@ -14,7 +14,7 @@ from test_error_groups import fail_jobs
 from werkzeug.security import generate_password_hash
 
 from app.states import State
-from app.store.reads import list_audit
+from app.store.audit import list_audit
 
 pytestmark = pytest.mark.backends
 

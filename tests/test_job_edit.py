@@ -12,7 +12,7 @@ from test_dashboard_auth import USERS, login
 
 from app.states import State
 from app.store import Outcome
-from app.store.reads import list_audit
+from app.store.audit import list_audit
 
 
 def _audit(deck):

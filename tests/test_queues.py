@@ -11,7 +11,7 @@ from app import create_app
 from app.deck import Jobdeck
 from app.handlers import Registry
 from app.states import State
-from app.store.reads import list_audit
+from app.store.audit import list_audit
 from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
 from tests.openapi_check import check

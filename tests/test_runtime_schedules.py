@@ -16,9 +16,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from app import create_app
 from app.deck import Jobdeck
 from app.store import Store
+from app.store.audit import list_audit
 from app.store.engine import make_engine
 from app.store.models import jobs, schedule_runs
-from app.store.reads import list_audit
 from tests.conftest import wait_for
 from tests.openapi_check import check
 from tests.two_processes import TwoProcesses

@@ -16,7 +16,7 @@ from markupsafe import escape
 from app.deck import Jobdeck
 from app.states import State
 from app.store import Outcome
-from app.store.reads import list_audit
+from app.store.audit import list_audit
 from app.web.dashboard.graph_svg import MAX_SVG_NODES, layers, order_columns
 
 pytestmark = pytest.mark.backends

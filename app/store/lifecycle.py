@@ -24,6 +24,7 @@ from app.artifacts import DEFAULT_MAX_BYTES
 from app.errors import JobMovedOn, JobNotFound, RunNowRefused, TransitionRefused
 from app.states import CLAIMABLE, SOURCES, State, Transition
 from app.store import statements
+from app.store.audit import Tally, count_moved
 from app.store.enqueue import Enqueueing, dumps
 from app.store.faults import is_transient, is_unavailable, storable_text
 from app.store.ledger import Ledger
@@ -233,12 +234,15 @@ class Store(Enqueueing, Snoozing):
             self._notify_cancel([job.id])
         return job
 
-    def cancel_ids(self, ids: Sequence[int], now: datetime) -> list[int]:
+    def cancel_ids(self, ids: Sequence[int], now: datetime, tally: Tally | None = None) -> list[int]:
         """Bulk cancel; returns the ids cancelled or asked to cancel (others
-        had moved on)."""
+        had moved on). With ``tally``, what moved is counted into its bulk
+        action's audit entry in the same transaction (``app.store.audit``)."""
         with self.write() as conn:
             moved = conn.execute(statements.cancel(False), {"ids": list(ids), "now": now}).all()
             self._settle(conn, moved, now)
+            if tally is not None:
+                count_moved(conn, tally, len(moved), now)
         running = [r[0] for r in moved if r[1] == State.RUNNING.value]
         if running:
             self._notify_cancel(running)
@@ -253,37 +257,44 @@ class Store(Enqueueing, Snoozing):
         for fn in self._cancel_listeners:
             fn(job_ids)
 
-    def retry_ids(self, ids: Sequence[int], now: datetime) -> list[int]:
-        """Bulk retry; returns the ids moved (others had moved on)."""
+    def retry_ids(self, ids: Sequence[int], now: datetime, tally: Tally | None = None) -> list[int]:
+        """Bulk retry; returns the ids moved (others had moved on), counted
+        into ``tally``'s audit entry in the same transaction."""
         with self.write() as conn:
             moved = list(conn.execute(statements.retry(False), {"ids": list(ids), "now": now}).scalars())
+            if tally is not None:
+                count_moved(conn, tally, len(moved), now)
             if moved:
                 self._notify_other_processes(conn)
         if moved:
             self._notify_enqueued()
         return moved
 
-    def retry_workflow(self, workflow_id: int, now: datetime) -> list[int]:
+    def retry_workflow(self, workflow_id: int, now: datetime, tally: Tally | None = None) -> list[int]:
         """Retry the failed part of a workflow: its failed, dead and discarded
         jobs. Dependents held (``hold``) run once these complete; dependents
         already cancelled by a failure stay cancelled."""
-        return self.retry_ids(self._members(workflow_id, Transition.RETRY), now)
+        return self.retry_ids(self.workflow_members(workflow_id, Transition.RETRY), now, tally)
 
-    def cancel_workflow(self, workflow_id: int, now: datetime) -> list[int]:
+    def cancel_workflow(self, workflow_id: int, now: datetime, tally: Tally | None = None) -> list[int]:
         """Cancel the rest of a workflow: every job of it a cancel applies to
         (blocked, pending and failed ones at once, running ones cooperatively)."""
-        return self.cancel_ids(self._members(workflow_id, Transition.CANCEL), now)
+        return self.cancel_ids(self.workflow_members(workflow_id, Transition.CANCEL), now, tally)
 
-    def _members(self, workflow_id: int, transition: Transition) -> list[int]:
+    def workflow_members(self, workflow_id: int, transition: Transition) -> list[int]:
+        """The jobs of a workflow that ``transition`` applies to now."""
         self.workflow(workflow_id)  # WorkflowNotFound
         stmt = select(jobs.c.id).where(jobs.c.workflow_id == workflow_id, statements.in_states(transition))
         with self.read() as conn:
             return list(conn.execute(stmt.order_by(jobs.c.id)).scalars())
 
-    def discard_ids(self, ids: Sequence[int], now: datetime) -> list[int]:
+    def discard_ids(self, ids: Sequence[int], now: datetime, tally: Tally | None = None) -> list[int]:
+        """Bulk discard; returns the ids moved, counted into ``tally``'s audit entry in the same transaction."""
         with self.write() as conn:
             moved = conn.execute(statements.discard(False), {"ids": list(ids), "now": now}).all()
             self._settle(conn, moved, now)
+            if tally is not None:
+                count_moved(conn, tally, len(moved), now)
         return [r[0] for r in moved]
 
     # -- workers ----------------------------------------------------------------

@@ -330,7 +330,7 @@ class Worker(Base):
     (revision 0019: the "no live workers for a queue" threshold reads it)."""
     clock_offset: Mapped[float | None] = mapped_column(Float)
     """Seconds the database's clock was ahead of this process's host clock at
-    its last measurement (``app.clock``); None on SQLite (revision 0023)."""
+    its last measurement (``app.clock``); None on SQLite (revision 0024)."""
 
 
 jobs = cast(Table, Job.__table__)
@@ -524,6 +524,9 @@ class ThresholdAlert(Base):
 threshold_alerts = cast(Table, ThresholdAlert.__table__)
 
 
+_bulk_where = column("total").is_not(None)
+
+
 class AuditEntry(Base):
     """One operator action taken in the dashboard: who, when, what, on how
     many jobs. A bulk action over a filter is one entry whose ``count`` grows
@@ -538,10 +541,23 @@ class AuditEntry(Base):
     job_id: Mapped[int | None] = mapped_column(BigID)
     """The job acted on, for single-job actions."""
     count: Mapped[int] = mapped_column(Integer, default=0)
-    """Jobs the action actually moved (refused ones are not counted)."""
+    """Jobs the action actually moved (refused ones are not counted). A bulk
+    action's batches add to it in their own transactions (``app.store.audit``)."""
     detail: Mapped[str | None] = mapped_column(Text)
+    total: Mapped[int | None] = mapped_column(BigInteger)
+    """A bulk action's jobs to move, counted as it began; NULL for other actions."""
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    """When a bulk action's last batch committed; NULL while running or once cut short."""
+    owner: Mapped[str | None] = mapped_column(String(200))
+    """The process that moved a bulk action's last batch (``app.processes.identity``)."""
+    updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    """When a bulk action's last batch committed (or it began)."""
 
-    __table_args__ = (Index("ix_audit_log_job", "job_id", "id"),)
+    __table_args__ = (
+        Index("ix_audit_log_job", "job_id", "id"),
+        # A person's latest bulk action, for the job lists' "interrupted" notice (revision 0024).
+        Index("ix_audit_log_bulk", "actor", "id", sqlite_where=_bulk_where, postgresql_where=_bulk_where),
+    )
 
 
 audit_log = cast(Table, AuditEntry.__table__)

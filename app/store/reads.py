@@ -1,5 +1,6 @@
-"""Read-side SQL for the dashboard, plus its two small writes (run now, the
-audit log). Store-like functions taking a ``Store``; views never build queries.
+"""Read-side SQL for the dashboard, plus its small write (run now); the
+audit log is ``app.store.audit``. Store-like functions taking a ``Store``;
+views never build queries.
 
 The overview's numbers (counts per state, throughput, queue latency) come
 from ``Snapshots``: one process-wide snapshot, recomputed at most once per
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, and_, case, exists, func, insert, literal_column, select, update
+from sqlalchemy import Select, case, exists, func, literal_column, select
 
 from app.states import AttemptOutcome, State
 from app.store import statements
@@ -33,7 +34,6 @@ from app.store.listing import list_within, summarized, without_texts
 from app.store.models import (
     ERROR_STATES,
     attempts,
-    audit_log,
     jobs,
     maintenance_marks,
     queue_state,
@@ -43,7 +43,6 @@ from app.store.models import (
 from app.store.upkeep import STATS_MARK
 
 log = logging.getLogger("jobdeck.dashboard")
-audit_logger = logging.getLogger("jobdeck.audit")
 
 
 BATCH = 500
@@ -407,69 +406,6 @@ class Snapshots:
         with self._lock:
             self._current, self._taken = snap, self.monotonic()
         return snap
-
-
-# -- audit log ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AuditRecord:
-    id: int
-    at: datetime
-    actor: str
-    action: str
-    job_id: int | None
-    count: int
-    detail: str | None
-
-
-def record_action(
-    store: Store, actor: str, action: str, now: datetime, *, count: int, job_id: int | None = None,
-    detail: str | None = None,
-) -> int:  # fmt: skip
-    """Append one operator action to the audit log, and log it (INFO,
-    ``jobdeck.audit``); returns its id."""
-    with store.write() as conn:
-        entry = int(
-            conn.execute(
-                insert(audit_log)
-                .values(at=now, actor=actor, action=action, job_id=job_id, count=count, detail=detail)
-                .returning(audit_log.c.id)
-            ).scalar_one()
-        )
-    target = f"job {job_id}" if job_id is not None else f"{count} job(s)"
-    audit_logger.info("%s by %s: %s%s", action, actor, target, f" ({detail})" if detail else "",
-                      extra={"event": "audit", "actor": actor, "action": action, "job_id": job_id, "count": count,
-                             "audit_id": entry})  # fmt: skip
-    return entry
-
-
-def add_to_action(store: Store, entry_id: int, moved: int, detail: str | None = None) -> None:
-    """A bulk action's next batch: add what it moved to its audit entry."""
-    values: dict[str, Any] = {"count": audit_log.c.count + moved}
-    if detail is not None:
-        values["detail"] = detail
-    with store.write() as conn:
-        conn.execute(update(audit_log).where(audit_log.c.id == entry_id).values(values))
-
-
-def list_audit(store: Store, before_id: int | None = None, limit: int = 50) -> tuple[list[AuditRecord], int | None]:
-    """Newest first by keyset; returns (entries, before_id of the next page)."""
-    stmt = select(audit_log).order_by(audit_log.c.id.desc()).limit(limit + 1)
-    if before_id is not None:
-        stmt = stmt.where(audit_log.c.id < before_id)
-    with store.read() as conn:
-        rows = [AuditRecord(**r._mapping) for r in conn.execute(stmt)]
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return rows, rows[-1].id if more and rows else None
-
-
-def audit_of_job(store: Store, job_id: int, limit: int = 20) -> list[AuditRecord]:
-    """Single-job actions taken on one job, for its detail page."""
-    stmt = select(audit_log).where(and_(audit_log.c.job_id == job_id)).order_by(audit_log.c.id.desc()).limit(limit)
-    with store.read() as conn:
-        return [AuditRecord(**r._mapping) for r in conn.execute(stmt)]
 
 
 def iter_batches(ids: Sequence[int], size: int = BATCH) -> Iterator[list[int]]:

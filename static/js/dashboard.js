@@ -122,8 +122,26 @@
     area.replaceChildren(box);
   }
 
+  // A bulk action's next batch did not go through: say it was cut short, not "…" forever.
+  function bulkInterrupted(event) {
+    var elt = event.detail && event.detail.elt;
+    var box = elt && elt.closest ? elt.closest(".bulk-progress[data-interrupted]") : null;
+    if (!box || box.classList.contains("is-interrupted")) { return false; }
+    box.classList.add("is-interrupted");
+    var status = box.querySelector(".bulk-status");
+    if (status) { status.textContent = box.getAttribute("data-interrupted"); }
+    var close = document.createElement("button");
+    close.type = "button";
+    close.className = "btn btn-sm btn-ghost";
+    close.setAttribute("data-dismiss", "confirm");
+    close.textContent = "Close";
+    box.appendChild(close);
+    return true;
+  }
+
   body.addEventListener("htmx:responseError", function (event) {
     var xhr = event.detail.xhr;
+    if (xhr.status >= 500) { bulkInterrupted(event); }  // and the flash says why, below
     var told = null;
     try {  // the server's own words when it sent them (a full disk, a read-only database)
       var doc = new DOMParser().parseFromString(xhr.responseText || "", "text/html");
@@ -133,8 +151,9 @@
     say(told ? told + " (" + xhr.status + "; nothing was changed by this page)" :
       "The server answered " + xhr.status + " " + (xhr.statusText || "") + "; nothing was changed by this page.");
   });
-  body.addEventListener("htmx:sendError", function () {
+  body.addEventListener("htmx:sendError", function (event) {
     body.classList.add("offline");
+    bulkInterrupted(event);
   });
   body.addEventListener("htmx:afterRequest", function (event) {
     if (event.detail.successful) { body.classList.remove("offline"); }

@@ -25,7 +25,7 @@ from live_server import served
 from websec_support import page_servers
 
 from app.states import State
-from app.store.reads import list_audit
+from app.store.audit import list_audit
 from tests.conftest import wait_for
 
 

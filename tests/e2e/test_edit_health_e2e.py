@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from app.maintenance.upkeep import Maintenance
 from app.states import State
-from app.store.reads import list_audit
+from app.store.audit import list_audit
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.e2e

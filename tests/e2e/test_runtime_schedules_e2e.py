@@ -87,6 +87,6 @@ def test_a_schedule_made_in_the_browser_fires_once_across_two_processes(db_url, 
 
 
 def _audit(store):
-    from app.store.reads import list_audit
+    from app.store.audit import list_audit
 
     return list_audit(store)[0]

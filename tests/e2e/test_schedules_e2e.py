@@ -55,7 +55,7 @@ def test_pause_resume_and_run_now_in_place(make_live, page, dialogs):
 
 
 def _audit(live):
-    from app.store.reads import list_audit
+    from app.store.audit import list_audit
 
     return list_audit(live.deck.store)[0]
 

@@ -18,7 +18,7 @@ from flask import Blueprint, current_app, jsonify
 from app.deck import Jobdeck
 from app.errors import EffectNotFound, InvalidField
 from app.states import EFFECT_RESOLUTIONS, EffectState
-from app.store.reads import record_action
+from app.store.audit import record_action
 from app.web.api import jobs as api
 
 bp = Blueprint("api_effects", __name__, url_prefix="/api/jobs")

@@ -14,10 +14,10 @@ from app.joblogs import parse_lines
 from app.snooze import MAX_REASON_CHARS, InvalidSnooze, check_seconds, max_snoozes
 from app.states import State
 from app.store import JobFilter
+from app.store.audit import record_action
 from app.store.joblogs import append_lines, count_lines
 from app.store.lifecycle import Seen
 from app.store.listing import list_within
-from app.store.reads import record_action
 from app.store.upkeep import HEALTH_WINDOWS, type_health
 from app.validation import (
     INT64_MAX,

@@ -29,13 +29,13 @@ from flask import current_app, jsonify, request
 
 from app.deck import Jobdeck
 from app.errors import InvalidField
+from app.states import Transition
 from app.store.graph import CALLBACKS
-from app.store.reads import record_action
 from app.store.records import NewJob
 from app.validation import INT64_MAX, check_text, parse_int
 from app.web.api import jobs as api
 from app.web.serialize import batch_json, workflow_graph_json, workflow_json
-from app.workflows import MAX_NAME_CHARS, REFUSED_OPTIONS, max_jobs
+from app.workflows import MAX_NAME_CHARS, REFUSED_OPTIONS, act_on_workflow, max_jobs
 
 bp = api.bp
 
@@ -84,9 +84,7 @@ def retry_workflow(workflow_id: int) -> Any:
     """Retry the failed part; dependents held by ``hold`` run once it completes."""
     deck = _deck()
     api._body()
-    now = deck.clock()
-    moved = deck.store.retry_workflow(workflow_id, now)
-    record_action(deck.store, "api", "retry", now, count=len(moved), detail=f"workflow {workflow_id}")
+    moved = act_on_workflow(deck, workflow_id, Transition.RETRY, "api", "retry")
     return _moved(deck, workflow_id, moved)
 
 
@@ -96,9 +94,7 @@ def cancel_workflow(workflow_id: int) -> Any:
     cooperatively (they end cancelled when their attempt ends)."""
     deck = _deck()
     api._body()
-    now = deck.clock()
-    moved = deck.store.cancel_workflow(workflow_id, now)
-    record_action(deck.store, "api", "cancel", now, count=len(moved), detail=f"workflow {workflow_id}")
+    moved = act_on_workflow(deck, workflow_id, Transition.CANCEL, "api", "cancel")
     return _moved(deck, workflow_id, moved)
 
 

@@ -26,8 +26,9 @@ from app.errors import (
 )
 from app.states import EFFECT_RESOLUTIONS, SOURCES, EffectState, State, Transition
 from app.store import JobRecord
+from app.store.audit import Tally, audit_entry, finish_bulk, open_bulk, record_action
 from app.store.lifecycle import Seen
-from app.store.reads import BATCH, add_to_action, iter_batches, next_batch, record_action
+from app.store.reads import BATCH, iter_batches, next_batch
 from app.validation import loads, parse_int, parse_priority, parse_time
 from app.web.dashboard.auth import current_user, require_operator
 from app.web.dashboard.tabs import BY_SLUG, ListArgs, Tab, tab_or_404
@@ -227,12 +228,13 @@ def selected(action: str) -> Any:
     now = d.clock()
     move = {Transition.RETRY: d.store.retry_ids, Transition.DISCARD: d.store.discard_ids,
             Transition.CANCEL: d.store.cancel_ids}[transition]  # fmt: skip
+    entry = open_bulk(d.store, _actor(), f"{action} selected", now, total=len(ids),
+                      detail=f"selected {len(ids)} in {tab.label}")  # fmt: skip
+    batches = list(iter_batches(ids))
     moved: list[int] = []
-    for batch in iter_batches(ids):
-        moved.extend(move(batch, now))
+    for i, batch in enumerate(batches):
+        moved.extend(move(batch, now, Tally(entry, last=i == len(batches) - 1)))
     skipped = len(ids) - len(moved)
-    detail = f"selected {len(ids)} in {tab.label}" + (f"; {skipped} had moved on" if skipped else "")
-    record_action(d.store, _actor(), f"{action} selected", now, count=len(moved), detail=detail)
     snapshots().invalidate()
     message = f"{len(moved)} of {len(ids)} selected jobs {_selected_past(action, tab)}."
     if skipped:
@@ -256,8 +258,10 @@ def _selected_past(action: str, tab: Tab) -> str:
 @bp.post("/matching/<action>")
 @require_operator
 def matching(action: str) -> Any:
-    """One batch of "all N matching". The first call opens the audit entry;
-    each next call carries it, the id it stopped below, and the tally."""
+    """One batch of "all N matching". The first call opens the bulk action's
+    audit entry; each next call carries it and the id it stopped below. How
+    far it got is read from the entry, which each batch counts into in its
+    own transaction (``app.store.audit``), never from the form."""
     tab = tab_or_404(request.form.get("tab", ""))
     transition = _transition(action, tab)
     if not tab.can(transition):
@@ -266,32 +270,39 @@ def matching(action: str) -> Any:
     args = ListArgs.parse(form)
     up_to = _form_int("up_to") or 0
     total = _form_int("total") or 0
-    done = _form_int("done") or 0
     entry = _form_int("entry")
     below = _form_int("below") or up_to + 1
     d = deck()
     now = d.clock()
     if entry is None:
         what = f"all matching in {tab.label}" + (f" ({args.describe()})" if args.filtered else "")
-        entry = record_action(d.store, _actor(), f"{action} all", now, count=0, detail=what)
+        entry, done = open_bulk(d.store, _actor(), f"{action} all", now, total=total, detail=what), 0
+    else:
+        record = audit_entry(d.store, entry)
+        if record is None or record.actor != _actor() or record.action != f"{action} all" or record.total is None:
+            return flash_response("That bulk action is not one of yours to carry on.", "error", 409)
+        if record.finished_at is not None:
+            return flash_response(f"That bulk action has finished: {record.count} jobs {PAST[action]}.", "info", 409)
+        total, done = record.total, record.count
     move = d.store.retry_ids if transition is Transition.RETRY else d.store.discard_ids
     while True:
         batch = next_batch(d.store, args.job_filter(tab, paged=False), now, SOURCES[transition], below)
-        moved = move(batch, now) if batch else []
-        add_to_action(d.store, entry, len(moved))
+        finished = len(batch) < BATCH
+        # The batch and its count in the audit entry commit together: a kill leaves both or neither.
+        moved = move(batch, now, Tally(entry, last=finished)) if batch else []
+        if not batch:
+            finish_bulk(d.store, entry, now)
         done += len(moved)
         below = min(batch) if batch else below
-        finished = len(batch) < BATCH
         if finished or is_htmx():  # without htmx there is no next request to carry on
             break
     snapshots().invalidate()
     if not is_htmx():
         return flash_response(f"{done} jobs {PAST[action]}.", "success")
-    vals = {"tab": tab.slug, **args.query(before=None, after=None), "up_to": up_to, "total": total,
-            "done": done, "entry": entry, "below": below}  # fmt: skip
+    vals = {"tab": tab.slug, **args.query(before=None, after=None), "up_to": up_to, "entry": entry, "below": below}
     body = render_template(
         "_bulk_progress.html", tab=tab, action=action, past=PAST[action], done=done, total=max(total, done),
-        finished=finished, vals=vals,
+        finished=finished, vals=vals, entry=entry,
     )  # fmt: skip
     if not finished:
         return current_app.response_class(body, mimetype="text/html")

@@ -17,17 +17,16 @@ from app.docs import DOCS_PORT, DOCS_URL
 from app.errors import JobNotFound
 from app.states import SOURCES, AttemptOutcome, State, Transition, allowed
 from app.store import JobRecord
+from app.store.audit import audit_of_job, interrupted_bulk, list_audit
 from app.store.reads import (
     BADGE_WINDOW,
     MAX_ERROR_GROUPS,
     Snapshots,
-    audit_of_job,
     badge_counts,
     count_matching,
     dead_since,
     error_groups,
     last_dead,
-    list_audit,
     list_page,
     newest_id,
     running_by_worker,
@@ -243,6 +242,9 @@ def jobs(tab: str) -> Any:
     context = _list(t)
     if t.state is State.DEAD:
         session["dead_seen"] = context["now"].isoformat()
+    user = current_user()
+    # The page that starts bulk actions says when the last one was cut short.
+    context["interrupted"] = interrupted_bulk(deck().store, user.name, context["now"]) if user else None
     return render_template("jobs.html", **context)
 
 

@@ -16,12 +16,12 @@ from app.errors import JobNotFound
 from app.states import DEPENDENCY_FAILED, ENDED, SOURCES, State, Transition
 from app.store import JobRecord
 from app.store.graph import BatchNotFound, BatchRecord, WorkflowGraph, WorkflowNotFound
-from app.store.reads import record_action
 from app.validation import parse_int
 from app.web.dashboard.auth import current_user, require_operator
 from app.web.dashboard.graph_svg import MAX_SVG_NODES, Drawing, draw
 from app.web.dashboard.tabs import tab_of
 from app.web.dashboard.views import deck, flash_response, is_htmx, snapshots
+from app.workflows import act_on_workflow
 
 bp = Blueprint("workflows", __name__)
 
@@ -166,17 +166,12 @@ def act(action: str) -> Any:
     actions carry their filter."""
     workflow_id = parse_int(request.form.get("workflow_id", ""), "workflow_id", 1)
     d = deck()
-    now = d.clock()
-    move = d.store.retry_workflow if action == "retry" else d.store.cancel_workflow
+    user = current_user()
+    transition = Transition.RETRY if action == "retry" else Transition.CANCEL
     try:
-        moved = move(workflow_id, now)
+        moved = act_on_workflow(d, workflow_id, transition, user.name if user else "?", f"{action} workflow")
     except WorkflowNotFound as exc:
         return flash_response(str(exc), "error", 404)
-    user = current_user()
-    record_action(
-        d.store, user.name if user else "?", f"{action} workflow", now, count=len(moved),
-        detail=f"workflow {workflow_id}",
-    )  # fmt: skip
     snapshots().invalidate()
     message = _moved_message(action, moved, d.store.workflow(workflow_id))
     body = ""
