@@ -179,7 +179,7 @@ def claimed_records(
             "rate_key": r[15], "concurrency_key": r[16], "unique_key": r[17],
             "unique_until": None if r[18] is None else p(r[18]), "unique_states": r[19],
             "workflow_id": r[20], "batch_id": r[21], "step": r[22], "deps_left": r[23],
-            "on_dependency_failure": r[24],
+            "on_dependency_failure": r[24], "omitted": (),
         })  # fmt: skip
         out.append(job)
     return out

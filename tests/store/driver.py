@@ -473,7 +473,7 @@ def competitor_after_first_statement(
         t.start()
         t.join(wait)
 
-    engines = {id(s.engine): s.engine for s in stores}.values()
+    engines = {id(e): e for e in _engines(stores)}.values()
     for engine in engines:
         event.listen(engine, "after_cursor_execute", after)
     try:
@@ -486,6 +486,22 @@ def competitor_after_first_statement(
         else:
             worker[0].join(30)
             assert not worker[0].is_alive(), "the competitor never finished"
+
+
+def _engines(stores: list[Store]) -> list[Any]:
+    """The engines of ``stores``: each store's, and on PostgreSQL the one
+    its HTTP requests use (``Transactions.bound_requests``)."""
+    found = []
+    for s in stores:
+        found.append(s.engine)
+        requests = getattr(s, "_for_requests", None)
+        if requests is not None:
+            found.append(requests[0])
+    return found
+
+
+def _pools(stores: list[Store]) -> list[Any]:
+    return [engine.pool for engine in _engines(stores)]
 
 
 @contextmanager
@@ -506,7 +522,7 @@ def competitor_after_first_transaction(stores: list[Store], competitor: Callable
         except Exception as exc:  # the competitor lost: that is an outcome too
             ran[0] = exc
 
-    pools = {id(s.engine.pool): s.engine.pool for s in stores}.values()
+    pools = {id(p): p for p in _pools(stores)}.values()
     for pool in pools:
         event.listen(pool, "checkin", on_checkin)
     try:
