@@ -117,9 +117,16 @@ class Jobdeck:
     ) -> None:
         self.config = config
         self.registry = registry if registry is not None else default_registry
-        if store is None:
-            store = _store_of(config)
-        self.store = store
+        owned = store is None
+        self.store = store if store is not None else _store_of(config)
+        try:
+            self._build(config, clock)
+        except BaseException:
+            if owned:  # a config refused at start-up leaves no connection open behind it
+                self.store.engine.dispose()
+            raise
+
+    def _build(self, config: Config, clock: Clock | None) -> None:
         self.clock: Clock = self._clock_for(clock)
         """What every time this deck writes or compares comes from (``app.clock``)."""
         self.store.backoff = self.backoff
@@ -158,6 +165,9 @@ class Jobdeck:
         self._warn_unknown_types()
         self._runtime: Runtime | None = None
         self._built_in = os.getpid()
+        if isinstance(self.clock, DatabaseClock) and not self.store.sqlite:
+            store = self.store  # bound last: checking the config reads the clock, and must not connect
+            self.clock.read = lambda: database_time(store)
 
     @classmethod
     def from_config(
@@ -255,9 +265,6 @@ class Jobdeck:
             if self.store.sqlite:
                 return HostClock(step_limit=step_limit)
             clock = DatabaseClock(warn_after=self.config.clock_skew_warn, step_limit=step_limit)
-        if isinstance(clock, DatabaseClock) and not self.store.sqlite:
-            store = self.store
-            clock.read = lambda: database_time(store)
         return clock
 
     # -- policy -------------------------------------------------------------
