@@ -119,8 +119,12 @@ def test_users_config_is_validated(make_config, registry):
     for users, message in [({"bob": {"role": "operator"}}, "users.bob.password_hash"),
                            ({"bob": {"password_hash": "x$y", "role": "admin"}}, "users.bob.role"),
                            ({"bob": "pw"}, "users.bob")]:  # fmt: skip
-        with pytest.raises(ConfigError, match=message):
-            create_app(deck=Jobdeck(make_config(users=users), registry))
+        deck = Jobdeck(make_config(users=users), registry)
+        try:
+            with pytest.raises(ConfigError, match=message):
+                create_app(deck=deck)
+        finally:
+            deck.store.engine.dispose()
 
 
 def test_refuses_non_loopback_bind_without_users(make_config):

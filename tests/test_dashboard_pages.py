@@ -194,8 +194,12 @@ def test_dashboard_config_is_validated(make_config, registry):
 
     for bad, message in [({"poll_seconds": 0}, "dashboard.poll_seconds"), ({"poll_seconds": "3"}, "expected a number"),
                          ({"pol_seconds": 3}, "dashboard.pol_seconds: unknown")]:  # fmt: skip
-        with pytest.raises(ConfigError, match=message):
-            create_app(deck=Jobdeck(make_config(dashboard=bad), registry))
+        deck = Jobdeck(make_config(dashboard=bad), registry)
+        try:
+            with pytest.raises(ConfigError, match=message):
+                create_app(deck=deck)
+        finally:
+            deck.store.engine.dispose()
 
 
 def test_state_labels_come_from_the_state_enum():

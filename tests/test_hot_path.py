@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from contextlib import closing
 from datetime import timedelta as td
 from datetime import timezone
 
@@ -34,7 +35,7 @@ def test_fifty_concurrent_enqueues_are_each_committed_and_their_own(deck) -> Non
         assert created
         results[i] = job
         # Durable on return: a separate connection sees the row at once.
-        with sqlite3.connect(_db_path(deck)) as other:
+        with closing(sqlite3.connect(_db_path(deck))) as other:
             seen_committed[i] = other.execute("SELECT payload FROM jobs WHERE id = ?", (job.id,)).fetchone() == (
                 f'{{"i":{i}}}',
             )

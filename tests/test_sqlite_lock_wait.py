@@ -7,6 +7,7 @@ engine's BEGIN and the group commit's batch on its raw connection."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,23 +15,36 @@ import pytest
 
 from app.store import engine as engine_module
 
+Pair = Callable[..., tuple[sqlite3.Connection, sqlite3.Connection]]
 
-def _pair(tmp_path: Path, busy_ms: int = 30_000) -> tuple[sqlite3.Connection, sqlite3.Connection]:
-    path = tmp_path / "lock.db"
-    holder = sqlite3.connect(path, isolation_level=None)
-    holder.execute("PRAGMA journal_mode=WAL")
-    holder.execute("CREATE TABLE t (x)")
-    waiter = sqlite3.connect(path, isolation_level=None)
-    waiter.execute(f"PRAGMA busy_timeout={busy_ms}")
-    return holder, waiter
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[Pair]:
+    """Two connections to one file (closed at the end): one holds the write lock, one waits."""
+    made: list[sqlite3.Connection] = []
+
+    def connect(busy_ms: int = 30_000) -> tuple[sqlite3.Connection, sqlite3.Connection]:
+        path = tmp_path / "lock.db"
+        holder = sqlite3.connect(path, isolation_level=None)
+        made.append(holder)
+        holder.execute("PRAGMA journal_mode=WAL")
+        holder.execute("CREATE TABLE t (x)")
+        waiter = sqlite3.connect(path, isolation_level=None)
+        made.append(waiter)
+        waiter.execute(f"PRAGMA busy_timeout={busy_ms}")
+        return holder, waiter
+
+    yield connect
+    for conn in made:
+        conn.close()
 
 
 def _busy(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
 
 
-def test_a_locked_writer_asks_again_without_the_busy_handler_until_the_lock_is_free(tmp_path: Path) -> None:
-    holder, waiter = _pair(tmp_path)
+def test_a_locked_writer_asks_again_without_the_busy_handler_until_the_lock_is_free(pair: Pair) -> None:
+    holder, waiter = pair()
     holder.execute("BEGIN IMMEDIATE")
     tries: list[int] = []
 
@@ -46,8 +60,8 @@ def test_a_locked_writer_asks_again_without_the_busy_handler_until_the_lock_is_f
     assert waiter.in_transaction and _busy(waiter) == 30_000
 
 
-def test_it_gives_up_at_the_busy_timeout_and_restores_it(tmp_path: Path) -> None:
-    holder, waiter = _pair(tmp_path, busy_ms=50)
+def test_it_gives_up_at_the_busy_timeout_and_restores_it(pair: Pair) -> None:
+    holder, waiter = pair(busy_ms=50)
     holder.execute("BEGIN IMMEDIATE")
     with pytest.raises(sqlite3.OperationalError, match="locked"):
         engine_module.promptly(waiter, lambda: waiter.execute("INSERT INTO t VALUES (1)"))
@@ -56,8 +70,8 @@ def test_it_gives_up_at_the_busy_timeout_and_restores_it(tmp_path: Path) -> None
     assert waiter.execute("SELECT count(*) FROM t").fetchone()[0] == 0  # a refused write changed nothing
 
 
-def test_other_errors_are_not_retried(tmp_path: Path) -> None:
-    _, waiter = _pair(tmp_path)
+def test_other_errors_are_not_retried(pair: Pair) -> None:
+    _, waiter = pair()
     calls: list[None] = []
 
     def attempt() -> Any:

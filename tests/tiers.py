@@ -9,12 +9,15 @@ loaded by ``tests/conftest.py``).
   processes) runs with no other test of the run beside it: it takes a
   file lock exclusively, every other test takes it shared. A waiting
   ``alone`` test first takes a gate that new tests must pass, so a stream
-  of short tests cannot keep it waiting.
+  of short tests cannot keep it waiting. Runs that share a machine at once
+  (CI runs the quick tier on other Pythons beside the full run) share the
+  locks when ``JOBDECK_TEST_LOCKS`` names one folder for all of them.
 """
 
 from __future__ import annotations
 
 import fcntl
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -29,6 +32,8 @@ ADVERSARIAL = HERE / "adversarial"
 NOT_QUICK = ("slow", "e2e", "adversarial")
 LOCKS = "jobdeck_locks"
 """The key, in xdist's worker input, of the folder that holds this run's locks."""
+SHARED = "JOBDECK_TEST_LOCKS"
+"""An environment variable: a folder of locks shared with other runs."""
 _folder = pytest.StashKey[Path]()
 
 
@@ -43,12 +48,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
-        config.stash[_folder] = Path(tempfile.mkdtemp(prefix="jobdeck-test-locks-"))
+        shared = os.environ.get(SHARED)
+        config.stash[_folder] = Path(shared) if shared else Path(tempfile.mkdtemp(prefix="jobdeck-test-locks-"))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     folder = config.stash.get(_folder, None)
-    if folder is not None:
+    if folder is not None and not os.environ.get(SHARED):
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -72,10 +78,13 @@ def _flock(path: Path, mode: int) -> Iterator[None]:
 def _turn(item: pytest.Item) -> Iterator[None]:
     """Hold this test's share of the machine: exclusive for ``alone``."""
     workerinput = getattr(item.config, "workerinput", None)
-    if workerinput is None or LOCKS not in workerinput:  # one process: every test is alone
+    if workerinput is not None and LOCKS in workerinput:
+        folder = Path(workerinput[LOCKS])
+    elif os.environ.get(SHARED):  # one process, beside other runs
+        folder = Path(os.environ[SHARED])
+    else:  # one process alone: every test is alone
         yield
         return
-    folder = Path(workerinput[LOCKS])
     gate, machine = folder / "gate", folder / "machine"
     if item.get_closest_marker("alone"):
         with _flock(gate, fcntl.LOCK_EX), _flock(machine, fcntl.LOCK_EX):
