@@ -331,6 +331,11 @@ class Worker(Base):
     clock_offset: Mapped[float | None] = mapped_column(Float)
     """Seconds the database's clock was ahead of this process's host clock at
     its last measurement (``app.clock``); None on SQLite (revision 0024)."""
+    late_beat_seconds: Mapped[float | None] = mapped_column(Float)
+    """The last late heartbeat: seconds since the beat before it had landed
+    (``app.worker.leasing``); None while none was late (revision 0025)."""
+    late_beat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    """When that late heartbeat landed."""
 
 
 jobs = cast(Table, Job.__table__)

@@ -1,5 +1,6 @@
-"""The database's clock, read for ``app.clock.DatabaseClock``, and the
-offset each process measured against it, kept in its workers row."""
+"""The database's clock, read for ``app.clock.DatabaseClock``, and what each
+process measured of time kept in its workers row: its clock's offset, and
+its last heartbeat that landed late."""
 
 from __future__ import annotations
 
@@ -24,6 +25,14 @@ def database_time(store: Store) -> datetime:
         value = db.execute("SELECT clock_timestamp()").fetchone()[0]
     assert isinstance(value, datetime)
     return value
+
+
+def record_late_beat(store: Store, worker_id: str, seconds: float, now: datetime) -> None:
+    """Keep a pool's last late heartbeat in its row, for every process's Workers page."""
+    with store.write() as conn:
+        conn.execute(
+            update(workers).where(workers.c.id == worker_id).values(late_beat_seconds=seconds, late_beat_at=now)
+        )
 
 
 def record_clock_offset(store: Store, worker_id: str, offset: float) -> None:

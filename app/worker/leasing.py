@@ -22,6 +22,7 @@ from datetime import datetime
 
 from app.clock import DatabaseClock, since_boot
 from app.store import PoolBeat
+from app.store.timekeeping import record_late_beat
 from app.worker.lease import LEASE_LOST, SetAside
 from app.worker.results import first_line
 from app.worker.shared import PoolShared, log
@@ -59,6 +60,7 @@ class Leasing(PoolShared):
         except Exception as exc:
             log.warning("heartbeat failed: %s", first_line(exc))
             return False
+        self._note_late_beat(since_boot() - self.lease.renewed)
         if self.lease.renew(started):
             log.warning("worker pool %s has its lease again; claiming resumes", self.worker_id,
                         extra={"event": "worker.lease_regained", "worker_id": self.worker_id})  # fmt: skip
@@ -66,6 +68,31 @@ class Leasing(PoolShared):
         if not self.lease.lost and self._set_aside:
             self._release_set_aside()
         return True
+
+    def late_beat_after(self) -> float:
+        """Seconds between two landed beats past which a beat is late: half
+        way from the beat period to the lease's end (half of stall_timeout,
+        where the pool gives its jobs up; at stall_timeout others rescue them)."""
+        period = min(self.heartbeat_interval, self.lease.ttl / 2)
+        return (period + self.lease.ttl) / 2
+
+    def _note_late_beat(self, gap: float) -> None:
+        """A beat landed ``gap`` seconds after the one before it started: if
+        that is late, say so in the log and in this worker's row."""
+        if gap <= self.late_beat_after():
+            return
+        stall_timeout = self.lease.ttl * 2
+        log.warning(
+            "worker pool %s: heartbeat late, %.1f s since the last one landed (heartbeat_interval %g s, "
+            "stall_timeout %g s); at stall_timeout other processes rescue this worker's jobs. A process starved "
+            "of CPU or stuck behind the database beats late: give it room, or raise stall_timeout",
+            self.worker_id, gap, self.heartbeat_interval, stall_timeout,
+            extra={"event": "worker.heartbeat_late", "worker_id": self.worker_id, "seconds": round(gap, 3)},
+        )  # fmt: skip
+        try:
+            record_late_beat(self.store, self.worker_id, gap, self.deck.clock())
+        except Exception as exc:
+            log.warning("recording the late heartbeat failed: %s", first_line(exc))
 
     def _heartbeat_loop(self) -> None:
         """Start a beat every interval (at least four per lease, half of
