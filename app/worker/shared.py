@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+from sqlalchemy.exc import DisconnectionError
+
 from app.deck import Jobdeck
 from app.joblogs import AttemptLog
 from app.store import JobRecord, Outcome, Store
@@ -38,8 +40,9 @@ RETRY_CAP = 1.0
 once the database is back, work resumes within about this long."""
 
 
-class Unreachable(Exception):
-    """A write the stopping pool does not try: the database is not answering."""
+class Unreachable(DisconnectionError):
+    """A write the stopping pool does not try: the database is not answering.
+    An outage like a lost connection to whoever handles it (the outcomes are kept)."""
 
 
 @dataclass
