@@ -1,9 +1,14 @@
 """Jobdeck: a background job queue with an operator dashboard.
 
-``create_app`` (``app.web.factory``) builds the Flask app and starts nothing;
-``app.runtime.Runtime`` starts the worker pool and the scheduler, once per
-process. Both names, and ``Jobdeck``, are loaded on first use: a process
-that only works jobs (``jobdeck worker``) never imports Flask.
+The public API is what this module exports, and only that (``docs/python.md``
+lists it; a test holds the page to ``__all__``)::
+
+    from jobdeck import Jobdeck, handler
+
+Every name is loaded on first use: a process that only works jobs
+(``jobdeck worker``) never imports Flask, and ``import jobdeck`` costs nothing.
+``create_app`` builds the Flask app and starts nothing; ``Runtime`` (or
+``Jobdeck.start``) starts the worker pool and the scheduler, once per process.
 """
 
 from __future__ import annotations
@@ -12,18 +17,37 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from app.deck import Jobdeck
-    from app.web.factory import create_app, deck_of
+    from jobdeck.core.errors import Cancelled, DeadLetter, EffectNotPerformed
+    from jobdeck.deck import Jobdeck
+    from jobdeck.jobs.handlers import JobContext, Registry, handler
+    from jobdeck.jobs.snooze import Snooze
+    from jobdeck.runtime import Runtime
+    from jobdeck.web.factory import create_app, deck_of
 
-__all__ = ["Jobdeck", "create_app", "deck_of"]
+__all__ = [
+    "Cancelled", "DeadLetter", "EffectNotPerformed", "JobContext", "Jobdeck", "Registry", "Runtime", "Snooze",
+    "create_app", "deck_of", "handler",
+]  # fmt: skip
 
-_HOMES = {"Jobdeck": "app.deck", "create_app": "app.web.factory", "deck_of": "app.web.factory"}
+_HOMES = {
+    "Jobdeck": "jobdeck.deck",
+    "Runtime": "jobdeck.runtime",
+    "create_app": "jobdeck.web.factory",
+    "deck_of": "jobdeck.web.factory",
+    "handler": "jobdeck.jobs.handlers",
+    "Registry": "jobdeck.jobs.handlers",
+    "JobContext": "jobdeck.jobs.handlers",
+    "Snooze": "jobdeck.jobs.snooze",
+    "Cancelled": "jobdeck.core.errors",
+    "DeadLetter": "jobdeck.core.errors",
+    "EffectNotPerformed": "jobdeck.core.errors",
+}
 
 
 def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
-        raise AttributeError(f"module 'app' has no attribute {name!r}")
+        raise AttributeError(f"module 'jobdeck' has no attribute {name!r}")
     value = getattr(import_module(home), name)
     globals()[name] = value
     return value

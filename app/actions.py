@@ -1,7 +1,7 @@
 """Operator actions on schedules and queues (pause, resume, run now, and
 creating, editing and deleting runtime schedules with what changed),
 recorded in one place: each is logged at INFO on the ``jobdeck.audit``
-logger and written to the audit log (``app.store.reads.record_action``).
+logger and written to the audit log (``jobdeck.store.reads.record_action``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from app.store import Store
+    from jobdeck.store import Store
 
 log = logging.getLogger("jobdeck.audit")
 
@@ -50,7 +50,7 @@ def record(
         log.info("%s by %s: %s %s", verb, actor, target, detail or "",
                  extra={"event": "audit", "actor": actor, "action": verb, "target": target})  # fmt: skip
     else:  # record_action logs it (jobdeck.audit)
-        from app.store.audit import record_action
+        from jobdeck.store.audit import record_action
 
         job_id = detail.get("job_id")
         text = target if changes is None else f"{target}: {changes}"

@@ -16,16 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-
-from app import docs
-from app.config import HTTP_SERVERS, Config, ConfigError, load
-from app.states import ALL_STATES, CLAIMABLE, SOURCES, State, Transition
-from app.structured_logs import use_log_format
+from jobdeck import docs
+from jobdeck.core.config import HTTP_SERVERS, Config, ConfigError, load
+from jobdeck.core.states import ALL_STATES, CLAIMABLE, SOURCES, State, Transition
+from jobdeck.core.structured_logs import use_log_format
 
 if TYPE_CHECKING:
-    from app.deck import Jobdeck
-    from app.store import AttemptRecord, JobFilter, JobRecord, Store
-    from app.store.audit import Tally
+    from jobdeck.deck import Jobdeck
+    from jobdeck.store import AttemptRecord, JobFilter, JobRecord, Store
+    from jobdeck.store.audit import Tally
 
 
 def _config(demo: bool, **overrides: Any) -> Config:
@@ -39,7 +38,7 @@ def _config(demo: bool, **overrides: Any) -> Config:
 
 
 def _app(config: Config):  # type: ignore[no-untyped-def]
-    from app import create_app
+    from jobdeck import create_app
 
     try:
         return create_app(config)
@@ -48,7 +47,7 @@ def _app(config: Config):  # type: ignore[no-untyped-def]
 
 
 def _deck(config: Config) -> Jobdeck:
-    from app.deck import Jobdeck
+    from jobdeck.deck import Jobdeck
 
     try:
         return Jobdeck.of(config)
@@ -68,9 +67,8 @@ def operator_deck(*, demo: bool = False, create: bool | None = None) -> Iterator
     every job seems gone and a new one waits for workers that never see it.
     ``create`` None: the command offers no ``--create`` (an empty database
     holds nothing for it to do)."""
+    from jobdeck import deck_of
     from sqlalchemy.exc import ArgumentError
-
-    from app import deck_of
 
     config = _config(demo)
     url = config.resolved_database_url()
@@ -159,9 +157,9 @@ def serve(demo: bool, bind: str | None, workers: int | None, http_server: str | 
     SIGTERM or Ctrl-C stops it within shutdown_grace seconds; a second one
     releases the running jobs at once (see app/web/granian_server.py, and
     app/shutdown.py for waitress)."""
-    from app.runtime import Runtime
-    from app.shutdown import ShutdownSignals, leave_stuck_threads
-    from app.web.server import HttpServer
+    from jobdeck.runtime import Runtime
+    from jobdeck.shutdown import ShutdownSignals, leave_stuck_threads
+    from jobdeck.web.server import HttpServer
 
     _logging(log_level)
     config = _config(demo, bind=bind, workers=workers, http_server=http_server)
@@ -190,10 +188,10 @@ def serve(demo: bool, bind: str | None, workers: int | None, http_server: str | 
 
 def _serve_granian(app: Any, config: Config) -> None:
     """granian's supervisor in this process, the app and runtime in its one
-    worker process (``app.web.granian_server``). The app built here has
+    worker process (``jobdeck.web.granian_server``). The app built here has
     checked the configuration and migrated the database; its connections
     are closed before the worker is forked."""
-    from app.web import granian_server
+    from jobdeck.web import granian_server
 
     try:
         import granian  # noqa: F401
@@ -213,7 +211,7 @@ def _serve_granian(app: Any, config: Config) -> None:
 
 def refuse_exposed(config: Config) -> None:
     """Refuse to listen beyond loopback without credentials (the same check as wsgi.py)."""
-    from app.web.exposure import exposure_problem
+    from jobdeck.web.exposure import exposure_problem
 
     problem = exposure_problem(config)
     if problem:
@@ -221,7 +219,7 @@ def refuse_exposed(config: Config) -> None:
 
 
 def _stop_on_signals(runtime: Any, signals: Any, config: Config, stop_taking_work: Any = None) -> None:
-    from app.shutdown import run_until_signalled
+    from jobdeck.shutdown import run_until_signalled
 
     try:
         run_until_signalled(
@@ -240,8 +238,8 @@ def worker(demo: bool, workers: int | None, log_level: str) -> None:
     """Run the worker pool (and the scheduler) without the web server.
 
     Stops on signals like serve."""
-    from app.runtime import Runtime
-    from app.shutdown import ShutdownSignals, leave_stuck_threads
+    from jobdeck.runtime import Runtime
+    from jobdeck.shutdown import ShutdownSignals, leave_stuck_threads
 
     _logging(log_level)
     config = _config(demo, workers=workers)
@@ -272,9 +270,9 @@ def worker(demo: bool, workers: int | None, log_level: str) -> None:
 def enqueue(job_type: str, payload: str, priority: str | None, delay: float | None, key: str | None,
             queue: str | None, max_retries: int | None, demo: bool, create: bool) -> None:  # fmt: skip
     """Enqueue a job and print it as JSON."""
-    from app.errors import InvalidField, JobdeckError, UnknownType
-    from app.validation import loads
-    from app.web.serialize import job_json
+    from jobdeck.core.errors import InvalidField, JobdeckError, UnknownType
+    from jobdeck.core.validation import loads
+    from jobdeck.web.serialize import job_json
 
     try:
         data = loads(payload, "payload")
@@ -327,9 +325,9 @@ def status_names(states: Iterable[State] = ALL_STATES) -> list[str]:
 def job_filter(status: str | None, job_type: str | None, queue: str | None, limit: int = 50) -> JobFilter:
     """The store's filter for a ``--status`` name (``pending`` the due jobs,
     ``scheduled`` the future ones), a type and a queue."""
-    from app.errors import InvalidField
-    from app.store import JobFilter
-    from app.validation import MAX_QUEUE_CHARS, MAX_TYPE_CHARS, check_text
+    from jobdeck.core.errors import InvalidField
+    from jobdeck.core.validation import MAX_QUEUE_CHARS, MAX_TYPE_CHARS, check_text
+    from jobdeck.store import JobFilter
 
     for value, name, most in ((job_type, "--type", MAX_TYPE_CHARS), (queue, "--queue", MAX_QUEUE_CHARS)):
         try:
@@ -362,7 +360,7 @@ def its_time(job: JobRecord) -> datetime | None:
 
 def attempts_text(job: JobRecord) -> str:
     """Attempts made / allowed, counted as the dashboard counts them."""
-    from app.present import attempts_allowed
+    from jobdeck.present import attempts_allowed
 
     return f"{job.attempt}/{attempts_allowed(job)}"
 
@@ -427,8 +425,8 @@ def jobs(status: str | None, job_type: str | None, queue: str | None, limit: int
 
 def job_id(value: str) -> int:
     """A job id as the API takes it: ASCII digits, from 1 to BIGINT's top."""
-    from app.errors import InvalidField
-    from app.validation import parse_int
+    from jobdeck.core.errors import InvalidField
+    from jobdeck.core.validation import parse_int
 
     try:
         return parse_int(value, "ID", 1)
@@ -452,10 +450,10 @@ def _ids(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) ->
 def show(job_id: int, as_json: bool, tracebacks: bool, with_logs: bool) -> None:
     """Show one job: its fields, payload and result, and every attempt with
     its outcome and error."""
-    from app.errors import JobNotFound
-    from app.store.joblogs import count_lines, lines_of
-    from app.waiting import for_deck
-    from app.web.serialize import job_json
+    from jobdeck.core.errors import JobNotFound
+    from jobdeck.jobs.waiting import for_deck
+    from jobdeck.store.joblogs import count_lines, lines_of
+    from jobdeck.web.serialize import job_json
 
     with operator_deck() as deck:
         now = deck.clock()
@@ -485,7 +483,7 @@ def show(job_id: int, as_json: bool, tracebacks: bool, with_logs: bool) -> None:
 
 def job_page(job: JobRecord, attempts: list[AttemptRecord], now: datetime, tracebacks: bool) -> list[str]:
     """``show``'s text: a field per line, then the attempts, oldest first."""
-    from app.present import priority_text
+    from jobdeck.present import priority_text
 
     fields = [
         ("status", shown_status(job, now) + (f" (due {when(job.available_at)})" if job.status in CLAIMABLE else "")),
@@ -547,8 +545,8 @@ class JobAction:
 def audited(verb: str, move: Callable[[Store, int, datetime], JobRecord]) -> Callable[[Jobdeck, int], JobRecord]:
     """``move`` for one job, audit-logged as the dashboard's buttons are: a
     refusal is written too (count 0, with the reason)."""
-    from app.errors import TransitionRefused
-    from app.store.audit import record_action
+    from jobdeck.core.errors import TransitionRefused
+    from jobdeck.store.audit import record_action
 
     def one(deck: Jobdeck, job_id: int) -> JobRecord:
         now = deck.clock()
@@ -576,7 +574,7 @@ JOB_ACTIONS: tuple[JobAction, ...] = (
 def act_on_ids(action: JobAction, deck: Jobdeck, job_ids: Iterable[int]) -> int:
     """Each job in turn, one line each; returns how many were refused (it
     moved on, or does not exist: every ``JobdeckError`` names the job)."""
-    from app.errors import JobdeckError
+    from jobdeck.core.errors import JobdeckError
 
     refused = 0
     for job_id in dict.fromkeys(job_ids):
@@ -605,11 +603,11 @@ def act_on_matching(action: JobAction, move: Move, deck: Jobdeck, f: JobFilter, 
     dashboard's "all N matching" does it: the jobs up to today's newest id
     (later ones are left alone), in batches of ``BATCH``, one short
     transaction each, newest first, each counting what it moved into the
-    action's audit entry in that transaction (``app.store.audit``), and a
+    action's audit entry in that transaction (``jobdeck.store.audit``), and a
     progress line per batch. Returns how many moved on meanwhile (each is
     named on a line of its own)."""
-    from app.store.audit import Tally, finish_bulk, open_bulk
-    from app.store.reads import BATCH, count_matching, newest_id, next_batch
+    from jobdeck.store.audit import Tally, finish_bulk, open_bulk
+    from jobdeck.store.reads import BATCH, count_matching, newest_id, next_batch
 
     store, states = deck.store, SOURCES[action.transition]
     up_to = newest_id(store)
@@ -740,7 +738,7 @@ def db() -> None:
 
 @contextmanager
 def _engine() -> Iterator[Any]:
-    from app.store.engine import make_engine
+    from jobdeck.store.engine import make_engine
 
     config = _config(False)
     engine = make_engine(config.resolved_database_url(), synchronous=config.sqlite_synchronous, pool_size=2)
@@ -755,7 +753,7 @@ def _engine() -> Iterator[Any]:
 def db_upgrade(revision: str) -> None:
     """Upgrade the schema (to head by default). Safe while Jobdeck runs, and
     from several hosts at once: one migrates, the others wait and find it done."""
-    from app.store import migrate
+    from jobdeck.store import migrate
 
     with _engine() as engine:
         before = migrate.current(engine)
@@ -768,7 +766,7 @@ def db_upgrade(revision: str) -> None:
 @click.argument("revision")
 def db_downgrade(revision: str) -> None:
     """Downgrade the schema to REVISION (e.g. 0001, or -1)."""
-    from app.store import migrate
+    from jobdeck.store import migrate
 
     with _engine() as engine:
         migrate.downgrade(engine, revision)
@@ -778,7 +776,7 @@ def db_downgrade(revision: str) -> None:
 @db.command("current", short_help="Show the database's schema revision and the code's.")
 def db_current() -> None:
     """Show the schema revision of the database and the code's head."""
-    from app.store import migrate
+    from jobdeck.store import migrate
 
     with _engine() as engine:
         have = migrate.current(engine)
@@ -795,7 +793,7 @@ def db_revision(message: str, empty: bool) -> None:
     into app/store/migrations/versions, autogenerated from the difference
     between app/store/models.py and the database at head. Point
     JOBDECK_DATABASE_URL at a scratch database (a fresh SQLite file will do)."""
-    from app.store import migrate
+    from jobdeck.store import migrate
 
     with _engine() as engine:
         try:

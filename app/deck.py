@@ -22,30 +22,11 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from app.clock import RESCUE_SKEW_FRACTION, DatabaseClock, HostClock
-from app.config import Config, artifact_max_bytes, log_limits
-from app.errors import InvalidField, PayloadTooLarge, TransitionRefused, UnknownType
-from app.flow import Flow, parse_flow
-from app.handlers import Registry
-from app.handlers import registry as default_registry
-from app.health import Health
-from app.maintenance.alerts import Alerts, parse_alerts
-from app.maintenance.cron import Periodic, parse_schedules
-from app.maintenance.runtime_schedules import RuntimeSchedules
-from app.maintenance.schedule_health import ScheduleHealth
-from app.maintenance.thresholds import ThresholdAlerts, parse_thresholds
-from app.maintenance.upkeep import Maintenance, parse_retention
-from app.queues import QueueControls, parse_limits
-from app.states import State
-from app.store import JobRecord, NewJob, Store, backoff_delay
-from app.store.audit import record_action
-from app.store.engine import make_engine
-from app.store.enqueue import PlainJob
-from app.store.lifecycle import Edited, JobChanges, Seen
-from app.store.records import Enqueued
-from app.store.timekeeping import database_time
-from app.unique import Unique, claim_for, parse_unique, parse_unique_types
-from app.validation import (
+from jobdeck.core.clock import RESCUE_SKEW_FRACTION, DatabaseClock, HostClock
+from jobdeck.core.config import Config, artifact_max_bytes, log_limits
+from jobdeck.core.errors import InvalidField, PayloadTooLarge, TransitionRefused, UnknownType
+from jobdeck.core.states import State
+from jobdeck.core.validation import (
     MAX_QUEUE_CHARS,
     MAX_TYPE_CHARS,
     check_json,
@@ -55,14 +36,32 @@ from app.validation import (
     parse_time,
     spellings,
 )
-from app.workflows import parse_config_workflows
+from jobdeck.health import Health
+from jobdeck.jobs.flow import Flow, parse_flow
+from jobdeck.jobs.handlers import Registry
+from jobdeck.jobs.handlers import registry as default_registry
+from jobdeck.jobs.queues import QueueControls, parse_limits
+from jobdeck.jobs.unique import Unique, claim_for, parse_unique, parse_unique_types
+from jobdeck.jobs.workflows import parse_config_workflows
+from jobdeck.maintenance.alerts import Alerts, parse_alerts
+from jobdeck.maintenance.cron import Periodic, parse_schedules
+from jobdeck.maintenance.runtime_schedules import RuntimeSchedules
+from jobdeck.maintenance.schedule_health import ScheduleHealth
+from jobdeck.maintenance.thresholds import ThresholdAlerts, parse_thresholds
+from jobdeck.maintenance.upkeep import Maintenance, parse_retention
+from jobdeck.store import JobRecord, NewJob, Store, backoff_delay
+from jobdeck.store.audit import record_action
+from jobdeck.store.engine import make_engine
+from jobdeck.store.enqueue import PlainJob
+from jobdeck.store.lifecycle import Edited, JobChanges, Seen
+from jobdeck.store.records import Enqueued
+from jobdeck.store.timekeeping import database_time
 
 if TYPE_CHECKING:
     from flask import Flask
-
-    from app.runtime import Runtime
-    from app.store.graph import EnqueuedWorkflow
-    from app.workflows import Batch, Workflow
+    from jobdeck.jobs.workflows import Batch, Workflow
+    from jobdeck.runtime import Runtime
+    from jobdeck.store.graph import EnqueuedWorkflow
 
 Clock = Callable[[], datetime]
 
@@ -128,22 +127,22 @@ class Jobdeck:
 
     def _build(self, config: Config, clock: Clock | None) -> None:
         self.clock: Clock = self._clock_for(clock)
-        """What every time this deck writes or compares comes from (``app.clock``)."""
+        """What every time this deck writes or compares comes from (``jobdeck.core.clock``)."""
         self.store.backoff = self.backoff
         self.store.artifact_max_bytes = artifact_max_bytes(config)
         self.unique_types: dict[str, Unique] = parse_unique_types(config)
-        """``[types."T"] unique`` (``app.unique``), checked at start-up."""
+        """``[types."T"] unique`` (``jobdeck.jobs.unique``), checked at start-up."""
         self.log_limits = log_limits(config)
-        """``[logs]``: the caps and flush interval of per-job logs (``app.joblogs``)."""
+        """``[logs]``: the caps and flush interval of per-job logs (``jobdeck.jobs.joblogs``)."""
 
         # Imported here: the parts import this module for Jobdeck and its parsers.
 
         if config.demo:
-            from app.demo import add_demo_config
+            from jobdeck.demo import add_demo_config
 
             add_demo_config(config)
         self.flow: Flow = Flow(parse_flow(config))
-        """Rate limits and concurrency per key (``app.flow``): the enqueue computes the keys."""
+        """Rate limits and concurrency per key (``jobdeck.jobs.flow``): the enqueue computes the keys."""
         if self.flow.keyed_columns:
             self.store.flow_keys = self.flow.keys
         self.health: Health = Health()
@@ -184,7 +183,7 @@ class Jobdeck:
         overrides; its ``handler_modules`` imported and, with ``init_db``, the
         schema brought up to date. Starts nothing: a producer only enqueues,
         ``init_app`` mounts the web, ``start`` runs workers and the scheduler."""
-        from app.config import load
+        from jobdeck.core.config import load
 
         return cls.of(load(path, env, overrides), registry, init_db=init_db)
 
@@ -193,12 +192,12 @@ class Jobdeck:
         """The deck of a loaded config: its ``handler_modules`` imported, the
         demo's types registered with ``demo``, and with ``init_db`` the schema
         brought up to date. What ``create_app`` and ``jobdeck worker`` build on."""
-        from app.handlers import import_modules
+        from jobdeck.jobs.handlers import import_modules
 
         registry = registry if registry is not None else default_registry
         import_modules(config.handler_modules)
         if config.demo:
-            from app import demo
+            from jobdeck import demo
 
             demo.register(registry)
         deck = cls(config, registry)
@@ -216,9 +215,9 @@ class Jobdeck:
         login_url: str | None = None,
     ) -> Flask:
         """Mount the dashboard and API under ``url_prefix`` of the host Flask
-        app, with the host's login deciding the role (``app.embed``); returns
+        app, with the host's login deciding the role (``jobdeck.embed``); returns
         Jobdeck's own Flask app."""
-        from app.embed import mount
+        from jobdeck.embed import mount
 
         return mount(self, host, url_prefix, current_role, current_name=current_name, login_url=login_url)
 
@@ -228,7 +227,7 @@ class Jobdeck:
         does nothing. In a process forked after the deck was built (gunicorn's
         ``post_fork`` with ``--preload``) the inherited database connections
         are dropped first, never shared with the parent."""
-        from app.runtime import Runtime
+        from jobdeck.runtime import Runtime
 
         if self._runtime is None:
             if os.getpid() != self._built_in:
@@ -246,10 +245,10 @@ class Jobdeck:
             self._runtime = None
 
     def init_db(self) -> None:
-        """Bring the schema to the code's revision (Alembic, see app.store.migrate);
+        """Bring the schema to the code's revision (Alembic, see jobdeck.store.migrate);
         with ``auto_migrate`` off, refuse a schema that is behind. On
         PostgreSQL, also take the first reading of the database's clock."""
-        from app.store.schema import ensure_current
+        from jobdeck.store.schema import ensure_current
 
         ensure_current(self.store.engine, self.config.auto_migrate)
         if isinstance(self.clock, DatabaseClock):
@@ -270,7 +269,7 @@ class Jobdeck:
     # -- policy -------------------------------------------------------------
 
     def backoff(self, job_type: str, retry_count: int) -> float:
-        """The exponential backoff (``app.store.lifecycle.backoff_delay``) with the base
+        """The exponential backoff (``jobdeck.store.lifecycle.backoff_delay``) with the base
         and cap from the handler's options or the config."""
         spec = self.registry.get(job_type)
         base = spec.backoff_base if spec and spec.backoff_base is not None else self.config.backoff_base
@@ -381,21 +380,21 @@ class Jobdeck:
 
     def workflow(self, name: str, *, on_dependency_failure: str = "cancel", key: str | None = None) -> Workflow:
         """Build a workflow: ``.add(name, type, payload, depends_on=[...])``
-        per job, then ``.enqueue()`` inserts it whole (``app.workflows``)."""
-        from app.workflows import Workflow
+        per job, then ``.enqueue()`` inserts it whole (``jobdeck.jobs.workflows``)."""
+        from jobdeck.jobs.workflows import Workflow
 
         return Workflow(self, name, on_dependency_failure=on_dependency_failure, key=key)
 
     def enqueue_workflow(self, data: Mapping[str, Any], *, key: str | None = None) -> EnqueuedWorkflow:
-        """Check and enqueue a workflow as the API gives it (``app.workflows.parse_workflow``)."""
-        from app.workflows import parse_workflow
+        """Check and enqueue a workflow as the API gives it (``jobdeck.jobs.workflows.parse_workflow``)."""
+        from jobdeck.jobs.workflows import parse_workflow
 
         return self.store.enqueue_workflows([parse_workflow(self, data, key=key)], self.clock())[0]
 
     def enqueue_named_workflow(self, name: str, *, key: str | None = None) -> EnqueuedWorkflow:
         """Enqueue the workflow declared as ``[workflows.NAME]`` in the config;
         a second call with the same ``key`` returns the first one's jobs."""
-        from app.workflows import enqueue_configured
+        from jobdeck.jobs.workflows import enqueue_configured
 
         return enqueue_configured(self, name, key)
 
@@ -407,15 +406,15 @@ class Jobdeck:
         on_dead: Any = None,
         name: str | None = None,
     ) -> Batch:
-        """Open a batch; each callback is a job type or ``{type, payload, ...}`` (``app.workflows``)."""
-        from app.workflows import open_batch
+        """Open a batch; each callback is a job type or ``{type, payload, ...}`` (``jobdeck.jobs.workflows``)."""
+        from jobdeck.jobs.workflows import open_batch
 
         callbacks = {"on_complete": on_complete, "on_success": on_success, "on_dead": on_dead}
         return open_batch(self, name, callbacks)
 
     def open_batch(self, batch_id: int) -> Batch:
         """A batch opened before (by any process), to add jobs to or close."""
-        from app.workflows import Batch
+        from jobdeck.jobs.workflows import Batch
 
         self.store.batch(batch_id)
         return Batch(self, batch_id)

@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app.config import Config
-from app.errors import InvalidField
-from app.handlers import JobContext, Registry, Snooze
-from app.store.demo_tables import record_demo_charge, send_demo_email
+from jobdeck.core.config import Config
+from jobdeck.core.errors import InvalidField
+from jobdeck.jobs.handlers import JobContext, Registry, Snooze
+from jobdeck.store.demo_tables import record_demo_charge, send_demo_email
 
 DEMO_CONFIG = Path(__file__).with_name("demo.toml")
 """The demo's schedules, queue limits and types (shipped in the wheel)."""

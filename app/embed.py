@@ -18,7 +18,7 @@ HOST app's request context for the same request (so ``flask_login``'s
 for it: they may refuse or protect what is Jobdeck's). None is refused (403, or a redirect to the host's
 ``login_url``); Jobdeck's own ``[users]`` and login form are not used. The
 API honours the same role for browser calls, and a bearer ``api_token`` (if
-configured) still works for scripts and HTTP workers (``app.web.guard``).
+configured) still works for scripts and HTTP workers (``jobdeck.web.guard``).
 Jobdeck keeps its own signed session only for CSRF tokens and flash messages:
 a cookie of its own name, path-scoped to the prefix.
 """
@@ -36,12 +36,11 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from flask import Flask, current_app, request
 from flask.sessions import SecureCookieSessionInterface
-
-from app.config import ConfigError
-from app.web.dashboard.settings import ROLES, User
+from jobdeck.core.config import ConfigError
+from jobdeck.web.dashboard.settings import ROLES, User
 
 if TYPE_CHECKING:
-    from app.deck import Jobdeck
+    from jobdeck.deck import Jobdeck
 
 log = logging.getLogger("jobdeck.embed")
 
@@ -120,7 +119,7 @@ class PrefixDispatcher:
 
 @dataclass(frozen=True)
 class Embedding:
-    """How a mounted Jobdeck learns who is asking (``app.web.dashboard.auth``)."""
+    """How a mounted Jobdeck learns who is asking (``jobdeck.web.dashboard.auth``)."""
 
     host: Flask
     prefix: str
@@ -198,8 +197,8 @@ def mount(
     login_url: str | None = None,
 ) -> Flask:
     """``Jobdeck.init_app``: build Jobdeck's app and mount it on ``host``."""
-    from app import create_app
-    from app.web.dashboard.settings import DashboardSettings
+    from jobdeck import create_app
+    from jobdeck.web.dashboard.settings import DashboardSettings
 
     prefix = check_prefix(url_prefix)
     if not callable(current_role):

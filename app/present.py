@@ -1,5 +1,5 @@
 """How a job's numbers read to a person, the same wherever they are read:
-the dashboard (``app.web.dashboard.present`` makes these Jinja globals) and
+the dashboard (``jobdeck.web.dashboard.present`` makes these Jinja globals) and
 the CLI's ``jobs`` and ``show`` import them from here, so the two never
 count a job's attempts or name its priority differently."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app.states import CLAIMABLE, State, priority_label
+from jobdeck.core.states import CLAIMABLE, State, priority_label
 
 if TYPE_CHECKING:
-    from app.store import JobRecord
+    from jobdeck.store import JobRecord
 
 
 def attempts_allowed(job: JobRecord) -> int:

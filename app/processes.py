@@ -1,7 +1,7 @@
 """Which process wrote a row, and whether it is still running.
 
 A bulk action's audit entry names the process that moved its last batch
-(``app.store.audit``), so that a reader can tell an action cut short by a
+(``jobdeck.store.audit``), so that a reader can tell an action cut short by a
 dead process from one still going. The name is ``host:pid:boot.start``: the
 host, the process id, and the kernel's boot id and the process's start time
 (``/proc``), which together name one process for the life of the machine (a

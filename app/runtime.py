@@ -10,11 +10,11 @@ import signal
 import threading
 from typing import TYPE_CHECKING, Protocol
 
-from app.clock import DatabaseClock, Reading
-from app.deck import Jobdeck
-from app.maintenance.clock_check import ClockCheck
-from app.store.timekeeping import record_clock_offset
-from app.worker.pool import WorkerPool
+from jobdeck.core.clock import DatabaseClock, Reading
+from jobdeck.deck import Jobdeck
+from jobdeck.maintenance.clock_check import ClockCheck
+from jobdeck.store.timekeeping import record_clock_offset
+from jobdeck.worker.pool import WorkerPool
 
 if TYPE_CHECKING:
     from flask import Flask
@@ -45,8 +45,8 @@ class Runtime:
         self.pool: WorkerPool | None = WorkerPool(deck, threads, on_unhealthy=on_unhealthy) if threads > 0 else None
         self.services: list[Service] = []
         if self.pool is not None:
-            from app.worker.commit_watch import watcher_for
-            from app.worker.listener import listener_for
+            from jobdeck.worker.commit_watch import watcher_for
+            from jobdeck.worker.listener import listener_for
 
             # Wake on other processes' jobs: LISTEN on PostgreSQL, PRAGMA data_version on SQLite.
             listener = listener_for(deck, self.pool.wake) or watcher_for(deck, self.pool)
@@ -55,7 +55,7 @@ class Runtime:
         if isinstance(deck.clock, DatabaseClock):
             self.services.append(ClockCheck(deck.clock, deck.config.clock_check_interval, self._record_reading))
         if services:
-            from app.maintenance.scheduler import SchedulerService
+            from jobdeck.maintenance.scheduler import SchedulerService
 
             self.services.append(SchedulerService(deck))
         self._started = False

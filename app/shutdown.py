@@ -32,8 +32,8 @@ from collections.abc import Callable
 from select import POLLIN, poll
 from types import FrameType
 
-from app.runtime import Runtime
-from app.worker.shared import STOP_MARGIN
+from jobdeck.runtime import Runtime
+from jobdeck.worker.shared import STOP_MARGIN
 
 log = logging.getLogger("jobdeck.shutdown")
 

@@ -76,11 +76,11 @@ def make_deck(
     path: Path, synchronous: str = "FULL", workers: int = 4, handler: Callable[..., Any] | None = None, **overrides: Any
 ) -> Any:
     """A Jobdeck on a fresh SQLite file at ``path`` with ``bench.noop``."""
-    from app.config import load
-    from app.handlers import Registry
+    from jobdeck.core.config import load
+    from jobdeck.jobs.handlers import Registry
 
     try:
-        from app.deck import Jobdeck
+        from jobdeck.deck import Jobdeck
     except ImportError:  # a checkout from before the layout moved (bench/compare.py runs those too)
         from app.service import Jobdeck
 

@@ -16,6 +16,10 @@ enqueue, and the PostgreSQL drain when a URL is given (``--postgres``, or
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import io
 import json
 import os
@@ -25,6 +29,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import types
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -79,16 +84,61 @@ def _child(args: argparse.Namespace) -> int:
     # An editable install's import hook would fill in a module the baseline lacks from the
     # installed tree, mixing the two checkouts: only PYTHONPATH (this child's checkout) counts.
     sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith("__editable__")]
-    import app
-
     root = Path.cwd().resolve()
-    if not Path(app.__file__ or "").resolve().is_relative_to(root):
-        raise RuntimeError(f"app imported from {app.__file__}, not from the checkout {root}")
+    _import_jobdeck_from(root)
+    import jobdeck
+
+    if not Path(jobdeck.__file__ or "").resolve().is_relative_to(root):
+        raise RuntimeError(f"jobdeck imported from {jobdeck.__file__}, not from the checkout {root}")
     with tempfile.TemporaryDirectory(prefix="jobdeck-compare-") as tmp:
         measure(scenario, max(10, n // 10), Path(tmp), args.postgres)
         rate = measure(scenario, n, Path(tmp), args.postgres)
     print(json.dumps({"rate": rate}))
     return 0
+
+
+_MOVED = {
+    **{f"jobdeck.core.{m}": f"app.{m}" for m in (
+        "states", "errors", "clock", "config", "validation", "fingerprint", "crashpoints", "forks", "structured_logs")},
+    **{f"jobdeck.jobs.{m}": f"app.{m}" for m in (
+        "handlers", "flow", "flow_claim", "queues", "unique", "snooze", "artifacts", "joblogs", "workflows", "waiting")},
+}  # fmt: skip
+"""Where the modules of ``jobdeck.core`` and ``jobdeck.jobs`` lived in a tree from before
+they moved, when the import name was still ``app``."""
+
+
+class _OldNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """A baseline from before the rename: ``jobdeck.X`` is the module ``app.X``
+    (one module object under both names, so its registries are shared)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "jobdeck" and not fullname.startswith("jobdeck."):
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        if spec.name in ("jobdeck.core", "jobdeck.jobs"):
+            module = types.ModuleType(spec.name)
+            module.__path__ = []
+            return module
+        return importlib.import_module(_MOVED.get(spec.name) or "app" + spec.name[len("jobdeck") :])
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
+
+
+def _import_jobdeck_from(root: Path) -> None:
+    """Make ``import jobdeck`` load this checkout's ``app/`` folder (its import
+    name since the rename), or alias ``app`` in a baseline from before it."""
+    init = root / "app" / "__init__.py"
+    if (root / "app" / "core").is_dir():
+        spec = importlib.util.spec_from_file_location("jobdeck", init, submodule_search_locations=[str(root / "app")])
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["jobdeck"] = module
+        spec.loader.exec_module(module)
+    else:
+        sys.meta_path.insert(0, _OldNames())
 
 
 def baseline_checkout(rev: str, into: Path) -> Path:

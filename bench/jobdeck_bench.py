@@ -22,13 +22,13 @@ def _completed(deck: Any) -> int:
 
 
 def worker_pool_class() -> Any:
-    """``WorkerPool`` from the ``app`` on the path: ``app.worker.pool`` now,
-    ``app.worker`` before the layout moved (``bench/compare.py`` runs these
+    """``WorkerPool`` from the ``app`` on the path: ``jobdeck.worker.pool`` now,
+    ``jobdeck.worker`` before the layout moved (``bench/compare.py`` runs these
     scenarios against older checkouts too)."""
     try:
-        from app.worker.pool import WorkerPool
+        from jobdeck.worker.pool import WorkerPool
     except ImportError:
-        from app.worker import WorkerPool
+        from jobdeck.worker import WorkerPool
     return WorkerPool
 
 

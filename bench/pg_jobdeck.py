@@ -70,7 +70,7 @@ class Jobdeck:
             self.deck.enqueue_many([{"type": NOOP} for _ in range(min(FILL_CHUNK, n - start))])
 
     def completed(self, conn: Any) -> int:
-        from app.states import State
+        from jobdeck.core.states import State
 
         return int(conn.execute("SELECT count(*) FROM jobs WHERE status = %s", (State.COMPLETED.value,)).fetchone()[0])
 
@@ -104,7 +104,7 @@ class Jobdeck:
 
 def consume() -> None:
     """One consumer process: the runtime ``jobdeck worker`` starts."""
-    from app.runtime import Runtime
+    from jobdeck.runtime import Runtime
 
     workers = int(os.environ.get("BENCH_JOBDECK_WORKERS", "4"))
     with tempfile.TemporaryDirectory(prefix="jobdeck-pg-worker-") as tmp:

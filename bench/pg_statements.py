@@ -7,7 +7,7 @@ It fills Jobdeck's benchmark database (``bench/pg_jobdeck.py``) with
 pool's batch does: the claim of ``--batch`` jobs (autocommit, as the
 fetcher runs it), then their completion with their attempt rows (one
 statement in autocommit, as the acker writes them). Each statement is the
-store's own (``app.store.statements``), compiled as the store compiles it,
+store's own (``jobdeck.store.statements``), compiled as the store compiles it,
 and runs under ``EXPLAIN (ANALYZE, BUFFERS)``, so it does its real work;
 its WAL is read from the log with ``pg_walinspect`` (the plan's counters
 miss a CTE that no node reads from, and row locks). Printed per job, the
@@ -64,8 +64,7 @@ def _explain(conn: Any, text: str, params: tuple[Any, ...]) -> dict[str, float]:
 
 def profile(jobs: int, batch: int, rounds: int) -> dict[str, dict[str, float]]:
     import psycopg
-
-    from app.store import statements
+    from jobdeck.store import statements
 
     system = Jobdeck()
     system.install()

@@ -14,9 +14,8 @@ from bench.common import NOOP
 
 
 def _db(path: Path, synchronous: str) -> sqlite3.Connection:
+    from jobdeck.store.engine import create_schema
     from sqlalchemy import create_engine
-
-    from app.store.engine import create_schema
 
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)

@@ -46,9 +46,9 @@ def _env(db: Path, config: Path | None = None, **settings: Any) -> dict[str, str
 def process(
     db: Path, command: str, config: Path | None = None, **settings: Any
 ) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
-    """``python -m app.cli serve|worker --demo`` on ``db``; yields (proc, port)."""
+    """``python -m jobdeck.cli serve|worker --demo`` on ``db``; yields (proc, port)."""
     port = _free_port()
-    args = [sys.executable, "-m", "app.cli", command, "--demo", "--log-level", "warning"]
+    args = [sys.executable, "-m", "jobdeck.cli", command, "--demo", "--log-level", "warning"]
     if command == "serve":
         args += ["--bind", f"127.0.0.1:{port}"]
     with open(db.parent / f"{command}-{port}.log", "wb") as log:
@@ -72,8 +72,8 @@ def get(port: int, path: str, conn: http.client.HTTPConnection | None = None) ->
 
 
 def fresh_db(workdir: Path, name: str) -> Path:
-    from app.store.engine import make_engine
-    from app.store.migrate import upgrade
+    from jobdeck.store.engine import make_engine
+    from jobdeck.store.migrate import upgrade
 
     db = workdir / name
     for suffix in ("", "-wal", "-shm"):
@@ -150,7 +150,7 @@ def _wrk(port: int, path: str, seconds: int, connections: int, body: str | None)
 HTTP_SERVERS = ("waitress", "gunicorn", "granian")
 """The production servers scenario 3 compares: ``jobdeck serve`` with
 ``http_server`` waitress or granian, and gunicorn's ``gthread`` worker on
-``app.wsgi`` (one worker process: one pool and scheduler)."""
+``jobdeck.wsgi`` (one worker process: one pool and scheduler)."""
 
 
 @contextmanager
@@ -167,7 +167,7 @@ def http_server(
         return
     port = _free_port()
     args = [sys.executable, "-m", "gunicorn", "-k", "gthread", "-w", "1", f"--threads={threads}",
-            f"--bind=127.0.0.1:{port}", "--log-level=warning", "app.wsgi:app"]  # fmt: skip
+            f"--bind=127.0.0.1:{port}", "--log-level=warning", "jobdeck.wsgi:app"]  # fmt: skip
     env = _env(db, bind=f"127.0.0.1:{port}", demo=1, **pool)
     with open(db.parent / f"gunicorn-{port}.log", "wb") as log:
         proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=log, stderr=log)
@@ -199,7 +199,7 @@ def http_enqueue(
     ``workers=0`` measures the HTTP path without the pool beside it."""
     if not shutil.which("wrk"):
         return {"skipped": "wrk not installed (apt-get install -y wrk)"}
-    from app.config import Config
+    from jobdeck.core.config import Config
 
     threads = threads or Config().http_threads
     calls = (
@@ -375,7 +375,7 @@ def steady(workdir: Path, rate: float, seconds: float, processes: int) -> dict[s
     with contextlib_exit() as stack:
         # The same configuration as scenario 1 (no concurrency limits): the
         # demo config's limit on demo.charge-card would send every claim
-        # through the limit-aware claim (app.queues), which is measured apart.
+        # through the limit-aware claim (jobdeck.jobs.queues), which is measured apart.
         unlimited = workdir / "unlimited.toml"
         unlimited.write_text("[types]\n")
         procs = [stack.enter_context(process(db, "worker", config=unlimited, workers=4, poll_interval=0.05))

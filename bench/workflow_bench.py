@@ -34,7 +34,7 @@ CHUNK = 1000
 
 
 def _fill_workflows(deck: Any, n: int) -> None:
-    from app.workflows import parse_workflow
+    from jobdeck.jobs.workflows import parse_workflow
 
     steps = [{"name": "a", "type": NOOP}, {"name": "b", "type": NOOP, "depends_on": ["a"]}]
     for start in range(0, n, CHUNK):

@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from app import create_app
-from app.config import load
-from app.deck import Jobdeck
-from app.handlers import Registry
+from jobdeck import create_app
+from jobdeck.core.config import load
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import Registry
 
 pytest_plugins = ["tests.tiers"]  # the quick tier, and the tests that run alone
 
@@ -63,7 +62,7 @@ def clock() -> Clock:
 @pytest.fixture
 def registry() -> Registry:
     """A fresh registry per test, with the demo types."""
-    from app import demo
+    from jobdeck import demo
 
     reg = Registry()
     demo.register(reg)
@@ -78,8 +77,8 @@ def sqlite_url(tmp_path: Path) -> str:
 def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SQLite file migrated to head once per test process: each test's
     ``db_url`` is a copy of it (milliseconds, where migrating is half a second)."""
-    from app.store.engine import make_engine
-    from app.store.schema import ensure_current
+    from jobdeck.store.engine import make_engine
+    from jobdeck.store.schema import ensure_current
 
     path = tmp_path_factory.mktemp("template") / "jobdeck.db"
     engine = make_engine(f"sqlite:///{path}", pool_size=1)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from app import create_app
-from app.deck import Jobdeck
+from jobdeck import create_app
+from jobdeck.deck import Jobdeck
 
 HTMX = {"HX-Request": "true"}
 
@@ -37,7 +37,7 @@ def make_dash_app(deck: Jobdeck, **extra: Any) -> Any:
 
 def make_dead(deck: Jobdeck, job_type: str = "demo.fail", payload: dict[str, Any] | None = None) -> int:
     """A job run once and failed for good, through the real claim and fail."""
-    from app.store import Outcome
+    from jobdeck.store import Outcome
 
     job, _ = deck.enqueue(job_type, payload or {}, max_retries=0)
     now = deck.clock()

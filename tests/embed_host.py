@@ -13,8 +13,7 @@ import re
 from typing import Any
 
 from flask import Flask, redirect, request, session
-
-from app.deck import Jobdeck
+from jobdeck.deck import Jobdeck
 
 PREFIX = "/ops/jobs"
 

@@ -11,8 +11,8 @@ import shlex
 import sys
 from typing import Any
 
-from app.handlers import JobContext, Registry
-from app.handlers import registry as default_registry
+from jobdeck.jobs.handlers import JobContext, Registry
+from jobdeck.jobs.handlers import registry as default_registry
 
 FORKS = "fork.child"
 ENDINGS = ("return", "sys.exit", "raise", "ctx", "own-work", "exec", "multiprocessing")

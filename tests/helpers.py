@@ -7,11 +7,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.store.models import jobs
 from sqlalchemy import event, update
-
-from app.deck import Jobdeck
-from app.states import State
-from app.store.models import jobs
 
 
 def force_state(deck: Jobdeck, job_id: int, state: State, worker_id: str | None = "w1", **values: Any) -> None:
@@ -29,7 +28,8 @@ def force_state(deck: Jobdeck, job_id: int, state: State, worker_id: str | None 
 def settle_failures(deck: Jobdeck, *job_ids: int) -> dict[int, State]:
     """Run a real pool until every job has failed once (``failed`` or
     ``dead``); their states."""
-    from app.worker.pool import WorkerPool
+    from jobdeck.worker.pool import WorkerPool
+
     from tests.conftest import wait_for
 
     pool = WorkerPool(deck, 2)

@@ -8,10 +8,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
+from jobdeck.deck import Jobdeck
+from jobdeck.runtime import Runtime
 from waitress import create_server, wasyncore
-
-from app.deck import Jobdeck
-from app.runtime import Runtime
 
 
 @contextmanager

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import jsonschema
-
-from app.web.api.openapi import document
+from jobdeck.web.api.openapi import document
 
 DOC = document()
 

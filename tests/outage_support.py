@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobdeck.deck import Jobdeck
 from sqlalchemy import event
-
-from app.deck import Jobdeck
 
 
 class Limits:

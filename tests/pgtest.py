@@ -198,8 +198,8 @@ class Schemas:
         """Schemas dropped and migrated anew (their catalog or statistics changed)."""
 
     def _migrated(self) -> str:
-        from app.store.engine import make_engine
-        from app.store.schema import ensure_current
+        from jobdeck.store.engine import make_engine
+        from jobdeck.store.schema import ensure_current
 
         assert self._engine is not None
         schema = _create_schema(self._engine)

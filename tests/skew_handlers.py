@@ -18,9 +18,9 @@ import os
 import time
 from typing import Any
 
-from app.errors import Cancelled
-from app.handlers import JobContext, Registry
-from app.handlers import registry as default_registry
+from jobdeck.core.errors import Cancelled
+from jobdeck.jobs.handlers import JobContext, Registry
+from jobdeck.jobs.handlers import registry as default_registry
 
 HOLD = "skew.hold"
 

@@ -11,12 +11,11 @@ from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
-from app.deck import Jobdeck
-from app.maintenance.alerts import ALERT_TYPE
-from app.states import State
-from app.store import Outcome
-from app.worker.pool import WorkerPool
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.maintenance.alerts import ALERT_TYPE
+from jobdeck.store import Outcome
+from jobdeck.worker.pool import WorkerPool
 
 
 class Hook:
@@ -87,7 +86,7 @@ def run_alerts(deck, clock) -> list:
 
 
 def _alerts():
-    from app.store import JobFilter
+    from jobdeck.store import JobFilter
 
     return JobFilter(type=ALERT_TYPE, limit=50)
 
@@ -186,7 +185,7 @@ def test_a_slot_another_process_took_first_is_not_taken_again(make_deck, clock, 
     NOTHING answers rowcount -1 either way: every racer sent an alert).
     PostgreSQL only: on SQLite the write lock is held from the read to the
     insert, so no other process can come between."""
-    from app.store.alerts import claim_alert_slot
+    from jobdeck.store.alerts import claim_alert_slot
 
     ours, other = make_deck(clock=clock), make_deck(clock=clock)
     window = timedelta(seconds=300)

@@ -9,9 +9,9 @@ import threading
 from datetime import timedelta
 
 import pytest
+from jobdeck import create_app
+from jobdeck.deck import Jobdeck
 
-from app import create_app
-from app.deck import Jobdeck
 from tests.openapi_check import check
 
 JOBS = "/api/jobs"

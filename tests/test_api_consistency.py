@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from jobdeck import create_app
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import JobContext
+from jobdeck.store import Outcome
+from jobdeck.web.serialize import iso
 
-from app import create_app
-from app.deck import Jobdeck
-from app.handlers import JobContext
-from app.store import Outcome
-from app.web.serialize import iso
 from tests.openapi_check import check
 
 pytestmark = pytest.mark.backends

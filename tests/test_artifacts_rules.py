@@ -1,13 +1,12 @@
-"""The rules an artifact follows before it is stored (``app.artifacts``) and
+"""The rules an artifact follows before it is stored (``jobdeck.jobs.artifacts``) and
 the ``[artifacts]`` config table: sizes in bytes or with a unit, refused
 with a message naming the key; content types from the name."""
 
 from __future__ import annotations
 
 import pytest
-
-from app.artifacts import check_content_type, check_name, default_content_type, human_bytes
-from app.config import ConfigError, artifact_max_bytes, load
+from jobdeck.core.config import ConfigError, artifact_max_bytes, load
+from jobdeck.jobs.artifacts import check_content_type, check_name, default_content_type, human_bytes
 
 
 def _limit(table: object) -> int:

@@ -10,16 +10,16 @@ from urllib.parse import quote, unquote
 
 import pytest
 from dashboard_support import make_dash_app
+from jobdeck import create_app
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import JobContext
+from jobdeck.store import Outcome
+from jobdeck.store.artifacts import get_artifact
+from jobdeck.worker.pool import WorkerPool
 from openapi_check import check
 from werkzeug.security import generate_password_hash
 
-from app import create_app
-from app.deck import Jobdeck
-from app.handlers import JobContext
-from app.states import State
-from app.store import Outcome
-from app.store.artifacts import get_artifact
-from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
 
 TOKEN = "artifact-token-0123456789"

@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import JobContext
+from jobdeck.worker.pool import WorkerPool
 
-from app.deck import Jobdeck
-from app.handlers import JobContext
-from app.states import State
-from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.backends

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.store.audit import list_audit
+from jobdeck.store.audit import list_audit
 
 
 def _actions(deck) -> list[tuple[str, str, int, str | None]]:

@@ -9,14 +9,14 @@ import time
 from datetime import timedelta
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.runtime import Runtime
+from jobdeck.store import NewJob, Outcome, Store
+from jobdeck.store.engine import make_engine
+from jobdeck.store.models import attempts, jobs
 from sqlalchemy import event, func, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.runtime import Runtime
-from app.states import State
-from app.store import NewJob, Outcome, Store
-from app.store.engine import make_engine
-from app.store.models import attempts, jobs
 from tests.conftest import wait_for
 from tests.pgtest import terminate_backends
 
@@ -126,7 +126,7 @@ def test_notify_wakes_the_pool_of_another_process_and_survives_reconnects(
     make_config, registry, other_process_store, pg_schema
 ):
     """With a 30 s poll interval only NOTIFY can start a job promptly."""
-    from app.deck import Jobdeck
+    from jobdeck.deck import Jobdeck
 
     deck = Jobdeck(make_config(workers=2, poll_interval=30.0), registry)
     deck.init_db()
@@ -163,7 +163,7 @@ def test_workers_ride_out_the_loss_of_every_connection(make_config, registry, ot
     """Killing every server connection mid-run (what a restart does to the
     client): workers back off and reconnect, and each accepted job completes
     exactly once."""
-    from app.deck import Jobdeck
+    from jobdeck.deck import Jobdeck
 
     deck = Jobdeck(make_config(workers=4, poll_interval=0.05), registry)
     deck.init_db()

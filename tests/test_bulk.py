@@ -4,8 +4,7 @@ exactly what ``Jobdeck.new_job`` does, on both databases."""
 from __future__ import annotations
 
 import pytest
-
-from app.errors import InvalidField, PayloadTooLarge, UnknownType
+from jobdeck.core.errors import InvalidField, PayloadTooLarge, UnknownType
 
 pytestmark = pytest.mark.backends
 

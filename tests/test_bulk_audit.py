@@ -1,6 +1,6 @@
 """A bulk action's audit entry: opened with its total, counted batch by batch
 in each batch's own transaction, finished by its last, and read as running,
-finished or interrupted (``app.store.audit``). On both databases."""
+finished or interrupted (``jobdeck.store.audit``). On both databases."""
 
 from __future__ import annotations
 
@@ -11,13 +11,12 @@ from typing import Any
 
 import pytest
 from dashboard_support import make_dead, post
-
-from app import processes
-from app.deck import Jobdeck
-from app.states import State
-from app.store import audit
-from app.store.audit import STALE_AFTER, Tally, audit_entry, open_bulk
-from app.store.reads import BATCH, newest_id
+from jobdeck import processes
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.store import audit
+from jobdeck.store.audit import STALE_AFTER, Tally, audit_entry, open_bulk
+from jobdeck.store.reads import BATCH, newest_id
 
 pytestmark = pytest.mark.backends
 
@@ -37,7 +36,7 @@ def test_a_batch_and_its_count_commit_together_or_not_at_all(deck: Jobdeck, monk
     def broken(*args: Any) -> None:
         raise RuntimeError("the count's update failed")
 
-    monkeypatch.setattr("app.store.lifecycle.count_moved", broken)
+    monkeypatch.setattr("jobdeck.store.lifecycle.count_moved", broken)
     with pytest.raises(RuntimeError):
         deck.store.retry_ids(ids[2:], deck.clock(), Tally(entry, last=True))
     assert deck.store.get(ids[2]).status is State.DEAD, "the batch moved without its count"

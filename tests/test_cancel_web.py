@@ -8,12 +8,12 @@ from __future__ import annotations
 import re
 
 from dashboard_support import make_dash_app, post
+from jobdeck import create_app
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.store.audit import list_audit
 from werkzeug.security import generate_password_hash
 
-from app import create_app
-from app.deck import Jobdeck
-from app.states import State
-from app.store.audit import list_audit
 from tests.openapi_check import check
 
 CANCEL = "/api/jobs/{job_id}/cancel"

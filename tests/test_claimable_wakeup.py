@@ -1,5 +1,5 @@
 """On PostgreSQL every transaction that makes a job claimable now sends the
-NOTIFY that wakes the other processes' pools (``app.worker.listener``): without it a
+NOTIFY that wakes the other processes' pools (``jobdeck.worker.listener``): without it a
 job made due waits for their next poll."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from jobdeck.deck import Jobdeck
+from jobdeck.worker.listener import Listener, conninfo
 
-from app.deck import Jobdeck
-from app.worker.listener import Listener, conninfo
 from tests.conftest import wait_for
 from tests.helpers import statements_sent
 

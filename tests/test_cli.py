@@ -15,8 +15,8 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+from jobdeck.cli import main
 
-from app.cli import main
 from tests.conftest import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +42,7 @@ def jobdeck_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def spawn(tmp_path: Path, *args: str, **env: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "app.cli", *args],
+        [sys.executable, "-m", "jobdeck.cli", *args],
         cwd=tmp_path,
         env=jobdeck_env(tmp_path, **env),
         stdout=subprocess.PIPE,
@@ -112,7 +112,7 @@ def test_worker_runs_jobs_without_loading_the_web_or_alembic(tmp_path: Path) -> 
     assert enqueued.exit_code == 0, enqueued.output
     job_id = json.loads(enqueued.stdout)["id"]
     proc = subprocess.Popen(
-        [sys.executable, "-X", "importtime", "-m", "app.cli", "worker", "--demo"],
+        [sys.executable, "-X", "importtime", "-m", "jobdeck.cli", "worker", "--demo"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
 
@@ -131,7 +131,7 @@ def test_worker_runs_jobs_without_loading_the_web_or_alembic(tmp_path: Path) -> 
             proc.communicate()
     assert proc.returncode == 0, out[-2000:]
     loaded = {line.split("|")[-1].strip().split(".")[0] for line in out.splitlines() if line.startswith("import time:")}
-    assert "sqlalchemy" in loaded and "app" in loaded, "importtime listed the imports"
+    assert "sqlalchemy" in loaded and "jobdeck" in loaded, "importtime listed the imports"
     assert not loaded & {"flask", "werkzeug", "jinja2", "alembic", "flask_wtf", "cron_descriptor"}, sorted(loaded)
 
 
@@ -190,10 +190,10 @@ def test_handler_modules_are_found_in_the_current_folder(tmp_path: Path) -> None
     (tmp_path / "myapp").mkdir()
     (tmp_path / "myapp" / "__init__.py").write_text("")
     (tmp_path / "myapp" / "jobs.py").write_text(
-        'from app.handlers import handler\n\n\n@handler("my.hello")\ndef hello(payload, ctx):\n    return "hi"\n'
+        'from jobdeck.jobs.handlers import handler\n\n\n@handler("my.hello")\ndef hello(payload, ctx):\n    return "hi"\n'
     )
     proc = subprocess.run(
-        [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())", "jobs", "--create"],
+        [sys.executable, "-c", "import sys; from jobdeck.cli import main; sys.exit(main())", "jobs", "--create"],
         cwd=tmp_path,
         env=jobdeck_env(tmp_path, JOBDECK_HANDLER_MODULES="myapp.jobs", PYTHONSAFEPATH="1"),
         capture_output=True,
@@ -205,9 +205,9 @@ def test_handler_modules_are_found_in_the_current_folder(tmp_path: Path) -> None
 
 
 def test_db_revision_refuses_outside_a_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from app.store import migrate
+    from jobdeck.store import migrate
 
-    installed = tmp_path / "site-packages" / "app" / "store" / "migrations"
+    installed = tmp_path / "site-packages" / "jobdeck" / "store" / "migrations"
     installed.mkdir(parents=True)
     monkeypatch.setattr(migrate, "SCRIPT_LOCATION", str(installed))
     r = CliRunner().invoke(main, ["db", "revision", "-m", "t", "--empty"], env=jobdeck_env(tmp_path))

@@ -14,17 +14,17 @@ from typing import Any
 import click
 import pytest
 from click.testing import CliRunner, Result
+from jobdeck import cli, create_app
+from jobdeck.cli import main
+from jobdeck.core.states import ALL_STATES, State, Transition
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import Registry
+from jobdeck.present import attempts_allowed
+from jobdeck.store import Outcome, Store
+from jobdeck.store.audit import AuditRecord, list_audit
+from jobdeck.store.reads import BATCH
+from jobdeck.web.serialize import job_json
 
-from app import cli, create_app
-from app.cli import main
-from app.deck import Jobdeck
-from app.handlers import Registry
-from app.present import attempts_allowed
-from app.states import ALL_STATES, State, Transition
-from app.store import Outcome, Store
-from app.store.audit import AuditRecord, list_audit
-from app.store.reads import BATCH
-from app.web.serialize import job_json
 from tests.dashboard_support import make_dead
 from tests.test_cli import ROOT, jobdeck_env
 
@@ -147,7 +147,7 @@ def test_user_text_cannot_drive_the_terminal(run, live_deck: Jobdeck) -> None:
 
 def test_enqueue_of_a_demo_type_without_demo_says_it_needs_demo(run, live_deck: Jobdeck, monkeypatch) -> None:
     # A registry no earlier --demo run in this process has filled (the CLI's default one is global).
-    monkeypatch.setattr("app.deck.default_registry", Registry())
+    monkeypatch.setattr("jobdeck.deck.default_registry", Registry())
     result = run("enqueue", "demo.noop")
     assert result.exit_code == 1, result.output
     assert "unknown job type 'demo.noop'" in result.output and "(the demo types need --demo)" in result.output
@@ -207,8 +207,8 @@ def test_show_json_is_the_apis_shape(run, live_deck: Jobdeck) -> None:
 
 
 def test_show_prints_the_unique_key_and_with_logs_the_lines(run, live_deck: Jobdeck) -> None:
-    from app.joblogs import LogLimits, LogLine
-    from app.store.joblogs import append_lines
+    from jobdeck.jobs.joblogs import LogLimits, LogLine
+    from jobdeck.store.joblogs import append_lines
 
     job, _ = live_deck.enqueue("demo.noop", {"order": 7}, unique={"by": ["payload.order"]})
     line = LogLine("warning", "fetched <3 pages>", live_deck.clock())
@@ -425,7 +425,7 @@ def test_run_from_another_folder_jobs_makes_no_empty_database(tmp_path: Path) ->
     assert not (tmp_path / "jobdeck.toml").exists() and tmp_path != ROOT
     wanted = tmp_path / "instance" / "jobdeck.db"
     proc = subprocess.run(
-        [sys.executable, "-m", "app.cli", "jobs"], cwd=tmp_path, env=_without_a_database(tmp_path),
+        [sys.executable, "-m", "jobdeck.cli", "jobs"], cwd=tmp_path, env=_without_a_database(tmp_path),
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 1 and proc.stdout == ""

@@ -1,4 +1,4 @@
-"""SQLite cross-process wake-up: PRAGMA data_version (app.worker.commit_watch)."""
+"""SQLite cross-process wake-up: PRAGMA data_version (jobdeck.worker.commit_watch)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import sqlite3
 import time
 from datetime import timedelta
 
-from app.runtime import Runtime
-from app.states import State
-from app.worker.commit_watch import CommitWatcher
+from jobdeck.core.states import State
+from jobdeck.runtime import Runtime
+from jobdeck.worker.commit_watch import CommitWatcher
+
 from tests.conftest import wait_for
 
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from app.config import ConfigError, load
+from jobdeck.core.config import ConfigError, load
 
 
 def test_defaults() -> None:
@@ -79,7 +78,8 @@ def test_an_option_no_part_reads_is_refused_not_ignored(tmp_path, text, message)
 
 def test_the_option_lists_are_what_the_code_reads() -> None:
     """The refusal above names every key some part reads, and only those."""
-    from app.config import QUEUE_OPTIONS, TYPE_OPTIONS
+    from jobdeck.core.config import QUEUE_OPTIONS, TYPE_OPTIONS
+
     from tests.test_docs_reference import _option_reads
 
     assert _option_reads() == (set(QUEUE_OPTIONS), set(TYPE_OPTIONS))

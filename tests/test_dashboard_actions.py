@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 
 from dashboard_support import csrf_token, make_dead, post
-
-from app.states import State
-from app.store.audit import list_audit
-from app.store.reads import BATCH
+from jobdeck.core.states import State
+from jobdeck.store.audit import list_audit
+from jobdeck.store.reads import BATCH
 
 
 def _audit(deck):

@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from dashboard_support import csrf_token, make_dash_app, make_dead, post
+from jobdeck.cli import main, refuse_exposed
+from jobdeck.core.states import State
 from werkzeug.security import generate_password_hash
-
-from app.cli import main, refuse_exposed
-from app.states import State
 
 ROOT = Path(__file__).resolve().parents[1]
 USERS = {
@@ -112,9 +111,9 @@ def dash_open(deck):
 
 
 def test_users_config_is_validated(make_config, registry):
-    from app import create_app
-    from app.config import ConfigError
-    from app.deck import Jobdeck
+    from jobdeck import create_app
+    from jobdeck.core.config import ConfigError
+    from jobdeck.deck import Jobdeck
 
     for users, message in [({"bob": {"role": "operator"}}, "users.bob.password_hash"),
                            ({"bob": {"password_hash": "x$y", "role": "admin"}}, "users.bob.role"),
@@ -140,7 +139,7 @@ def test_refuses_non_loopback_bind_without_users(make_config):
 def test_serve_refuses_in_a_real_process(tmp_path):
     env = {"PYTHONPATH": str(ROOT), "JOBDECK_BIND": "0.0.0.0:18999", "JOBDECK_API_TOKEN": "t",
            "JOBDECK_INSTANCE_PATH": str(tmp_path), "PATH": "/usr/bin:/bin"}  # fmt: skip
-    r = subprocess.run([sys.executable, "-m", "app.cli", "serve"], cwd=tmp_path, env=env, capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "jobdeck.cli", "serve"], cwd=tmp_path, env=env, capture_output=True,
                        text=True, timeout=60, check=False)  # fmt: skip
     assert r.returncode != 0 and "no users configured" in r.stderr
 

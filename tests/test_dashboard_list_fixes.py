@@ -11,12 +11,11 @@ import html
 import re
 
 from dashboard_support import make_dash_app, make_dead, post
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.store import Outcome
+from jobdeck.store.audit import list_audit
 from werkzeug.security import generate_password_hash
-
-from app.deck import Jobdeck
-from app.states import State
-from app.store import Outcome
-from app.store.audit import list_audit
 
 REPORT = "demo.report"
 
@@ -84,7 +83,7 @@ def test_the_polled_rows_carry_the_filtered_badges(dash, deck) -> None:
 
 def test_an_error_group_lists_badges_count_only_that_group(dash, deck) -> None:
     make_dead(deck)
-    from app.fingerprint import fingerprint
+    from jobdeck.core.fingerprint import fingerprint
 
     fp = fingerprint("boom\nsecond line")
     _finished(deck, "demo.fail", 2)
@@ -205,7 +204,7 @@ def test_cancel_is_no_all_matching_action(dash, deck) -> None:
 
 def test_the_error_filter_survives_the_filter_form_and_can_be_removed(dash, deck) -> None:
     make_dead(deck)
-    from app.fingerprint import fingerprint
+    from jobdeck.core.fingerprint import fingerprint
 
     fp = fingerprint("boom\nsecond line")
     page = dash.get("/jobs/dead", query_string={"type": "demo.fail", "error": fp}).get_data(as_text=True)

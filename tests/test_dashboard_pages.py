@@ -7,9 +7,8 @@ from datetime import timedelta
 
 import pytest
 from dashboard_support import HTMX, make_dead
-
-from app.states import State
-from app.web.dashboard.tabs import TABS
+from jobdeck.core.states import State
+from jobdeck.web.dashboard.tabs import TABS
 
 
 def test_overview_counts_every_state_and_links_to_it(dash, deck):
@@ -147,7 +146,7 @@ def test_workers_page_lists_live_workers_and_their_jobs(dash, deck):
 
 
 def test_gone_workers_are_shown_apart_and_not_counted_live(dash, deck, clock):
-    from app.maintenance.upkeep import Maintenance
+    from jobdeck.maintenance.upkeep import Maintenance
 
     deck.store.register_worker("host:2:gone", "host", 2, 4, clock.now)
     job, _ = deck.enqueue("demo.sleep", {})
@@ -188,9 +187,9 @@ def test_security_headers_on_pages(dash):
 
 
 def test_dashboard_config_is_validated(make_config, registry):
-    from app import create_app
-    from app.config import ConfigError
-    from app.deck import Jobdeck
+    from jobdeck import create_app
+    from jobdeck.core.config import ConfigError
+    from jobdeck.deck import Jobdeck
 
     for bad, message in [({"poll_seconds": 0}, "dashboard.poll_seconds"), ({"poll_seconds": "3"}, "expected a number"),
                          ({"pol_seconds": 3}, "dashboard.pol_seconds: unknown")]:  # fmt: skip

@@ -6,7 +6,7 @@ the languages below run, page by page, in a fresh temporary folder:
 - ``python``: executed in order in one namespace per page (one fresh Python
   process), so a page's examples build on each other; ``pycon`` blocks run
   as doctests in the same namespace, their output compared.
-- ``toml``: loaded as a configuration (``app.config.load``) and built into a
+- ``toml``: loaded as a configuration (``jobdeck.core.config.load``) and built into a
   deck, so every key and value shown is accepted. The job types it names
   are added to ``external_types`` (the example's handlers live elsewhere).
 - ``sh``: run in order in one bash script per page (``set -euo pipefail``)
@@ -138,8 +138,8 @@ def runnable(page: Path) -> list[Block]:
 
 def _check_toml(block: Block, workdir: Path) -> None:
     """The block is a configuration Jobdeck accepts, every table and key of it."""
-    from app.config import load
-    from app.deck import Jobdeck
+    from jobdeck.core.config import load
+    from jobdeck.deck import Jobdeck
 
     data = tomllib.loads(block.code)
     types = set(data.get("types", {}))

@@ -12,7 +12,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from app.docs import DOCS_PORT, DOCS_URL, checkout_docs, where
+from jobdeck.docs import DOCS_PORT, DOCS_URL, checkout_docs, where
+
 from tests.conftest import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,7 +24,7 @@ def test_serve_prints_where_the_docs_are(tmp_path: Path) -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDECK_")}
-    command = [sys.executable, "-m", "app.cli", "serve", "--server", "waitress", "--workers", "0"]
+    command = [sys.executable, "-m", "jobdeck.cli", "serve", "--server", "waitress", "--workers", "0"]
     proc = subprocess.Popen(
         [*command, "--bind", f"127.0.0.1:{port}"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
     )

@@ -1,7 +1,7 @@
 """The reference pages say what the code does, checked both ways.
 
 - ``docs/configuration.md`` against the configuration the code accepts: every
-  top-level key of ``app.config.Config`` (with its ``JOBDECK_*`` variable
+  top-level key of ``jobdeck.core.config.Config`` (with its ``JOBDECK_*`` variable
   exactly when ``ENV_KEYS`` has one), every table of ``EXTRA_TABLES``, and the
   keys each table's parser accepts; and no key on the page that the code
   does not accept.
@@ -11,7 +11,7 @@
   ``**Query**:`` line; every section is a route of the document; and every
   ``METHOD /path`` named anywhere in the docs or the README is a route.
 - ``docs/cli.md`` against the ``jobdeck`` commands, and the state machine
-  table of ``docs/architecture.md`` against ``app/states.py``.
+  table of ``docs/architecture.md`` against ``app/core/states.py``.
 
 Each checker takes the page's text, so the tests at the end show it fails
 on a page that misses a key, a route or a field.
@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from app import config as config_module
-from app.config import ENV_KEYS, EXTRA_TABLES, Config
+from jobdeck.core import config as config_module
+from jobdeck.core.config import ENV_KEYS, EXTRA_TABLES, Config
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -127,12 +126,13 @@ def _read_of_options(node: ast.AST) -> str | None:
 
 def accepted_config() -> dict[str, set[str]]:
     """Section name on the page -> the keys the code accepts there."""
-    from app import deck, workflows
-    from app.maintenance import cron
-    from app.maintenance.alerts import AlertSettings
-    from app.maintenance.thresholds import ThresholdSettings
-    from app.maintenance.upkeep import Retention
-    from app.web.dashboard import settings
+    from jobdeck import deck
+    from jobdeck.jobs import workflows
+    from jobdeck.maintenance import cron
+    from jobdeck.maintenance.alerts import AlertSettings
+    from jobdeck.maintenance.thresholds import ThresholdSettings
+    from jobdeck.maintenance.upkeep import Retention
+    from jobdeck.web.dashboard import settings
 
     fields = lambda cls: {f.name for f in dataclasses.fields(cls)}  # noqa: E731
     queues, types = _option_reads()
@@ -213,8 +213,8 @@ def test_config_check_fails_on_an_undocumented_key() -> None:
 def test_the_key_readers_find_what_the_parsers_refuse() -> None:
     """The keys read from the parsers' source are the ones they accept: each
     is loaded without complaint, and a key beside them is refused."""
-    from app.config import ConfigError, load
-    from app.web.dashboard.settings import load_settings
+    from jobdeck.core.config import ConfigError, load
+    from jobdeck.web.dashboard.settings import load_settings
 
     for key in _string_sets(load_settings):
         load_settings(load(env={}, overrides={"dashboard": {key: 5}}))
@@ -238,8 +238,8 @@ def openapi() -> dict[str, Any]:
     """The document a real app serves at /api/openapi.json."""
     import tempfile
 
-    from app import create_app
-    from app.config import load
+    from jobdeck import create_app
+    from jobdeck.core.config import load
 
     with tempfile.TemporaryDirectory() as tmp:
         app = create_app(load(env={}, overrides={"database_url": f"sqlite:///{tmp}/openapi.db"}))
@@ -356,7 +356,7 @@ def test_mention_check_fails_on_a_route_that_is_not_there(
 
 
 def test_cli_page_names_every_command() -> None:
-    from app.cli import main
+    from jobdeck.cli import main
 
     text = (DOCS / "cli.md").read_text()
     headings = {n for h in sections(text) for n in re.split(r", | and ", h) if n}
@@ -369,7 +369,7 @@ def test_cli_page_names_every_command() -> None:
 
 
 def test_architecture_state_machine_matches_app_states() -> None:
-    from app.states import ALL_STATES, SOURCES, TARGETS
+    from jobdeck.core.states import ALL_STATES, SOURCES, TARGETS
 
     body = sections((DOCS / "architecture.md").read_text())["The state machine"]
     rows = re.findall(r"^\| `([a-z_]+)` \| ((?:`[a-z]+`(?:, )?)+) \| ((?:`[a-z]+`(?:, )?)+) \|$", body, re.M)
@@ -378,4 +378,16 @@ def test_architecture_state_machine_matches_app_states() -> None:
         t.value: ({s.value for s in ALL_STATES if s in SOURCES[t]}, {s.value for s in ALL_STATES if s in TARGETS[t]})
         for t in SOURCES
     }
-    assert on_page == in_code, "docs/architecture.md's transition table differs from app/states.py"
+    assert on_page == in_code, "docs/architecture.md's transition table differs from app/core/states.py"
+
+
+def test_python_api_page_lists_exactly_what_jobdeck_exports() -> None:
+    """``docs/python.md`` names each of ``jobdeck.__all__``, and nothing else
+    as ``jobdeck.NAME``: the public API is documented in one place."""
+    import jobdeck
+
+    page = (REPO / "docs" / "python.md").read_text()
+    listed = set(re.findall(r"^jobdeck\.(\w+)\s", page, re.M))
+    assert listed == set(jobdeck.__all__), f"docs/python.md lists {sorted(listed)}; jobdeck exports {jobdeck.__all__}"
+    for name in jobdeck.__all__:
+        assert getattr(jobdeck, name) is not None

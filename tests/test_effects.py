@@ -11,16 +11,16 @@ import threading
 from typing import Any
 
 import pytest
+from jobdeck.core.errors import EffectNotFound, EffectNotPerformed, EffectOutcomeUnknown, EffectResolveRefused
+from jobdeck.core.states import EffectState, State
+from jobdeck.deck import Jobdeck
+from jobdeck.demo import FakeGateway
+from jobdeck.jobs.handlers import JobContext, Registry
+from jobdeck.store.ledger import storable
+from jobdeck.store.models import demo_charges
+from jobdeck.worker.pool import WorkerPool
 from sqlalchemy import func, select
 
-from app.deck import Jobdeck
-from app.demo import FakeGateway
-from app.errors import EffectNotFound, EffectNotPerformed, EffectOutcomeUnknown, EffectResolveRefused
-from app.handlers import JobContext, Registry
-from app.states import EffectState, State
-from app.store.ledger import storable
-from app.store.models import demo_charges
-from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.backends
@@ -36,7 +36,7 @@ def _attempt(deck: Jobdeck, job_id: int, worker: str = "w") -> JobContext:
 
 
 def _fail(deck: Jobdeck, ctx: JobContext) -> None:
-    from app.store import Outcome
+    from jobdeck.store import Outcome
 
     deck.store.fail_many([Outcome(ctx.job_id, ctx.worker_id, attempt=ctx.attempt, error="boom")], deck.clock())
 

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import pytest
 from dashboard_support import make_dash_app, post
-
-from app.deck import Jobdeck
-from app.demo import charge_card
-from app.errors import EffectOutcomeUnknown
-from app.handlers import JobContext
-from app.states import EffectState, State
-from app.store import Outcome
-from app.store.audit import list_audit
+from jobdeck.core.errors import EffectOutcomeUnknown
+from jobdeck.core.states import EffectState, State
+from jobdeck.deck import Jobdeck
+from jobdeck.demo import charge_card
+from jobdeck.jobs.handlers import JobContext
+from jobdeck.store import Outcome
+from jobdeck.store.audit import list_audit
 
 KEY = "charge:o-1"
 

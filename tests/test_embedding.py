@@ -15,12 +15,12 @@ import pytest
 from dashboard_support import make_dead
 from embed_host import PREFIX, csrf_of, log_in, make_host
 from flask import Flask
+from jobdeck import Jobdeck
+from jobdeck.core.config import ConfigError
+from jobdeck.core.states import State
+from jobdeck.docs import DOCS_URL
+from jobdeck.store.audit import list_audit
 
-from app import Jobdeck
-from app.config import ConfigError
-from app.docs import DOCS_URL
-from app.states import State
-from app.store.audit import list_audit
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.backends
@@ -299,8 +299,8 @@ def test_start_and_stop_run_the_workers_through_the_runtime(live_deck):
 
 FORKED_HOST = """
 import os, sys, time
-from app import Jobdeck
-from app.states import State
+from jobdeck import Jobdeck
+from jobdeck.core.states import State
 
 deck = Jobdeck.from_config(env={}, database_url=sys.argv[1], instance_path=sys.argv[2], workers=2, demo=True)
 job, _ = deck.enqueue("demo.noop", {})  # the parent holds pooled connections now, as gunicorn --preload's master would

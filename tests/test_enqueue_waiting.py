@@ -1,5 +1,5 @@
 """Concurrent enqueue answers share one "why is it waiting?" read
-(``app.web.serialize.SharedRead``); an answer alone reads alone, and each
+(``jobdeck.web.serialize.SharedRead``); an answer alone reads alone, and each
 answer judges its job at its own ``now``."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import threading
 from datetime import timedelta
 
 import pytest
+from jobdeck.web.serialize import SharedRead
 
-from app.web.serialize import SharedRead
 from tests.conftest import wait_for
 from tests.test_waiting import T0, a_job, clear
 

@@ -8,13 +8,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from jobdeck.core.states import SOURCES, State, Transition
+from jobdeck.deck import Jobdeck
+from jobdeck.store import JobFilter, NewJob, Outcome, migrate
+from jobdeck.store.models import jobs
+from jobdeck.store.reads import count_matching, error_groups, newest_id, next_batch
 from sqlalchemy import select, text, update
-
-from app.deck import Jobdeck
-from app.states import SOURCES, State, Transition
-from app.store import JobFilter, NewJob, Outcome, migrate
-from app.store.models import jobs
-from app.store.reads import count_matching, error_groups, newest_id, next_batch
 
 pytestmark = pytest.mark.backends
 

@@ -4,9 +4,9 @@ each response checked against the OpenAPI document."""
 from __future__ import annotations
 
 import pytest
+from jobdeck import create_app
 from test_error_groups import fail_jobs
 
-from app import create_app
 from tests.openapi_check import check
 
 pytestmark = pytest.mark.backends

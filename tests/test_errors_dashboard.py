@@ -10,11 +10,10 @@ import re
 
 import pytest
 from dashboard_support import make_dash_app, post
+from jobdeck.core.states import State
+from jobdeck.store.audit import list_audit
 from test_error_groups import fail_jobs
 from werkzeug.security import generate_password_hash
-
-from app.states import State
-from app.store.audit import list_audit
 
 pytestmark = pytest.mark.backends
 
@@ -122,9 +121,8 @@ def test_a_group_action_without_the_csrf_token_is_refused(dash, deck):
 def test_jobs_failed_without_a_fingerprint_are_listed_but_offer_no_group_action(dash, deck):
     """A group with no fingerprint (failed under the previous release) has no
     filter that names only it, so it offers its type's list instead."""
+    from jobdeck.store.models import jobs
     from sqlalchemy import update
-
-    from app.store.models import jobs
 
     ids = fail_jobs(deck, "demo.fail", ["KeyError: 'a'", "OSError: b"])
     with deck.store.write() as conn:

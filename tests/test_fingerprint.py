@@ -6,9 +6,8 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from app.fingerprint import MAX_CHARS, NO_MESSAGE, fingerprint
-from app.store.faults import storable_text
+from jobdeck.core.fingerprint import MAX_CHARS, NO_MESSAGE, fingerprint
+from jobdeck.store.faults import storable_text
 
 
 @pytest.mark.parametrize(
@@ -51,7 +50,10 @@ def test_different_failures_stay_apart(a, b):
 def test_the_class_is_kept_as_written_and_the_message_masked():
     assert fingerprint("KeyError: 'user_42'") == "KeyError: '?'"
     assert fingerprint("RuntimeError: card 4242 declined") == "RuntimeError: card ? declined"
-    assert fingerprint("app.errors.HTTP404Error: user_7 at row 12") == "app.errors.HTTP404Error: user_? at row ?"
+    assert (
+        fingerprint("jobdeck.core.errors.HTTP404Error: user_7 at row 12")
+        == "jobdeck.core.errors.HTTP404Error: user_? at row ?"
+    )
     assert fingerprint("RuntimeError") == "RuntimeError"
     assert fingerprint("it broke at step 3") == "it broke at step ?"
     # An apostrophe inside a word opens no quoted value.
@@ -122,7 +124,7 @@ def test_a_megabyte_of_hostile_text_is_quick(hostile):
 def test_the_masking_itself_is_linear(pattern):
     """Masking alone (past the cut that ``fingerprint`` makes): twice the
     input takes about twice the time, never sixteen times."""
-    from app.fingerprint import mask
+    from jobdeck.core.fingerprint import mask
 
     def cost(n: int) -> float:
         text = "g" + pattern * n  # "g": a word of digits after it is no hex id

@@ -1,4 +1,4 @@
-"""Flow limits across real processes (``app.flow``): a rate never exceeded
+"""Flow limits across real processes (``jobdeck.jobs.flow``): a rate never exceeded
 in any window of the attempts' start times, a concurrency of one per key
 never two at once while other keys flow, on one SQLite file and on
 PostgreSQL; plus the API and page figures and the handler's 429."""
@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.flow import RateLimited
+from jobdeck.jobs.handlers import JobContext
+from jobdeck.store.models import attempts, jobs, workers
 from sqlalchemy import func, select
 
-from app.deck import Jobdeck
-from app.flow import RateLimited
-from app.handlers import JobContext
-from app.states import State
-from app.store.models import attempts, jobs, workers
 from tests.conftest import Clock, wait_for
 from tests.worker_processes import start_workers, stop, write_config
 
@@ -28,7 +28,7 @@ ROOT = Path(__file__).parents[1]
 
 
 def _workers(db_url: str, tmp_path: Path, toml: str, n: int = 3) -> list[subprocess.Popen[bytes]]:
-    """``n`` ``python -m app.cli worker`` processes on one database and config."""
+    """``n`` ``python -m jobdeck.cli worker`` processes on one database and config."""
     settings = (
         'secret_key = "s"\ndemo = true\nworkers = 4\npoll_interval = 0.05\nheartbeat_interval = 0.5\n'
         "stall_timeout = 10\nshutdown_grace = 5.0\n" + toml
@@ -141,7 +141,7 @@ def test_the_api_and_the_page_show_each_limit_with_its_use(make_deck):
     claimed = deck.store.claim("w1", clock.now, limit=10)
     assert sorted(j.type for j in claimed) == ["demo.noop"] * 2 + ["demo.sleep"] * 2
 
-    from app import create_app
+    from jobdeck import create_app
 
     app = create_app(deck=deck)
     body = app.test_client().get("/api/queues").get_json()
@@ -152,7 +152,7 @@ def test_the_api_and_the_page_show_each_limit_with_its_use(make_deck):
     mail = next(q for q in body["queues"] if q["name"] == "mail")
     assert mail["limits"][0]["rate"]["key"] == "payload.account"
 
-    from app.waiting import for_deck
+    from jobdeck.jobs.waiting import for_deck
 
     reasons = for_deck(deck, clock.now)
     held = [j for j in _pending(deck)]
@@ -170,7 +170,7 @@ def test_the_api_and_the_page_show_each_limit_with_its_use(make_deck):
 
 
 def _pending(deck: Jobdeck) -> list[Any]:
-    from app.store.records import JobRecord
+    from jobdeck.store.records import JobRecord
 
     with deck.store.read() as conn:
         rows = conn.execute(select(jobs).where(jobs.c.status == State.PENDING.value).order_by(jobs.c.id)).all()
@@ -204,13 +204,13 @@ def test_a_handler_429_closes_the_limit_for_every_process_until_its_time(make_de
 
 
 def create_app_client(deck: Jobdeck) -> Any:
-    from app import create_app
+    from jobdeck import create_app
 
     return create_app(deck=deck).test_client()
 
 
 def other_reason(deck: Jobdeck, clock: Clock) -> Any:
-    from app.waiting import for_deck
+    from jobdeck.jobs.waiting import for_deck
 
     (job,) = _pending(deck)
     return for_deck(deck, clock.now).of(job)
@@ -251,7 +251,7 @@ def test_rate_limited_refuses_a_bad_duration(deck):
     ],
 )
 def test_every_bad_flow_option_is_a_config_error_naming_its_key(make_config, registry, table, message):
-    from app.config import ConfigError
+    from jobdeck.core.config import ConfigError
 
     with pytest.raises(ConfigError) as info:
         Jobdeck(make_config(**table), registry)
@@ -259,7 +259,7 @@ def test_every_bad_flow_option_is_a_config_error_naming_its_key(make_config, reg
 
 
 def test_the_rate_syntax_accepts_seconds_minutes_and_hours():
-    from app.flow import parse_rate
+    from jobdeck.jobs.flow import parse_rate
 
     assert [(r.count, r.window) for r in map(lambda v: parse_rate(v, "x"), ["100/60s", "10/1s", "5/1m", "100/1h", "3/s"])] == [
         (100, 60.0), (10, 1.0), (5, 60.0), (100, 3600.0), (3, 1.0),
@@ -270,7 +270,7 @@ def test_a_handler_that_gets_a_429_holds_its_key_in_a_real_pool(make_config, reg
     """A real pool and handler: the first call for account a answers 429, so
     the handler closes the key for 60 s; account b's jobs keep flowing, a's
     wait, the 429'd one too (snoozed until the key reopens, no retry used)."""
-    from app.worker.pool import WorkerPool
+    from jobdeck.worker.pool import WorkerPool
 
     seen: list[str] = []
 
@@ -302,8 +302,8 @@ def test_a_handler_that_gets_a_429_holds_its_key_in_a_real_pool(make_config, reg
 def test_a_handler_429_in_the_pool_snoozes_its_job_until_the_limit_reopens(make_deck, registry):
     """``ctx.rate_limited`` is a snooze: the job waits as long as the limit is
     closed, without using up a retry, and its attempt says why."""
-    from app.states import AttemptOutcome
-    from app.worker.pool import WorkerPool
+    from jobdeck.core.states import AttemptOutcome
+    from jobdeck.worker.pool import WorkerPool
 
     registry.handler("t.throttled")(lambda payload, ctx: ctx.rate_limited(30))
     clock = Clock()

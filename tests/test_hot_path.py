@@ -10,13 +10,13 @@ from datetime import timedelta as td
 from datetime import timezone
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.store import NewJob, Outcome, Store
+from jobdeck.store import enqueue as enqueue_module
+from jobdeck.store.engine import make_engine
+from jobdeck.store.sqlite import db_time
 from sqlalchemy.exc import IntegrityError
 
-from app.states import State
-from app.store import NewJob, Outcome, Store
-from app.store import enqueue as enqueue_module
-from app.store.engine import make_engine
-from app.store.sqlite import db_time
 from tests.conftest import wait_for
 
 
@@ -83,7 +83,7 @@ def test_a_group_commit_batch_is_all_or_nothing(deck, clock, monkeypatch, rows_p
     autocommit, or, past one statement's rows (forced here with 2), its
     statements in one transaction: either way a bad row inserts none of the
     batch, so the one-by-one retry that follows inserts no job twice."""
-    from app.store.enqueue import _as_stored
+    from jobdeck.store.enqueue import _as_stored
 
     monkeypatch.setattr(enqueue_module, "_ROWS_PER_STATEMENT", rows_per_statement)
     store, now = deck.store, clock()
@@ -105,7 +105,7 @@ def test_an_interrupt_after_the_batch_was_written_stores_no_job_twice() -> None:
     returns, so its batch may be committed: the committer must not retry it
     row by row (every job stored twice). The leader gets its interrupt, the
     others ``InterruptedCommit``; a later batch commits as usual."""
-    from app.store.group_commit import GroupCommitter, InterruptedCommit
+    from jobdeck.store.group_commit import GroupCommitter, InterruptedCommit
 
     stored: list[str] = []
     interrupt = threading.Event()
@@ -261,7 +261,7 @@ def test_a_completed_batch_writes_every_attempt_row_by_multi_row_inserts(deck, c
 def test_a_multi_row_insert_that_fails_writes_none_of_its_rows(deck, clock) -> None:  # type: ignore[no-untyped-def]
     """The chunks run in the batch's transaction: a row the database refuses
     fails the batch (the acker then writes one by one) with nothing written."""
-    from app.store import statements
+    from jobdeck.store import statements
 
     deck.enqueue_many([{"type": "demo.noop"} for _ in range(5)])
     claimed = deck.store.claim("w1", clock(), limit=5)

@@ -8,11 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.store.models import jobs
 from sqlalchemy import delete, event
-
-from app.deck import Jobdeck
-from app.states import State
-from app.store.models import jobs
 
 pytestmark = [pytest.mark.backends, pytest.mark.parametrize("backend", ["postgres"], indirect=True)]
 

@@ -8,11 +8,10 @@ import re
 from datetime import timedelta
 
 from dashboard_support import make_dash_app, make_dead, post
+from jobdeck.core.states import State
+from jobdeck.store import Outcome
+from jobdeck.store.audit import list_audit
 from test_dashboard_auth import USERS, login
-
-from app.states import State
-from app.store import Outcome
-from app.store.audit import list_audit
 
 
 def _audit(deck):

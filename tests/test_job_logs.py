@@ -14,18 +14,18 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from jobdeck import create_app
+from jobdeck.core.config import ConfigError
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.joblogs import TRUNCATED, LogLimits, LogLine
+from jobdeck.store.joblogs import append_lines, count_lines, lines_of
+from jobdeck.store.models import job_logs
+from jobdeck.store.upkeep import prune_finished
+from jobdeck.worker.pool import WorkerPool
 from openapi_check import check
 from sqlalchemy import event, func, select
 
-from app import create_app
-from app.config import ConfigError
-from app.deck import Jobdeck
-from app.joblogs import TRUNCATED, LogLimits, LogLine
-from app.states import State
-from app.store.joblogs import append_lines, count_lines, lines_of
-from app.store.models import job_logs
-from app.store.upkeep import prune_finished
-from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.backends

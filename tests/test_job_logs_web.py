@@ -8,11 +8,10 @@ from __future__ import annotations
 import re
 
 import pytest
-
-from app.deck import Jobdeck
-from app.joblogs import LogLimits, LogLine
-from app.store import Outcome
-from app.store.joblogs import append_lines, lines_of
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.joblogs import LogLimits, LogLine
+from jobdeck.store import Outcome
+from jobdeck.store.joblogs import append_lines, lines_of
 
 pytestmark = pytest.mark.backends
 

@@ -9,11 +9,10 @@ import logging
 from typing import Any
 
 import pytest
+from jobdeck.core.clock import since_boot
+from jobdeck.store.models import workers
+from jobdeck.worker.pool import WorkerPool
 from sqlalchemy import select
-
-from app.clock import since_boot
-from app.store.models import workers
-from app.worker.pool import WorkerPool
 
 pytestmark = pytest.mark.backends
 

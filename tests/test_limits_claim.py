@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.queues import Limits, QueueControls
 
-from app.deck import Jobdeck
-from app.queues import Limits, QueueControls
 from tests.conftest import Clock
 
 pytestmark = pytest.mark.backends

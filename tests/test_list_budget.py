@@ -1,5 +1,5 @@
 """Lists of jobs are bounded by bytes as well as by rows (``max_list_bytes``,
-``app.store.listing``, issue 29): a page ends early, with more to come,
+``jobdeck.store.listing``, issue 29): a page ends early, with more to come,
 where the next job's payload, result and error would pass the budget; a
 field over the budget by itself is left out and named; paging still reaches
 every job exactly once; the dashboard's lists read no payloads at all. Both
@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from jobdeck import create_app
+from jobdeck.store import JobFilter
+from jobdeck.store.listing import list_within
 
-from app import create_app
-from app.store import JobFilter
-from app.store.listing import list_within
 from tests.openapi_check import check
 
 pytestmark = pytest.mark.backends
@@ -81,7 +81,7 @@ def test_the_api_pages_by_bytes_and_its_answers_conform(make_deck: Any) -> None:
 
 
 def test_the_overview_and_workers_lists_read_no_payloads(make_deck: Any) -> None:
-    from app.store.reads import last_dead, running_by_worker
+    from jobdeck.store.reads import last_dead, running_by_worker
 
     deck = make_deck(max_payload_bytes=BUDGET * 2)
     dead = deck.enqueue("demo.noop", _payload(15000), max_retries=0)[0].id

@@ -11,13 +11,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.maintenance.upkeep import Maintenance, Retention
+from jobdeck.store import Outcome
+from jobdeck.store.models import workers
 from sqlalchemy import select
 
-from app.deck import Jobdeck
-from app.maintenance.upkeep import Maintenance, Retention
-from app.states import State
-from app.store import Outcome
-from app.store.models import workers
 from tests.conftest import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ def test_a_killed_worker_process_job_is_rescued_and_completed_by_another(make_co
     job, _ = deck.enqueue("demo.sleep", {"seconds": 1.0})
 
     def start() -> subprocess.Popen[bytes]:
-        cmd = [sys.executable, "-m", "app.cli", "worker", "--demo", "--log-level", "warning"]
+        cmd = [sys.executable, "-m", "jobdeck.cli", "worker", "--demo", "--log-level", "warning"]
         with open(tmp_path / "worker.log", "ab") as log:  # read it when this test fails
             return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
 
@@ -137,7 +137,7 @@ def test_retention_prunes_cancelled_jobs_like_completed_ones(deck, clock):
 
 
 def _all():
-    from app.store import JobFilter
+    from jobdeck.store import JobFilter
 
     return JobFilter(limit=100)
 

@@ -9,12 +9,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from jobdeck import create_app
+from jobdeck.store import Outcome
+from jobdeck.store.upkeep import prune_stats
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import event
 
-from app import create_app
-from app.store import Outcome
-from app.store.upkeep import prune_stats
 from tests.dashboard_support import make_dash_app
 
 pytestmark = pytest.mark.backends
@@ -237,12 +237,11 @@ def test_with_users_a_viewer_session_may_scrape(deck):
 
 
 def test_revision_0019_fills_the_totals_from_the_minutes_kept(empty_db_url, clock):
+    from jobdeck.store import Store, migrate
+    from jobdeck.store.engine import make_engine
+    from jobdeck.store.metrics import type_totals
+    from jobdeck.store.models import stats_minutely
     from sqlalchemy import select
-
-    from app.store import Store, migrate
-    from app.store.engine import make_engine
-    from app.store.metrics import type_totals
-    from app.store.models import stats_minutely
 
     engine = make_engine(empty_db_url, pool_size=2)
     try:

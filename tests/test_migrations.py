@@ -7,14 +7,13 @@ import threading
 from typing import Any
 
 import pytest
+from jobdeck.core.config import ConfigError
+from jobdeck.core.states import EffectState, State
+from jobdeck.deck import Jobdeck
+from jobdeck.store import NewJob, Store, migrate, schema
+from jobdeck.store.engine import make_engine
 from sqlalchemy import inspect, text
 from sqlalchemy.exc import IntegrityError
-
-from app.config import ConfigError
-from app.deck import Jobdeck
-from app.states import EffectState, State
-from app.store import NewJob, Store, migrate, schema
-from app.store.engine import make_engine
 
 pytestmark = pytest.mark.backends
 
@@ -91,7 +90,7 @@ def test_head_is_alembics_head_and_the_start_up_check_reads_it(engine):
     """``schema.HEAD`` names the newest revision (a new revision must move
     it), and the check start-up runs without Alembic agrees with Alembic's
     own reading: not at head on an empty database, nor one revision down."""
-    assert migrate.heads() == {schema.HEAD}, "a new revision: set app.store.schema.HEAD to it"
+    assert migrate.heads() == {schema.HEAD}, "a new revision: set jobdeck.store.schema.HEAD to it"
     assert not schema.at_head(engine)
     migrate.upgrade(engine)
     assert schema.at_head(engine)
@@ -218,8 +217,7 @@ def test_postgres_gets_the_autovacuum_settings(engine):
 
 def test_cli_db_upgrade_and_current(db_url, tmp_path, monkeypatch):
     from click.testing import CliRunner
-
-    from app.cli import main
+    from jobdeck.cli import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("JOBDECK_CONFIG", raising=False)

@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.store import NewJob, Store
+from jobdeck.store.engine import make_engine
+from jobdeck.store.models import attempts, demo_charges, jobs, workers
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.states import State
-from app.store import NewJob, Store
-from app.store.engine import make_engine
-from app.store.models import attempts, demo_charges, jobs, workers
 from tests.adversarial.cli_process import children
 from tests.conftest import wait_for
 
@@ -45,7 +45,7 @@ def _free_port() -> int:
 
 
 class Cluster:
-    """Three ``python -m app.cli`` processes: one ``serve``, two ``worker``."""
+    """Three ``python -m jobdeck.cli`` processes: one ``serve``, two ``worker``."""
 
     def __init__(self, db_url: str, tmp_path: Path, extra_toml: str = "") -> None:
         self.port = _free_port()
@@ -71,7 +71,7 @@ class Cluster:
             with log.open("wb") as fh:
                 self.procs.append(
                     subprocess.Popen(
-                        [sys.executable, "-m", "app.cli", *args, "--log-level", "warning"],
+                        [sys.executable, "-m", "jobdeck.cli", *args, "--log-level", "warning"],
                         cwd=ROOT,
                         env=env,
                         stdout=fh,

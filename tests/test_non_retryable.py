@@ -9,13 +9,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from jobdeck.core.config import ConfigError, load
+from jobdeck.core.errors import InvalidField
+from jobdeck.core.states import State
+from jobdeck.core.validation import parse_int
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import Registry
 
-from app.config import ConfigError, load
-from app.deck import Jobdeck
-from app.errors import InvalidField
-from app.handlers import Registry
-from app.states import State
-from app.validation import parse_int
 from tests.helpers import settle_failures
 
 pytestmark = pytest.mark.backends

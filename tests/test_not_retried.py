@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from jobdeck.core.errors import DeadLetter
+from jobdeck.core.states import State
+from jobdeck.jobs.handlers import Registry
 
-from app.errors import DeadLetter
-from app.handlers import Registry
-from app.states import State
 from tests.dashboard_support import make_dash_app
 from tests.helpers import settle_failures
 

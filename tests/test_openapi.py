@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 
 import jsonschema
-
-from app.web.api.openapi import document
+from jobdeck.web.api.openapi import document
 
 
 def _served(app) -> set[tuple[str, str]]:

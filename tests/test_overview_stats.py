@@ -7,10 +7,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-
-from app.maintenance.upkeep import Maintenance, Retention
-from app.store import Outcome
-from app.store.reads import throughput
+from jobdeck.maintenance.upkeep import Maintenance, Retention
+from jobdeck.store import Outcome
+from jobdeck.store.reads import throughput
 
 pytestmark = pytest.mark.backends
 

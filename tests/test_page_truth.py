@@ -8,12 +8,11 @@ from datetime import timedelta
 
 import pytest
 from dashboard_support import HTMX, make_dash_app, make_dead
+from jobdeck.core.states import State
+from jobdeck.store import Outcome
+from jobdeck.store.reads import Snapshots, queue_latency
+from jobdeck.web.dashboard.present import attempts_allowed
 from werkzeug.security import generate_password_hash
-
-from app.states import State
-from app.store import Outcome
-from app.store.reads import Snapshots, queue_latency
-from app.web.dashboard.present import attempts_allowed
 
 
 class Ticks:

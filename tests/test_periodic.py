@@ -8,12 +8,11 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from jobdeck.core.config import ConfigError
+from jobdeck.deck import Jobdeck
+from jobdeck.maintenance.cron import Periodic, fire_key, parse_schedules
+from jobdeck.store.models import jobs, schedule_runs
 from sqlalchemy import func, select
-
-from app.config import ConfigError
-from app.deck import Jobdeck
-from app.maintenance.cron import Periodic, fire_key, parse_schedules
-from app.store.models import jobs, schedule_runs
 
 
 def every_minute(**extra):

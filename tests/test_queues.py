@@ -6,13 +6,13 @@ from __future__ import annotations
 import threading
 
 import pytest
+from jobdeck import create_app
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import Registry
+from jobdeck.store.audit import list_audit
+from jobdeck.worker.pool import WorkerPool
 
-from app import create_app
-from app.deck import Jobdeck
-from app.handlers import Registry
-from app.states import State
-from app.store.audit import list_audit
-from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
 from tests.openapi_check import check
 

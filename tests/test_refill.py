@@ -10,12 +10,12 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.queues import Limits, QueueControls
+from jobdeck.store import Outcome
+from jobdeck.worker.pool import WorkerPool
 
-from app.deck import Jobdeck
-from app.queues import Limits, QueueControls
-from app.states import State
-from app.store import Outcome
-from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.backends

@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from jobdeck import create_app
+from jobdeck.core.config import ConfigError, load
+from jobdeck.core.states import State
+from jobdeck.jobs.handlers import Registry
+from jobdeck.worker.pool import WorkerPool
 
-from app import create_app
-from app.config import ConfigError, load
-from app.handlers import Registry
-from app.states import State
-from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.backends

@@ -10,15 +10,15 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from jobdeck import create_app
+from jobdeck.deck import Jobdeck
+from jobdeck.store import Store
+from jobdeck.store.audit import list_audit
+from jobdeck.store.engine import make_engine
+from jobdeck.store.models import jobs, schedule_runs
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from app import create_app
-from app.deck import Jobdeck
-from app.store import Store
-from app.store.audit import list_audit
-from app.store.engine import make_engine
-from app.store.models import jobs, schedule_runs
 from tests.conftest import wait_for
 from tests.openapi_check import check
 from tests.two_processes import TwoProcesses

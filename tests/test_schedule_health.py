@@ -10,13 +10,13 @@ import threading
 from datetime import timedelta
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.maintenance.alerts import ALERT_TYPE
+from jobdeck.maintenance.schedule_health import RECOVERED, UNHEALTHY
+from jobdeck.runtime import Runtime
+from jobdeck.store import JobFilter, Outcome
 
-from app.deck import Jobdeck
-from app.maintenance.alerts import ALERT_TYPE
-from app.maintenance.schedule_health import RECOVERED, UNHEALTHY
-from app.runtime import Runtime
-from app.states import State
-from app.store import JobFilter, Outcome
 from tests.conftest import wait_for
 from tests.openapi_check import check
 from tests.test_alerts import Hook, free_port
@@ -82,7 +82,7 @@ def test_a_failing_schedule_alerts_once_then_recovers_once_at_a_real_webhook(mak
 
 
 def _api_schedules(deck: Jobdeck) -> list[dict]:
-    from app import create_app
+    from jobdeck import create_app
 
     client = create_app(deck=deck, init_db=False).test_client()
     return check(client.get("/api/schedules"), "/api/schedules", "get")["schedules"]
@@ -192,7 +192,7 @@ def test_the_schedules_page_marks_the_unhealthy_one(make_deck, clock):
 
 
 def test_a_process_dying_between_the_alert_and_the_flip_loses_nothing_and_sends_once(make_deck, clock, monkeypatch):
-    import app.maintenance.schedule_health as health
+    import jobdeck.maintenance.schedule_health as health
 
     port = free_port()
     a = make_deck(clock, schedules=[HOURLY], alerts=_hook_config(port))
@@ -215,7 +215,7 @@ def test_a_process_dying_between_the_alert_and_the_flip_loses_nothing_and_sends_
 def _deliver(deck: Jobdeck, clock) -> list[tuple[str, State]]:
     """Run the due alert jobs through a worker pool's own steps (the alert
     queue only); the (event, state) of each schedule health message after."""
-    from app.worker.pool import WorkerPool
+    from jobdeck.worker.pool import WorkerPool
 
     pool = WorkerPool(deck, 1, worker_id="alerter", queues=["jobdeck"])
     while pool.fetch_once(clock.now):
@@ -296,7 +296,7 @@ def test_an_alert_whose_episode_a_success_ended_is_not_sent(make_deck, clock, mo
     """A process died between enqueueing the alert and flipping it, and the
     next check found a success: no flip, no recovery to follow; the orphan
     alert is not sent (the schedule is healthy)."""
-    import app.maintenance.schedule_health as health
+    import jobdeck.maintenance.schedule_health as health
 
     port = free_port()
     deck = make_deck(clock, schedules=[HOURLY], alerts=_hook_config(port))

@@ -6,12 +6,12 @@ from __future__ import annotations
 import re
 
 import pytest
+from jobdeck import create_app
+from jobdeck.core.config import load
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.runtime import Runtime
 
-from app import create_app
-from app.config import load
-from app.deck import Jobdeck
-from app.runtime import Runtime
-from app.states import State
 from tests.conftest import wait_for
 from tests.openapi_check import check
 
@@ -127,7 +127,7 @@ def test_viewer_sees_no_schedule_or_queue_buttons_and_is_refused(make_config, re
 
 
 def _all():
-    from app.store import JobFilter
+    from jobdeck.store import JobFilter
 
     return JobFilter(limit=10)
 

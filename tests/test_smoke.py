@@ -1,4 +1,4 @@
-from app.states import State
+from jobdeck.core.states import State
 
 
 def test_enqueue_and_get(client, deck):

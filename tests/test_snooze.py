@@ -1,4 +1,4 @@
-"""Snooze (``app.snooze``): a handler puts its job off without a retry or a
+"""Snooze (``jobdeck.jobs.snooze``): a handler puts its job off without a retry or a
 failure. The store's transition, the pool's result path (returned and
 raised, subclasses, bad delays), the HTTP worker's endpoint, the roll-up,
 the timeline and the API, on SQLite and PostgreSQL."""
@@ -12,19 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jobdeck.core.config import ConfigError
+from jobdeck.core.errors import NotHeld, TransitionRefused
+from jobdeck.core.states import AttemptOutcome, State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import JobContext, Registry, Snooze
+from jobdeck.jobs.snooze import DEFAULT_MAX_SNOOZES, MAX_SNOOZE_SECONDS, InvalidSnooze, check_seconds, max_snoozes
+from jobdeck.store import NewJob, Outcome
+from jobdeck.store.models import attempts, jobs, workers
+from jobdeck.store.reads import throughput
+from jobdeck.store.upkeep import roll_up_minutes, stats_since, whole_minute
+from jobdeck.worker.pool import WorkerPool
 from sqlalchemy import func, select
 
-from app.config import ConfigError
-from app.deck import Jobdeck
-from app.errors import NotHeld, TransitionRefused
-from app.handlers import JobContext, Registry, Snooze
-from app.snooze import DEFAULT_MAX_SNOOZES, MAX_SNOOZE_SECONDS, InvalidSnooze, check_seconds, max_snoozes
-from app.states import AttemptOutcome, State
-from app.store import NewJob, Outcome
-from app.store.models import attempts, jobs, workers
-from app.store.reads import throughput
-from app.store.upkeep import roll_up_minutes, stats_since, whole_minute
-from app.worker.pool import WorkerPool
 from tests.conftest import Clock, wait_for
 from tests.openapi_check import check
 from tests.worker_processes import start_workers, stop, write_config
@@ -330,7 +330,7 @@ def test_the_api_snooze_of_another_workers_job_or_no_job(client: Any, deck: Jobd
 
 
 def test_an_http_workers_snooze_past_max_snoozes_fails_the_attempt(make_deck: Any) -> None:
-    from app import create_app
+    from jobdeck import create_app
 
     deck = make_deck(clock=Clock(), types={"demo.noop": {"max_snoozes": 1}})
     client = create_app(deck=deck).test_client()
@@ -426,6 +426,6 @@ def test_two_processes_run_snoozed_jobs_again_after_their_delay(make_deck: Any, 
     [(30, "30 s"), (1.5, "1.5 s"), (0.25, "0.25 s"), (86400.5, "86400.5 s"), (1e-9, "under 1 ms"), (0.0015, "0.002 s")],
 )
 def test_a_snooze_is_worded_without_scientific_notation(seconds: float, shown: str) -> None:
-    from app.snooze import format_seconds
+    from jobdeck.jobs.snooze import format_seconds
 
     assert format_seconds(seconds) == shown

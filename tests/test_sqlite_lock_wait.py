@@ -1,5 +1,5 @@
 """How a SQLite writer waits for another process's write lock
-(``app.store.engine.promptly``): with the busy handler off, asking again
+(``jobdeck.store.engine.promptly``): with the busy handler off, asking again
 every millisecond up to the busy timeout, then giving up; the connection's
 own busy timeout back afterwards. Every write path goes through it: the
 engine's BEGIN and the group commit's batch on its raw connection."""
@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from app.store import engine as engine_module
+from jobdeck.store import engine as engine_module
 
 Pair = Callable[..., tuple[sqlite3.Connection, sqlite3.Connection]]
 
@@ -84,7 +83,7 @@ def test_other_errors_are_not_retried(pair: Pair) -> None:
 
 
 def test_the_group_commits_batch_asks_promptly_too(deck, monkeypatch) -> None:
-    from app.store import enqueue as enqueue_module
+    from jobdeck.store import enqueue as enqueue_module
 
     asked: list[int] = []
 

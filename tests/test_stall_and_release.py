@@ -6,10 +6,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-
-from app.deck import Jobdeck
-from app.states import State
-from app.store.models import jobs
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.store.models import jobs
 
 pytestmark = pytest.mark.backends
 

@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 from dashboard_support import HTMX, csrf_token, make_dash_app
+from jobdeck import create_app
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import JobContext, Registry
+from jobdeck.store import storage
+from jobdeck.store.faults import DISK_FULL, READ_ONLY, outage_of
+from jobdeck.worker.pool import WorkerPool
 
-from app import create_app
-from app.deck import Jobdeck
-from app.handlers import JobContext, Registry
-from app.states import State
-from app.store import storage
-from app.store.faults import DISK_FULL, READ_ONLY, outage_of
-from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
 from tests.outage_support import Limits
 

@@ -6,11 +6,10 @@ import threading
 from datetime import timedelta
 
 import pytest
-
-from app.deck import Jobdeck
-from app.errors import IdempotencyConflict, NotHeld, TransitionRefused
-from app.states import State
-from app.store import JobFilter, Outcome
+from jobdeck.core.errors import IdempotencyConflict, NotHeld, TransitionRefused
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.store import JobFilter, Outcome
 
 pytestmark = pytest.mark.backends
 

@@ -10,12 +10,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from jobdeck.core.errors import TransitionRefused
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.store import Outcome
 from sqlalchemy import event
-
-from app.deck import Jobdeck
-from app.errors import TransitionRefused
-from app.states import State
-from app.store import Outcome
 
 pytestmark = pytest.mark.backends
 

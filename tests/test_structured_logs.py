@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from jobdeck.core.config import ConfigError, load
+from jobdeck.core.structured_logs import JsonFormatter
 
-from app.config import ConfigError, load
-from app.structured_logs import JsonFormatter
 from tests.conftest import wait_for
 from tests.helpers import settle_failures  # noqa: F401  (the shared helper module must import)
 
@@ -48,7 +48,7 @@ def _json_records(deck, clock, act) -> list[dict]:
 
 
 def test_dead_jobs_alerts_and_audit_carry_their_fields(make_deck, clock):
-    from app.store import Outcome
+    from jobdeck.store import Outcome
 
     deck = make_deck(clock=clock, alerts={"thresholds": {"no_live_workers": ["default"]}})
 
@@ -80,7 +80,7 @@ def test_a_worker_process_logs_json_lines(make_config, tmp_path):
     log_path = tmp_path / "worker.log"
     with open(log_path, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "worker", "--demo"], cwd=Path(__file__).resolve().parent.parent,
+            [sys.executable, "-m", "jobdeck.cli", "worker", "--demo"], cwd=Path(__file__).resolve().parent.parent,
             env=env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
         try:

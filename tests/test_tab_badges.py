@@ -1,6 +1,6 @@
 """The job lists' tab badges: each counts the jobs its tab lists under the
 list's filter, among the newest ``BADGE_WINDOW`` jobs of its state, so a
-list view never scans every job (``app.store.reads.badge_counts``). Exact
+list view never scans every job (``jobdeck.store.reads.badge_counts``). Exact
 where a state holds fewer; a lower bound, shown "N+", where it holds more;
 the open tab's badge agrees with the rows under it. On both databases."""
 
@@ -14,14 +14,13 @@ import pytest
 from dashboard_support import make_dash_app
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.store import JobFilter, Outcome
+from jobdeck.store.models import attempts, jobs
+from jobdeck.store.reads import Badge, badge_counts
+from jobdeck.web.dashboard import views
 from sqlalchemy import delete, event
-
-from app.deck import Jobdeck
-from app.states import State
-from app.store import JobFilter, Outcome
-from app.store.models import attempts, jobs
-from app.store.reads import Badge, badge_counts
-from app.web.dashboard import views
 
 pytestmark = pytest.mark.backends
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from jobdeck.store import NewJob, Store, migrate, schema
+from jobdeck.store.engine import make_engine
 from sqlalchemy import text
 
-from app.store import NewJob, Store, migrate, schema
-from app.store.engine import make_engine
 from tests.pgtest import Schemas, schema_url
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

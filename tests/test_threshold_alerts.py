@@ -9,14 +9,14 @@ import threading
 from datetime import timedelta
 
 import pytest
+from jobdeck.core.config import ConfigError
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.maintenance.thresholds import THRESHOLD_TYPE
+from jobdeck.store import JobFilter, Outcome
+from jobdeck.store.thresholds import threshold_states
+from jobdeck.worker.pool import WorkerPool
 
-from app.config import ConfigError
-from app.deck import Jobdeck
-from app.maintenance.thresholds import THRESHOLD_TYPE
-from app.states import State
-from app.store import JobFilter, Outcome
-from app.store.thresholds import threshold_states
-from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
 from tests.test_alerts import Hook, free_port
 
@@ -228,7 +228,7 @@ def test_the_window_reads_only_its_minutes(make_deck, clock, port):
 
 
 def test_due_queues_is_a_seek_per_queue(make_deck, clock):
-    from app.store.metrics import due_queues
+    from jobdeck.store.metrics import due_queues
 
     deck = make_deck(clock=clock)
     for name in ["b", "a", "a", "c", "z"]:

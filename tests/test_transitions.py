@@ -7,13 +7,13 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
+from jobdeck.core.errors import RunNowRefused, TransitionRefused
+from jobdeck.core.states import ALL_STATES, SOURCES, TARGETS, State, Transition, refusal
+from jobdeck.deck import Jobdeck
+from jobdeck.store.lifecycle import JobChanges
+from jobdeck.store.models import job_dependencies, jobs
 from sqlalchemy import insert, update
 
-from app.deck import Jobdeck
-from app.errors import RunNowRefused, TransitionRefused
-from app.states import ALL_STATES, SOURCES, TARGETS, State, Transition, refusal
-from app.store.lifecycle import JobChanges
-from app.store.models import job_dependencies, jobs
 from tests.helpers import force_state
 
 pytestmark = pytest.mark.backends

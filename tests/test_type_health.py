@@ -9,12 +9,11 @@ import math
 from datetime import timedelta
 
 import pytest
-
-from app.maintenance.upkeep import Maintenance
-from app.store import Outcome
-from app.store import durations as d
-from app.store.models import attempts, jobs, stats_minutely
-from app.store.upkeep import type_health
+from jobdeck.maintenance.upkeep import Maintenance
+from jobdeck.store import Outcome
+from jobdeck.store import durations as d
+from jobdeck.store.models import attempts, jobs, stats_minutely
+from jobdeck.store.upkeep import type_health
 
 # -- the bucket math ------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Unique jobs (``app.unique``, ``app.store.unique``) on both databases: a
+"""Unique jobs (``jobdeck.jobs.unique``, ``jobdeck.store.unique``) on both databases: a
 duplicate returns the kept job; the key is free again once the kept job
 leaves its states or its period ends; replace and debounce change a kept job
 that has not started; the UNIQUE index decides between racing enqueues in
@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jobdeck.core.config import ConfigError
+from jobdeck.core.errors import InvalidField
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.store.records import Outcome
 
-from app.config import ConfigError
-from app.deck import Jobdeck
-from app.errors import InvalidField
-from app.states import State
-from app.store.records import Outcome
 from tests.conftest import T0, Clock
 
 pytestmark = pytest.mark.backends
@@ -286,10 +286,10 @@ def test_fifty_racing_threads_on_a_freed_key_make_exactly_one_new_job(make_deck:
 
 RACER = """
 import json, sys, threading
-from app import demo
-from app.config import load
-from app.deck import Jobdeck
-from app.handlers import Registry
+from jobdeck import demo
+from jobdeck.core.config import load
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import Registry
 
 url, threads = sys.argv[1], int(sys.argv[2])
 registry = Registry()
@@ -346,7 +346,7 @@ def test_fifty_racing_enqueues_in_three_processes_make_exactly_one_job(deck: Job
     assert len(results) == 50
     assert sum(created for _, created, _ in results) == 1
     assert sum(duplicate for _, _, duplicate in results) == 49 and len({job for job, _, _ in results}) == 1
-    from app.store import JobFilter
+    from jobdeck.store import JobFilter
 
     noop = deck.store.list_jobs(JobFilter(type="demo.noop", limit=100), deck.clock())
     assert len(noop) == 1 and noop[0].id == results[0][0]
@@ -397,8 +397,8 @@ def test_bulk_enqueues_sharing_keys_in_opposite_orders_neither_deadlock_nor_doub
 
 def test_the_cli_says_a_duplicate_is_one(tmp_path: Path) -> None:
     from click.testing import CliRunner
+    from jobdeck.cli import main
 
-    from app.cli import main
     from tests.test_cli import jobdeck_env
 
     config = tmp_path / "jobdeck.toml"
@@ -423,14 +423,13 @@ def test_an_operators_retry_back_into_the_states_keeps_the_key(deck: Jobdeck) ->
 
 
 def test_the_sql_and_the_job_page_agree_on_who_holds_a_key(deck: Jobdeck, clock: Clock) -> None:
-    """``app.store.unique.holding`` (what frees a key) and
+    """``jobdeck.store.unique.holding`` (what frees a key) and
     ``JobRecord.holds_unique_key`` (what the job page says), over every
     state, due or not, inside and past the period, and several masks."""
+    from jobdeck.jobs.unique import STATE_BITS
+    from jobdeck.store.models import jobs
+    from jobdeck.store.unique import holding
     from sqlalchemy import select, update
-
-    from app.store.models import jobs
-    from app.store.unique import holding
-    from app.unique import STATE_BITS
 
     made = deck.enqueue("demo.noop", {"order_id": 1}, unique=ORDER).job
     now = clock()

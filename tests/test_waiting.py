@@ -1,4 +1,4 @@
-"""The pure "why is it waiting?" decision (app.waiting): each reason, and the
+"""The pure "why is it waiting?" decision (jobdeck.jobs.waiting): each reason, and the
 order they are checked in, on hand-built situations."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.jobs.waiting import Pool, Situation, WaitingReasons, situation, waiting_reason
+from jobdeck.store import JobRecord
+from jobdeck.store.waiting import PoolRow, RunningGroup, WaitingReads
 
-from app.states import State
-from app.store import JobRecord
-from app.store.waiting import PoolRow, RunningGroup, WaitingReads
-from app.waiting import Pool, Situation, WaitingReasons, situation, waiting_reason
 from tests.conftest import T0
 
 FREE_POOL = Pool("pool-1", threads=4, running=1, healthy=True)

@@ -6,9 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-
-from app.store.waiting import PoolRow, RunningGroup, read_waiting
-from app.waiting import for_deck
+from jobdeck.jobs.waiting import for_deck
+from jobdeck.store.waiting import PoolRow, RunningGroup, read_waiting
 
 pytestmark = pytest.mark.backends
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import html
 
-from app import create_app
-from app.states import State
-from app.store import Outcome
+from jobdeck import create_app
+from jobdeck.core.states import State
+from jobdeck.store import Outcome
+
 from tests.dashboard_support import HTMX
 from tests.helpers import force_state, statements_sent
 from tests.openapi_check import check
@@ -41,7 +42,7 @@ def test_the_enqueue_answer_says_a_paused_queue_holds_the_new_job(deck):
 
 
 def test_job_json_outside_a_request_has_no_waiting_reason(deck):
-    from app.web.serialize import job_json
+    from jobdeck.web.serialize import job_json
 
     job, _ = deck.enqueue("demo.report")
     assert "waiting_reason" not in job_json(job, deck.clock())

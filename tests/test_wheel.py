@@ -67,13 +67,13 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _expected_files() -> set[str]:
     """Every file the installed product needs, under its name in the wheel."""
-    expected = {f"app/{p.relative_to(REPO / 'app').as_posix()}" for p in (REPO / "app").rglob("*.py")}
-    expected |= {"app/demo.toml", "app/store/migrations/script.py.mako"}
+    expected = {f"jobdeck/{p.relative_to(REPO / 'app').as_posix()}" for p in (REPO / "app").rglob("*.py")}
+    expected |= {"jobdeck/demo.toml", "jobdeck/store/migrations/script.py.mako"}
     for top in ("templates", "static"):
         for p in (REPO / top).rglob("*"):
             relative = p.relative_to(REPO / top)
             if p.is_file() and relative.parts[0] != "screenshots":  # the README's pictures, not the product's
-                expected.add(f"app/{top}/{relative.as_posix()}")
+                expected.add(f"jobdeck/{top}/{relative.as_posix()}")
     return {name for name in expected if "__pycache__" not in name}
 
 
@@ -81,7 +81,7 @@ def test_wheel_carries_code_templates_static_migrations_and_demo_config(wheel: P
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = sorted(_expected_files() - names)
     assert not missing, f"missing from {wheel.name} (pyproject.toml [tool.setuptools] packages/package-data): {missing}"
-    assert "app/static/vendor/htmx-2.0.11.min.js" in names
+    assert "jobdeck/static/vendor/htmx-2.0.11.min.js" in names
     assert any(n.endswith("entry_points.txt") for n in names)
 
 
@@ -122,7 +122,7 @@ def installed(wheel: Path, tmp_path: Path) -> Path:
 def served(installed: Path, tmp_path: Path) -> Iterator[tuple[int, Path, subprocess.Popen[bytes]]]:
     empty = tmp_path / "empty"
     empty.mkdir()
-    where = _run([installed / "bin" / "python", "-c", "import app; print(app.__file__)"], cwd=empty, timeout=30)
+    where = _run([installed / "bin" / "python", "-c", "import jobdeck; print(jobdeck.__file__)"], cwd=empty, timeout=30)
     assert Path(where.strip()).is_relative_to(installed), f"imported from outside the virtualenv: {where}"
     port = _free_port()
     log_path = tmp_path / "serve.log"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import threading
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import JobContext, Registry
+from jobdeck.store.models import demo_charges, demo_outbox
+from jobdeck.worker.pool import WorkerPool
 from sqlalchemy import func, select
 
-from app.deck import Jobdeck
-from app.handlers import JobContext, Registry
-from app.states import State
-from app.store.models import demo_charges, demo_outbox
-from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.backends

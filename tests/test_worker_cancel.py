@@ -8,12 +8,12 @@ from __future__ import annotations
 import threading
 
 import pytest
+from jobdeck.core.errors import Cancelled
+from jobdeck.core.states import AttemptOutcome, State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import JobContext, Registry
+from jobdeck.worker.pool import WorkerPool
 
-from app.deck import Jobdeck
-from app.errors import Cancelled
-from app.handlers import JobContext, Registry
-from app.states import AttemptOutcome, State
-from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.backends

@@ -11,16 +11,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from jobdeck import create_app
+from jobdeck.core.config import ConfigError
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.workflows import UnknownWorkflow
+from jobdeck.maintenance.cron import fire_key
+from jobdeck.store import Outcome
+from jobdeck.store.models import jobs, schedule_runs, schedule_state, workflows
 from sqlalchemy import func, select, update
 
-from app import create_app
-from app.config import ConfigError
-from app.deck import Jobdeck
-from app.maintenance.cron import fire_key
-from app.states import State
-from app.store import Outcome
-from app.store.models import jobs, schedule_runs, schedule_state, workflows
-from app.workflows import UnknownWorkflow
 from tests.conftest import Clock, wait_for
 
 pytestmark = pytest.mark.backends
@@ -85,7 +85,7 @@ def test_a_config_workflow_is_checked_at_start_and_enqueued_by_name(make_deck: A
 
 def test_max_jobs_still_limits_api_workflows_beside_config_ones(make_deck: Any) -> None:
     deck = make_deck(workflows={"max_jobs": 3, "nightly-sales": nightly()})
-    from app.errors import InvalidField
+    from jobdeck.core.errors import InvalidField
 
     with pytest.raises(InvalidField, match="at most 3 jobs"):
         deck.enqueue_workflow({"name": "big", "jobs": [{"name": f"j{i}", "type": "demo.noop"} for i in range(4)]})

@@ -1,4 +1,4 @@
-"""Workflows and batches in one process (``app.workflows``, ``app.store.graph``):
+"""Workflows and batches in one process (``jobdeck.jobs.workflows``, ``jobdeck.store.graph``):
 promotion in the completing transaction, the failure policies, refusals
 that insert nothing, batch callbacks, dependency results and retention, on
 SQLite and PostgreSQL. Several processes at once: ``test_workflows_processes``."""
@@ -9,14 +9,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from jobdeck.core.errors import InvalidField, TransitionRefused
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.store import JobFilter, Outcome
+from jobdeck.store.graph import BatchClosed
+from jobdeck.store.models import batches, job_dependencies, jobs, workflows
 from sqlalchemy import func, select
 
-from app.deck import Jobdeck
-from app.errors import InvalidField, TransitionRefused
-from app.states import State
-from app.store import JobFilter, Outcome
-from app.store.graph import BatchClosed
-from app.store.models import batches, job_dependencies, jobs, workflows
 from tests.conftest import Clock
 
 pytestmark = pytest.mark.backends
@@ -209,7 +209,7 @@ def test_a_workflow_key_enqueues_it_once(deck: Jobdeck) -> None:
 
 
 def test_a_dependent_reads_its_dependencies_results(deck: Jobdeck) -> None:
-    from app.handlers import JobContext
+    from jobdeck.jobs.handlers import JobContext
 
     wf = _diamond(deck)
     _run_all(deck)
@@ -366,7 +366,7 @@ def test_names_with_control_characters_are_refused(deck: Jobdeck, name: str) -> 
 
 
 def test_a_key_of_another_workflow_is_a_conflict_and_schedule_keys_are_reserved(deck: Jobdeck) -> None:
-    from app.store.graph import WorkflowKeyConflict
+    from jobdeck.store.graph import WorkflowKeyConflict
 
     first = deck.enqueue_workflow({"name": "one", "key": "k", "jobs": [{"name": "a", "type": "demo.noop"}]})
     with pytest.raises(WorkflowKeyConflict) as err:
@@ -397,7 +397,7 @@ def test_a_batch_left_by_an_exception_is_closed_and_a_second_close_says_so(deck:
 
 
 def test_a_callback_lists_a_bounded_number_of_ids(deck: Jobdeck, monkeypatch: Any) -> None:
-    from app.store import graph
+    from jobdeck.store import graph
 
     monkeypatch.setattr(graph, "MAX_CALLBACK_IDS", 3)
     with deck.batch(on_complete="demo.noop") as batch:

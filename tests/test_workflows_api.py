@@ -1,4 +1,4 @@
-"""Workflows and batches over HTTP (``app.web.api.workflows``), on SQLite and
+"""Workflows and batches over HTTP (``jobdeck.web.api.workflows``), on SQLite and
 PostgreSQL: every endpoint, its 201/200/404/409/422 answers checked against
 the OpenAPI document, the bearer token, and that a refused workflow or batch
 addition inserts nothing."""
@@ -9,13 +9,13 @@ import json
 from typing import Any
 
 import pytest
+from jobdeck import create_app
+from jobdeck.core.validation import INT64_MAX
+from jobdeck.deck import Jobdeck
+from jobdeck.store import Outcome
+from jobdeck.store.models import batches, job_dependencies, jobs, workflows
 from sqlalchemy import func, select
 
-from app import create_app
-from app.deck import Jobdeck
-from app.store import Outcome
-from app.store.models import batches, job_dependencies, jobs, workflows
-from app.validation import INT64_MAX
 from tests.openapi_check import check
 
 pytestmark = pytest.mark.backends
@@ -268,7 +268,7 @@ def test_retry_moves_the_failed_part_and_the_held_graph_then_runs(client, deck) 
     again = check(_post(client, f"{WORKFLOWS}/{wf}/retry"), "/api/workflows/{workflow_id}/retry", "post")
     assert again["moved"] == []
     with deck.store.read() as conn:
-        from app.store.models import audit_log
+        from jobdeck.store.models import audit_log
 
         actions = conn.execute(select(audit_log.c.actor, audit_log.c.action, audit_log.c.count,
                                       audit_log.c.detail)).all()  # fmt: skip

@@ -11,13 +11,12 @@ from typing import Any
 
 import pytest
 from dashboard_support import make_dash_app, post
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.store import Outcome
+from jobdeck.store.audit import list_audit
+from jobdeck.web.dashboard.graph_svg import MAX_SVG_NODES, layers, order_columns
 from markupsafe import escape
-
-from app.deck import Jobdeck
-from app.states import State
-from app.store import Outcome
-from app.store.audit import list_audit
-from app.web.dashboard.graph_svg import MAX_SVG_NODES, layers, order_columns
 
 pytestmark = pytest.mark.backends
 
@@ -88,7 +87,7 @@ def test_the_workflows_list_shows_each_newest_first_with_state_and_progress(dash
 
 
 def test_the_workflows_list_pages_by_cursor(dash: Any, deck: Jobdeck) -> None:
-    from app.web.dashboard.workflows import PAGE_SIZE
+    from jobdeck.web.dashboard.workflows import PAGE_SIZE
 
     ids = [deck.workflow(f"w{i}").add("one", "demo.noop").enqueue().id for i in range(PAGE_SIZE + 2)]
     page = _text(dash.get("/workflows"))
@@ -298,7 +297,7 @@ def test_a_batch_page_shows_progress_counts_and_its_callbacks_once_fired(dash: A
 
 
 def test_a_big_batch_lists_its_first_jobs_only(dash: Any, deck: Jobdeck) -> None:
-    from app.web.dashboard.workflows import BATCH_JOBS_SHOWN
+    from jobdeck.web.dashboard.workflows import BATCH_JOBS_SHOWN
 
     batch = deck.batch(on_complete="demo.noop")
     batch.add_many([{"type": "demo.noop"} for _ in range(BATCH_JOBS_SHOWN + 5)])

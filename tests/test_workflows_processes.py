@@ -1,4 +1,4 @@
-"""Workflows and batches across two real ``python -m app.cli worker``
+"""Workflows and batches across two real ``python -m jobdeck.cli worker``
 processes on one database, SQLite and PostgreSQL: the promotion happens
 exactly once and only after every dependency completed, a dead dependency
 cancels or holds its dependents, and a batch acknowledged by both processes
@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jobdeck.core.errors import InvalidField
+from jobdeck.core.states import AttemptOutcome, State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import Registry
+from jobdeck.store.models import attempts, job_dependencies, jobs, workers, workflows
 from sqlalchemy import func, select
 
-from app.deck import Jobdeck
-from app.errors import InvalidField
-from app.handlers import Registry
-from app.states import AttemptOutcome, State
-from app.store.models import attempts, job_dependencies, jobs, workers, workflows
 from tests import workflow_handlers
 from tests.conftest import wait_for
 from tests.worker_processes import start_workers, stop, write_config

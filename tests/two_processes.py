@@ -24,7 +24,7 @@ def free_port() -> int:
 
 
 class TwoProcesses:
-    """``python -m app.cli serve`` twice, each with workers and the scheduler."""
+    """``python -m jobdeck.cli serve`` twice, each with workers and the scheduler."""
 
     def __init__(self, db_url: str, tmp_path: Path, extra_toml: str = "") -> None:
         config = tmp_path / "jobdeck.toml"
@@ -47,7 +47,7 @@ class TwoProcesses:
                         [
                             sys.executable,
                             "-m",
-                            "app.cli",
+                            "jobdeck.cli",
                             "serve",
                             "--bind",
                             f"127.0.0.1:{port}",

@@ -1,4 +1,4 @@
-"""Real ``python -m app.cli worker`` processes on one database and config
+"""Real ``python -m jobdeck.cli worker`` processes on one database and config
 file, for the multi-process tests of flow limits and snooze."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def start_workers(config: Path, n: int) -> list[subprocess.Popen[bytes]]:
         with (config.parent / f"worker{i}.log").open("wb") as log:
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "app.cli", "worker", "--log-level", "warning"],
+                    [sys.executable, "-m", "jobdeck.cli", "worker", "--log-level", "warning"],
                     cwd=ROOT,
                     env=env,
                     stdout=log,

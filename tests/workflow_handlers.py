@@ -13,9 +13,9 @@ import os
 import time
 from typing import Any
 
-from app.errors import DeadLetter
-from app.handlers import JobContext, Registry
-from app.handlers import registry as default_registry
+from jobdeck.core.errors import DeadLetter
+from jobdeck.jobs.handlers import JobContext, Registry
+from jobdeck.jobs.handlers import registry as default_registry
 
 STEP = "wf.step"
 """Records its run; sleeps ``payload["seconds"]``; with ``payload["fail"]`` fails for good."""

@@ -13,7 +13,7 @@ each dead job also leads to a JSON POST, delivered by Jobdeck's own queue as a
 any job. Bursts are aggregated: the first dead job of a type alerts at once;
 more of that type within ``window`` of an alert are gathered into one message
 at the end of the window, with their count. The slot is chosen by
-compare-and-set on the type's watermark (``app.store.alerts.claim_alert_slot``),
+compare-and-set on the type's watermark (``jobdeck.store.alerts.claim_alert_slot``),
 so of several processes planning at once one wins each slot, and the alert
 job is keyed ``alert:<type>:<slot>``. The slot and the job are two
 transactions: a process that dies between them loses that one message (the
@@ -30,14 +30,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from app.config import Config, ConfigError
-from app.handlers import JobContext
-from app.store import JobRecord, NewJob
-from app.store.alerts import claim_alert_slot, dead_between
-from app.validation import parse_time
+from jobdeck.core.config import Config, ConfigError
+from jobdeck.core.validation import parse_time
+from jobdeck.jobs.handlers import JobContext
+from jobdeck.store import JobRecord, NewJob
+from jobdeck.store.alerts import claim_alert_slot, dead_between
 
 if TYPE_CHECKING:
-    from app.deck import Jobdeck
+    from jobdeck.deck import Jobdeck
 
 log = logging.getLogger("jobdeck.alerts")
 
@@ -62,7 +62,7 @@ def parse_alerts(config: Config) -> AlertSettings:
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if key == "thresholds":
-            continue  # [alerts.thresholds]: app.maintenance.thresholds
+            continue  # [alerts.thresholds]: jobdeck.maintenance.thresholds
         if key not in AlertSettings.__dataclass_fields__:
             raise ConfigError(f"alerts.{key}: unknown key")
         if key in ("webhook_url", "dashboard_url"):

@@ -1,5 +1,5 @@
 """The clock check: on PostgreSQL, measure this process's clock against the
-database's at start and every ``clock_check_interval`` (``app.clock``), and
+database's at start and every ``clock_check_interval`` (``jobdeck.core.clock``), and
 keep the offset in this process's workers row for the Workers page. A thin
 loop around ``check_once``; it waits on a stop event."""
 
@@ -9,8 +9,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from app.clock import DatabaseClock, Reading
-from app.store.faults import is_transient
+from jobdeck.core.clock import DatabaseClock, Reading
+from jobdeck.store.faults import is_transient
 
 log = logging.getLogger("jobdeck.clock")
 

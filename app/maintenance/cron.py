@@ -14,7 +14,7 @@ Config::
     alert_after_failures = 2        # ... or when this many runs in a row failed
 
 A schedule fires a job type or, with ``workflow = "NAME"`` instead of
-``type``, a workflow declared as ``[workflows.NAME]`` (``app.workflows``);
+``type``, a workflow declared as ``[workflows.NAME]`` (``jobdeck.jobs.workflows``);
 a workflow schedule takes no payload, priority, queue or max_retries (its
 jobs carry their own).
 
@@ -39,15 +39,16 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.cron import CronTrigger
-
-from app import actions
-from app.config import ConfigError
-from app.errors import JobdeckError
-from app.maintenance.crontab import make_trigger
-from app.maintenance.schedule_health import MAX_SECONDS, parse_health_options
-from app.store import JobRecord, NewJob
-from app.store.graph import EnqueuedWorkflow
-from app.store.schedules import (
+from jobdeck import actions
+from jobdeck.core.config import ConfigError
+from jobdeck.core.errors import JobdeckError
+from jobdeck.core.validation import check_text, parse_priority
+from jobdeck.jobs.workflows import parse_workflow
+from jobdeck.maintenance.crontab import make_trigger
+from jobdeck.maintenance.schedule_health import MAX_SECONDS, parse_health_options
+from jobdeck.store import JobRecord, NewJob
+from jobdeck.store.graph import EnqueuedWorkflow
+from jobdeck.store.schedules import (
     Fire,
     record_fires,
     record_manual_run,
@@ -55,11 +56,9 @@ from app.store.schedules import (
     schedule_states,
     set_schedule_paused,
 )
-from app.validation import check_text, parse_priority
-from app.workflows import parse_workflow
 
 if TYPE_CHECKING:
-    from app.deck import Jobdeck
+    from jobdeck.deck import Jobdeck
 
 log = logging.getLogger("jobdeck.schedules")
 
@@ -96,7 +95,7 @@ class Schedule:
     misfire: str = "run_once"
     misfire_grace: float = 3600.0
     expect_success_within: float | None = None
-    """Seconds: alert when no run succeeded for this long (``app.maintenance.schedule_health``)."""
+    """Seconds: alert when no run succeeded for this long (``jobdeck.maintenance.schedule_health``)."""
     alert_after_failures: int | None = None
     """Alert when this many runs in a row failed."""
     trigger: CronTrigger = field(default=None, compare=False, repr=False)
@@ -179,7 +178,7 @@ def parse_schedules(raw: Any, deck: Jobdeck) -> list[Schedule]:
 
 def parse_schedule(entry: Any, deck: Jobdeck, label: str = "schedule") -> Schedule:
     """One schedule entry, validated: the rule for config schedules and for
-    the ones made at runtime (``app.maintenance.runtime_schedules``). A bad
+    the ones made at runtime (``jobdeck.maintenance.runtime_schedules``). A bad
     entry raises ConfigError naming the schedule and the problem."""
     if not isinstance(entry, dict):
         raise ConfigError(f"{label}: expected a table")
@@ -280,7 +279,7 @@ class Periodic:
         """Pick up the runtime schedules' changes (read at most once per
         ``poll_interval`` unless ``force``; only changed ones are parsed again).
         One that no longer parses is kept out and listed in ``invalid``."""
-        from app.store.runtime_schedules import load_runtime_schedules
+        from jobdeck.store.runtime_schedules import load_runtime_schedules
 
         if not force and time.monotonic() - self._loaded_at < self.deck.config.poll_interval:
             return
@@ -429,5 +428,5 @@ def definition(s: Schedule) -> dict[str, Any]:
 
 def first_job(workflow: EnqueuedWorkflow) -> int:
     """The job a workflow's schedule run is kept under: its first (lowest id);
-    the run's outcome is read from the whole workflow (``app.store.schedules``)."""
+    the run's outcome is read from the whole workflow (``jobdeck.store.schedules``)."""
     return min(workflow.jobs.values())

@@ -2,7 +2,7 @@
 from the dashboard or ``POST``/``PUT``/``DELETE /api/schedules``.
 
 A runtime schedule is a ``[[schedules]]`` entry kept in the database
-(``app.store.runtime_schedules``) and validated by the same
+(``jobdeck.store.runtime_schedules``) and validated by the same
 ``parse_schedule`` (cron, time zone, type, payload, health options), so what
 the API accepts is exactly what the config file would. Config schedules stay
 the source of truth for their names: they cannot be edited or deleted here,
@@ -18,20 +18,20 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from app import actions
-from app.config import ConfigError
-from app.errors import JobdeckError
-from app.maintenance.cron import Schedule, UnknownSchedule, parse_schedule
-from app.store.runtime_schedules import (
+from jobdeck import actions
+from jobdeck.core.config import ConfigError
+from jobdeck.core.errors import JobdeckError
+from jobdeck.core.validation import check_json
+from jobdeck.maintenance.cron import Schedule, UnknownSchedule, parse_schedule
+from jobdeck.store.runtime_schedules import (
     delete_runtime_schedule,
     get_runtime_schedule,
     insert_runtime_schedule,
     replace_runtime_schedule,
 )
-from app.validation import check_json
 
 if TYPE_CHECKING:
-    from app.deck import Jobdeck
+    from jobdeck.deck import Jobdeck
 
 DIFF_VALUE_CHARS = 300
 """How much of one value the audit log's diff shows (a payload may be large)."""

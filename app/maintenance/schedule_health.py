@@ -11,7 +11,7 @@ it outlives retention) and its recent runs. No success within the window
 covers every way a nightly job goes quiet: a fire time missed while Jobdeck
 was down (no run at all), a run still pending or running, a run that failed
 or went dead. A workflow schedule's run is judged by its whole workflow
-(``app.store.schedules.workflow_runs``): it succeeded when every job
+(``jobdeck.store.schedules.workflow_runs``): it succeeded when every job
 completed, failed while one waits for a retry, and is dead when one is
 dead (also while that holds the rest). The first check that finds a schedule unhealthy records it, the
 first one that finds a success after that records the recovery: each is a
@@ -46,11 +46,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from app.config import ConfigError
-from app.errors import IdempotencyConflict
-from app.states import State
-from app.store import NewJob
-from app.store.schedule_health import (
+from jobdeck.core.config import ConfigError
+from jobdeck.core.errors import IdempotencyConflict
+from jobdeck.core.states import State
+from jobdeck.core.validation import stored_time
+from jobdeck.store import NewJob
+from jobdeck.store.schedule_health import (
     HealthRow,
     RunOutcome,
     health_rows,
@@ -60,13 +61,12 @@ from app.store.schedule_health import (
     read_health,
     recent_outcomes,
 )
-from app.validation import stored_time
 
 if TYPE_CHECKING:
-    from app.deck import Jobdeck
-    from app.maintenance.cron import Schedule
-    from app.store import Store
-    from app.store.schedules import WorkflowRun
+    from jobdeck.deck import Jobdeck
+    from jobdeck.maintenance.cron import Schedule
+    from jobdeck.store import Store
+    from jobdeck.store.schedules import WorkflowRun
 
 log = logging.getLogger("jobdeck.schedule_health")
 
@@ -164,7 +164,7 @@ def judge(s: Schedule, row: HealthRow, runs: list[RunOutcome], now: datetime) ->
 
 def with_workflow_outcomes(store: Store, runs: dict[str, list[RunOutcome]]) -> dict[str, list[RunOutcome]]:
     """``runs`` with each run that started a workflow judged by its workflow."""
-    from app.store.schedules import workflow_runs
+    from jobdeck.store.schedules import workflow_runs
 
     started = workflow_runs(store, [r.job_id for rs in runs.values() for r in rs])
     if not started:
@@ -221,7 +221,7 @@ class ScheduleHealth:
     def check_once(self, now: datetime) -> list[tuple[str, str]]:
         """Check every watched schedule; returns the flips this call won as
         (event, schedule name)."""
-        from app.store.schedules import schedule_states
+        from jobdeck.store.schedules import schedule_states
 
         watched = self.watched()
         if not watched:
@@ -262,7 +262,7 @@ class ScheduleHealth:
         settings = alerts.settings
         if not settings.webhook_url:
             return
-        from app.maintenance.alerts import ALERT_QUEUE, ALERT_TYPE
+        from jobdeck.maintenance.alerts import ALERT_QUEUE, ALERT_TYPE
 
         body = {
             "event": event,

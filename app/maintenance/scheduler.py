@@ -1,5 +1,5 @@
 """The process's APScheduler: a ``BackgroundScheduler`` owned by a service
-that ``app.runtime.Runtime`` starts and stops (never at import time, never in
+that ``jobdeck.runtime.Runtime`` starts and stops (never at import time, never in
 ``create_app``, at most once per process). Its jobs are thin shells around the
 ``*_once(now)`` bodies:
 
@@ -25,10 +25,9 @@ from typing import Any
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
+from jobdeck.core.clock import since_boot
+from jobdeck.deck import Jobdeck
 from sqlalchemy.exc import DBAPIError
-
-from app.clock import since_boot
-from app.deck import Jobdeck
 
 log = logging.getLogger("jobdeck.scheduler")
 

@@ -11,13 +11,13 @@ Config (all optional; each key present turns its check on)::
     no_live_workers = ["default", "reports"]   # queues that must always have a live worker pool
 
 ``check_once(now)`` (every 15 s in the scheduler) measures each one from the
-same reads as ``GET /metrics`` (``app.store.metrics``; the failure rate from
+same reads as ``GET /metrics`` (``jobdeck.store.metrics``; the failure rate from
 the per-minute counters, so minutes the roll-up has not closed yet are not
 in it). An alert is firing from the check that finds its threshold crossed
 until the first check that finds it clear; each start and each recovery is
 sent once, whatever the number of processes checking: the move between
 firing and clear is a compare-and-set in ``threshold_alerts``
-(``app.store.thresholds.move_threshold``), and only its winner sends. Each
+(``jobdeck.store.thresholds.move_threshold``), and only its winner sends. Each
 is logged (WARNING when it starts, INFO when it clears) and, with
 ``[alerts] webhook_url``, posted as JSON by a ``jobdeck.threshold`` job on
 the ``jobdeck`` queue, retried with backoff like the dead-letter alerts. A
@@ -42,17 +42,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from app.config import Config, ConfigError
-from app.handlers import JobContext
-from app.maintenance.alerts import ALERT_QUEUE, AlertSettings, _stamp
-from app.store import NewJob
-from app.store.metrics import due_queues, live_workers, paused_queues, queue_latencies
-from app.store.thresholds import move_threshold, stored_key, threshold_state, threshold_states
-from app.store.upkeep import type_health
-from app.validation import stored_time
+from jobdeck.core.config import Config, ConfigError
+from jobdeck.core.validation import stored_time
+from jobdeck.jobs.handlers import JobContext
+from jobdeck.maintenance.alerts import ALERT_QUEUE, AlertSettings, _stamp
+from jobdeck.store import NewJob
+from jobdeck.store.metrics import due_queues, live_workers, paused_queues, queue_latencies
+from jobdeck.store.thresholds import move_threshold, stored_key, threshold_state, threshold_states
+from jobdeck.store.upkeep import type_health
 
 if TYPE_CHECKING:
-    from app.deck import Jobdeck
+    from jobdeck.deck import Jobdeck
 
 log = logging.getLogger("jobdeck.alerts")
 

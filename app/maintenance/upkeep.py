@@ -8,7 +8,7 @@ counters the dashboard's charts read.
 to ``failed`` or, with no retries left, ``dead``) and marks silent workers
 gone. Every update is conditional, so several processes may sweep at once.
 It rescues nothing for one ``stall_timeout`` after a write of this process
-met an outage (``app.store.storage``): a full disk or a database that was
+met an outage (``jobdeck.store.storage``): a full disk or a database that was
 down stopped every process's heartbeats and acknowledgements too, and a
 job whose handler finished must not run again because they were late.
 
@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from app.clock import RESCUE_SKEW_FRACTION, DatabaseClock, HostClock
-from app.config import Config, ConfigError
-from app.states import ENDED, FINISHED, State
-from app.store.upkeep import (
+from jobdeck.core.clock import RESCUE_SKEW_FRACTION, DatabaseClock, HostClock
+from jobdeck.core.config import Config, ConfigError
+from jobdeck.core.states import ENDED, FINISHED, State
+from jobdeck.store.upkeep import (
     mark_silent_workers,
     prune_finished,
     prune_stats,
@@ -45,7 +45,7 @@ from app.store.upkeep import (
 )
 
 if TYPE_CHECKING:
-    from app.deck import Jobdeck
+    from jobdeck.deck import Jobdeck
 
 log = logging.getLogger("jobdeck.maintenance")
 
@@ -82,7 +82,7 @@ def parse_retention(config: Config) -> Retention:
 
 class Maintenance:
     """The sweeper, retention and the roll-up of one deck: when and with which
-    settings; the statements are ``app.store.upkeep``'s."""
+    settings; the statements are ``jobdeck.store.upkeep``'s."""
 
     def __init__(self, deck: Jobdeck, retention: Retention | None = None) -> None:
         self.deck = deck

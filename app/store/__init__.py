@@ -5,8 +5,8 @@ it hold the engine, the tables, the effects ledger, the dashboard's reads,
 the sessions and the migrations.
 """
 
-from app.store.lifecycle import Backoff, Store, backoff_delay, exponential_backoff, filtered
-from app.store.records import AttemptRecord, JobFilter, JobRecord, NewJob, Outcome, PoolBeat
+from jobdeck.store.lifecycle import Backoff, Store, backoff_delay, exponential_backoff, filtered
+from jobdeck.store.records import AttemptRecord, JobFilter, JobRecord, NewJob, Outcome, PoolBeat
 
 __all__ = [
     "AttemptRecord", "Backoff", "JobFilter", "JobRecord", "NewJob", "Outcome", "PoolBeat", "Store", "backoff_delay",

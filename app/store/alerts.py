@@ -1,5 +1,5 @@
 """The dead-letter alerts' statements: choosing an alert's slot, and the dead
-jobs one alert reports. ``app.maintenance.alerts`` decides the policy (the
+jobs one alert reports. ``jobdeck.maintenance.alerts`` decides the policy (the
 window, what to send) and enqueues the alert jobs through ``Store.enqueue``.
 
 The last slot of each job type is a watermark in ``maintenance_marks``,
@@ -14,14 +14,13 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from jobdeck.core.states import State
+from jobdeck.store.models import jobs, maintenance_marks
+from jobdeck.store.statements import dialect_insert
 from sqlalchemy import select, update
 
-from app.states import State
-from app.store.models import jobs, maintenance_marks
-from app.store.statements import dialect_insert
-
 if TYPE_CHECKING:
-    from app.store import Store
+    from jobdeck.store import Store
 
 MARK_PREFIX = "alert:"
 _MARK_CHARS = 100

@@ -1,5 +1,5 @@
 """Artifacts' SQL: the files handlers keep for people to download
-(``ctx.artifact``, rules in ``app.artifacts``), one row per job and name in
+(``ctx.artifact``, rules in ``jobdeck.jobs.artifacts``), one row per job and name in
 ``job_artifacts``.
 
 A store of a name the job already has replaces it, unless the row was
@@ -14,15 +14,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from jobdeck.core.states import State
+from jobdeck.jobs.artifacts import ArtifactNotFound
+from jobdeck.store.models import job_artifacts, jobs, schedule_runs
+from jobdeck.store.statements import dialect_insert
 from sqlalchemy import select
 
-from app.artifacts import ArtifactNotFound
-from app.states import State
-from app.store.models import job_artifacts, jobs, schedule_runs
-from app.store.statements import dialect_insert
-
 if TYPE_CHECKING:
-    from app.store import Store
+    from jobdeck.store import Store
 
 _INFO = [c for c in job_artifacts.c if c.name != "data"]
 

@@ -6,12 +6,11 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from jobdeck.store import statements
+from jobdeck.store.records import JobRecord, claimed_records
+from jobdeck.store.sqlite import Prepared, parse_time_required, translated_errors
+from jobdeck.store.transactions import Transactions
 from sqlalchemy import Connection
-
-from app.store import statements
-from app.store.records import JobRecord, claimed_records
-from app.store.sqlite import Prepared, parse_time_required, translated_errors
-from app.store.transactions import Transactions
 
 
 def _in_claim_order(claimed: list[JobRecord]) -> list[JobRecord]:
@@ -23,7 +22,7 @@ class Claiming(Transactions):
     def __init__(self, engine: Any) -> None:
         super().__init__(engine)
         self.claim_policy: Callable[..., list[JobRecord]] | None = None
-        """Installed by ``app.queues`` (via ``create_app``): paused queues, concurrency limits."""
+        """Installed by ``jobdeck.jobs.queues`` (via ``create_app``): paused queues, concurrency limits."""
 
     def claim(
         self,
@@ -39,7 +38,7 @@ class Claiming(Transactions):
         """Claim up to ``limit`` due jobs in one statement, in claim order
         (priority DESC, available_at ASC, id ASC).
 
-        With a ``claim_policy`` installed (``app.queues``: paused queues,
+        With a ``claim_policy`` installed (``jobdeck.jobs.queues``: paused queues,
         concurrency limits) the policy claims instead; it calls back here with
         ``controlled=False`` and the paused queues in ``exclude_queues``."""
         if controlled and self.claim_policy is not None:
@@ -57,7 +56,7 @@ class Claiming(Transactions):
             return self._claimed(conn, prepared, values, worker_id, now)
 
     def claim_ids(self, conn: Connection, worker_id: str, now: datetime, ids: Sequence[int]) -> list[JobRecord]:
-        """Inside the caller's write transaction (``app.queues`` picks the ids
+        """Inside the caller's write transaction (``jobdeck.jobs.queues`` picks the ids
         under its concurrency limits): claim exactly ``ids``, those still
         claimable, in claim order."""
         return self._claimed(conn, statements.claim_ids(len(ids)), (worker_id, self._t(now), *ids), worker_id, now)
@@ -69,7 +68,7 @@ class Claiming(Transactions):
         Core's execution and its per-column result processing took most of
         the claiming thread's time, on both databases. (SQLite on the raw
         cursor; PostgreSQL sessions run in UTC, so the driver's times are
-        what Core would give: ``app.store.engine``.)"""
+        what Core would give: ``jobdeck.store.engine``.)"""
         now = now.astimezone(UTC)  # as the database holds it (the records' times are UTC)
         rows = self.driver_rows(conn, prepared, values)
         return _in_claim_order(claimed_records(rows, worker_id, now, parse_time_required if self.sqlite else None))

@@ -1,5 +1,5 @@
 """The queue controls' SQL: paused queues, running counts and the
-limit-aware claim (the policy itself lives in ``app.queues``)."""
+limit-aware claim (the policy itself lives in ``jobdeck.jobs.queues``)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,13 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
+from jobdeck.core.states import State
+from jobdeck.store import postgres, statements
+from jobdeck.store.lifecycle import Store
+from jobdeck.store.models import jobs, queue_state
+from jobdeck.store.records import JobRecord
+from jobdeck.store.sqlite import Prepared
 from sqlalchemy import func, select
-
-from app.states import State
-from app.store import postgres, statements
-from app.store.lifecycle import Store
-from app.store.models import jobs, queue_state
-from app.store.records import JobRecord
-from app.store.sqlite import Prepared
 
 DUE_COLUMNS = (jobs.c.id, jobs.c.type, jobs.c.queue)
 

@@ -1,6 +1,6 @@
 """The demo handlers' own tables: the outbox ``demo.send-email`` writes to
 and the charges of the fake payment gateway ``demo.charge-card`` calls
-(``app.demo``). Real handlers keep their side effects in their own systems;
+(``jobdeck.demo``). Real handlers keep their side effects in their own systems;
 these tables let the demo show at-least-once delivery and the effects
 ledger against something a person can count.
 """
@@ -10,13 +10,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from jobdeck.store.models import demo_charges, demo_outbox
+from jobdeck.store.statements import dialect_insert
 from sqlalchemy import insert, select
 
-from app.store.models import demo_charges, demo_outbox
-from app.store.statements import dialect_insert
-
 if TYPE_CHECKING:
-    from app.store import Store
+    from jobdeck.store import Store
 
 
 def send_demo_email(store: Store, user_id: str, job_id: int, body: str, now: datetime) -> None:

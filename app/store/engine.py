@@ -11,13 +11,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from jobdeck.core import forks
+from jobdeck.store.models import Base
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.dialects.sqlite.base import SQLiteCompiler
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
-
-from app import forks
-from app.store.models import Base
 
 # SQLAlchemy drops table hints on SQLite; render them so a query can say
 # ``.with_hint(jobs, "INDEXED BY ix_jobs_claim", "sqlite")``. Without
@@ -74,7 +73,7 @@ def make_engine(
     timeouts: tuple[float, float] | None = None,
 ) -> Engine:
     """The engine of one database, its connections refused in a child a
-    handler forked (``app.forks``).
+    handler forked (``jobdeck.core.forks``).
 
     ``idle_in_transaction`` (PostgreSQL): seconds after which the server
     ends a session of ours left idle inside a transaction. A host cut off
@@ -115,7 +114,7 @@ def _postgres_engine(
     @event.listens_for(engine, "connect")
     def _utc_session(dbapi_conn: Any, _record: Any) -> None:
         # Times come back in the session's zone: in UTC, a row the claim
-        # reads at driver level (``app.store.claim``) holds the same aware
+        # reads at driver level (``jobdeck.store.claim``) holds the same aware
         # UTC times that Core's ``UTCDateTime`` gives, whatever the server's TimeZone.
         autocommit = dbapi_conn.autocommit
         dbapi_conn.autocommit = True

@@ -9,17 +9,16 @@ from datetime import UTC, datetime
 from itertools import chain
 from typing import Any
 
+from jobdeck.core.errors import IdempotencyConflict
+from jobdeck.core.states import State
+from jobdeck.store import statements
+from jobdeck.store.engine import promptly
+from jobdeck.store.group_commit import GroupCommitter
+from jobdeck.store.records import Enqueued, JobRecord, NewJob
+from jobdeck.store.sqlite import Prepared, db_time, loads, translated_errors
+from jobdeck.store.transactions import Transactions
+from jobdeck.store.unique import enqueue_unique
 from sqlalchemy import Connection
-
-from app.errors import IdempotencyConflict
-from app.states import State
-from app.store import statements
-from app.store.engine import promptly
-from app.store.group_commit import GroupCommitter
-from app.store.records import Enqueued, JobRecord, NewJob
-from app.store.sqlite import Prepared, db_time, loads, translated_errors
-from app.store.transactions import Transactions
-from app.store.unique import enqueue_unique
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 _ROWS_PER_STATEMENT = 1000
@@ -58,7 +57,7 @@ class Enqueueing(Transactions):
 
     def enqueue(self, new: NewJob, now: datetime) -> Enqueued:
         """Insert a job; with a known idempotency key return the existing one,
-        and with a unique key still held (``app.store.unique``) the job that
+        and with a unique key still held (``jobdeck.store.unique``) the job that
         holds it (a duplicate).
 
         Returns (job, created) as an ``Enqueued``. The unique index on the key decides under concurrency:

@@ -7,21 +7,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from jobdeck.core.crashpoints import crash_point
+from jobdeck.core.errors import JobNotFound, NotHeld, TransitionRefused
+from jobdeck.core.fingerprint import fingerprint
+from jobdeck.core.states import AttemptOutcome, State, Transition
+from jobdeck.store import statements
+from jobdeck.store.claim import Claiming
+from jobdeck.store.enqueue import dumps
+from jobdeck.store.faults import storable_text
+from jobdeck.store.graph import Graph
+from jobdeck.store.models import jobs
+from jobdeck.store.records import JobRecord, Outcome, PoolBeat
+from jobdeck.store.statements import CANCELLED_WHILE_RUNNING
+from jobdeck.store.transactions import Backoff
 from sqlalchemy import Connection, select
-
-from app.crashpoints import crash_point
-from app.errors import JobNotFound, NotHeld, TransitionRefused
-from app.fingerprint import fingerprint
-from app.states import AttemptOutcome, State, Transition
-from app.store import statements
-from app.store.claim import Claiming
-from app.store.enqueue import dumps
-from app.store.faults import storable_text
-from app.store.graph import Graph
-from app.store.models import jobs
-from app.store.records import JobRecord, Outcome, PoolBeat
-from app.store.statements import CANCELLED_WHILE_RUNNING
-from app.store.transactions import Backoff
 
 
 class Finishing(Graph, Claiming):

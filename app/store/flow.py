@@ -1,4 +1,4 @@
-"""The flow limits' SQL (``app.flow``): the claim that reads what the
+"""The flow limits' SQL (``jobdeck.jobs.flow``): the claim that reads what the
 limits need and claims what they allow in one serialized write
 transaction, the starts log, and the limits a handler closed.
 
@@ -22,13 +22,12 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+from jobdeck.store import postgres, statements
+from jobdeck.store.lifecycle import Store
+from jobdeck.store.models import CLAIMABLE_STATES, UTCDateTime, flow_closed, flow_starts, jobs
+from jobdeck.store.records import JobRecord
+from jobdeck.store.sqlite import Prepared, parse_time_required
 from sqlalchemy import Connection, TextClause, bindparam, delete, func, insert, select, text
-
-from app.store import postgres, statements
-from app.store.lifecycle import Store
-from app.store.models import CLAIMABLE_STATES, UTCDateTime, flow_closed, flow_starts, jobs
-from app.store.records import JobRecord
-from app.store.sqlite import Prepared, parse_time_required
 
 CANDIDATE_COLUMNS = (
     jobs.c.id, jobs.c.type, jobs.c.queue, jobs.c.priority, jobs.c.available_at, jobs.c.rate_key, jobs.c.concurrency_key,

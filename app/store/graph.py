@@ -1,5 +1,5 @@
 """Workflows and batches in the store: jobs that wait for other jobs, and
-jobs grouped for one callback (``app.workflows`` builds and checks them).
+jobs grouped for one callback (``jobdeck.jobs.workflows`` builds and checks them).
 
 Everything a job's end does to the jobs that wait on it happens in the
 transaction that ends it (``Graph._settle``), on every path that ends a
@@ -36,14 +36,13 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
+from jobdeck.core.errors import JobdeckError
+from jobdeck.core.states import DEPENDENCY_FAILED, ENDED, State
+from jobdeck.store.models import batches, job_dependencies, jobs, status_in, workflows
+from jobdeck.store.records import JobRecord, NewJob
+from jobdeck.store.statements import dialect_insert
+from jobdeck.store.transactions import Transactions
 from sqlalchemy import Connection, Integer, and_, bindparam, case, func, insert, select, update
-
-from app.errors import JobdeckError
-from app.states import DEPENDENCY_FAILED, ENDED, State
-from app.store.models import batches, job_dependencies, jobs, status_in, workflows
-from app.store.records import JobRecord, NewJob
-from app.store.statements import dialect_insert
-from app.store.transactions import Transactions
 
 BLOCKED = State.BLOCKED.value
 PENDING = State.PENDING.value
@@ -96,7 +95,7 @@ class WorkflowNotFound(JobdeckError):
 
 @dataclass(frozen=True)
 class Step:
-    """One job of a workflow to enqueue, checked (``app.workflows``)."""
+    """One job of a workflow to enqueue, checked (``jobdeck.jobs.workflows``)."""
 
     name: str
     job: NewJob
@@ -541,7 +540,7 @@ def callback_job(spec: Mapping[str, Any], name: str, batch: dict[str, Any]) -> N
 
 
 def _job_values(new: NewJob, now: datetime, **extra: Any) -> dict[str, Any]:
-    from app.store.enqueue import payload_json
+    from jobdeck.store.enqueue import payload_json
 
     at = new.available_at if new.available_at is not None else now
     return {

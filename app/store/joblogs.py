@@ -1,5 +1,5 @@
 """Job logs' SQL: the lines handlers log (``ctx.log``; rules in
-``app.joblogs``), one row per line in ``job_logs``.
+``jobdeck.jobs.joblogs``), one row per line in ``job_logs``.
 
 ``append_lines`` writes a batch in one transaction and enforces the caps
 there, where every attempt's lines of the job are seen: what goes past
@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from jobdeck.jobs.joblogs import TRUNCATED, LogLimits, LogLine
+from jobdeck.store.models import job_logs, jobs
 from sqlalchemy import func, insert, select
 
-from app.joblogs import TRUNCATED, LogLimits, LogLine
-from app.store.models import job_logs, jobs
-
 if TYPE_CHECKING:
-    from app.store import Store
+    from jobdeck.store import Store
 
 
 @dataclass(frozen=True)

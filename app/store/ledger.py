@@ -4,8 +4,8 @@ statement on its row, like a job's transitions.
 An effect is ``started`` by an attempt before its side effect and ``done``
 (with the result) after it; ``not_performed`` when it certainly did not
 happen. The row is keyed by the handler's key, so every attempt of every job
-that reaches the same key meets the same row (``app.states.EffectState``).
-``JobContext.effect`` (app.handlers) drives these steps.
+that reaches the same key meets the same row (``jobdeck.core.states.EffectState``).
+``JobContext.effect`` (jobdeck.jobs.handlers) drives these steps.
 """
 
 from __future__ import annotations
@@ -15,15 +15,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from jobdeck.core.errors import EffectNotFound, EffectResolveRefused
+from jobdeck.core.states import EFFECT_RESOLUTIONS, EffectState, State
+from jobdeck.store.models import effects, jobs
+from jobdeck.store.statements import dialect_insert
 from sqlalchemy import Connection, select, update
 
-from app.errors import EffectNotFound, EffectResolveRefused
-from app.states import EFFECT_RESOLUTIONS, EffectState, State
-from app.store.models import effects, jobs
-from app.store.statements import dialect_insert
-
 if TYPE_CHECKING:
-    from app.store.lifecycle import Store
+    from jobdeck.store.lifecycle import Store
 
 _STARTED = EffectState.STARTED.value
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)

@@ -1,7 +1,7 @@
 """``Store``: every transition of a job, each one statement of
-``app.store.statements`` run in one transaction.
+``jobdeck.store.statements`` run in one transaction.
 
-A transition names its allowed source states (from ``app.states``); zero
+A transition names its allowed source states (from ``jobdeck.core.states``); zero
 rows updated means it was refused, and the caller gets an error saying why.
 The parts: ``transactions`` (write/read, listeners, running a statement on
 each dialect), ``enqueue``, ``claim``, ``finish`` (complete, fail, rescue,
@@ -18,21 +18,20 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from jobdeck.core.errors import JobMovedOn, JobNotFound, RunNowRefused, TransitionRefused
+from jobdeck.core.states import CLAIMABLE, SOURCES, State, Transition
+from jobdeck.core.validation import fits_id, spellings
+from jobdeck.jobs.artifacts import DEFAULT_MAX_BYTES
+from jobdeck.store import statements
+from jobdeck.store.audit import Tally, count_moved
+from jobdeck.store.enqueue import Enqueueing, dumps
+from jobdeck.store.faults import is_transient, is_unavailable, storable_text
+from jobdeck.store.ledger import Ledger
+from jobdeck.store.models import ERROR_STATES, attempts, jobs, status_in, workers
+from jobdeck.store.records import AttemptRecord, JobFilter, JobRecord, NewJob, Outcome
+from jobdeck.store.snoozing import Snoozing
+from jobdeck.store.transactions import Backoff
 from sqlalchemy import Engine, and_, delete, func, insert, or_, select, update
-
-from app.artifacts import DEFAULT_MAX_BYTES
-from app.errors import JobMovedOn, JobNotFound, RunNowRefused, TransitionRefused
-from app.states import CLAIMABLE, SOURCES, State, Transition
-from app.store import statements
-from app.store.audit import Tally, count_moved
-from app.store.enqueue import Enqueueing, dumps
-from app.store.faults import is_transient, is_unavailable, storable_text
-from app.store.ledger import Ledger
-from app.store.models import ERROR_STATES, attempts, jobs, status_in, workers
-from app.store.records import AttemptRecord, JobFilter, JobRecord, NewJob, Outcome
-from app.store.snoozing import Snoozing
-from app.store.transactions import Backoff
-from app.validation import fits_id, spellings
 
 __all__ = [
     "AttemptRecord", "Backoff", "Edited", "JobChanges", "JobFilter", "JobRecord", "NewJob", "Outcome", "Seen", "Store",
@@ -119,12 +118,12 @@ class Store(Enqueueing, Snoozing):
         super().__init__(engine)
         self.backoff: Backoff = backoff or exponential_backoff()
         self.ledger = Ledger(self)
-        """The effects ledger's steps (``app.store.ledger``), on this store's transactions."""
+        """The effects ledger's steps (``jobdeck.store.ledger``), on this store's transactions."""
         self.artifact_max_bytes: int = DEFAULT_MAX_BYTES
         """``[artifacts] max_bytes`` of the deck that owns this store (set by
         ``Jobdeck``): every ``ctx.artifact`` on it is held to this."""
         self.flow_keys: Callable[[str, str, Any], tuple[str | None, str | None]] | None = None
-        """Installed by the deck when keyed flow limits are configured (``app.flow.Flow.keys``):
+        """Installed by the deck when keyed flow limits are configured (``jobdeck.jobs.flow.Flow.keys``):
         an edit of a job's payload or queue recomputes its keys."""
         self._cancel_listeners: list[Callable[[list[int]], object]] = []
 
@@ -237,7 +236,7 @@ class Store(Enqueueing, Snoozing):
     def cancel_ids(self, ids: Sequence[int], now: datetime, tally: Tally | None = None) -> list[int]:
         """Bulk cancel; returns the ids cancelled or asked to cancel (others
         had moved on). With ``tally``, what moved is counted into its bulk
-        action's audit entry in the same transaction (``app.store.audit``)."""
+        action's audit entry in the same transaction (``jobdeck.store.audit``)."""
         with self.write() as conn:
             moved = conn.execute(statements.cancel(False), {"ids": list(ids), "now": now}).all()
             self._settle(conn, moved, now)
@@ -318,7 +317,7 @@ class Store(Enqueueing, Snoozing):
 
     def set_worker_health(self, worker_id: str, abandoned_threads: int, unhealthy: str | None, now: datetime) -> None:
         """Record a pool's health in its row, where every process's
-        dashboard reads it (``app.worker.pool.WorkerPool.health_once``)."""
+        dashboard reads it (``jobdeck.worker.pool.WorkerPool.health_once``)."""
         with self.write() as conn:
             conn.execute(
                 update(workers)

@@ -19,14 +19,13 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from jobdeck.store.lifecycle import filtered
+from jobdeck.store.models import jobs
+from jobdeck.store.records import JobFilter, JobRecord
 from sqlalchemy import LargeBinary, case, cast, func, null, select
 
-from app.store.lifecycle import filtered
-from app.store.models import jobs
-from app.store.records import JobFilter, JobRecord
-
 if TYPE_CHECKING:
-    from app.store.lifecycle import Store
+    from jobdeck.store.lifecycle import Store
 
 SIZED = ("payload", "result", "error")
 """The columns a page is bounded by."""

@@ -18,11 +18,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from sqlalchemy import bindparam, case, func, select
-
-from app.states import State
-from app.store import durations
-from app.store.models import (
+from jobdeck.core.states import State
+from jobdeck.store import durations
+from jobdeck.store.models import (
     jobs,
     maintenance_marks,
     queue_state,
@@ -32,11 +30,12 @@ from app.store.models import (
     status_in,
     workers,
 )
-from app.store.statements import claimable
-from app.store.upkeep import STATS_MARK
+from jobdeck.store.statements import claimable
+from jobdeck.store.upkeep import STATS_MARK
+from sqlalchemy import bindparam, case, func, select
 
 if TYPE_CHECKING:
-    from app.store import Store
+    from jobdeck.store import Store
 
 ACTIVE_STATES = (State.PENDING.value, State.FAILED.value, State.RUNNING.value)
 """The states counted per queue; the others only per state (see the module doc)."""
@@ -118,7 +117,7 @@ class LiveWorker:
     queues: tuple[str, ...] | None
     """The queues the pool claims from; None for every queue."""
     clock_offset: float | None = None
-    """Seconds the database's clock is ahead of the pool's host clock (``app.clock``); None on SQLite."""
+    """Seconds the database's clock is ahead of the pool's host clock (``jobdeck.core.clock``); None on SQLite."""
 
     def serves(self, queue: str) -> bool:
         return self.queues is None or queue in self.queues
@@ -140,7 +139,7 @@ def live_workers(store: Store, now: datetime, stall_timeout: float) -> list[Live
 @dataclass(frozen=True)
 class TypeTotals:
     """All-time counts of one job type (``stats_totals``): attempts completed
-    and failed, jobs dead, and the run-time buckets (``app.store.durations``)."""
+    and failed, jobs dead, and the run-time buckets (``jobdeck.store.durations``)."""
 
     type: str
     completed: int

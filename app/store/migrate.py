@@ -26,10 +26,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from jobdeck.core.config import ConfigError
+from jobdeck.store.models import Base
 from sqlalchemy import Connection, Engine, Index, inspect
-
-from app.config import ConfigError
-from app.store.models import Base
 
 SCRIPT_LOCATION = str(Path(__file__).parent / "migrations")
 BASELINE = "0001"

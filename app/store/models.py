@@ -5,6 +5,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, cast
 
+from jobdeck.core.states import (
+    ALL_EFFECT_STATES,
+    ALL_OUTCOMES,
+    ALL_STATES,
+    AttemptOutcome,
+    EffectState,
+    State,
+    Transition,
+    sources,
+)
+from jobdeck.store.durations import COLUMNS as DURATION_COLUMNS
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -29,18 +40,6 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import TypeDecorator
-
-from app.states import (
-    ALL_EFFECT_STATES,
-    ALL_OUTCOMES,
-    ALL_STATES,
-    AttemptOutcome,
-    EffectState,
-    State,
-    Transition,
-    sources,
-)
-from app.store.durations import COLUMNS as DURATION_COLUMNS
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -80,7 +79,7 @@ def status_in(status: Any, states: list[str]) -> ColumnElement[bool]:
 
 
 CLAIMABLE_STATES = sources(Transition.CLAIM)
-"""The states a due job is claimed from; ``app.store.statements.claimable``
+"""The states a due job is claimed from; ``jobdeck.store.statements.claimable``
 adds the due time. The claim indexes hold only these rows."""
 _claim_index_where = status_in(column("status"), CLAIMABLE_STATES)
 ERROR_STATES = [State.FAILED.value, State.DEAD.value]
@@ -134,32 +133,32 @@ class Job(Base):
     cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     """When a person or the API cancelled the job (revision 0009). A running
     job keeps running with it set: its attempt's end, however it ends, ends
-    the job ``cancelled`` (``app.store.statements``)."""
+    the job ``cancelled`` (``jobdeck.store.statements``)."""
     error_fingerprint: Mapped[str | None] = mapped_column(String(255))
-    """The error's group (``app.fingerprint``), set by the fail statement;
+    """The error's group (``jobdeck.core.fingerprint``), set by the fail statement;
     after cancel_requested_at (0009), last, so rows decoded by position keep their order (revision 0012)."""
     rate_key: Mapped[str | None] = mapped_column(String(255))
-    """The job's key for a keyed rate limit (``app.flow``), computed at enqueue (revision 0014)."""
+    """The job's key for a keyed rate limit (``jobdeck.jobs.flow``), computed at enqueue (revision 0014)."""
     concurrency_key: Mapped[str | None] = mapped_column(String(255))
-    """The job's key for a keyed concurrency limit (``app.flow``), computed at enqueue (revision 0014)."""
+    """The job's key for a keyed concurrency limit (``jobdeck.jobs.flow``), computed at enqueue (revision 0014)."""
     unique_key: Mapped[str | None] = mapped_column(String(255))
-    """The unique key of a unique job (``app.unique``), UNIQUE among rows
+    """The unique key of a unique job (``jobdeck.jobs.unique``), UNIQUE among rows
     (``ux_jobs_unique_key``); freed by the next enqueue of the key once this
     job no longer holds it (revision 0015, after the columns before it)."""
     unique_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
     """The end of the key's period; NULL: no end."""
     unique_states: Mapped[int | None] = mapped_column(Integer)
-    """The states the job holds its key in, a mask of ``app.unique.STATE_BITS``."""
+    """The states the job holds its key in, a mask of ``jobdeck.jobs.unique.STATE_BITS``."""
     workflow_id: Mapped[int | None] = mapped_column(BigID)
-    """The workflow the job is a step of (``app.workflows``, revision 0020,
+    """The workflow the job is a step of (``jobdeck.jobs.workflows``, revision 0020,
     after the columns before it, so rows decoded by position keep their order)."""
     batch_id: Mapped[int | None] = mapped_column(BigID)
-    """The batch the job belongs to (``app.workflows.Batch``)."""
+    """The batch the job belongs to (``jobdeck.jobs.workflows.Batch``)."""
     step: Mapped[str | None] = mapped_column(String(200))
     """The job's name in its workflow, unique there (what ``depends_on`` names)."""
     deps_left: Mapped[int | None] = mapped_column(Integer)
     """Dependencies not completed yet; the completion that takes it to 0
-    promotes the job from ``blocked`` to ``pending`` (``app.store.graph``)."""
+    promotes the job from ``blocked`` to ``pending`` (``jobdeck.store.graph``)."""
     on_dependency_failure: Mapped[str | None] = mapped_column(String(8))
     """``cancel`` (the default) or ``hold``: what a dependency ending dead,
     cancelled or discarded does to this blocked job."""
@@ -224,7 +223,7 @@ class Job(Base):
         # Idempotency keys and unique jobs (revision 0015): the database decides
         # between racing enqueues. Partial (revision 0021): a job without a key
         # adds no entry, so a plain enqueue writes two index entries fewer; the
-        # enqueue's ON CONFLICT names the same predicate (``app.store.statements``).
+        # enqueue's ON CONFLICT names the same predicate (``jobdeck.store.statements``).
         Index("ux_jobs_idempotency_key", "idempotency_key", unique=True, sqlite_where=_keyed, postgresql_where=_keyed),
         Index("ux_jobs_unique_key", "unique_key", unique=True, sqlite_where=_unique, postgresql_where=_unique),
         # A workflow's jobs and a batch's (revision 0020): plain jobs are in neither.
@@ -235,11 +234,11 @@ class Job(Base):
 
 
 INTERRUPTED = AttemptOutcome.INTERRUPTED.value
-"""The outcome of an attempt that shutdown cut short (``app.states.AttemptOutcome``)."""
+"""The outcome of an attempt that shutdown cut short (``jobdeck.core.states.AttemptOutcome``)."""
 CANCELLED = AttemptOutcome.CANCELLED.value
 """The outcome of an attempt whose job a person cancelled while it ran."""
 SNOOZED = AttemptOutcome.SNOOZED.value
-"""The outcome of an attempt whose handler snoozed its job (``app.snooze``)."""
+"""The outcome of an attempt whose handler snoozed its job (``jobdeck.jobs.snooze``)."""
 
 OUTCOMES = tuple(o.value for o in ALL_OUTCOMES)
 """How an attempt can end (``attempts.outcome``)."""
@@ -274,7 +273,7 @@ class Attempt(Base):
 class Effect(Base):
     """The effects ledger: one row per irreversible side effect, keyed by
     the handler's key, recorded ``started`` before the effect and ``done``
-    with its result after it (``app.states.EffectState``)."""
+    with its result after it (``jobdeck.core.states.EffectState``)."""
 
     __tablename__ = "effects"
 
@@ -330,10 +329,10 @@ class Worker(Base):
     (revision 0019: the "no live workers for a queue" threshold reads it)."""
     clock_offset: Mapped[float | None] = mapped_column(Float)
     """Seconds the database's clock was ahead of this process's host clock at
-    its last measurement (``app.clock``); None on SQLite (revision 0024)."""
+    its last measurement (``jobdeck.core.clock``); None on SQLite (revision 0024)."""
     late_beat_seconds: Mapped[float | None] = mapped_column(Float)
     """The last late heartbeat: seconds since the beat before it had landed
-    (``app.worker.leasing``); None while none was late (revision 0025)."""
+    (``jobdeck.worker.leasing``); None while none was late (revision 0025)."""
     late_beat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     """When that late heartbeat landed."""
 
@@ -487,7 +486,7 @@ runtime_schedules = cast(Table, RuntimeSchedule.__table__)
 schedule_health = cast(Table, ScheduleHealthRow.__table__)
 stats_minutely = cast(Table, StatsMinute.__table__)
 for _bucket in DURATION_COLUMNS:
-    # One counter per run-time bucket (``app.store.durations``); columns
+    # One counter per run-time bucket (``jobdeck.store.durations``); columns
     # rather than mapped attributes, since the store reads them through Core.
     stats_minutely.append_column(Column(_bucket, Integer, nullable=False, default=0, server_default="0"))
 maintenance_marks = cast(Table, MaintenanceMark.__table__)
@@ -512,7 +511,7 @@ for _bucket in DURATION_COLUMNS:
 
 
 class ThresholdAlert(Base):
-    """Whether one threshold alert (``app.maintenance.thresholds``) is firing,
+    """Whether one threshold alert (``jobdeck.maintenance.thresholds``) is firing,
     moved by compare-and-set on ``firing`` so exactly one process sends each
     start and each recovery (revision 0019)."""
 
@@ -547,14 +546,14 @@ class AuditEntry(Base):
     """The job acted on, for single-job actions."""
     count: Mapped[int] = mapped_column(Integer, default=0)
     """Jobs the action actually moved (refused ones are not counted). A bulk
-    action's batches add to it in their own transactions (``app.store.audit``)."""
+    action's batches add to it in their own transactions (``jobdeck.store.audit``)."""
     detail: Mapped[str | None] = mapped_column(Text)
     total: Mapped[int | None] = mapped_column(BigInteger)
     """A bulk action's jobs to move, counted as it began; NULL for other actions."""
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     """When a bulk action's last batch committed; NULL while running or once cut short."""
     owner: Mapped[str | None] = mapped_column(String(200))
-    """The process that moved a bulk action's last batch (``app.processes.identity``)."""
+    """The process that moved a bulk action's last batch (``jobdeck.processes.identity``)."""
     updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     """When a bulk action's last batch committed (or it began)."""
 
@@ -585,7 +584,7 @@ class DashboardSession(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     credential: Mapped[str | None] = mapped_column(String(64))
     """The fingerprint of the user's password hash and role at login
-    (``app.web.dashboard.settings.User.credential``): a session whose user
+    (``jobdeck.web.dashboard.settings.User.credential``): a session whose user
     has since been given another password or role no longer matches, and
     is refused in every process running the new config."""
 
@@ -608,7 +607,7 @@ class JobArtifact(Base):
     attempt: Mapped[int] = mapped_column(Integer)
     """The attempt that stored the current bytes."""
     name: Mapped[str] = mapped_column(String(255))
-    """The download's file name (checked by ``app.artifacts.check_name``)."""
+    """The download's file name (checked by ``jobdeck.jobs.artifacts.check_name``)."""
     content_type: Mapped[str] = mapped_column(String(255))
     size: Mapped[int] = mapped_column(BigInteger)
     data: Mapped[bytes] = mapped_column(LargeBinary)
@@ -621,7 +620,7 @@ job_artifacts = cast(Table, JobArtifact.__table__)
 
 
 class FlowStart(Base):
-    """One start of a rate-limited job: the sliding window log of ``app.flow``
+    """One start of a rate-limited job: the sliding window log of ``jobdeck.jobs.flow``
     (revision 0014). The claims prune rows older than their window."""
 
     __tablename__ = "flow_starts"
@@ -659,7 +658,7 @@ flow_closed = cast(Table, FlowClosed.__table__)
 class JobLogLine(Base):
     """One line a handler logged (``ctx.log``, captured ``logging`` calls, an
     HTTP worker's heartbeat), kept per attempt. ``level`` is one of
-    ``app.joblogs.LEVELS`` or ``truncated``: the one marker an attempt gets
+    ``jobdeck.jobs.joblogs.LEVELS`` or ``truncated``: the one marker an attempt gets
     when its lines went past ``[logs]``'s caps. It goes with its job (the
     foreign key cascades, and retention deletes it explicitly too)."""
 
@@ -687,7 +686,7 @@ job_logs = cast(Table, JobLogLine.__table__)
 
 
 class Workflow(Base):
-    """One enqueued graph of jobs (``app.workflows``, revision 0020). Its
+    """One enqueued graph of jobs (``jobdeck.jobs.workflows``, revision 0020). Its
     jobs carry ``workflow_id``; its edges are ``job_dependencies``. Its state
     is read from its jobs', and retention deletes it with them."""
 
@@ -727,7 +726,7 @@ job_dependencies = cast(Table, JobDependency.__table__)
 
 
 class Batch(Base):
-    """Jobs grouped for one callback (``app.workflows.Batch``, revision 0020).
+    """Jobs grouped for one callback (``jobdeck.jobs.workflows.Batch``, revision 0020).
     Open until closed; once closed and every job of it has ended, the
     transaction that ends the last one enqueues the callbacks and stamps
     ``fired_at``, once."""

@@ -1,5 +1,5 @@
 """PostgreSQL's own statements: the NOTIFY that wakes other processes'
-pools, the LISTEN their listeners run (``app.worker.listener``), the
+pools, the LISTEN their listeners run (``jobdeck.worker.listener``), the
 advisory lock that serializes the queue policy's limited claims, and the
 array literals that carry a batch's values into one statement (``unnest``)."""
 

@@ -1,5 +1,5 @@
 """Read-side SQL for the dashboard, plus its small write (run now); the
-audit log is ``app.store.audit``. Store-like functions taking a ``Store``;
+audit log is ``jobdeck.store.audit``. Store-like functions taking a ``Store``;
 views never build queries.
 
 The overview's numbers (counts per state, throughput, queue latency) come
@@ -25,13 +25,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, case, exists, func, literal_column, select
-
-from app.states import AttemptOutcome, State
-from app.store import statements
-from app.store.lifecycle import JobFilter, JobRecord, Store, filtered
-from app.store.listing import list_within, summarized, without_texts
-from app.store.models import (
+from jobdeck.core.states import AttemptOutcome, State
+from jobdeck.store import statements
+from jobdeck.store.lifecycle import JobFilter, JobRecord, Store, filtered
+from jobdeck.store.listing import list_within, summarized, without_texts
+from jobdeck.store.models import (
     ERROR_STATES,
     attempts,
     jobs,
@@ -40,7 +38,8 @@ from app.store.models import (
     stats_minutely,
     status_in,
 )
-from app.store.upkeep import STATS_MARK
+from jobdeck.store.upkeep import STATS_MARK
+from sqlalchemy import Select, case, exists, func, literal_column, select
 
 log = logging.getLogger("jobdeck.dashboard")
 
@@ -69,7 +68,7 @@ class Page:
 def list_page(store: Store, f: JobFilter, now: datetime, max_bytes: int) -> Page:
     """One page, newest first, by keyset on id: never OFFSET. Its rows
     carry their errors (at most ``max_bytes`` of them), not their payloads
-    or results: a list shows neither (``app.store.listing``)."""
+    or results: a list shows neither (``jobdeck.store.listing``)."""
     rows, cut = list_within(store, replace(f, limit=f.limit + 1), now, max_bytes, fields=("error",))
     if f.after_id is not None:
         # Paging newer: the extra row is beyond the newest end.
@@ -425,7 +424,7 @@ class ErrorGroup:
 
     type: str
     fingerprint: str | None
-    """``app.fingerprint``; None for jobs that failed under a release that
+    """``jobdeck.core.fingerprint``; None for jobs that failed under a release that
     stored none (a rolling deploy), which form one group."""
     count: int
     first_seen: datetime

@@ -1,6 +1,6 @@
 """The values that cross the store's boundary: a job and an attempt as read,
 a job to enqueue, how an attempt ended, and a list filter. Plain data; the
-SQL that produces and consumes them lives in ``app.store.statements``."""
+SQL that produces and consumes them lives in ``jobdeck.store.statements``."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from app.states import AttemptOutcome, State
-from app.store import sqlite
+from jobdeck.core.states import AttemptOutcome, State
+from jobdeck.store import sqlite
 
 if TYPE_CHECKING:
-    from app.unique import UniqueClaim
+    from jobdeck.jobs.unique import UniqueClaim
 
 
 @dataclass(frozen=True)
@@ -44,22 +44,22 @@ class JobRecord:
     """Set by a cancel; a running job with it set ends ``cancelled``."""
     rate_key: str | None = None
     concurrency_key: str | None = None
-    """The job's keys for the keyed flow limits (``app.flow``), set at enqueue."""
+    """The job's keys for the keyed flow limits (``jobdeck.jobs.flow``), set at enqueue."""
     unique_key: str | None = None
-    """The unique key it was enqueued with (``app.unique``); it holds it
+    """The unique key it was enqueued with (``jobdeck.jobs.unique``); it holds it
     while in its unique states and period (``holds_unique_key``)."""
     unique_until: datetime | None = None
     unique_states: int | None = None
     workflow_id: int | None = None
     batch_id: int | None = None
     step: str | None = None
-    """Its name in its workflow (``app.workflows``)."""
+    """Its name in its workflow (``jobdeck.jobs.workflows``)."""
     deps_left: int | None = None
     """Dependencies not completed yet, while blocked."""
     on_dependency_failure: str | None = None
     omitted: tuple[str, ...] = ()
     """Of ``payload``, ``result`` and ``error``, those a list bounded by
-    bytes left out (``app.store.listing``): here ``{}`` or None, not the
+    bytes left out (``jobdeck.store.listing``): here ``{}`` or None, not the
     job's; the job read alone has them."""
 
     @classmethod
@@ -112,7 +112,7 @@ class JobRecord:
 
     @classmethod
     def from_sqlite(cls, r: Sequence[Any]) -> JobRecord:
-        """From a raw SQLite row in column order (see ``app.store.sqlite``)."""
+        """From a raw SQLite row in column order (see ``jobdeck.store.sqlite``)."""
         t, req = sqlite.parse_time, sqlite.parse_time_required
         return _job_of((
             r[0], r[1], r[2], sqlite.loads(r[3]), r[4], sqlite.STATE_OF[r[5]], r[6], r[7], r[8], r[9],
@@ -128,8 +128,8 @@ class JobRecord:
     def holds_unique_key(self, now: datetime) -> bool:
         """The job still holds its unique key: in one of its unique states
         and inside its period. A key no longer held is freed by the next
-        enqueue of it (``app.store.unique``), which then makes a new job."""
-        from app.unique import SCHEDULED, STATE_BITS
+        enqueue of it (``jobdeck.store.unique``), which then makes a new job."""
+        from jobdeck.jobs.unique import SCHEDULED, STATE_BITS
 
         if self.unique_key is None or self.unique_states is None:
             return False
@@ -229,7 +229,7 @@ class AttemptRecord:
 class Enqueued(tuple[JobRecord, bool]):
     """What an enqueue returns: ``(job, created)`` as it always was (callers
     unpack it), and more by name. ``duplicate``: a unique job's key was held,
-    ``job`` is the kept job (``app.unique``); ``changed``: that duplicate's
+    ``job`` is the kept job (``jobdeck.jobs.unique``); ``changed``: that duplicate's
     replace or debounce was applied to it. An idempotency key's existing job
     is ``created`` False, not a duplicate: it is the same request again."""
 
@@ -253,7 +253,7 @@ class Enqueued(tuple[JobRecord, bool]):
 
 @dataclass
 class NewJob:
-    """A validated job to enqueue (see ``app.deck.Jobdeck.new_job``)."""
+    """A validated job to enqueue (see ``jobdeck.deck.Jobdeck.new_job``)."""
 
     type: str
     payload: dict[str, Any] = field(default_factory=dict)
@@ -266,9 +266,9 @@ class NewJob:
     """``payload`` already serialized (by validation), so it is not done twice."""
     rate_key: str | None = None
     concurrency_key: str | None = None
-    """The job's keys for the keyed flow limits (``app.flow.Flow.keys``)."""
+    """The job's keys for the keyed flow limits (``jobdeck.jobs.flow.Flow.keys``)."""
     unique: UniqueClaim | None = None
-    """A unique job's key and what a duplicate does (``app.unique``)."""
+    """A unique job's key and what a duplicate does (``jobdeck.jobs.unique``)."""
 
 
 @dataclass(frozen=True)
@@ -297,12 +297,12 @@ class Outcome:
     kind: AttemptOutcome | str = AttemptOutcome.FAILED
     """For failures: failed, timed_out or stalled (the attempt's outcome)."""
     snooze: float | None = None
-    """Seconds the handler snoozed the job for (``app.snooze``); None if it did not."""
+    """Seconds the handler snoozed the job for (``jobdeck.jobs.snooze``); None if it did not."""
     snooze_reason: str | None = None
     max_snoozes: int | None = None
     """Snoozes in a row allowed; past it the snooze fails the attempt. None: no cap."""
     log: Any = None
-    """The attempt's log buffer with lines not yet written (``app.joblogs.AttemptLog``):
+    """The attempt's log buffer with lines not yet written (``jobdeck.jobs.joblogs.AttemptLog``):
     the acker writes them, for its whole batch in one transaction, before the outcome."""
 
     @property
@@ -323,7 +323,7 @@ class JobFilter:
     after_id: int | None = None
     limit: int = 50
     error_fingerprint: str | None = None
-    """One error group (``app.fingerprint``): with ``type``, the errors view's group."""
+    """One error group (``jobdeck.core.fingerprint``): with ``type``, the errors view's group."""
 
     @property
     def narrows(self) -> bool:

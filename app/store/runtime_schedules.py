@@ -1,6 +1,6 @@
 """The schedules operators make at runtime (``runtime_schedules``): each a
 JSON definition in config form, read by every process's ``Periodic`` and
-changed by ``app.maintenance.runtime_schedules``. Creating one (re)starts
+changed by ``jobdeck.maintenance.runtime_schedules``. Creating one (re)starts
 its watermark at ``now``, so a name used before does not replay old fire times.
 """
 
@@ -11,13 +11,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from jobdeck.store.models import runtime_schedules, schedule_health, schedule_state
+from jobdeck.store.statements import dialect_insert
 from sqlalchemy import select, update
 
-from app.store.models import runtime_schedules, schedule_health, schedule_state
-from app.store.statements import dialect_insert
-
 if TYPE_CHECKING:
-    from app.store import Store
+    from jobdeck.store import Store
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The statements of schedule health (``app.maintenance.schedule_health``):
+"""The statements of schedule health (``jobdeck.maintenance.schedule_health``):
 each watched schedule's row in ``schedule_health``, the recent outcomes of
 its runs, and the two conditional flips (healthy -> unhealthy -> healthy)
 that decide, across processes, which one records an alert.
@@ -11,13 +11,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from jobdeck.store.models import jobs, schedule_health, schedule_runs
+from jobdeck.store.statements import dialect_insert
 from sqlalchemy import select, update
 
-from app.store.models import jobs, schedule_health, schedule_runs
-from app.store.statements import dialect_insert
-
 if TYPE_CHECKING:
-    from app.store import Store
+    from jobdeck.store import Store
 
 RECENT_RUNS = 50
 """How many of a schedule's last runs a check reads (failures in a row, last success)."""
@@ -139,6 +138,6 @@ def forget_health(store: Store, name: str) -> None:
 
 
 def _flip(store: Store, stmt: Any) -> bool:
-    # RETURNING, not rowcount (see app.store.alerts): the winner is the one that gets a row back.
+    # RETURNING, not rowcount (see jobdeck.store.alerts): the winner is the one that gets a row back.
     with store.write() as conn:
         return conn.execute(stmt.returning(schedule_health.c.name)).first() is not None

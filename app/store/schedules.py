@@ -1,6 +1,6 @@
 """The schedules' state in the database: the operator's pause flag and the
 watermark ``checked_until`` (``schedule_state``), and every firing
-(``schedule_runs``). ``app.maintenance.cron`` decides what is due; the jobs
+(``schedule_runs``). ``jobdeck.maintenance.cron`` decides what is due; the jobs
 themselves go in through ``Store.enqueue`` / ``Store.enqueue_many``, whose
 idempotency key makes one job per fire time however many processes fire.
 
@@ -16,15 +16,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from jobdeck.core.states import State
+from jobdeck.store.graph import group_state
+from jobdeck.store.models import jobs, schedule_runs, schedule_state
+from jobdeck.store.statements import dialect_insert
 from sqlalchemy import select, update
 
-from app.states import State
-from app.store.graph import group_state
-from app.store.models import jobs, schedule_runs, schedule_state
-from app.store.statements import dialect_insert
-
 if TYPE_CHECKING:
-    from app.store import Store
+    from jobdeck.store import Store
 
 
 @dataclass(frozen=True)
@@ -141,7 +140,7 @@ def schedule_history(
 
 _AS_JOB = {"completed": State.COMPLETED.value, "held": State.DEAD.value, "dead": State.DEAD.value,
            "cancelled": State.CANCELLED.value}  # fmt: skip
-"""A workflow's state (``app.store.graph.group_state``) in a job's words; one
+"""A workflow's state (``jobdeck.store.graph.group_state``) in a job's words; one
 that is ``held`` waits on a dead job for a person: to the schedule, dead."""
 
 

@@ -1,5 +1,5 @@
 """The schema revision this code needs, and the start-up check against it
-that does not load Alembic (``app.store.migrate``): Alembic and its
+that does not load Alembic (``jobdeck.store.migrate``): Alembic and its
 revision scripts are 11 MB of every process's memory, and only a database
 behind this code needs them."""
 
@@ -22,9 +22,9 @@ def at_head(engine: Engine) -> bool:
 
 def ensure_current(engine: Engine, auto_migrate: bool) -> None:
     """Start-up: nothing to do at head; otherwise upgrade, or refuse, as
-    ``app.store.migrate.ensure_current`` decides."""
+    ``jobdeck.store.migrate.ensure_current`` decides."""
     if at_head(engine):
         return
-    from app.store import migrate
+    from jobdeck.store import migrate
 
     migrate.ensure_current(engine, auto_migrate)

@@ -19,10 +19,9 @@ import hashlib
 import secrets
 from datetime import datetime, timedelta
 
+from jobdeck.store.lifecycle import Store
+from jobdeck.store.models import dashboard_sessions
 from sqlalchemy import delete, insert, select
-
-from app.store.lifecycle import Store
-from app.store.models import dashboard_sessions
 
 SESSION_LIFETIME = timedelta(days=7)
 """A session older than this is refused (and pruned at the next login),

@@ -9,15 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+from jobdeck.core.states import AttemptOutcome, State, Transition
+from jobdeck.jobs.snooze import describe
+from jobdeck.store import statements
+from jobdeck.store.faults import storable_text
+from jobdeck.store.finish import Finishing
+from jobdeck.store.models import jobs
+from jobdeck.store.records import JobRecord, Outcome
 from sqlalchemy import select
-
-from app.snooze import describe
-from app.states import AttemptOutcome, State, Transition
-from app.store import statements
-from app.store.faults import storable_text
-from app.store.finish import Finishing
-from app.store.models import jobs
-from app.store.records import JobRecord, Outcome
 
 SOON = 1.0
 """A snooze shorter than this wakes the claimers at once (it is due before their next poll)."""

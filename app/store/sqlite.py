@@ -4,7 +4,7 @@ once, the times as SQLite stores them, and the commit watcher's probe.
 Building a Core statement, computing its cache key and running the
 ``UTCDateTime`` processors costs more per call than SQLite needs to do the
 work, so the hot statements (claim, batched completions, attempt rows,
-plain enqueues) are compiled from ``app.store.statements`` once per
+plain enqueues) are compiled from ``jobdeck.store.statements`` once per
 parameter shape and run with positional parameters, and their rows are
 decoded here (``JobRecord.from_sqlite``). There is no second copy of any
 statement: the text is whatever Core renders for SQLite.
@@ -25,10 +25,9 @@ from functools import cached_property, lru_cache
 from operator import itemgetter
 from typing import Any
 
+from jobdeck.core.states import State
 from sqlalchemy.dialects.sqlite import dialect as _sqlite_dialect
 from sqlalchemy.exc import DBAPIError
-
-from app.states import State
 
 _UTC = UTC
 _DIALECT = _sqlite_dialect(paramstyle="qmark")
@@ -79,7 +78,7 @@ def translated_errors() -> Iterator[None]:
 
 
 class Prepared:
-    """A Core statement (``app.store.statements``) and the order its caller
+    """A Core statement (``jobdeck.store.statements``) and the order its caller
     gives the values in. ``params`` names them for Core; ``sqlite`` is the
     statement compiled to SQLite text once, the values placed positionally.
     ``for_sqlite`` is the same transition phrased for SQLite's planner, where
@@ -105,7 +104,7 @@ class Prepared:
         (``Transactions._run_many``)."""
         self._encoders = tuple(encoders)
         """PostgreSQL: for each value the statement takes as an array, how
-        its list is written as the array's literal (``app.store.postgres``)."""
+        its list is written as the array's literal (``jobdeck.store.postgres``)."""
 
     def params(self, values: Sequence[Any]) -> dict[str, Any]:
         if self._encoders:

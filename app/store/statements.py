@@ -1,10 +1,10 @@
 """Every lifecycle statement, once, as SQLAlchemy Core.
 
 Each transition is one conditional statement whose WHERE names the allowed
-source states from ``app.states.SOURCES``; the store runs it and reads zero
+source states from ``jobdeck.core.states.SOURCES``; the store runs it and reads zero
 rows as a refusal. PostgreSQL executes these statements through Core;
 SQLite executes the very same statements compiled once to text
-(``app.store.sqlite.Prepared``). The statements whose shape
+(``jobdeck.store.sqlite.Prepared``). The statements whose shape
 depends on how many ids they name are built per shape and cached.
 
 The claim is the one statement where the dialects differ, and only in the
@@ -20,6 +20,11 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
+from jobdeck.core.states import ALL_STATES, CANCEL_AT_ONCE, AttemptOutcome, State, Transition, sources
+from jobdeck.store import postgres
+from jobdeck.store.models import CLAIMABLE_STATES, attempts, jobs, status_in, workers
+from jobdeck.store.postgres import CHANNEL
+from jobdeck.store.sqlite import Prepared
 from sqlalchemy import (
     ARRAY,
     BigInteger,
@@ -42,12 +47,6 @@ from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
-from app.states import ALL_STATES, CANCEL_AT_ONCE, AttemptOutcome, State, Transition, sources
-from app.store import postgres
-from app.store.models import CLAIMABLE_STATES, attempts, jobs, status_in, workers
-from app.store.postgres import CHANNEL
-from app.store.sqlite import Prepared
-
 JOB_COLUMNS = tuple(jobs.c)
 CLAIM_SETS = ("status", "claimed_at", "heartbeat_at", "worker_id", "progress", "progress_message", "updated_at")
 """The columns a claim sets to values the claimer already holds (``_claimed_values``)."""
@@ -57,7 +56,7 @@ fills in the ``CLAIM_SETS``). Seven columns fewer a
 claimed row: a tenth of the claim's time on SQLite."""
 GROUPS = (jobs.c.workflow_id, jobs.c.batch_id)
 """What an ending transition returns besides (id, status): whether the job
-is in a workflow or a batch, whose waiting jobs its end may move (``app.store.graph``)."""
+is in a workflow or a batch, whose waiting jobs its end may move (``jobdeck.store.graph``)."""
 NOW = bindparam("now", type_=jobs.c.updated_at.type)
 
 
@@ -160,7 +159,7 @@ def enqueue_rows_sqlite(n: int) -> str:
 
 
 def _woke() -> Any:
-    """``pg_notify`` of ``app.store.postgres.CHANNEL`` as a column of a
+    """``pg_notify`` of ``jobdeck.store.postgres.CHANNEL`` as a column of a
     statement's RETURNING: an uncorrelated subquery, run once when the
     first row is returned (never when none is), so the statement that
     inserts jobs also wakes the other processes' pools, at its commit."""
@@ -174,7 +173,7 @@ def enqueue_notifying(keyed: bool) -> Prepared:
     when it inserts: run alone in autocommit it is the whole durable
     enqueue, one round trip instead of BEGIN, INSERT, NOTIFY and COMMIT.
     Returns the id alone: the rest of the row is the values given and
-    ``NEW_JOB`` (``app.store.enqueue.inserted``), and the driver describes
+    ``NEW_JOB`` (``jobdeck.store.enqueue.inserted``), and the driver describes
     every returned column anew on each call (a third of its CPU here)."""
     stmt = pg_dialect.insert(jobs).values(_job_values())
     if keyed:
@@ -220,7 +219,7 @@ def enqueue_keyed(dialect: str, returning: str = "row") -> Prepared:
 
 
 UNIQUE_FIELDS = ("unique_key", "unique_until", "unique_states")
-"""What a unique enqueue stores besides ``JOB_FIELDS`` (``app.store.unique``)."""
+"""What a unique enqueue stores besides ``JOB_FIELDS`` (``jobdeck.store.unique``)."""
 
 
 @lru_cache(maxsize=4)
@@ -458,7 +457,7 @@ def complete_recorded(with_result: bool = False, alone: bool = False) -> Prepare
 
     ``alone``: only the completions that need no other statement in their
     transaction, those of jobs in no workflow and no batch (their ends move
-    the jobs that wait on them, ``app.store.graph``). Atomic by itself, it
+    the jobs that wait on them, ``jobdeck.store.graph``). Atomic by itself, it
     then runs in autocommit: the acker's batch takes one round trip where
     BEGIN, the UPDATE, the INSERT and COMMIT took four, each a wake-up of
     its thread while the executors and the fetcher want the GIL.
@@ -536,7 +535,7 @@ def fail(retryable: bool) -> Prepared:
     else:
         values = {"status": ended, "finished_at": NOW}
     values.update(error=bindparam("why"), updated_at=NOW)
-    values["error_fingerprint"] = bindparam("fingerprint")  # the errors view's group (app.fingerprint)
+    values["error_fingerprint"] = bindparam("fingerprint")  # the errors view's group (jobdeck.core.fingerprint)
     stmt = update(jobs).where(*_held_attempt(Transition.FAIL)).values(values).returning(*JOB_COLUMNS)
     order = FAIL_FIELDS if retryable else tuple(f for f in FAIL_FIELDS if f != "retry_at")
     return Prepared(stmt, order)
@@ -712,7 +711,7 @@ def keep_old_payload() -> Any:
 
 
 def set_flow_keys() -> Any:
-    """An edited job's flow keys (``app.flow``), in the edit's transaction. Values: job, rk, ck."""
+    """An edited job's flow keys (``jobdeck.jobs.flow``), in the edit's transaction. Values: job, rk, ck."""
     return (
         update(jobs)
         .where(jobs.c.id == bindparam("job"))

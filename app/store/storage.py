@@ -1,5 +1,5 @@
 """Whether this process's database takes writes now, for ``/api/health``
-and the sweeper: the outages its writes met (``app.store.faults``) and,
+and the sweeper: the outages its writes met (``jobdeck.store.faults``) and,
 when health is asked, a small real write that asks again.
 
 A load balancer polls health often and must see both edges: the process
@@ -30,12 +30,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from jobdeck.store.engine import LOCK_WAIT
+from jobdeck.store.faults import LOCK_TIMEOUT, STATEMENT_TIMEOUT, Outage, outage_of
+from jobdeck.store.models import maintenance_marks
+from jobdeck.store.statements import dialect_insert
 from sqlalchemy import Engine
-
-from app.store.engine import LOCK_WAIT
-from app.store.faults import LOCK_TIMEOUT, STATEMENT_TIMEOUT, Outage, outage_of
-from app.store.models import maintenance_marks
-from app.store.statements import dialect_insert
 
 log = logging.getLogger("jobdeck.store")
 

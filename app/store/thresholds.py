@@ -1,7 +1,7 @@
 """The threshold alerts' state (``threshold_alerts``): which are firing,
 and the compare-and-set that moves one between firing and clear, so that of
 several processes checking at once exactly one sends each start and each
-recovery. ``app.maintenance.thresholds`` decides what is breached."""
+recovery. ``jobdeck.maintenance.thresholds`` decides what is breached."""
 
 from __future__ import annotations
 
@@ -10,13 +10,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from jobdeck.store.models import threshold_alerts
+from jobdeck.store.statements import dialect_insert
 from sqlalchemy import select, update
 
-from app.store.models import threshold_alerts
-from app.store.statements import dialect_insert
-
 if TYPE_CHECKING:
-    from app.store import Store
+    from jobdeck.store import Store
 
 _KEY_CHARS = 400
 """The length of ``threshold_alerts.key``: a longer key is stored as its hash."""

@@ -1,4 +1,4 @@
-"""The database's clock, read for ``app.clock.DatabaseClock``, and what each
+"""The database's clock, read for ``jobdeck.core.clock.DatabaseClock``, and what each
 process measured of time kept in its workers row: its clock's offset, and
 its last heartbeat that landed late."""
 
@@ -7,12 +7,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from jobdeck.store.models import workers
 from sqlalchemy import update
 
-from app.store.models import workers
-
 if TYPE_CHECKING:
-    from app.store import Store
+    from jobdeck.store import Store
 
 
 def database_time(store: Store) -> datetime:

@@ -10,18 +10,17 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+from jobdeck.core import forks
+from jobdeck.core.errors import JobNotFound, TransitionRefused
+from jobdeck.core.states import Transition
+from jobdeck.store import statements
+from jobdeck.store.engine import READONLY, waiting_for_lock
+from jobdeck.store.postgres import NOTIFY_SQL, PQTRANS_IDLE
+from jobdeck.store.records import JobRecord
+from jobdeck.store.sqlite import Prepared, db_time, translated_errors
+from jobdeck.store.storage import StorageHealth
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import DBAPIError
-
-from app import forks
-from app.errors import JobNotFound, TransitionRefused
-from app.states import Transition
-from app.store import statements
-from app.store.engine import READONLY, waiting_for_lock
-from app.store.postgres import NOTIFY_SQL, PQTRANS_IDLE
-from app.store.records import JobRecord
-from app.store.sqlite import Prepared, db_time, translated_errors
-from app.store.storage import StorageHealth
 
 Backoff = Callable[[str, int], float]
 """(job type, retry_count) -> seconds until the retry."""
@@ -29,7 +28,7 @@ Backoff = Callable[[str, int], float]
 
 class Transactions:
     """Write and read transactions, the listeners of this process, and the
-    execution of ``app.store.statements`` (Core on PostgreSQL, compiled text
+    execution of ``jobdeck.store.statements`` (Core on PostgreSQL, compiled text
     at driver level on SQLite)."""
 
     def __init__(self, engine: Engine) -> None:
@@ -40,7 +39,7 @@ class Transactions:
         self._dead_listeners: list[Callable[[list[JobRecord]], None]] = []
         self._write_lock = threading.RLock() if self.sqlite else None
         self.storage = StorageHealth(engine, self._write_lock)
-        """Whether writes land now (``app.store.storage``): health and the sweeper ask it."""
+        """Whether writes land now (``jobdeck.store.storage``): health and the sweeper ask it."""
         self._decode: Callable[[Any], JobRecord] = JobRecord.from_sqlite if self.sqlite else JobRecord.from_columns
         """A job row as the dialect's path returns it, decoded."""
         self._autocommit: Engine | None = (
@@ -66,7 +65,7 @@ class Transactions:
         on a lock first: SQLite has one writer anyway, and one thread asking
         for the file's lock is enough. The holder of this lock waits for
         other processes' writers by asking for the file's write lock every
-        millisecond, up to busy_timeout (``app.store.engine.promptly``).
+        millisecond, up to busy_timeout (``jobdeck.store.engine.promptly``).
 
         ``urgent`` is for a small write that must not wait behind the others
         (a heartbeat: a drain's back-to-back acks must not delay the beat
@@ -158,7 +157,7 @@ class Transactions:
         BEGIN there, so a lone SELECT runs in its own implicit read
         transaction), errors raised as SQLAlchemy's. What a hot read needs
         when a Core read transaction costs more than the read
-        (``app.store.waiting.read_waiting``)."""
+        (``jobdeck.store.waiting.read_waiting``)."""
         if not self.sqlite:
             with self.alone() as db:
                 yield db
@@ -250,7 +249,7 @@ class Transactions:
 
     def _notify_other_processes(self, conn: Connection) -> None:
         """PostgreSQL: NOTIFY in the same transaction, so every process's
-        listener (``app.worker.listener``) hears of the job exactly when it is committed."""
+        listener (``jobdeck.worker.listener``) hears of the job exactly when it is committed."""
         if self.dialect == "postgresql":
             conn.exec_driver_sql(NOTIFY_SQL)
 

@@ -19,14 +19,13 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
+from jobdeck.core.states import State
+from jobdeck.jobs.unique import SCHEDULED, STATE_BITS
+from jobdeck.store import statements
+from jobdeck.store.models import jobs, status_in
+from jobdeck.store.records import JobRecord, NewJob
 from sqlalchemy import Connection, and_, bindparam, case, or_, select, update
 from sqlalchemy.sql.elements import ColumnElement
-
-from app.states import State
-from app.store import statements
-from app.store.models import jobs, status_in
-from app.store.records import JobRecord, NewJob
-from app.unique import SCHEDULED, STATE_BITS
 
 _NOW = statements.NOW
 _KEY = bindparam("key", type_=jobs.c.unique_key.type)

@@ -1,6 +1,6 @@
 """The maintenance loops' statements (after Oban's Lifeline and Pruner):
 marking silent workers gone, pruning finished jobs and old rows, and rolling
-finished attempts up into per-minute counters. ``app.maintenance.upkeep``
+finished attempts up into per-minute counters. ``jobdeck.maintenance.upkeep``
 decides when and with which settings; this module is how.
 
 Rescuing stalled jobs is a transition, so it stays on ``Store``
@@ -14,11 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, case, delete, func, literal_column, or_, select, update
-
-from app.states import AttemptOutcome, State
-from app.store import durations
-from app.store.models import (
+from jobdeck.core.states import AttemptOutcome, State
+from jobdeck.store import durations
+from jobdeck.store.models import (
     CANCELLED,
     INTERRUPTED,
     SNOOZED,
@@ -34,10 +32,11 @@ from app.store.models import (
     workers,
     workflows,
 )
-from app.store.statements import dialect_insert
+from jobdeck.store.statements import dialect_insert
+from sqlalchemy import and_, case, delete, func, literal_column, or_, select, update
 
 if TYPE_CHECKING:
-    from app.store import Store
+    from jobdeck.store import Store
 
 STATS_MARK = "stats_minutely"
 """The ``maintenance_marks`` key of the roll-up's watermark: minutes before
@@ -279,7 +278,7 @@ def stats_since(store: Store, since: datetime, job_type: str | None = None) -> l
 class TypeHealth:
     """One job type over a window, from the per-minute counters: attempts
     completed and failed (failed, timed out or stalled), jobs that went
-    dead, and the run-time histogram (``app.store.durations``)."""
+    dead, and the run-time histogram (``jobdeck.store.durations``)."""
 
     type: str
     completed: int

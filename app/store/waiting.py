@@ -1,4 +1,4 @@
-"""The reads behind "why is it waiting?" (``app.waiting``): what holds jobs
+"""The reads behind "why is it waiting?" (``jobdeck.jobs.waiting``): what holds jobs
 back, read once per request however many jobs are shown.
 
 Everything here is small by construction: running jobs are few (the status
@@ -16,12 +16,11 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
+from jobdeck.store import statements
+from jobdeck.store.lifecycle import Store
+from jobdeck.store.models import attempts, jobs, workers
+from jobdeck.store.sqlite import Prepared, parse_time
 from sqlalchemy import func, literal_column, null, select, union_all
-
-from app.store import statements
-from app.store.lifecycle import Store
-from app.store.models import attempts, jobs, workers
-from app.store.sqlite import Prepared, parse_time
 
 RECENT_ATTEMPTS = 1000
 """How many of the newest finished attempts are looked through for an
@@ -113,5 +112,5 @@ def read_waiting(store: Store, cutoff: datetime, finished_types: Collection[str]
 
 
 def _as_given(value: Any) -> Any:
-    """PostgreSQL's times at driver level: aware, in the session's UTC (``app.store.engine``)."""
+    """PostgreSQL's times at driver level: aware, in the session's UTC (``jobdeck.store.engine``)."""
     return value

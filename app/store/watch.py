@@ -1,4 +1,4 @@
-"""The SQLite commit watcher's two reads (``app.worker.commit_watch``): has
+"""The SQLite commit watcher's two reads (``jobdeck.worker.commit_watch``): has
 another connection committed, and is a job this pool could claim due now.
 Both run on the watcher's own plain ``sqlite3`` connection."""
 
@@ -8,14 +8,13 @@ import sqlite3
 from datetime import datetime
 from functools import lru_cache
 
+from jobdeck.store import statements
+from jobdeck.store.sqlite import Compiled, db_time
 from sqlalchemy import literal_column
-
-from app.store import statements
-from app.store.sqlite import Compiled, db_time
 
 DATA_VERSION = "PRAGMA data_version"
 """Changes whenever another connection commits to the file; costs a look at
-the WAL index in shared memory (``app.worker.commit_watch``)."""
+the WAL index in shared memory (``jobdeck.worker.commit_watch``)."""
 
 
 def data_version(conn: sqlite3.Connection) -> int:

@@ -4,9 +4,8 @@ process that only works jobs (``jobdeck worker``) would otherwise import."""
 
 from __future__ import annotations
 
+from jobdeck.core.validation import INT64_MAX
 from werkzeug.routing import IntegerConverter, Map, PathConverter
-
-from app.validation import INT64_MAX
 
 
 class IdConverter(IntegerConverter):

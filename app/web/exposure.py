@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from app.config import Config
+from jobdeck.core.config import Config
 
 EXPOSURE_CHECKS: list[Callable[[Config], str | None]] = []
 """Further checks other parts add; each returns a problem or None."""
@@ -23,7 +23,7 @@ def exposure_problem(config: Config) -> str | None:
             f"bind: refusing to listen on {config.bind} (not loopback) with no api_token configured; "
             "set JOBDECK_API_TOKEN or bind to 127.0.0.1"
         )
-    from app.web.dashboard.auth import exposure_problem as dashboard_problem
+    from jobdeck.web.dashboard.auth import exposure_problem as dashboard_problem
 
     for check in (dashboard_problem, *EXPOSURE_CHECKS):
         problem = check(config)

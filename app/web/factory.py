@@ -1,6 +1,6 @@
 """The application factory: ``create_app`` builds the Flask app (API,
 dashboard, error answers, security headers) around a deck and starts
-nothing; ``app.runtime.Runtime`` starts the worker pool and the scheduler,
+nothing; ``jobdeck.runtime.Runtime`` starts the worker pool and the scheduler,
 once per process. Imported as ``app.create_app``."""
 
 from __future__ import annotations
@@ -13,15 +13,14 @@ from typing import Any
 
 from flask import Flask, jsonify, render_template, request
 from htmx_flask import Htmx
+from jobdeck.core.config import Config, load
+from jobdeck.core.errors import JobdeckError
+from jobdeck.core.validation import fits_id, max_body_bytes
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import Registry
+from jobdeck.web.converters import IdConverter, NamePathConverter
 from sqlalchemy import exc as sa_exc
 from werkzeug.exceptions import HTTPException, NotFound
-
-from app.config import Config, load
-from app.deck import Jobdeck
-from app.errors import JobdeckError
-from app.handlers import Registry
-from app.validation import fits_id, max_body_bytes
-from app.web.converters import IdConverter, NamePathConverter
 
 log = logging.getLogger("jobdeck.web")
 _PACKAGE = Path(__file__).resolve().parents[1]
@@ -42,7 +41,7 @@ def create_app(
 
     # A wheel carries templates/ and static/ inside the package; a checkout keeps them beside it.
     assets = _PACKAGE if (_PACKAGE / "templates").is_dir() else _PACKAGE.parent
-    app = Flask("app", template_folder=assets / "templates", static_folder=assets / "static")
+    app = Flask("jobdeck", template_folder=assets / "templates", static_folder=assets / "static")
     app.url_map.converters["int"] = IdConverter  # before any route: ids beyond BIGINT match none
     app.url_map.converters["path"] = NamePathConverter  # names with a line break reach their views
     app.config["SECRET_KEY"] = config.secret_key or secrets.token_hex(32)
@@ -51,21 +50,21 @@ def create_app(
     app.wsgi_app = _under_request_timeouts(app.wsgi_app, deck)  # type: ignore[method-assign]
     Htmx(app)
 
-    from app.web.api import artifacts, effects, errors, jobs, logs, queues
-    from app.web.dashboard import artifacts as dashboard_artifacts
-    from app.web.dashboard import logs as dashboard_logs
-    from app.web.dashboard import schedule_edit, schedules
+    from jobdeck.web.api import artifacts, effects, errors, jobs, logs, queues
+    from jobdeck.web.dashboard import artifacts as dashboard_artifacts
+    from jobdeck.web.dashboard import logs as dashboard_logs
+    from jobdeck.web.dashboard import schedule_edit, schedules
 
     for blueprint in (jobs.bp, effects.bp, queues.bp, schedules.bp, schedules.api_bp, schedule_edit.bp,
                       schedule_edit.api_bp, artifacts.bp, errors.bp, logs.bp):  # fmt: skip
         app.register_blueprint(blueprint)
     app.register_blueprint(dashboard_artifacts.bp)
-    from app.web import metrics
+    from jobdeck.web import metrics
 
     app.register_blueprint(metrics.bp)
     app.register_blueprint(dashboard_logs.bp)
 
-    from app.web import dashboard
+    from jobdeck.web import dashboard
 
     dashboard.init_app(app)
     _register_errors(app)
@@ -103,7 +102,7 @@ def _register_errors(app: Flask) -> None:
     def _jobdeck_error(exc: JobdeckError) -> Any:
         if _wants_json():
             return jsonify(exc.to_dict()), exc.status_code
-        from app.web.dashboard.views import error_response
+        from jobdeck.web.dashboard.views import error_response
 
         return error_response(str(exc), exc.status_code)
 
@@ -141,7 +140,7 @@ def _register_errors(app: Flask) -> None:
             response = jsonify({"error": outage.message, "cause": outage.cause})
             response.status_code = outage.status
         elif request.headers.get("HX-Request"):
-            from app.web.dashboard.views import error_response
+            from jobdeck.web.dashboard.views import error_response
 
             response = error_response(outage.message, outage.status)
         else:

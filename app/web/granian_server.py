@@ -2,7 +2,7 @@
 runs it when ``http_server = "granian"``.
 
 granian reads, parses and writes HTTP in Rust, outside the GIL. The app is
-served through granian's RSGI interface (``app.web.buffered_wsgi``): a
+served through granian's RSGI interface (``jobdeck.web.buffered_wsgi``): a
 request's body is read on granian's event loop, within
 ``http_body_timeout``, and only then does the WSGI call take one of
 ``http_threads`` threads, so slow clients hold no thread. Idle
@@ -24,7 +24,7 @@ when the worker's serve loop returns) stops the runtime with
 ``shutdown_grace``: running jobs finish or are released. The supervisor
 waits ``shutdown_grace`` plus ``KILL_MARGIN`` seconds before it kills the
 worker. A second signal is passed on too: the worker releases its
-running jobs at once, as with waitress (``app.shutdown``). The runtime's
+running jobs at once, as with waitress (``jobdeck.shutdown``). The runtime's
 grace is counted from the first signal, so the whole stop fits in
 ``shutdown_grace`` when the requests in progress end promptly.
 
@@ -52,8 +52,8 @@ import time
 from functools import partial
 from typing import Any
 
-from app.config import Config
-from app.shutdown import leave_stuck_threads
+from jobdeck.core.config import Config
+from jobdeck.shutdown import leave_stuck_threads
 
 log = logging.getLogger("jobdeck.http")
 
@@ -72,8 +72,7 @@ def serve(config: Config) -> None:
     from granian.constants import Interfaces, Loops
     from granian.http import HTTP1Settings
     from granian.server import MPServer
-
-    from app.web.server import connection_limit
+    from jobdeck.web.server import connection_limit
 
     class Supervisor(MPServer):
         def signal_handler_interrupt(self, *args: Any, **kwargs: Any) -> None:
@@ -86,7 +85,7 @@ def serve(config: Config) -> None:
             super().signal_handler_interrupt(*args, **kwargs)  # type: ignore[no-untyped-call]
 
         def shutdown(self, exit_code: int = 0) -> None:
-            from app.runtime import EXIT_UNHEALTHY
+            from jobdeck.runtime import EXIT_UNHEALTHY
 
             codes = [getattr(w.inner, "exitcode", None) for w in self.wrks]
             if EXIT_UNHEALTHY in codes:
@@ -149,9 +148,9 @@ def _load(config: Config, deadline: Any, _target: str) -> Any:
     leaves the supervisor's process group, so a terminal's Ctrl-C reaches
     the supervisor alone (which passes on the first and second signal), and
     dies with the supervisor (``_die_with_parent``)."""
-    from app import create_app
-    from app.runtime import Runtime
-    from app.web.buffered_wsgi import BufferedWsgi
+    from jobdeck import create_app
+    from jobdeck.runtime import Runtime
+    from jobdeck.web.buffered_wsgi import BufferedWsgi
 
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)

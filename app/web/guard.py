@@ -20,12 +20,12 @@ The rules, in order, for every API route but ``/api/health`` and
    a signed-in viewer may read, only an operator may act (403 otherwise), and
    without a session the answer is 401. So a viewer cannot do through the
    API what the dashboard refuses; scripts use the token. Mounted in a host
-   Flask app (``app.embed``), the host's ``current_role`` is the role here.
+   Flask app (``jobdeck.embed``), the host's ``current_role`` is the role here.
 4. With an ``api_token`` configured and no users, the token is required (401).
 5. With neither (an open deployment), the call proceeds if it comes from
    this machine (a loopback client address) and is addressed to it (a
    loopback ``Host`` or one in ``allowed_hosts``), and is refused with 403
-   otherwise: the start-up check (``app.web.exposure``) trusts ``bind``, which
+   otherwise: the start-up check (``jobdeck.web.exposure``) trusts ``bind``, which
    another WSGI server may not honour, so the open API also checks the peer;
    and a page that rebinds its own name to 127.0.0.1 comes from a loopback
    peer, same-origin, but names its own host (``rebinding_problem``).
@@ -38,8 +38,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from flask import current_app, jsonify, request
-
-from app.config import is_loopback_host
+from jobdeck.core.config import is_loopback_host
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SAME_ORIGIN_FETCH_SITES = frozenset({"same-origin", "none"})
@@ -61,7 +60,7 @@ def authenticate(public_endpoints: set[str]) -> Any:
         problem = cross_site_problem()
         if problem:
             return _refuse(problem, 403)
-    from app.web.dashboard.auth import current_user, settings
+    from jobdeck.web.dashboard.auth import current_user, settings
 
     if not settings().open_access:
         user = current_user()

@@ -1,7 +1,7 @@
 """``GET /metrics``: Jobdeck's figures in the Prometheus exposition format.
 
 A custom ``prometheus_client`` collector reads the figures at scrape time
-from what the dashboard already keeps (``app.store.metrics`` says which
+from what the dashboard already keeps (``jobdeck.store.metrics`` says which
 reads, none of them a pass over the jobs table):
 
 - ``jobdeck_jobs{state,queue}`` (gauge): waiting and running jobs per queue
@@ -27,7 +27,7 @@ two, see ``jobdeck_stats_rolled_up_timestamp_seconds``). The histogram's
 buckets are the roll-up's own edges (one per doubling from 1 ms), and its
 ``_sum`` is estimated from each bucket's middle (within about 19%).
 
-Access is the API's (``app.web.guard.authenticate``): the bearer token, a
+Access is the API's (``jobdeck.web.guard.authenticate``): the bearer token, a
 dashboard session, or, in an open deployment, a client on this machine.
 """
 
@@ -37,13 +37,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from flask import Blueprint, Response, current_app
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-
-from app.clock import offset_of
-from app.states import State
-from app.store import durations
-from app.store.metrics import (
+from jobdeck.core.clock import offset_of
+from jobdeck.core.states import State
+from jobdeck.store import durations
+from jobdeck.store.metrics import (
     ACTIVE_STATES,
     SCHEDULED,
     active_by_queue,
@@ -55,7 +52,9 @@ from app.store.metrics import (
     schedule_names,
     type_totals,
 )
-from app.web.guard import authenticate
+from jobdeck.web.guard import authenticate
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 bp = Blueprint("metrics", __name__)
 
@@ -129,7 +128,7 @@ class JobdeckCollector:
         yield from self._schedules(deck, store)
 
     def _clocks(self, deck: Any, pools: list[Any]) -> Iterator[Metric]:
-        """PostgreSQL: how far each host's clock is off the database's (``app.clock``)."""
+        """PostgreSQL: how far each host's clock is off the database's (``jobdeck.core.clock``)."""
         offset = offset_of(deck.clock)
         if offset is not None:
             yield GaugeMetricFamily(

@@ -11,12 +11,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from flask import current_app, g, has_request_context
-
-from app.states import priority_label
-from app.store import AttemptRecord, JobRecord
-from app.store.artifacts import ArtifactInfo
-from app.store.graph import BatchRecord, WorkflowGraph, WorkflowRecord
-from app.waiting import Situation, WaitingReasons, for_deck, situation_loader
+from jobdeck.core.states import priority_label
+from jobdeck.jobs.waiting import Situation, WaitingReasons, for_deck, situation_loader
+from jobdeck.store import AttemptRecord, JobRecord
+from jobdeck.store.artifacts import ArtifactInfo
+from jobdeck.store.graph import BatchRecord, WorkflowGraph, WorkflowRecord
 
 
 def iso(value: datetime | None) -> str | None:
@@ -63,7 +62,7 @@ def job_json(job: JobRecord, now: datetime, attempts: list[AttemptRecord] | None
         "batch_id": job.batch_id,
         "step": job.step,
     }
-    if job.omitted:  # a list bounded by bytes left these out (``app.store.listing``)
+    if job.omitted:  # a list bounded by bytes left these out (``jobdeck.store.listing``)
         data.update(dict.fromkeys(job.omitted), omitted=list(job.omitted))
     reasons = request_waiting()
     if reasons is not None:
@@ -154,7 +153,7 @@ def batch_json(batch: BatchRecord) -> dict[str, Any]:
 
 
 class SharedRead:
-    """One "why is it waiting?" read (``app.waiting.situation_loader``) for
+    """One "why is it waiting?" read (``jobdeck.jobs.waiting.situation_loader``) for
     every enqueue answer that asks while it is in flight (a single flight).
 
     Each answer to ``POST /api/jobs`` reads the running jobs and the live
@@ -199,7 +198,7 @@ def enqueue_waiting(now: datetime) -> None:
 
 
 def request_waiting() -> WaitingReasons | None:
-    """This request's "why is it waiting?" reasons (``app.waiting``), made
+    """This request's "why is it waiting?" reasons (``jobdeck.jobs.waiting``), made
     once per request so a list of jobs reads the store once; None outside a
     request (the CLI's ``show``), where job JSON has no ``waiting_reason``."""
     if not has_request_context():

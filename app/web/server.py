@@ -18,7 +18,7 @@ after its first byte is answered 408 and its connection closed
 read the chunked body and answer the request smuggled after it.
 
 The loop runs on its own thread; the main thread waits for signals
-(``app.shutdown``) and stops it through waitress's trigger, so the stop
+(``jobdeck.shutdown``) and stops it through waitress's trigger, so the stop
 runs inside the loop, between two polls, never as an exception.
 """
 
@@ -31,12 +31,11 @@ import threading
 import time
 from typing import Any
 
+from jobdeck.core.config import Config
+from jobdeck.core.validation import max_body_bytes
 from waitress import create_server, wasyncore
 from waitress.channel import HTTPChannel
 from waitress.parser import HTTPRequestParser, ParsingError
-
-from app.config import Config
-from app.validation import max_body_bytes
 
 log = logging.getLogger("jobdeck.http")
 

@@ -20,12 +20,12 @@ from datetime import datetime
 from functools import partial
 from pathlib import Path
 
-from app.store import JobRecord, Outcome
-from app.store.engine import before_lock_wait
-from app.store.faults import is_transient, storable_text
-from app.worker.results import first_line
-from app.worker.shared import PoolShared, log
-from app.worker.spool import AckSpool, orphans
+from jobdeck.store import JobRecord, Outcome
+from jobdeck.store.engine import before_lock_wait
+from jobdeck.store.faults import is_transient, storable_text
+from jobdeck.worker.results import first_line
+from jobdeck.worker.shared import PoolShared, log
+from jobdeck.worker.spool import AckSpool, orphans
 
 ADOPT_EVERY = 1.0
 """Seconds between looks for outcomes kept by stopped pools, while idle."""
@@ -102,7 +102,7 @@ class Acknowledging(PoolShared):
 
     def adopt_kept_once(self, now: datetime | None = None, retry: bool = True) -> int:
         """Write the outcomes that stopped pools on this host kept because
-        they could not write them (``app.worker.spool``), as their workers'
+        they could not write them (``jobdeck.worker.spool``), as their workers'
         (fenced: one rescued meanwhile is refused). Returns how many."""
         adopted = 0
         for orphan in orphans(self._spool_folder, own=self._spool.path if self._spool is not None else None):

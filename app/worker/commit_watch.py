@@ -14,7 +14,7 @@ claimed by a ``worker`` process within milliseconds instead of at its next
 the version too) never send this pool into an empty claim that would take
 the write lock for nothing.
 
-Like the PostgreSQL listener (``app.worker.listener``) it is only an accelerator:
+Like the PostgreSQL listener (``jobdeck.worker.listener``) it is only an accelerator:
 the pool still polls every ``poll_interval``, so if the watcher fails,
 jobs still start, just later.
 """
@@ -28,11 +28,11 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from app.store.watch import claimable_due, data_version
+from jobdeck.store.watch import claimable_due, data_version
 
 if TYPE_CHECKING:
-    from app.deck import Jobdeck
-    from app.worker.pool import WorkerPool
+    from jobdeck.deck import Jobdeck
+    from jobdeck.worker.pool import WorkerPool
 
 log = logging.getLogger("jobdeck.commit_watch")
 

@@ -28,8 +28,8 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime
 
-from app.clock import since_boot
-from app.store import JobRecord
+from jobdeck.core.clock import since_boot
+from jobdeck.store import JobRecord
 
 LEASE_LOST = "lease lost"
 """``ctx.cancel_reason`` when the pool lost its lease."""

@@ -1,4 +1,4 @@
-"""The pool's heartbeats and its lease (``app.worker.lease``): the beats that
+"""The pool's heartbeats and its lease (``jobdeck.worker.lease``): the beats that
 tell every process this one is alive, the watch that acts when they stop
 landing, and the jobs given back once they land again.
 
@@ -20,12 +20,12 @@ from __future__ import annotations
 import threading
 from datetime import datetime
 
-from app.clock import DatabaseClock, since_boot
-from app.store import PoolBeat
-from app.store.timekeeping import record_late_beat
-from app.worker.lease import LEASE_LOST, SetAside
-from app.worker.results import first_line
-from app.worker.shared import PoolShared, log
+from jobdeck.core.clock import DatabaseClock, since_boot
+from jobdeck.store import PoolBeat
+from jobdeck.store.timekeeping import record_late_beat
+from jobdeck.worker.lease import LEASE_LOST, SetAside
+from jobdeck.worker.results import first_line
+from jobdeck.worker.shared import PoolShared, log
 
 BEATS_IN_FLIGHT = 4
 """At most this many heartbeats of one pool wait on the database at once."""

@@ -1,7 +1,7 @@
 """Cross-process wake-up on PostgreSQL: LISTEN/NOTIFY.
 
 Every transaction that makes a job claimable (enqueue, retry, release, run now) also
-issues ``NOTIFY jobdeck_jobs`` (``app.store.postgres``);
+issues ``NOTIFY jobdeck_jobs`` (``jobdeck.store.postgres``);
 PostgreSQL delivers it at commit, to every listening session, once per
 transaction however many jobs it inserted. Each process runs one
 ``Listener``: a thread on its own psycopg connection (not from the
@@ -23,12 +23,11 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from jobdeck.store.postgres import CHANNEL, listen_sql
 from sqlalchemy.engine import URL, make_url
 
-from app.store.postgres import CHANNEL, listen_sql
-
 if TYPE_CHECKING:
-    from app.deck import Jobdeck
+    from jobdeck.deck import Jobdeck
 
 log = logging.getLogger("jobdeck.notify")
 

@@ -1,4 +1,4 @@
-"""The pool's side of per-job logs (``app.joblogs``): each attempt gets a
+"""The pool's side of per-job logs (``jobdeck.jobs.joblogs``): each attempt gets a
 buffer, the monitor writes the buffers that have lines every
 ``[logs] flush_interval`` seconds, and what is left when the handler
 returns rides with the outcome: the acker writes the lines of its whole
@@ -17,11 +17,11 @@ import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
-from app.joblogs import AttemptLog, Pending, install_capture
-from app.store import JobRecord
-from app.store.joblogs import append_lines, append_many
-from app.worker.results import first_line
-from app.worker.shared import PoolShared, Slot, log
+from jobdeck.jobs.joblogs import AttemptLog, Pending, install_capture
+from jobdeck.store import JobRecord
+from jobdeck.store.joblogs import append_lines, append_many
+from jobdeck.worker.results import first_line
+from jobdeck.worker.shared import PoolShared, Slot, log
 
 _NOT_CAPTURING = nullcontext()
 

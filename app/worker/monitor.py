@@ -10,12 +10,11 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
+from jobdeck.store import Outcome
+from jobdeck.worker.logs import Logging
+from jobdeck.worker.results import first_line
+from jobdeck.worker.shared import Slot, log
 from sqlalchemy.exc import DBAPIError, OperationalError
-
-from app.store import Outcome
-from app.worker.logs import Logging
-from app.worker.results import first_line
-from app.worker.shared import Slot, log
 
 
 class Monitoring(Logging):

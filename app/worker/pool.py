@@ -7,8 +7,8 @@ Every loop waits on an event, so ``stop`` is prompt; each loop body is a
 ``*_once`` method that tests can call directly.
 
 This module holds the lifecycle, the fetcher and the executors; the acker is
-``app.worker.acks``, the monitor ``app.worker.monitor``, and the state they
-share ``app.worker.shared``.
+``jobdeck.worker.acks``, the monitor ``jobdeck.worker.monitor``, and the state they
+share ``jobdeck.worker.shared``.
 """
 
 from __future__ import annotations
@@ -24,23 +24,24 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from app import forks, health
-from app.clock import since_boot
-from app.config import non_retryable
-from app.crashpoints import crash_point
-from app.deck import Jobdeck
-from app.errors import Cancelled, DeadLetter
-from app.handlers import JobContext
-from app.snooze import InvalidSnooze, Snooze, max_snoozes, seconds_of
-from app.store import JobRecord, Outcome
-from app.store.faults import is_transient
-from app.worker.acks import Acknowledging
-from app.worker.lease import LEASE_LOST, Lease, SetAside
-from app.worker.leasing import Leasing
-from app.worker.monitor import Monitoring
-from app.worker.results import awaited, first_line, format_traceback, storable_result
-from app.worker.shared import RETRY_CAP, STOP_MARGIN, Slot, log
-from app.worker.spool import AckSpool
+from jobdeck import health
+from jobdeck.core import forks
+from jobdeck.core.clock import since_boot
+from jobdeck.core.config import non_retryable
+from jobdeck.core.crashpoints import crash_point
+from jobdeck.core.errors import Cancelled, DeadLetter
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import JobContext
+from jobdeck.jobs.snooze import InvalidSnooze, Snooze, max_snoozes, seconds_of
+from jobdeck.store import JobRecord, Outcome
+from jobdeck.store.faults import is_transient
+from jobdeck.worker.acks import Acknowledging
+from jobdeck.worker.lease import LEASE_LOST, Lease, SetAside
+from jobdeck.worker.leasing import Leasing
+from jobdeck.worker.monitor import Monitoring
+from jobdeck.worker.results import awaited, first_line, format_traceback, storable_result
+from jobdeck.worker.shared import RETRY_CAP, STOP_MARGIN, Slot, log
+from jobdeck.worker.spool import AckSpool
 
 __all__ = ["RETRY_CAP", "STOP_MARGIN", "WorkerPool", "new_worker_id"]
 
@@ -86,7 +87,7 @@ class WorkerPool(Acknowledging, Monitoring, Leasing):
         self.max_result_bytes = cfg.max_result_bytes
         self.on_unhealthy = on_unhealthy
         """Called once, from the monitor thread, when the pool turns unhealthy
-        (``app.runtime`` uses it for ``exit_when_unhealthy``)."""
+        (``jobdeck.runtime`` uses it for ``exit_when_unhealthy``)."""
 
         # SimpleQueue: its put is one C call; Queue's took a lock and a
         # Condition notify per job, a seventh of the PostgreSQL drain's Python time.
@@ -156,7 +157,7 @@ class WorkerPool(Acknowledging, Monitoring, Leasing):
                  extra={"event": "worker.started", "worker_id": self.worker_id, "threads": self.threads})  # fmt: skip
 
     def _reserve_spool(self) -> None:
-        """Reserve the file for outcomes that never land (``app.worker.spool``)
+        """Reserve the file for outcomes that never land (``jobdeck.worker.spool``)
         and write what stopped pools on this host kept, once: the acker
         retries if the database refuses now."""
         spool = AckSpool(self._spool_folder, self.worker_id)

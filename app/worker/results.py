@@ -11,7 +11,7 @@ import traceback
 from collections.abc import Awaitable
 from typing import Any
 
-from app.validation import check_result_size
+from jobdeck.core.validation import check_result_size
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 """As the store writes a result."""

@@ -3,9 +3,9 @@ queues between the fetcher, the executors and the acker, and the few steps
 every loop takes (the room to claim into, a retried write, the health check).
 
 ``WorkerPool`` is built from ``PoolShared`` and its parts: ``Acknowledging``
-(``app.worker.acks``: outcomes written in batches, with the refill) and
-``Monitoring`` (``app.worker.monitor``: timeouts, heartbeats, shedding and
-health), on ``Logging`` (``app.worker.logs``: the attempts' log buffers). The state is declared here once and set in ``WorkerPool.__init__``.
+(``jobdeck.worker.acks``: outcomes written in batches, with the refill) and
+``Monitoring`` (``jobdeck.worker.monitor``: timeouts, heartbeats, shedding and
+health), on ``Logging`` (``jobdeck.worker.logs``: the attempts' log buffers). The state is declared here once and set in ``WorkerPool.__init__``.
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.joblogs import AttemptLog
+from jobdeck.store import JobRecord, Outcome, Store
+from jobdeck.store.faults import Outage
+from jobdeck.worker.lease import CancelSignal, Lease, SetAside
 from sqlalchemy.exc import DisconnectionError
-
-from app.deck import Jobdeck
-from app.joblogs import AttemptLog
-from app.store import JobRecord, Outcome, Store
-from app.store.faults import Outage
-from app.worker.lease import CancelSignal, Lease, SetAside
 
 log = logging.getLogger("jobdeck.worker")
 T = TypeVar("T")
@@ -90,7 +89,7 @@ class PoolShared:
     _give_up_at: float | None
     _cancel_before_start: set[int]
     lease: Lease
-    """This pool's lease on its jobs (``app.worker.lease``)."""
+    """This pool's lease on its jobs (``jobdeck.worker.lease``)."""
     _set_aside: list[SetAside]
     """Jobs held but neither run nor acknowledged while the lease is lost."""
     _holding: set[int]
@@ -101,7 +100,7 @@ class PoolShared:
     _unlanded: dict[int, Outcome]
     """Outcomes taken for writing that have not landed (``Acknowledging.flush_acks_once``)."""
     flush_outcome_logs: Callable[[list[Any]], int]
-    """``app.worker.logs.Logging``'s: the acker writes its batch's log lines with it."""
+    """``jobdeck.worker.logs.Logging``'s: the acker writes its batch's log lines with it."""
 
     def cancel_running(self, job_ids: list[int], held: bool = False, reason: str = "cancelled") -> list[int]:
         """Tell the handlers of these jobs that they were cancelled (set
@@ -136,7 +135,7 @@ class PoolShared:
 
     def _retrying(self, fn: Callable[[], T]) -> T:
         """Run a store write until it succeeds, retrying only what can
-        succeed on a later try (``app.store.faults.outage_of``): an outcome is
+        succeed on a later try (``jobdeck.store.faults.outage_of``): an outcome is
         never dropped because the database was briefly unreachable, full or
         read-only, and an error that can never succeed (a value the database
         refuses) is raised at once instead of wedging the pool. While a write

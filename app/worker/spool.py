@@ -31,7 +31,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from app.store import Outcome
+from jobdeck.store import Outcome
 
 log = logging.getLogger("jobdeck.worker")
 

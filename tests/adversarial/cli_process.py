@@ -65,7 +65,7 @@ def write_config(tmp_path: Path, **values: Any) -> Path:
 
 
 class JobdeckProcess:
-    """``python -m app.cli <command>`` with its own config, stdout and stderr
+    """``python -m jobdeck.cli <command>`` with its own config, stdout and stderr
     in files (read them with ``out`` and ``err``)."""
 
     def __init__(
@@ -89,7 +89,7 @@ class JobdeckProcess:
         self.stderr = tmp_path / f"{name}.err"
         with self.stdout.open("wb") as out, self.stderr.open("wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=env, stdout=out, stderr=err,
+                [sys.executable, "-m", "jobdeck.cli", *args], cwd=ROOT, env=env, stdout=out, stderr=err,
                 preexec_fn=preexec_fn,
             )  # fmt: skip
 

@@ -15,8 +15,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from app.handlers import JobContext, Registry
-from app.handlers import registry as default_registry
+from jobdeck.jobs.handlers import JobContext, Registry
+from jobdeck.jobs.handlers import registry as default_registry
 
 MARK = "outage.mark"
 

@@ -60,9 +60,9 @@ def test_a_hostile_schedule_health_message_is_judged_without_raising(deck, clock
 
 def test_the_real_rows_are_current_for_their_own_messages(deck, clock):
     """The fixture's rows, as a check: the hostile cases above ran against live state."""
-    from app.maintenance.alerts import ALERT_TYPE
-    from app.maintenance.thresholds import THRESHOLD_TYPE
-    from app.store import JobFilter
+    from jobdeck.maintenance.alerts import ALERT_TYPE
+    from jobdeck.maintenance.thresholds import THRESHOLD_TYPE
+    from jobdeck.store import JobFilter
 
     for job_type, judge in (
         (THRESHOLD_TYPE, deck.thresholds.superseded),

@@ -31,11 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jobdeck import create_app
+from jobdeck.deck import Jobdeck
+from jobdeck.web.api.openapi import document
 from live_server import running
-
-from app import create_app
-from app.deck import Jobdeck
-from app.web.api.openapi import document
 
 EXAMPLES = 10
 """Cases per operation in the fuzzing phase: one pass over every operation.

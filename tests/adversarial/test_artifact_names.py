@@ -14,16 +14,16 @@ from urllib.parse import quote, unquote
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from jobdeck import create_app
+from jobdeck.core.states import State
+from jobdeck.jobs.artifacts import InvalidArtifact, check_name
+from jobdeck.jobs.handlers import JobContext
+from jobdeck.store.artifacts import artifacts_of, get_artifact
+from jobdeck.store.models import job_artifacts
+from jobdeck.web.api.artifacts import content_disposition
+from jobdeck.worker.pool import WorkerPool
 from sqlalchemy import func, select
 
-from app import create_app
-from app.artifacts import InvalidArtifact, check_name
-from app.handlers import JobContext
-from app.states import State
-from app.store.artifacts import artifacts_of, get_artifact
-from app.store.models import job_artifacts
-from app.web.api.artifacts import content_disposition
-from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
 
 HOSTILE_NAMES = {

@@ -9,9 +9,8 @@ from __future__ import annotations
 import pytest
 from dashboard_support import HTMX
 from dashboard_support import post as dash_post
-
-from app.states import State
-from app.web.dashboard.actions import MAX_SELECTED
+from jobdeck.core.states import State
+from jobdeck.web.dashboard.actions import MAX_SELECTED
 
 CANCEL = "/actions/selected/cancel"
 BEYOND = [str(2**63), str(2**64), "9" * 40]

@@ -33,10 +33,10 @@ from typing import Any
 
 import pytest
 import requests
+from jobdeck.deck import Jobdeck
+from jobdeck.store import Outcome
 from sqlalchemy import text
 
-from app.deck import Jobdeck
-from app.store import Outcome
 from tests.adversarial.cli_process import JobdeckProcess, children, write_config
 
 pytestmark = [pytest.mark.backends, pytest.mark.slow]

@@ -3,7 +3,7 @@
 A host 90 s ahead used to rescue jobs that were alive on another host a
 second after they were claimed, and run them again at the same time; a
 rate limit, a unique period and cron fire times broke the same way. Every
-process now runs on the database's clock (``app.clock.DatabaseClock``). The
+process now runs on the database's clock (``jobdeck.core.clock.DatabaseClock``). The
 skew is injected: ``tests/skewed_host.py`` runs the real ``jobdeck worker``
 with its host clock moved, and the in-process tests build a deck on a
 ``DatabaseClock`` over a moved host clock. Each in-process test also runs
@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jobdeck.core.clock import DatabaseClock
+from jobdeck.deck import Jobdeck
+from jobdeck.store.models import attempts, jobs, schedule_runs, workers
+from jobdeck.store.timekeeping import database_time
 from sqlalchemy import select
 
-from app.clock import DatabaseClock
-from app.deck import Jobdeck
-from app.store.models import attempts, jobs, schedule_runs, workers
-from app.store.timekeeping import database_time
 from tests import skew_handlers
 from tests.conftest import wait_for
 from tests.worker_processes import stop
@@ -82,7 +82,7 @@ def test_a_worker_whose_clock_is_90_s_off_rescues_no_live_job(db_url, tmp_path, 
     )
     logs = [tmp_path / "normal.log", tmp_path / "skewed.log"]
     procs = [
-        _start(config, ["-m", "app.cli", "worker", "--log-level", "info"], logs[0]),
+        _start(config, ["-m", "jobdeck.cli", "worker", "--log-level", "info"], logs[0]),
         _start(config, ["tests/skewed_host.py", str(skew), "worker", "--log-level", "info"], logs[1]),
     ]
     runs = tmp_path / "runs.jsonl"
@@ -231,7 +231,8 @@ def test_the_offset_is_measured_warned_about_and_shown_on_the_workers_page_and_m
     runtime = deck.start(workers=1, scheduler=False)
     try:
         wait_for(lambda: _offsets(deck), timeout=10, message="the pool's offset recorded")
-        from app import create_app
+        from jobdeck import create_app
+
         from tests.dashboard_support import make_dash_app
 
         page = make_dash_app(deck).test_client().get("/workers").get_data(as_text=True)
@@ -247,7 +248,7 @@ def test_the_offset_is_measured_warned_about_and_shown_on_the_workers_page_and_m
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_on_sqlite_every_process_shares_the_host_clock(make_deck):
-    from app.clock import HostClock
+    from jobdeck.core.clock import HostClock
 
     deck = make_deck()
     assert isinstance(deck.clock, HostClock) and abs(deck.clock() - datetime.now(UTC)) < timedelta(seconds=1)
@@ -269,7 +270,7 @@ class Movable:
 
 def _live_pool_and_sweeper(make_deck, sweeper_clock, pool_clock, tmp_path):
     """A pool running three long jobs, and a second deck whose sweeper judges them."""
-    from app.worker.pool import WorkerPool
+    from jobdeck.worker.pool import WorkerPool
 
     settings = {"stall_timeout": 4.0, "heartbeat_interval": 0.5}
     pool_deck = make_deck(clock=pool_clock, **settings)
@@ -333,7 +334,7 @@ def test_a_step_of_the_host_clock_rescues_no_live_job_on_sqlite(make_deck, regis
     """One host, one clock: stepped 90 s forward, every heartbeat written before
     the step looks 90 s old. The sweeper sees the step against the boot clock
     and rescues nothing for a stall_timeout, while the pool beats on the new time."""
-    from app.clock import HostClock
+    from jobdeck.core.clock import HostClock
 
     skew_handlers.register(registry)
     host = Movable(lambda: datetime.now(UTC))

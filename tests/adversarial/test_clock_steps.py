@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 
-from app.maintenance.scheduler import SchedulerService
+from jobdeck.maintenance.scheduler import SchedulerService
+
 from tests.conftest import wait_for
 
 

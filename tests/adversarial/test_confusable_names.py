@@ -1,4 +1,4 @@
-"""Names that cannot be confused (``app.validation.check_name``).
+"""Names that cannot be confused (``jobdeck.core.validation.check_name``).
 
 Seven queues whose text all read "billing" were once listed on /queues, and
 pausing ``billing`` left the other six running; a decomposed "é" made a
@@ -20,14 +20,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from dashboard_support import make_dash_app, post
-
-from app.cli import main
-from app.config import ConfigError, load
-from app.deck import Jobdeck
-from app.errors import InvalidField
-from app.handlers import Registry
-from app.states import State
-from app.store import JobFilter, NewJob
+from jobdeck.cli import main
+from jobdeck.core.config import ConfigError, load
+from jobdeck.core.errors import InvalidField
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import Registry
+from jobdeck.store import JobFilter, NewJob
 
 LOOKALIKES = {
     "bill\u200bing": "U+200B ZERO WIDTH SPACE at position 5",

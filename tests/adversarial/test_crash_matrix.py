@@ -46,14 +46,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jobdeck.core.config import HTTP_SERVERS
+from jobdeck.core.states import EffectState, State
+from jobdeck.store import NewJob, Store
+from jobdeck.store.engine import make_engine
+from jobdeck.store.models import demo_charges, effects, jobs
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.config import HTTP_SERVERS
-from app.states import EffectState, State
-from app.store import NewJob, Store
-from app.store.engine import make_engine
-from app.store.models import demo_charges, effects, jobs
 from tests.adversarial.cli_process import children, exited
 from tests.conftest import wait_for
 
@@ -94,7 +94,7 @@ class Tally:
 
 
 class Cluster:
-    """``python -m app.cli serve`` (A) and ``python -m app.cli worker`` (B),
+    """``python -m jobdeck.cli serve`` (A) and ``python -m jobdeck.cli worker`` (B),
     started, killed and restarted one by one, each optionally armed with a
     crash point."""
 
@@ -126,7 +126,7 @@ class Cluster:
         self.logs.append(log)
         with log.open("wb") as fh:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "app.cli", *args, "--log-level", "warning"],
+                [sys.executable, "-m", "jobdeck.cli", *args, "--log-level", "warning"],
                 cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT,
             )  # fmt: skip
         self.procs[name] = proc

@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from jobdeck import create_app
+from jobdeck.deck import Jobdeck
 from live_server import served
 from websec_support import USERS, page_servers
 
-from app import create_app
-from app.deck import Jobdeck
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.e2e

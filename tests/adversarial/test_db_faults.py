@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jobdeck import create_app
+from jobdeck.deck import Jobdeck
+from jobdeck.worker.listener import Listener, conninfo
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
-from app import create_app
-from app.deck import Jobdeck
-from app.worker.listener import Listener, conninfo
 from tests.adversarial.outages import Outage
 from tests.conftest import wait_for
 from tests.pgtest import terminate_backends
@@ -95,7 +95,7 @@ def server(tmp_path: Path, db_url: str) -> Iterator[int]:
     )
     log = (tmp_path / "server.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--demo", "--bind", f"127.0.0.1:{port}", "--log-level", "warning"],
+        [sys.executable, "-m", "jobdeck.cli", "serve", "--demo", "--bind", f"127.0.0.1:{port}", "--log-level", "warning"],
         cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     client = Client(port)
@@ -361,12 +361,12 @@ def test_a_pooled_connection_whose_backend_was_terminated_is_replaced_at_checkou
     """No round trip is spent pinging a connection at checkout: a resting
     connection whose socket is quiet is handed out as it is, and one whose
     server spoke (a terminated backend's FATAL and close, as at a restart)
-    is pinged and replaced (``app.store.engine.quiet``). Every path: the
+    is pinged and replaced (``jobdeck.store.engine.quiet``). Every path: the
     driver-level single enqueue, Core's keyed enqueue, a read, the
     driver-level "why is it waiting?" read, a bulk."""
-    from app.store import engine
-    from app.store.engine import quiet
-    from app.store.waiting import read_waiting
+    from jobdeck.store import engine
+    from jobdeck.store.engine import quiet
+    from jobdeck.store.waiting import read_waiting
 
     monkeypatch.setattr(engine, "PING_AFTER_REST", 3600.0)  # the socket alone decides here
     deck = make_deck()
@@ -401,10 +401,9 @@ def test_a_pooled_connection_a_middlebox_forgot_is_pinged_after_its_rest(
     uses it, on the driver-level path and on Core's. Within its rest, a
     forgotten connection fails that one call as an outage (503), and takes
     the rest of the pool with it: the next call succeeds."""
+    from jobdeck.store import engine
+    from jobdeck.store.faults import is_unavailable
     from sqlalchemy.exc import DBAPIError
-
-    from app.store import engine
-    from app.store.faults import is_unavailable
 
     outage = Outage("postgres", db_url)
     try:
@@ -436,9 +435,8 @@ def test_the_driver_level_enqueue_raises_what_the_api_answers_503_for(
     terminated before the insert) fails the single enqueue as SQLAlchemy's
     error, an outage the API answers 503 and the pool retries, and the
     broken connection leaves the pool; the next enqueue succeeds."""
+    from jobdeck.store.faults import is_unavailable
     from sqlalchemy.exc import DBAPIError
-
-    from app.store.faults import is_unavailable
 
     deck = make_deck()
     deck.enqueue("demo.noop")

@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 from dashboard_support import HTMX
 from dashboard_support import post as dash_post
-
-from app.validation import MAX_JSON_DEPTH
+from jobdeck.core.validation import MAX_JSON_DEPTH
 
 pytestmark = pytest.mark.backends
 

@@ -21,11 +21,11 @@ from urllib.parse import urlsplit
 import pytest
 from dashboard_support import make_dead
 from embed_host import PREFIX, csrf_of, log_in, make_host
+from jobdeck.core.states import State
+from jobdeck.store.audit import list_audit
 from live_server import served
 from websec_support import page_servers
 
-from app.states import State
-from app.store.audit import list_audit
 from tests.conftest import wait_for
 
 

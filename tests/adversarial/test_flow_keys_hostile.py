@@ -1,4 +1,4 @@
-"""Hostile flow keys (``app.flow.encode_key``): whatever the payload holds
+"""Hostile flow keys (``jobdeck.jobs.flow.encode_key``): whatever the payload holds
 under a key path (NUL bytes, very long strings, nested objects, numbers that
 look like strings, deep nesting), the enqueue answers 201, the key is stored
 bounded and NUL-free on both databases, and each distinct value is its own
@@ -10,11 +10,10 @@ import json
 from typing import Any
 
 import pytest
+from jobdeck import create_app
+from jobdeck.jobs.flow import MAX_KEY_CHARS, encode_key
+from jobdeck.store.models import jobs
 from sqlalchemy import select
-
-from app import create_app
-from app.flow import MAX_KEY_CHARS, encode_key
-from app.store.models import jobs
 
 pytestmark = pytest.mark.backends
 

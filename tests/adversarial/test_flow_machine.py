@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
+from jobdeck.deck import Jobdeck
+from jobdeck.store import Outcome
+from jobdeck.store.models import attempts, flow_closed, flow_starts, jobs
 from sqlalchemy import delete
 
-from app.deck import Jobdeck
-from app.store import Outcome
-from app.store.models import attempts, flow_closed, flow_starts, jobs
 from tests.conftest import Clock
 
 pytestmark = pytest.mark.backends

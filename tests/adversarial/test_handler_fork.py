@@ -1,5 +1,5 @@
 """A handler that forks, in a real ``jobdeck worker`` process, on SQLite and
-PostgreSQL (``app.forks``).
+PostgreSQL (``jobdeck.core.forks``).
 
 A child that returns from the handler, calls ``sys.exit`` or raises used to
 run on forever as a second executor thread holding the parent's database
@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import Registry
 
-from app.deck import Jobdeck
-from app.handlers import Registry
-from app.states import State
 from tests import fork_handlers
 from tests.adversarial.cli_process import children
 from tests.conftest import wait_for

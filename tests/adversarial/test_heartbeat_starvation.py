@@ -16,7 +16,7 @@ A machine starved enough (the probe says so) can still keep a beat from
 landing for longer than the stall timeout; then the sweepers rescue that
 worker's jobs, as they must, and the test asks instead that the worker knew:
 any worker whose beat the observer saw older than half the stall timeout
-logged its late heartbeat (``app.worker.leasing``).
+logged its late heartbeat (``jobdeck.worker.leasing``).
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.store import NewJob, Store
+from jobdeck.store.engine import make_engine
+from jobdeck.store.models import attempts, jobs, workers
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.states import State
-from app.store import NewJob, Store
-from app.store.engine import make_engine
-from app.store.models import attempts, jobs, workers
 from tests.conftest import wait_for
 
 ROOT = Path(__file__).parents[2]
@@ -101,7 +101,7 @@ def test_heartbeats_keep_up_with_a_saturated_three_process_drain(tmp_path: Path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDECK_")}
     env.update(PYTHONPATH=str(ROOT), JOBDECK_CONFIG=str(config))
     logs = [tmp_path / f"worker{i}.log" for i in range(3)]
-    procs = [_spawn(["-m", "app.cli", "worker", "--log-level", "warning"], log, env) for log in logs]
+    procs = [_spawn(["-m", "jobdeck.cli", "worker", "--log-level", "warning"], log, env) for log in logs]
     hogs: list[subprocess.Popen[bytes]] = []
     engine = make_engine(url, pool_size=2)
     store = Store(engine)

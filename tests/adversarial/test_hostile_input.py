@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 from dashboard_support import HTMX, csrf_token, make_dead
 from dashboard_support import post as dash_post
-
-from app import create_app
-from app.validation import INT64_MAX, MAX_JSON_DEPTH
+from jobdeck import create_app
+from jobdeck.core.validation import INT64_MAX, MAX_JSON_DEPTH
 
 JOBS = "/api/jobs"
 BEYOND = [str(2**63), str(2**64), "9" * 40]
@@ -355,8 +354,7 @@ def test_integers_too_long_to_convert_are_422_everywhere(client, dash, deck, run
 def runner_env(tmp_path, monkeypatch) -> Any:
     """The CLI on its own SQLite file."""
     from click.testing import CliRunner
-
-    from app.cli import main
+    from jobdeck.cli import main
 
     monkeypatch.setenv("JOBDECK_DATABASE_URL", f"sqlite:///{tmp_path / 'cli.db'}")
     monkeypatch.setenv("JOBDECK_INSTANCE_PATH", str(tmp_path / "instance"))
@@ -392,7 +390,7 @@ def test_a_job_error_cannot_forge_a_log_line() -> None:
     """A handler's error text is user data; the server log keeps each record on one line."""
     import logging
 
-    from app.cli import OneLineFormatter
+    from jobdeck.cli import OneLineFormatter
 
     formatter = OneLineFormatter("%(levelname)s %(name)s: %(message)s")
     forged = "boom\n2026-12-01 11:20:00,000 INFO jobdeck.worker: FORGED\r\x1b[2K\x00"

@@ -20,13 +20,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from jobdeck.core.config import HTTP_SERVERS
+from jobdeck.core.states import State
+from jobdeck.store import NewJob, Store
+from jobdeck.store.engine import make_engine
+from jobdeck.store.models import workers
 from sqlalchemy import select
 
-from app.config import HTTP_SERVERS
-from app.states import State
-from app.store import NewJob, Store
-from app.store.engine import make_engine
-from app.store.models import workers
 from tests.adversarial.cli_process import JobdeckProcess, children, exited, write_config
 from tests.conftest import wait_for
 

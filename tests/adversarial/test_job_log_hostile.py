@@ -15,13 +15,13 @@ from contextlib import contextmanager
 
 import pytest
 from dashboard_support import make_dash_app
+from jobdeck import create_app
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.joblogs import MAX_LINE_CHARS, TRUNCATED
+from jobdeck.store.joblogs import lines_of
+from jobdeck.worker.pool import WorkerPool
 
-from app import create_app
-from app.deck import Jobdeck
-from app.joblogs import MAX_LINE_CHARS, TRUNCATED
-from app.states import State
-from app.store.joblogs import lines_of
-from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.backends
@@ -143,11 +143,11 @@ def test_hostile_heartbeat_lines(make_deck) -> None:
 
 CRASHING_WORKER = """
 import os, sys, time
-from app.config import load
-from app.deck import Jobdeck
-from app.handlers import Registry
-from app.store.joblogs import lines_of
-from app.worker.pool import WorkerPool
+from jobdeck.core.config import load
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import Registry
+from jobdeck.store.joblogs import lines_of
+from jobdeck.worker.pool import WorkerPool
 
 url, instance = sys.argv[1], sys.argv[2]
 config = load(path=None, env={}, overrides={"database_url": url, "instance_path": instance, "workers": 0,

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobdeck import create_app
+from jobdeck.core.states import State
+from jobdeck.jobs.handlers import Registry
+from jobdeck.worker.pool import WorkerPool
 from sqlalchemy import text
 
-from app import create_app
-from app.handlers import Registry
-from app.states import State
-from app.worker.pool import WorkerPool
 from tests.conftest import wait_for
 from tests.dashboard_support import make_dash_app
 

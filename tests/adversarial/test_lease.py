@@ -1,4 +1,4 @@
-"""A pool that cannot heartbeat knows its lease is going (``app.worker.lease``).
+"""A pool that cannot heartbeat knows its lease is going (``jobdeck.worker.lease``).
 
 The database goes away for real (PostgreSQL: every connection of the test
 relayed, then dropped and refused; SQLite: another process holds the write
@@ -16,11 +16,11 @@ import time
 from datetime import timedelta
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.worker.lease import LEASE_LOST
+from jobdeck.worker.pool import WorkerPool
 
-from app.deck import Jobdeck
-from app.states import State
-from app.worker.lease import LEASE_LOST
-from app.worker.pool import WorkerPool
 from tests import skew_handlers
 from tests.adversarial.outages import Outage
 from tests.conftest import wait_for

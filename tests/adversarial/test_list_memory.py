@@ -17,9 +17,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from jobdeck.core.config import load
+from jobdeck.deck import Jobdeck
 
-from app.config import load
-from app.deck import Jobdeck
 from tests.adversarial.cli_process import JobdeckProcess, children, write_config
 
 pytestmark = pytest.mark.slow

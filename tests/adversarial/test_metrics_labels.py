@@ -11,13 +11,12 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from jobdeck import create_app
+from jobdeck.store import durations
+from jobdeck.store.models import stats_totals
+from jobdeck.web.metrics import label
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import insert
-
-from app import create_app
-from app.store import durations
-from app.store.models import stats_totals
-from app.web.metrics import label
 
 pytestmark = pytest.mark.backends
 
@@ -43,7 +42,7 @@ def _scrape(client) -> list:
 def test_hostile_queue_names_stay_their_own_series(make_deck, clock):
     """Names the enqueue now refuses (newlines, quotes...) may be in rows
     written before it did: written here straight into the store."""
-    from app.store import NewJob
+    from jobdeck.store import NewJob
 
     deck = make_deck(clock=clock)
     for name in HOSTILE:
@@ -78,7 +77,7 @@ def test_nul_and_control_characters_from_a_bypassing_writer(make_deck, clock, ba
 
 def test_hostile_schedule_names(make_deck, clock):
     deck = make_deck(clock=clock)
-    from app.store.schedules import schedule_states
+    from jobdeck.store.schedules import schedule_states
 
     schedule_states(deck.store, ['night"ly\n# HELP x', "a\\b"], datetime(2026, 1, 1, tzinfo=UTC))
     families, _ = _scrape(create_app(deck=deck).test_client())
@@ -88,7 +87,7 @@ def test_hostile_schedule_names(make_deck, clock):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=100))
 def test_any_queue_name_the_api_accepts_parses_back(name, make_deck, clock):
-    from app.errors import JobdeckError
+    from jobdeck.core.errors import JobdeckError
 
     deck = make_deck(clock=clock)
     try:

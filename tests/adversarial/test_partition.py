@@ -34,10 +34,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from jobdeck.store.models import attempts, effects, jobs, workers
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
-from app.store.models import attempts, effects, jobs, workers
 from tests import skew_handlers
 from tests.adversarial.outages import Proxy
 from tests.conftest import wait_for
@@ -139,7 +139,7 @@ def _worker(config: Path, log: Path, netns: str | None = None) -> subprocess.Pop
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDECK_")}
     env.update(PYTHONPATH=str(ROOT), JOBDECK_CONFIG=str(config))
     prefix = ["ip", "netns", "exec", netns] if netns else []
-    argv = [*prefix, sys.executable, "-m", "app.cli", "worker", "--log-level", "info"]
+    argv = [*prefix, sys.executable, "-m", "jobdeck.cli", "worker", "--log-level", "info"]
     with log.open("wb") as fh:
         return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
 

@@ -28,15 +28,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jobdeck import create_app
+from jobdeck.core.config import load
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import JobContext, Registry
+from jobdeck.worker.pool import WorkerPool
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from app import create_app
-from app.config import load
-from app.deck import Jobdeck
-from app.handlers import JobContext, Registry
-from app.states import State
-from app.worker.pool import WorkerPool
 from tests.adversarial.mounts import small_disk
 from tests.conftest import wait_for
 from tests.pgtest import admin_engine, schema_url, terminate_backends

@@ -1,6 +1,6 @@
 """Request bodies as each ``http_server`` hands them to the app, on a real
 ``jobdeck serve``: granian's bodies are read before the WSGI call
-(``app.web.buffered_wsgi``), waitress's by waitress. Chunked bodies arrive
+(``jobdeck.web.buffered_wsgi``), waitress's by waitress. Chunked bodies arrive
 whole, a declared body over the limit is refused without being read, a
 chunked one over it is refused once it passes the limit, and the path and
 query reach the app decoded as they did before.
@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from jobdeck.core.config import HTTP_SERVERS
+from jobdeck.core.validation import max_body_bytes
 
-from app.config import HTTP_SERVERS
-from app.validation import max_body_bytes
 from tests.adversarial.cli_process import JobdeckProcess, write_config
 
 STATUS_LINE = re.compile(rb"HTTP/1\.[01] (\d{3}) ")

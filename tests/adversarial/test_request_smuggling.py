@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
+from jobdeck.core.config import HTTP_SERVERS
 
-from app.config import HTTP_SERVERS
 from tests.adversarial.cli_process import JobdeckProcess, write_config
 
 STATUS_LINE = re.compile(rb"HTTP/1\.[01] (\d{3}) ")

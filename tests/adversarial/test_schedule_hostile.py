@@ -15,9 +15,9 @@ from urllib.parse import quote
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from jobdeck import create_app
+from jobdeck.deck import Jobdeck
 
-from app import create_app
-from app.deck import Jobdeck
 from tests.openapi_check import check
 
 OK = {"cron": "*/5 * * * *", "type": "demo.noop"}
@@ -161,8 +161,8 @@ def test_bad_names_are_refused(api, name):
 
 
 def test_a_stored_entry_that_no_longer_parses_does_not_stop_the_others(api, registry):
-    from app import demo
-    from app.handlers import Registry
+    from jobdeck import demo
+    from jobdeck.jobs.handlers import Registry
 
     deck, client = api
 

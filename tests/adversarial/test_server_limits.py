@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
+from jobdeck.core.config import HTTP_SERVERS, ConfigError, load
 
-from app.config import HTTP_SERVERS, ConfigError, load
 from tests.adversarial.cli_process import JobdeckProcess, write_config
 
 IDLE = 1000

@@ -16,13 +16,13 @@ import threading
 from pathlib import Path
 
 import pytest
+from jobdeck.core.config import HTTP_SERVERS
+from jobdeck.core.states import State
+from jobdeck.store import NewJob, Store
+from jobdeck.store.engine import make_engine
+from jobdeck.store.models import attempts, jobs
 from sqlalchemy import select
 
-from app.config import HTTP_SERVERS
-from app.states import State
-from app.store import NewJob, Store
-from app.store.engine import make_engine
-from app.store.models import attempts, jobs
 from tests.adversarial.cli_process import JobdeckProcess, write_config
 from tests.conftest import wait_for
 

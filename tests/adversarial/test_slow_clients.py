@@ -25,8 +25,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from jobdeck.core.config import HTTP_SERVERS
 
-from app.config import HTTP_SERVERS
 from tests.adversarial.cli_process import JobdeckProcess, write_config
 
 pytestmark = pytest.mark.slow

@@ -12,13 +12,13 @@ import json
 from typing import Any
 
 import pytest
+from jobdeck.core.states import AttemptOutcome, State
+from jobdeck.core.validation import MAX_JSON_DEPTH
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import Registry, Snooze
+from jobdeck.jobs.snooze import MAX_REASON_CHARS
+from jobdeck.worker.pool import WorkerPool
 
-from app.deck import Jobdeck
-from app.handlers import Registry, Snooze
-from app.snooze import MAX_REASON_CHARS
-from app.states import AttemptOutcome, State
-from app.validation import MAX_JSON_DEPTH
-from app.worker.pool import WorkerPool
 from tests.conftest import Clock, wait_for
 
 pytestmark = pytest.mark.backends

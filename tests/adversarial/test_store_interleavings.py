@@ -19,14 +19,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from jobdeck.core.errors import NotHeld, TransitionRefused
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.queues import Limits, QueueControls
+from jobdeck.store.models import attempts, jobs
+from jobdeck.store.records import Outcome
 from sqlalchemy import select
 
-from app.deck import Jobdeck
-from app.errors import NotHeld, TransitionRefused
-from app.queues import Limits, QueueControls
-from app.states import State
-from app.store.models import attempts, jobs
-from app.store.records import Outcome
 from tests.conftest import T0, Clock
 
 pytestmark = pytest.mark.backends

@@ -40,14 +40,14 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from jobdeck.core.errors import IdempotencyConflict, JobNotFound, NotHeld, RunNowRefused, TransitionRefused
+from jobdeck.core.states import SOURCES, State, Transition
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.queues import Limits, QueueControls
+from jobdeck.store.models import attempts, jobs
+from jobdeck.store.records import Outcome
 from sqlalchemy import delete, select
 
-from app.deck import Jobdeck
-from app.errors import IdempotencyConflict, JobNotFound, NotHeld, RunNowRefused, TransitionRefused
-from app.queues import Limits, QueueControls
-from app.states import SOURCES, State, Transition
-from app.store.models import attempts, jobs
-from app.store.records import Outcome
 from tests.conftest import T0, Clock
 
 pytestmark = pytest.mark.backends
@@ -354,7 +354,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(worker=st.sampled_from(WORKERS), limit=st.sampled_from([1, 3]))
     def claim_limited(self, worker: str, limit: int) -> None:
-        """The queue-limited claim (``app.queues``: counts running jobs, then ``Store.claim_ids``)."""
+        """The queue-limited claim (``jobdeck.jobs.queues``: counts running jobs, then ``Store.claim_ids``)."""
         expected = self.model.claim_order(self.clock(), limit, None, limited=True)
         got = self.store.claim(worker, self.clock(), limit=limit)
         self._claimed(got, worker, expected)

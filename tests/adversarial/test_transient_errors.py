@@ -1,4 +1,4 @@
-"""``app.store.faults.is_transient`` on errors the real drivers raise: the one
+"""``jobdeck.store.faults.is_transient`` on errors the real drivers raise: the one
 place that decides what the pool retries and what the API answers 503 for."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import socket
 from collections.abc import Callable
 
 import pytest
+from jobdeck.store.faults import is_transient, storable_text
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from app.store.faults import is_transient, storable_text
 from tests.adversarial.outages import SqliteLock
 from tests.pgtest import terminate_backends
 

@@ -1,4 +1,4 @@
-"""Hostile ``unique`` options and key values (``app.unique``): each is a 422
+"""Hostile ``unique`` options and key values (``jobdeck.jobs.unique``): each is a 422
 naming the field, or a key that is stored and still decides correctly; none
 is a 500. On SQLite and PostgreSQL (where a NUL in text is a DataError)."""
 
@@ -8,10 +8,9 @@ import json
 from typing import Any
 
 import pytest
-
-from app.deck import Jobdeck
-from app.unique import MAX_READABLE_KEY
-from app.validation import MAX_JSON_DEPTH
+from jobdeck.core.validation import MAX_JSON_DEPTH
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.unique import MAX_READABLE_KEY
 
 pytestmark = pytest.mark.backends
 
@@ -131,7 +130,7 @@ def test_a_list_body_is_refused(client: Any) -> None:
 
 
 def test_bulk_enqueue_checks_unique_like_a_single_enqueue(deck: Jobdeck) -> None:
-    from app.errors import InvalidField
+    from jobdeck.core.errors import InvalidField
 
     good = {"type": "demo.noop", "payload": {"order_id": 1}, "unique": True}
     with pytest.raises(InvalidField) as bad:

@@ -13,13 +13,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from jobdeck.core.errors import JobNotFound
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.maintenance.upkeep import Maintenance, Retention
+from jobdeck.store import Outcome
 from sqlalchemy import event
-
-from app.deck import Jobdeck
-from app.errors import JobNotFound
-from app.maintenance.upkeep import Maintenance, Retention
-from app.states import State
-from app.store import Outcome
 
 pytestmark = pytest.mark.backends
 

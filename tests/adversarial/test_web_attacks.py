@@ -20,17 +20,16 @@ from typing import Any
 import pytest
 import requests
 from dashboard_support import csrf_token
+from jobdeck import create_app
+from jobdeck.cli import refuse_exposed
+from jobdeck.core.config import load
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.web.dashboard.throttle import LoginThrottle
+from jobdeck.web.exposure import exposure_problem
 from live_server import served
 from websec_support import USERS, form_token
 from werkzeug.routing import AnyConverter
-
-from app import create_app
-from app.cli import refuse_exposed
-from app.config import load
-from app.deck import Jobdeck
-from app.states import State
-from app.web.dashboard.throttle import LoginThrottle
-from app.web.exposure import exposure_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 JSON = {"Content-Type": "application/json"}
@@ -285,7 +284,7 @@ def test_a_copied_cookie_stops_working_after_logout_in_every_process(make_deck):
 
 
 def test_a_session_expires_after_its_lifetime_and_is_pruned(deck, clock):
-    from app.store.sessions import SESSION_LIFETIME, open_session, session_user
+    from jobdeck.store.sessions import SESSION_LIFETIME, open_session, session_user
 
     client = make_app(deck, users=USERS).test_client()
     assert login(client, "alice", "alice-secret").status_code == 302
@@ -295,9 +294,8 @@ def test_a_session_expires_after_its_lifetime_and_is_pruned(deck, clock):
     assert client.get("/").status_code == 302
     old = open_session(deck.store, "alice", "fingerprint", clock() - SESSION_LIFETIME * 2)
     open_session(deck.store, "victor", "fingerprint", clock())  # a login prunes the expired rows
+    from jobdeck.store.models import dashboard_sessions
     from sqlalchemy import func, select
-
-    from app.store.models import dashboard_sessions
 
     with deck.store.read() as conn:
         assert conn.execute(select(func.count()).select_from(dashboard_sessions)).scalar_one() == 1
@@ -332,7 +330,7 @@ def throttled(deck, monkeypatch):
     app = make_app(deck, users=USERS)
     clock = FakeMonotonic()
     app.extensions["jobdeck_login_throttle"] = LoginThrottle(clock=clock)
-    import app.web.dashboard.auth as auth
+    import jobdeck.web.dashboard.auth as auth
 
     checks = Counter[str]()
     real = auth.check_password_hash
@@ -395,7 +393,7 @@ def test_a_login_that_finds_the_hashing_slot_busy_is_refused_at_once(throttled):
 
 
 def test_the_throttle_limits_are_configurable_and_validated(deck, make_config, registry):
-    from app.config import ConfigError
+    from jobdeck.core.config import ConfigError
 
     app = make_app(deck, users=USERS, dashboard={"login_failures": 3, "login_window_seconds": 5})
     throttle = app.extensions["jobdeck_login_throttle"]

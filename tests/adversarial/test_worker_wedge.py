@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jobdeck import create_app
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import JobContext, Registry
+from jobdeck.store import NewJob
+from jobdeck.worker.leasing import BEATS_IN_FLIGHT
+from jobdeck.worker.pool import STOP_MARGIN, WorkerPool
 
-from app import create_app
-from app.deck import Jobdeck
-from app.handlers import JobContext, Registry
-from app.states import State
-from app.store import NewJob
-from app.worker.leasing import BEATS_IN_FLIGHT
-from app.worker.pool import STOP_MARGIN, WorkerPool
 from tests.adversarial.outages import Outage
 from tests.conftest import wait_for
 
@@ -266,7 +266,7 @@ def test_exit_when_unhealthy_makes_the_process_exit_non_zero(tmp_path: Path, db_
     and exit 3, so a supervisor restarts them (and frees the abandoned threads)."""
     (tmp_path / "hangmod.py").write_text(
         "import threading\n"
-        "from app.handlers import registry\n\n"
+        "from jobdeck.jobs.handlers import registry\n\n"
         "@registry.handler('test.hang', timeout=0.2, max_retries=0)\n"
         "def hang(payload, ctx):\n"
         "    threading.Event().wait()\n"
@@ -279,7 +279,7 @@ def test_exit_when_unhealthy_makes_the_process_exit_non_zero(tmp_path: Path, db_
     env = _cli_env(tmp_path, db_url)
     args = ["worker"] if command == "worker" else ["serve", "--bind", f"127.0.0.1:{_free_port()}"]
     proc = subprocess.run(
-        [sys.executable, "-m", "app.cli", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "jobdeck.cli", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "exit_when_unhealthy" in proc.stderr
@@ -294,7 +294,7 @@ def _free_port() -> int:
 
 
 def _config(tmp_path: Path, db_url: str) -> Any:
-    from app.config import load
+    from jobdeck.core.config import load
 
     return load(path=None, env={}, overrides={"database_url": db_url, "instance_path": str(tmp_path / "instance")})
 

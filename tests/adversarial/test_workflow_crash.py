@@ -1,4 +1,4 @@
-"""The crash matrix's ``ack`` point (``app.crashpoints``) for workflows and
+"""The crash matrix's ``ack`` point (``jobdeck.core.crashpoints``) for workflows and
 batches, on SQLite and PostgreSQL: a worker process SIGKILLs itself inside
 the acknowledgement's transaction, after the handler ran and the promotion
 (or the batch's firing) was written, before the commit.
@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import Registry
+from jobdeck.store import Outcome
+from jobdeck.store.models import attempts, jobs
 from sqlalchemy import func, select
 
-from app.deck import Jobdeck
-from app.handlers import Registry
-from app.states import State
-from app.store import Outcome
-from app.store.models import attempts, jobs
 from tests import workflow_handlers
 from tests.conftest import wait_for
 from tests.worker_processes import stop, write_config
@@ -49,7 +49,7 @@ def wdeck(make_deck: Callable[..., Jobdeck], registry: Registry) -> Jobdeck:
 
 @pytest.fixture
 def spawn(db_url: str, tmp_path: Path) -> Iterator[Callable[[str | None], subprocess.Popen[bytes]]]:
-    """Start ``python -m app.cli worker`` processes, armed with a crash point or not; all stopped at teardown."""
+    """Start ``python -m jobdeck.cli worker`` processes, armed with a crash point or not; all stopped at teardown."""
     config = write_config(db_url, tmp_path, SETTINGS)
     started: list[subprocess.Popen[bytes]] = []
 
@@ -60,7 +60,7 @@ def spawn(db_url: str, tmp_path: Path) -> Iterator[Callable[[str | None], subpro
             env["JOBDECK_TEST_CRASH_AT"] = crash_at
         with (tmp_path / f"worker{len(started)}-{crash_at or 'plain'}.log").open("wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "app.cli", "worker", "--log-level", "warning"],
+                [sys.executable, "-m", "jobdeck.cli", "worker", "--log-level", "warning"],
                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
         started.append(proc)

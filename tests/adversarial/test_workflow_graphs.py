@@ -1,5 +1,5 @@
 """Random workflow graphs driven through the store, on a real SQLite file
-and on PostgreSQL (``app.store.graph``).
+and on PostgreSQL (``jobdeck.store.graph``).
 
 Hypothesis draws a DAG of up to 12 jobs, with random edges, a policy per
 job (``cancel`` or ``hold``, or the workflow's) and a fate per job:
@@ -35,12 +35,12 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
+from jobdeck.core.states import DEPENDENCY_FAILED, ENDED, State
+from jobdeck.deck import Jobdeck
+from jobdeck.store.models import attempts, batches, job_dependencies, jobs, workflows
+from jobdeck.store.records import Outcome
 from sqlalchemy import delete, select
 
-from app.deck import Jobdeck
-from app.states import DEPENDENCY_FAILED, ENDED, State
-from app.store.models import attempts, batches, job_dependencies, jobs, workflows
-from app.store.records import Outcome
 from tests.conftest import T0, Clock
 
 pytestmark = pytest.mark.backends

@@ -13,10 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from app.deck import Jobdeck
-from app.states import State
-from app.store import Outcome
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.store import Outcome
 
 pytestmark = pytest.mark.backends
 

@@ -1,4 +1,4 @@
-"""Hostile input to the workflow and batch API (``app.web.api.workflows``):
+"""Hostile input to the workflow and batch API (``jobdeck.web.api.workflows``):
 NUL bytes and broken Unicode where a name goes, JSON nested 10,000 deep,
 ids past BIGINT, graphs at the size limits, and races over real HTTP. Each
 is a clear 4xx with a JSON message naming the field, or a correct answer,
@@ -15,13 +15,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from jobdeck import create_app
+from jobdeck.store import Outcome
+from jobdeck.store.models import batches, job_dependencies, jobs, workflows
 from live_server import served
 from sqlalchemy import func, select
 from test_hostile_input import BEYOND, FOREIGN_DIGITS, nested, refused, send
-
-from app import create_app
-from app.store import Outcome
-from app.store.models import batches, job_dependencies, jobs, workflows
 
 pytestmark = pytest.mark.backends
 
@@ -219,7 +218,7 @@ def test_adds_racing_a_close_either_land_before_it_or_are_409(deck) -> None:
 
 def test_a_cross_site_browser_call_is_refused_and_changes_nothing(client, deck) -> None:
     """Without the bearer token, a browser's cross-site POST is refused
-    (``app.web.guard``): another site's page cannot enqueue, cancel or close."""
+    (``jobdeck.web.guard``): another site's page cannot enqueue, cancel or close."""
     made = send(client, WORKFLOWS, {"name": "wf", "jobs": [{"name": "a", "type": NOOP}]}).get_json()
     batch_id = send(client, BATCHES, {}).get_json()["id"]
     before = _rows(deck)

@@ -10,12 +10,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.store import Outcome
+from jobdeck.store.models import jobs
 from sqlalchemy import func, select
-
-from app.deck import Jobdeck
-from app.states import State
-from app.store import Outcome
-from app.store.models import jobs
 
 pytestmark = pytest.mark.backends
 

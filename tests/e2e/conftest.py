@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jobdeck import create_app
+from jobdeck.deck import Jobdeck
 from live_server import running
-
-from app import create_app
-from app.deck import Jobdeck
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-results" / "screenshots"
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.store.artifacts import get_artifact
 from playwright.sync_api import expect
 
-from app.states import State
-from app.store.artifacts import get_artifact
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.e2e

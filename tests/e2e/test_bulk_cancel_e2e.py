@@ -4,9 +4,9 @@ the Running tab are asked to stop and end cancelled, never retried."""
 from __future__ import annotations
 
 import pytest
+from jobdeck.core.states import State
 from playwright.sync_api import expect
 
-from app.states import State
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.e2e

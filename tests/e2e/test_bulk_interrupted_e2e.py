@@ -8,10 +8,9 @@ forever: it says the action was interrupted, and where the exact count is."""
 from __future__ import annotations
 
 import pytest
+from jobdeck.store import Outcome
+from jobdeck.store.reads import BATCH
 from playwright.sync_api import expect
-
-from app.store import Outcome
-from app.store.reads import BATCH
 
 pytestmark = pytest.mark.e2e
 

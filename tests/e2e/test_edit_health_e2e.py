@@ -7,11 +7,11 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.maintenance.upkeep import Maintenance
+from jobdeck.store.audit import list_audit
 from playwright.sync_api import expect
 
-from app.maintenance.upkeep import Maintenance
-from app.states import State
-from app.store.audit import list_audit
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.e2e

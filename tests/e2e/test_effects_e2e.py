@@ -7,10 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from jobdeck.core.states import EffectState, State
+from jobdeck.jobs.handlers import JobContext
 from playwright.sync_api import expect
-
-from app.handlers import JobContext
-from app.states import EffectState, State
 
 pytestmark = pytest.mark.e2e
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 from embed_host import PREFIX, make_host
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
 from live_server import served
 from playwright.sync_api import expect
 
-from app.deck import Jobdeck
-from app.states import State
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.e2e

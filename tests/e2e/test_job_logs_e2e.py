@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.store.joblogs import lines_of
 from playwright.sync_api import expect
 
-from app.states import State
-from app.store.joblogs import lines_of
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.e2e

@@ -5,9 +5,9 @@ a bare status, and works again once the database takes writes."""
 from __future__ import annotations
 
 import pytest
+from jobdeck.core.states import State
 from playwright.sync_api import expect
 
-from app.states import State
 from tests.conftest import wait_for
 from tests.outage_support import Limits
 

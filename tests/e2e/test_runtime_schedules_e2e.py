@@ -7,13 +7,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from jobdeck.store import Store
+from jobdeck.store.engine import make_engine
+from jobdeck.store.models import jobs
 from playwright.sync_api import expect
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.store import Store
-from app.store.engine import make_engine
-from app.store.models import jobs
 from tests.conftest import wait_for
 from tests.two_processes import TwoProcesses
 
@@ -87,6 +87,6 @@ def test_a_schedule_made_in_the_browser_fires_once_across_two_processes(db_url, 
 
 
 def _audit(store):
-    from app.store.audit import list_audit
+    from jobdeck.store.audit import list_audit
 
     return list_audit(store)[0]

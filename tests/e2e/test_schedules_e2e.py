@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from jobdeck.core.states import State
 from playwright.sync_api import expect
 
-from app.states import State
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -55,7 +55,7 @@ def test_pause_resume_and_run_now_in_place(make_live, page, dialogs):
 
 
 def _audit(live):
-    from app.store.audit import list_audit
+    from jobdeck.store.audit import list_audit
 
     return list_audit(live.deck.store)[0]
 

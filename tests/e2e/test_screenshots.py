@@ -15,11 +15,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from jobdeck.maintenance.upkeep import Maintenance
+from jobdeck.store.models import maintenance_marks, stats_minutely
+from jobdeck.store.upkeep import STATS_MARK
 from playwright.sync_api import expect
 
-from app.maintenance.upkeep import Maintenance
-from app.store.models import maintenance_marks, stats_minutely
-from app.store.upkeep import STATS_MARK
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.e2e

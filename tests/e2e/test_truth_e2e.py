@@ -9,9 +9,9 @@ import re
 from datetime import UTC, datetime
 
 import pytest
+from jobdeck.core.states import State
 from playwright.sync_api import expect
 
-from app.states import State
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.e2e

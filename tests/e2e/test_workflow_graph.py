@@ -6,9 +6,8 @@ page, and the held dependent runs and turns green."""
 from __future__ import annotations
 
 import pytest
+from jobdeck.core.states import State
 from playwright.sync_api import expect
-
-from app.states import State
 
 pytestmark = pytest.mark.e2e
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from jobdeck.deck import Jobdeck
 
-from app.deck import Jobdeck
 from tests.store.driver import Driver
 
 

@@ -31,7 +31,7 @@ STATEMENTS = "app/store/statements.py"
 ENQUEUE = "app/store/enqueue.py"
 FINISH = "app/store/finish.py"
 CONTROLS = "app/store/controls.py"
-QUEUES = "app/queues.py"
+QUEUES = "app/jobs/queues.py"
 
 
 @dataclass(frozen=True)
@@ -359,14 +359,19 @@ def run_one(root: Path, files: list[str], m: Mutation, timeout: float) -> tuple[
         copy_tree(root, files, dest)
         path = dest / m.file
         path.write_text(path.read_text().replace(m.old, m.new, 1))
+        (dest / "jobdeck").symlink_to("app")  # the import name of the copy's app/ (an install maps it)
         env = dict(os.environ, PYTHONPATH=str(dest), PYTHONDONTWRITEBYTECODE="1")
         if env.get("JOBDECK_TEST_POSTGRES_URL"):
             env["JOBDECK_REQUIRE_POSTGRES"] = "1"
         probe = subprocess.run(
-            [sys.executable, "-c", "import app; print(app.__file__)"], cwd=dest, env=env, capture_output=True, text=True
+            [sys.executable, "-c", "import jobdeck; print(jobdeck.__file__)"],
+            cwd=dest,
+            env=env,
+            capture_output=True,
+            text=True,
         )
         if not probe.stdout.strip().startswith(str(dest)):
-            return m, f"BROKEN RUN: the copy imports app from {probe.stdout.strip() or probe.stderr.strip()}", False
+            return m, f"BROKEN RUN: the copy imports jobdeck from {probe.stdout.strip() or probe.stderr.strip()}", False
         cmd = [sys.executable, "-m", "pytest", "tests/store", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow"]
         try:
             done = subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True, timeout=timeout)

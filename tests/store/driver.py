@@ -3,8 +3,8 @@
 built in any state through the public Store API only, and the paths of each
 transition (batched, single, HTTP) as functions answering "applied?".
 
-The suite speaks only the public surface (``app.store``, ``app.states``,
-``app.errors``, the deck and the HTTP API): the store's internals change
+The suite speaks only the public surface (``jobdeck.store``, ``jobdeck.core.states``,
+``jobdeck.core.errors``, the deck and the HTTP API): the store's internals change
 under it, and that is what it is for.
 """
 
@@ -18,15 +18,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from jobdeck import create_app
+from jobdeck.core.errors import JobNotFound, NotHeld, TransitionRefused
+from jobdeck.core.states import State, Transition
+from jobdeck.deck import Jobdeck
+from jobdeck.store import AttemptRecord, JobRecord, NewJob, Outcome, Store
+from jobdeck.store.lifecycle import JobChanges
+from jobdeck.store.models import job_dependencies, jobs
 from sqlalchemy import event, insert, update
-
-from app import create_app
-from app.deck import Jobdeck
-from app.errors import JobNotFound, NotHeld, TransitionRefused
-from app.states import State, Transition
-from app.store import AttemptRecord, JobRecord, NewJob, Outcome, Store
-from app.store.lifecycle import JobChanges
-from app.store.models import job_dependencies, jobs
 
 DAY = timedelta(days=1)
 STALL = 60.0

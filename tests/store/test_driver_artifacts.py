@@ -10,17 +10,16 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.artifacts import ArtifactNotFound, ArtifactTooLarge, InvalidArtifact
+from jobdeck.jobs.handlers import JobContext
+from jobdeck.store import Outcome
+from jobdeck.store.artifacts import artifacts_of, get_artifact, last_completed_artifacts
+from jobdeck.store.models import job_artifacts
+from jobdeck.store.schedules import record_manual_run
+from jobdeck.store.upkeep import prune_finished
 from sqlalchemy import event, func, select
-
-from app.artifacts import ArtifactNotFound, ArtifactTooLarge, InvalidArtifact
-from app.deck import Jobdeck
-from app.handlers import JobContext
-from app.states import State
-from app.store import Outcome
-from app.store.artifacts import artifacts_of, get_artifact, last_completed_artifacts
-from app.store.models import job_artifacts
-from app.store.schedules import record_manual_run
-from app.store.upkeep import prune_finished
 
 pytestmark = pytest.mark.backends
 

@@ -6,9 +6,9 @@ decoded by position equals the job read back."""
 from __future__ import annotations
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.store import NewJob, Outcome
 
-from app.states import State
-from app.store import NewJob, Outcome
 from tests.store.driver import Driver
 
 pytestmark = pytest.mark.backends
@@ -57,7 +57,7 @@ def test_a_batch_of_failures_writes_each_attempt_with_its_own_error(drv: Driver)
 def test_array_literals_carry_quotes_braces_commas_and_nulls() -> None:
     from datetime import UTC, datetime
 
-    from app.store.postgres import int_array, text_array, time_array
+    from jobdeck.store.postgres import int_array, text_array, time_array
 
     assert int_array([1, None, 3]) == "{1,NULL,3}"
     assert text_array(['a"b', "c\\d", None, "x,y {z}", "NULL"]) == '{"a\\"b","c\\\\d",NULL,"x,y {z}","NULL"}'
@@ -84,7 +84,7 @@ def test_the_claim_finds_its_rows_by_key_on_an_analyzed_table(drv: Driver) -> No
     """Given ``id IN (subquery)`` on an analyzed table, PostgreSQL's planner
     hash-joined the picked ids against a scan of the whole table on every
     claim; the claim must reach its rows by the primary key on both databases."""
-    from app.store import statements
+    from jobdeck.store import statements
 
     drv.store.enqueue_many([NewJob("demo.noop", {"i": i}) for i in range(3000)], drv.now)
     prepared = statements.claim(1, None, 0)
@@ -111,7 +111,7 @@ def test_batches_padded_to_a_shape_complete_and_release_each_pair_once(drv: Driv
     next padded size (``statements.fenced_pairs``), the last pair repeated:
     here a refused one, so the padding must not let it through, nor count
     an accepted one twice."""
-    from app.store import statements
+    from jobdeck.store import statements
 
     drv.store.enqueue_many([NewJob("demo.noop", {"i": i}) for i in range(2 * size + 2)], drv.now)
     claimed = drv.store.claim("w1", drv.now, limit=2 * size + 2)

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
+from jobdeck.core.errors import TransitionRefused
+from jobdeck.core.states import ALL_STATES, SOURCES, AttemptOutcome, State, Transition, refusal
+from jobdeck.store import JobRecord, Outcome
 
-from app.errors import TransitionRefused
-from app.states import ALL_STATES, SOURCES, AttemptOutcome, State, Transition, refusal
-from app.store import JobRecord, Outcome
 from tests.store.driver import DAY, STALL, Driver
 
 pytestmark = pytest.mark.backends

@@ -13,9 +13,9 @@ from dataclasses import fields
 from datetime import timedelta
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.store import JobRecord, NewJob, Outcome, Store
 
-from app.states import State
-from app.store import JobRecord, NewJob, Outcome, Store
 from tests.conftest import wait_for
 from tests.store.driver import Driver, race
 

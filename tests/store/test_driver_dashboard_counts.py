@@ -10,12 +10,12 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
+from jobdeck.core.fingerprint import fingerprint
+from jobdeck.core.states import State
+from jobdeck.store import JobFilter, JobRecord, NewJob
+from jobdeck.store.reads import badge_counts, last_dead
+from jobdeck.web.dashboard.tabs import TABS
 
-from app.fingerprint import fingerprint
-from app.states import State
-from app.store import JobFilter, JobRecord, NewJob
-from app.store.reads import badge_counts, last_dead
-from app.web.dashboard.tabs import TABS
 from tests.store.driver import BUILDERS, DAY, Driver
 
 pytestmark = pytest.mark.backends
@@ -118,9 +118,8 @@ def test_the_last_dead_come_in_the_order_they_died(drv: Driver) -> None:
 def test_the_last_dead_are_read_in_order_from_their_index(make_deck, backend) -> None:
     """The overview asks on every poll: the order comes from the partial
     index of dead jobs, never from a sort of the whole dead letter."""
+    from jobdeck.store.reads import last_dead_statement
     from sqlalchemy import text
-
-    from app.store.reads import last_dead_statement
 
     deck = make_deck()
     with deck.store.read() as conn:

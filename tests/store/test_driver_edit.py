@@ -9,11 +9,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from jobdeck.core.errors import InvalidField, JobMovedOn, JobNotFound, PayloadTooLarge, TransitionRefused
+from jobdeck.core.states import State
+from jobdeck.store import JobRecord, Outcome
+from jobdeck.store.lifecycle import JobChanges, Seen
 
-from app.errors import InvalidField, JobMovedOn, JobNotFound, PayloadTooLarge, TransitionRefused
-from app.states import State
-from app.store import JobRecord, Outcome
-from app.store.lifecycle import JobChanges, Seen
 from tests.store.driver import Driver, race
 
 pytestmark = pytest.mark.backends

@@ -8,11 +8,11 @@ from __future__ import annotations
 from datetime import timedelta, timezone
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.store import NewJob
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from app.states import State
-from app.store import NewJob
 from tests.store.driver import Driver, race
 
 pytestmark = pytest.mark.backends

@@ -1,4 +1,4 @@
-"""The flow claim (``app.store.flow``) on both databases: the rate window's
+"""The flow claim (``jobdeck.store.flow``) on both databases: the rate window's
 edges, keys and the null bucket, per-key concurrency combined with a global
 limit, racing claimers, and a hot key's 90k backlog that must cost a claim
 nothing."""
@@ -14,11 +14,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from jobdeck.deck import Jobdeck
+from jobdeck.store import NewJob
+from jobdeck.store.models import flow_starts
 from sqlalchemy import func, select, text
 
-from app.deck import Jobdeck
-from app.store import NewJob
-from app.store.models import flow_starts
 from tests.conftest import Clock
 
 pytestmark = pytest.mark.backends

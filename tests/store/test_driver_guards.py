@@ -1,4 +1,4 @@
-"""Each transition's guard, table-driven from ``app.states.SOURCES``: a job
+"""Each transition's guard, table-driven from ``jobdeck.core.states.SOURCES``: a job
 in every state the transition does not start from is refused on every path
 of it (batched, single, HTTP) and left exactly as it was. A new state or a
 new transition is covered (or fails by name) without editing this file."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
+from jobdeck.core.states import ALL_STATES, SOURCES, Transition
+from jobdeck.store import JobRecord
 
-from app.states import ALL_STATES, SOURCES, Transition
-from app.store import JobRecord
 from tests.store.driver import PATHS, Driver
 
 pytestmark = pytest.mark.backends

@@ -10,9 +10,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-
-from app.joblogs import TRUNCATED, LogLimits, LogLine
-from app.store.joblogs import append_lines, lines_of
+from jobdeck.jobs.joblogs import TRUNCATED, LogLimits, LogLine
+from jobdeck.store.joblogs import append_lines, lines_of
 
 pytestmark = pytest.mark.backends
 

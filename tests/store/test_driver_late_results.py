@@ -8,9 +8,9 @@ path."""
 from __future__ import annotations
 
 import pytest
+from jobdeck.core.states import State
+from jobdeck.store import JobRecord, Outcome
 
-from app.states import State
-from app.store import JobRecord, Outcome
 from tests.store.driver import DAY, FENCED, LATE, STALL, Driver
 
 pytestmark = pytest.mark.backends

@@ -16,8 +16,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from jobdeck.core.states import State
 
-from app.states import State
 from tests.store.driver import (
     LATE,
     STALL,

@@ -8,8 +8,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from jobdeck.core.states import State
 
-from app.states import State
 from tests.store.driver import STALL, Driver
 
 pytestmark = pytest.mark.backends

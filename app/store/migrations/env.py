@@ -1,6 +1,6 @@
-"""Alembic's entry point, run by ``app.store.migrate`` (never by an alembic.ini).
+"""Alembic's entry point, run by ``jobdeck.store.migrate`` (never by an alembic.ini).
 
-``app.store.migrate`` opens the connection, takes the migration lock and passes the
+``jobdeck.store.migrate`` opens the connection, takes the migration lock and passes the
 connection in ``config.attributes["connection"]``; this module only binds
 Alembic to it. Offline (SQL script) mode is not supported: Jobdeck migrates
 the database it runs on.
@@ -11,15 +11,14 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from alembic import context
+from jobdeck.store.models import Base, UTCDateTime
 from sqlalchemy import TextClause
-
-from app.store.models import Base, UTCDateTime
 
 config = context.config
 
 
 def render_item(type_: str, obj: Any, autogen_context: Any) -> str | Literal[False]:
-    # Revisions must not import app.store.models (it changes after they are
+    # Revisions must not import jobdeck.store.models (it changes after they are
     # written): render our UTC type as the plain column type it stores.
     if type_ == "type" and isinstance(obj, UTCDateTime):
         return "sa.DateTime(timezone=True)"
@@ -39,7 +38,7 @@ def include_object(obj: Any, name: str | None, type_: str, reflected: bool, comp
 def run() -> None:
     connection = config.attributes.get("connection")
     if connection is None:
-        raise RuntimeError("run migrations through app.store.migrate (jobdeck db upgrade), not the alembic command")
+        raise RuntimeError("run migrations through jobdeck.store.migrate (jobdeck db upgrade), not the alembic command")
     context.configure(
         connection=connection,
         target_metadata=Base.metadata,

@@ -1,7 +1,7 @@
 """The JSON API under /api, and its OpenAPI document.
 
 Importing the package adds the workflow and batch routes
-(``app.web.api.workflows``) to the ``api`` blueprint, so they are there
+(``jobdeck.web.api.workflows``) to the ``api`` blueprint, so they are there
 before any app registers it."""
 
-from app.web.api import workflows as workflows
+from jobdeck.web.api import workflows as workflows

@@ -1,4 +1,4 @@
-"""A job's artifacts over HTTP (``ctx.artifact``; ``app.artifacts``).
+"""A job's artifacts over HTTP (``ctx.artifact``; ``jobdeck.jobs.artifacts``).
 
     GET /api/jobs/<id>/artifacts          -> {"artifacts": [Artifact]}
     GET /api/jobs/<id>/artifacts/<name>   -> the file's bytes
@@ -17,12 +17,11 @@ from typing import Any
 from urllib.parse import quote
 
 from flask import Blueprint, Response, current_app, jsonify
-
-from app.artifacts import check_name
-from app.deck import Jobdeck
-from app.store.artifacts import Artifact, artifacts_of, get_artifact
-from app.web.api import jobs as api
-from app.web.serialize import artifact_json
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.artifacts import check_name
+from jobdeck.store.artifacts import Artifact, artifacts_of, get_artifact
+from jobdeck.web.api import jobs as api
+from jobdeck.web.serialize import artifact_json
 
 bp = Blueprint("api_artifacts", __name__, url_prefix="/api/jobs")
 bp.before_request(api._authenticate)

@@ -14,12 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, current_app, jsonify
-
-from app.deck import Jobdeck
-from app.errors import EffectNotFound, InvalidField
-from app.states import EFFECT_RESOLUTIONS, EffectState
-from app.store.audit import record_action
-from app.web.api import jobs as api
+from jobdeck.core.errors import EffectNotFound, InvalidField
+from jobdeck.core.states import EFFECT_RESOLUTIONS, EffectState
+from jobdeck.deck import Jobdeck
+from jobdeck.store.audit import record_action
+from jobdeck.web.api import jobs as api
 
 bp = Blueprint("api_effects", __name__, url_prefix="/api/jobs")
 bp.before_request(api._authenticate)

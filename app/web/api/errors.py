@@ -3,7 +3,7 @@
     GET /api/errors?status=dead|failed   -> {"status", "groups": [{type, fingerprint, count,
                                              first_seen, last_seen, sample: {id, error}}]}
 
-The largest groups first, at most ``app.store.reads.MAX_ERROR_GROUPS``. Same
+The largest groups first, at most ``jobdeck.store.reads.MAX_ERROR_GROUPS``. Same
 bearer token as the rest of ``/api``; a group's jobs are listed (and acted on
 in the dashboard) by its type and fingerprint.
 """
@@ -13,14 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, current_app, jsonify, request
-
-from app.deck import Jobdeck
-from app.errors import InvalidField
-from app.states import State
-from app.store.models import ERROR_STATES
-from app.store.reads import ErrorGroup, error_groups
-from app.web.api import jobs as api
-from app.web.serialize import iso
+from jobdeck.core.errors import InvalidField
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.store.models import ERROR_STATES
+from jobdeck.store.reads import ErrorGroup, error_groups
+from jobdeck.web.api import jobs as api
+from jobdeck.web.serialize import iso
 
 bp = Blueprint("api_errors", __name__, url_prefix="/api/errors")
 bp.before_request(api._authenticate)

@@ -7,19 +7,9 @@ import json
 from typing import Any
 
 from flask import Blueprint, current_app, jsonify, request, url_for
-
-from app.deck import Jobdeck
-from app.errors import InvalidField, JobdeckError, TransitionRefused
-from app.joblogs import parse_lines
-from app.snooze import MAX_REASON_CHARS, InvalidSnooze, check_seconds, max_snoozes
-from app.states import State
-from app.store import JobFilter
-from app.store.audit import record_action
-from app.store.joblogs import append_lines, count_lines
-from app.store.lifecycle import Seen
-from app.store.listing import list_within
-from app.store.upkeep import HEALTH_WINDOWS, type_health
-from app.validation import (
+from jobdeck.core.errors import InvalidField, JobdeckError, TransitionRefused
+from jobdeck.core.states import State
+from jobdeck.core.validation import (
     INT64_MAX,
     MAX_QUEUE_CHARS,
     MAX_SEARCH_CHARS,
@@ -30,8 +20,17 @@ from app.validation import (
     parse_int,
     parse_time,
 )
-from app.web.guard import authenticate
-from app.web.serialize import enqueue_waiting, iso, job_json
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.joblogs import parse_lines
+from jobdeck.jobs.snooze import MAX_REASON_CHARS, InvalidSnooze, check_seconds, max_snoozes
+from jobdeck.store import JobFilter
+from jobdeck.store.audit import record_action
+from jobdeck.store.joblogs import append_lines, count_lines
+from jobdeck.store.lifecycle import Seen
+from jobdeck.store.listing import list_within
+from jobdeck.store.upkeep import HEALTH_WINDOWS, type_health
+from jobdeck.web.guard import authenticate
+from jobdeck.web.serialize import enqueue_waiting, iso, job_json
 
 bp = Blueprint("api", __name__, url_prefix="/api")
 
@@ -51,7 +50,7 @@ class Unauthorized(JobdeckError):
 
 @bp.before_request
 def _authenticate() -> Any:
-    """Token, session role, and the cross-site refusal: ``app.web.guard``.
+    """Token, session role, and the cross-site refusal: ``jobdeck.web.guard``.
     The queues and schedules blueprints install this same function."""
     return authenticate(PUBLIC_ENDPOINTS)
 
@@ -73,7 +72,7 @@ bp.before_request(require_json_body)
 
 def _body() -> dict[str, Any]:
     """The request's JSON object: 400 if malformed, 422 if not an object or
-    not acceptable JSON (``app.validation.loads``: depth, finite numbers,
+    not acceptable JSON (``jobdeck.core.validation.loads``: depth, finite numbers,
     valid Unicode)."""
     data_bytes = request.get_data(cache=True)
     if not data_bytes:
@@ -243,7 +242,7 @@ def fail(job_id: int) -> Any:
 
 @bp.post("/jobs/<int:job_id>/snooze")
 def snooze(job_id: int) -> Any:
-    """Run the job again ``seconds`` from now, no retry counted (``app.snooze``);
+    """Run the job again ``seconds`` from now, no retry counted (``jobdeck.jobs.snooze``);
     ``logs`` (optional) carries the attempt's last lines, as with complete."""
     deck = _deck()
     data = _body()
@@ -341,7 +340,7 @@ def stats() -> Any:
 @bp.get("/stats/types")
 def type_stats() -> Any:
     """Each job type's health over the last hour and day, from the
-    per-minute counters (``app.store.upkeep.type_health``)."""
+    per-minute counters (``jobdeck.store.upkeep.type_health``)."""
     deck = _deck()
     now = deck.clock()
     windows = [
@@ -396,9 +395,9 @@ def _operator_action(job_id: int, action: str) -> Any:
 
 @bp.get("/openapi.json")
 def openapi() -> Any:
-    from app.web.api.openapi import document
+    from jobdeck.web.api.openapi import document
 
     doc = document(_deck().type_names())
-    if request.script_root:  # mounted under a prefix (app.embed): the paths are below it
+    if request.script_root:  # mounted under a prefix (jobdeck.embed): the paths are below it
         doc["servers"] = [{"url": request.script_root}]
     return jsonify(doc)

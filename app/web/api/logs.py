@@ -1,10 +1,10 @@
-"""A job's log over HTTP (``ctx.log``; ``app.joblogs``).
+"""A job's log over HTTP (``ctx.log``; ``jobdeck.jobs.joblogs``).
 
     GET /api/jobs/<id>/logs?attempt=&after=&limit=   -> {"logs": [Line], "next_after": id | null}
 
 and the lines an HTTP worker sends with its heartbeat
 (``POST /api/jobs/<id>/heartbeat`` with ``"logs": [{level, message, at?}]``,
-parsed by ``app.joblogs.parse_lines``). Same bearer token as the rest of ``/api``.
+parsed by ``jobdeck.jobs.joblogs.parse_lines``). Same bearer token as the rest of ``/api``.
 """
 
 from __future__ import annotations
@@ -12,12 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, current_app, jsonify, request
-
-from app.deck import Jobdeck
-from app.store.joblogs import lines_of
-from app.validation import INT64_MAX, parse_int
-from app.web.api import jobs as api
-from app.web.serialize import iso
+from jobdeck.core.validation import INT64_MAX, parse_int
+from jobdeck.deck import Jobdeck
+from jobdeck.store.joblogs import lines_of
+from jobdeck.web.api import jobs as api
+from jobdeck.web.serialize import iso
 
 bp = Blueprint("api_logs", __name__, url_prefix="/api/jobs")
 bp.before_request(api._authenticate)

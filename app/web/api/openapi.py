@@ -9,14 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from app.deck import (
-    MAX_DELAY_SECONDS,
-    MAX_KEY_CHARS,
-    MAX_RETRIES,
-)
-from app.states import PRIORITY_LABELS, State
-from app.store.models import OUTCOMES
-from app.validation import (
+from jobdeck.core.states import PRIORITY_LABELS, State
+from jobdeck.core.validation import (
     INT64_MAX,
     MAX_JSON_DEPTH,
     MAX_PRIORITY,
@@ -25,8 +19,14 @@ from app.validation import (
     MAX_TYPE_CHARS,
     PRIORITY_NUMBER,
 )
-from app.waiting import WAITING_CODES
-from app.web.api.jobs import MAX_ERROR_CHARS
+from jobdeck.deck import (
+    MAX_DELAY_SECONDS,
+    MAX_KEY_CHARS,
+    MAX_RETRIES,
+)
+from jobdeck.jobs.waiting import WAITING_CODES
+from jobdeck.store.models import OUTCOMES
+from jobdeck.web.api.jobs import MAX_ERROR_CHARS
 
 _TIME = {"type": ["string", "null"], "format": "date-time"}
 _STATUS = {"type": "string", "enum": [s.value for s in State]}
@@ -194,7 +194,7 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
                         "attempts": {"type": "array", "items": _ref("Attempt")},
                         "waiting_reason": {
                             "type": ["object", "null"],
-                            "description": "why a pending or failed job is not running yet (app/waiting.py: the code's "
+                            "description": "why a pending or failed job is not running yet (app/jobs/waiting.py: the code's "
                             "details beside code and a plain-text message); null when nothing holds it back",
                             "required": ["code", "message"],
                             "properties": {"code": {"enum": list(WAITING_CODES)}, "message": {"type": "string"}},
@@ -599,41 +599,41 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
             },
         },
     }
-    from app.web.api.openapi_queues import FLOW_LIMIT, SCHEDULE
-    from app.web.api.openapi_queues import paths as control_paths
-    from app.web.api.openapi_schedules import paths as schedule_paths
-    from app.web.api.openapi_schedules import schedule_schema
+    from jobdeck.web.api.openapi_queues import FLOW_LIMIT, SCHEDULE
+    from jobdeck.web.api.openapi_queues import paths as control_paths
+    from jobdeck.web.api.openapi_schedules import paths as schedule_paths
+    from jobdeck.web.api.openapi_schedules import schedule_schema
 
     doc["paths"].update(control_paths(schedule_schema(SCHEDULE)))
     for path, ops in schedule_paths(schedule_schema(SCHEDULE)).items():
         doc["paths"].setdefault(path, {}).update(ops)
     doc["components"]["schemas"]["FlowLimit"] = FLOW_LIMIT
-    from app.web.api.openapi_effects import paths as effect_paths
+    from jobdeck.web.api.openapi_effects import paths as effect_paths
 
     doc["paths"].update(effect_paths())
-    from app.web.api.openapi_artifacts import paths as artifact_paths
+    from jobdeck.web.api.openapi_artifacts import paths as artifact_paths
 
     doc["paths"].update(artifact_paths())
-    from app.web.api.openapi_errors import paths as error_paths
+    from jobdeck.web.api.openapi_errors import paths as error_paths
 
     doc["paths"].update(error_paths())
-    from app.web.api.openapi_snooze import paths as snooze_paths
+    from jobdeck.web.api.openapi_snooze import paths as snooze_paths
 
     doc["paths"].update(snooze_paths())
-    from app.web.api.openapi_unique import install as install_unique
+    from jobdeck.web.api.openapi_unique import install as install_unique
 
     install_unique(doc)
-    from app.web.api.openapi_workflows import install as install_workflows
+    from jobdeck.web.api.openapi_workflows import install as install_workflows
 
     install_workflows(doc)
-    from app.web.api.openapi_metrics import paths as metrics_paths
+    from jobdeck.web.api.openapi_metrics import paths as metrics_paths
 
     doc["paths"].update(metrics_paths())
-    from app.web.api import openapi_logs
+    from jobdeck.web.api import openapi_logs
 
     doc["paths"].update(openapi_logs.paths())
     openapi_logs.amend(doc)
-    from app.web.api import openapi_lists
+    from jobdeck.web.api import openapi_lists
 
     openapi_lists.install(doc)
     for path, operations in doc["paths"].items():

@@ -1,12 +1,12 @@
 """OpenAPI paths of a job's artifacts (``/api/jobs/{job_id}/artifacts``),
-merged into ``app.web.api.openapi.document``."""
+merged into ``jobdeck.web.api.openapi.document``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.artifacts import MAX_NAME_BYTES
-from app.web.api.openapi import _ERRORS, _JOB_ID, _NO_JOB, _json
+from jobdeck.jobs.artifacts import MAX_NAME_BYTES
+from jobdeck.web.api.openapi import _ERRORS, _JOB_ID, _NO_JOB, _json
 
 ARTIFACT = {
     "type": "object",

@@ -1,12 +1,12 @@
 """OpenAPI paths of the effects ledger (``/api/jobs/{job_id}/effects``),
-merged into ``app.web.api.openapi.document``."""
+merged into ``jobdeck.web.api.openapi.document``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.states import EFFECT_RESOLUTIONS, EffectState
-from app.web.api.openapi import _ERRORS, _JOB_ID, _TIME, _body, _json
+from jobdeck.core.states import EFFECT_RESOLUTIONS, EffectState
+from jobdeck.web.api.openapi import _ERRORS, _JOB_ID, _TIME, _body, _json
 
 EFFECT = {
     "type": "object",

@@ -1,13 +1,13 @@
 """OpenAPI path of the errors grouping (``/api/errors``), merged into
-``app.web.api.openapi.document``."""
+``jobdeck.web.api.openapi.document``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.store.models import ERROR_STATES
-from app.store.reads import MAX_ERROR_GROUPS
-from app.web.api.openapi import _ERRORS, _UNAUTHORIZED, _json
+from jobdeck.store.models import ERROR_STATES
+from jobdeck.store.reads import MAX_ERROR_GROUPS
+from jobdeck.web.api.openapi import _ERRORS, _UNAUTHORIZED, _json
 
 _TIME = {"type": "string", "format": "date-time"}
 

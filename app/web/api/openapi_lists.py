@@ -1,5 +1,5 @@
 """OpenAPI of the job list's byte budget (``max_list_bytes``,
-``app.store.listing``), merged into ``app.web.api.openapi.document`` once
+``jobdeck.store.listing``), merged into ``jobdeck.web.api.openapi.document`` once
 the other parts have completed the ``Job`` schema."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from app.store.listing import SIZED
-from app.web.api.openapi import _ref
+from jobdeck.store.listing import SIZED
+from jobdeck.web.api.openapi import _ref
 
 
 def install(doc: dict[str, Any]) -> None:

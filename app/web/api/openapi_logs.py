@@ -1,15 +1,15 @@
 """OpenAPI of a job's log: ``GET /api/jobs/{job_id}/logs``, the heartbeat's
 ``logs`` field and ``logs_kept`` answer, and the ``logs`` summary of
-``GET /api/jobs/{job_id}``; merged into ``app.web.api.openapi.document``."""
+``GET /api/jobs/{job_id}``; merged into ``jobdeck.web.api.openapi.document``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.joblogs import LEVELS, MAX_LINE_CHARS, MAX_LINES_PER_BEAT, TRUNCATED
-from app.validation import INT64_MAX
-from app.web.api.logs import MAX_PAGE
-from app.web.api.openapi import _ERRORS, _JOB_ID, _NO_JOB, _WORKER_ID, _json
+from jobdeck.core.validation import INT64_MAX
+from jobdeck.jobs.joblogs import LEVELS, MAX_LINE_CHARS, MAX_LINES_PER_BEAT, TRUNCATED
+from jobdeck.web.api.logs import MAX_PAGE
+from jobdeck.web.api.openapi import _ERRORS, _JOB_ID, _NO_JOB, _WORKER_ID, _json
 
 LINE = {
     "type": "object",

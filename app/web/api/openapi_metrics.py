@@ -1,5 +1,5 @@
-"""OpenAPI path of ``GET /metrics`` (``app.web.metrics``), merged into
-``app.web.api.openapi.document``. Not under /api/, but guarded like it."""
+"""OpenAPI path of ``GET /metrics`` (``jobdeck.web.metrics``), merged into
+``jobdeck.web.api.openapi.document``. Not under /api/, but guarded like it."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """OpenAPI paths of the queue and schedule controls (``/api/queues``,
-``/api/schedules``), merged into ``app.web.api.openapi.document``."""
+``/api/schedules``), merged into ``jobdeck.web.api.openapi.document``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.web.api.openapi import _ERRORS, _UNAUTHORIZED, _UNSUPPORTED, _json, _ref, _text
+from jobdeck.web.api.openapi import _ERRORS, _UNAUTHORIZED, _UNSUPPORTED, _json, _ref, _text
 
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 200}}
 _QUEUE_NAME = {"name": "name", "in": "path", "required": True, "schema": _text(100)}
@@ -26,7 +26,7 @@ QUEUE = {
 _USE_TEXT = {"type": "string", "description": 'the use in words: "37 of 100 in the last 60 s", "3 keys at their limit"'}
 FLOW_LIMIT = {
     "type": "object",
-    "description": "A rate limit and/or a concurrency per key of one queue or job type (app.flow), with its use now",
+    "description": "A rate limit and/or a concurrency per key of one queue or job type (jobdeck.jobs.flow), with its use now",
     "required": ["scope", "name", "closed_until"],
     "properties": {
         "scope": {"enum": ["queue", "type"]},

@@ -1,12 +1,12 @@
 """OpenAPI paths of the runtime schedules (``POST /api/schedules``, ``PUT`` and
-``DELETE /api/schedules/{name}``), merged into ``app.web.api.openapi.document``,
+``DELETE /api/schedules/{name}``), merged into ``jobdeck.web.api.openapi.document``,
 and the schedule's health as ``GET /api/schedules`` carries it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.web.api.openapi import _ERRORS, _FORBIDDEN, _body, _json, _ref, _text
+from jobdeck.web.api.openapi import _ERRORS, _FORBIDDEN, _body, _json, _ref, _text
 
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 200}}
 _TIME = {"type": ["string", "null"], "format": "date-time"}

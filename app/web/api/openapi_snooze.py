@@ -1,12 +1,12 @@
 """OpenAPI path of the HTTP worker's snooze (``/api/jobs/{job_id}/snooze``),
-merged into ``app.web.api.openapi.document``."""
+merged into ``jobdeck.web.api.openapi.document``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.snooze import MAX_REASON_CHARS, MAX_SNOOZE_SECONDS
-from app.web.api.openapi import _JOB_ERRORS, _JOB_ID, _WORKER_ID, _body, _json, _ref, _text
+from jobdeck.jobs.snooze import MAX_REASON_CHARS, MAX_SNOOZE_SECONDS
+from jobdeck.web.api.openapi import _JOB_ERRORS, _JOB_ID, _WORKER_ID, _body, _json, _ref, _text
 
 
 def paths() -> dict[str, Any]:

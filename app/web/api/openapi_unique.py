@@ -1,12 +1,20 @@
-"""OpenAPI of unique jobs (``app.unique``): the ``unique`` field of an
+"""OpenAPI of unique jobs (``jobdeck.jobs.unique``): the ``unique`` field of an
 enqueue, the job's ``unique_key``, and the 200 duplicate answer, merged into
-``app.web.api.openapi.document``."""
+``jobdeck.web.api.openapi.document``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.unique import DEFAULT_BY, DEFAULT_STATES, MAX_BY, MAX_PATH_SEGMENTS, MAX_SECONDS, ON_DUPLICATE, STATE_BITS
+from jobdeck.jobs.unique import (
+    DEFAULT_BY,
+    DEFAULT_STATES,
+    MAX_BY,
+    MAX_PATH_SEGMENTS,
+    MAX_SECONDS,
+    ON_DUPLICATE,
+    STATE_BITS,
+)
 
 _SECONDS = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_SECONDS}
 _FIELD_CHARS = len("payload") + MAX_PATH_SEGMENTS * 65

@@ -1,15 +1,15 @@
 """OpenAPI paths of workflows and batches (``/api/workflows``, ``/api/batches``),
-merged into ``app.web.api.openapi.document``."""
+merged into ``jobdeck.web.api.openapi.document``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.store.graph import CALLBACKS, ON_DEPENDENCY_FAILURE
-from app.validation import INT64_MAX
-from app.web.api.openapi import _ERRORS, _STATUS, _TIME, _UNAUTHORIZED, _body, _json, _ref, _text
-from app.web.api.workflows import MAX_PAGE
-from app.workflows import MAX_NAME_CHARS, REFUSED_OPTIONS
+from jobdeck.core.validation import INT64_MAX
+from jobdeck.jobs.workflows import MAX_NAME_CHARS, REFUSED_OPTIONS
+from jobdeck.store.graph import CALLBACKS, ON_DEPENDENCY_FAILURE
+from jobdeck.web.api.openapi import _ERRORS, _STATUS, _TIME, _UNAUTHORIZED, _body, _json, _ref, _text
+from jobdeck.web.api.workflows import MAX_PAGE
 
 _ID = {"type": "integer", "minimum": 1, "maximum": INT64_MAX}
 _WORKFLOW_ID = {"name": "workflow_id", "in": "path", "required": True, "schema": _ID}

@@ -1,12 +1,12 @@
 """Queue controls over JSON: list queues, pause and resume one.
 
     GET  /api/queues                  -> {"queues": [{name, paused, waiting, running, concurrency, [limits]}],
-                                          "limits": [every rate or per-key limit with its use (app.flow_claim)]}
+                                          "limits": [every rate or per-key limit with its use (jobdeck.jobs.flow_claim)]}
     POST /api/queues/<name>/pause     -> the queue; paused queues are not claimed from
     POST /api/queues/<name>/resume    -> the queue
 
 Same bearer token as the rest of ``/api``. Each action is announced through
-``app.actions`` (logged on ``jobdeck.audit`` and written to the audit log).
+``jobdeck.actions`` (logged on ``jobdeck.audit`` and written to the audit log).
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, current_app, jsonify
-
-from app.deck import Jobdeck
-from app.errors import InvalidField
-from app.validation import check_text
-from app.web.api import jobs as api
+from jobdeck.core.errors import InvalidField
+from jobdeck.core.validation import check_text
+from jobdeck.deck import Jobdeck
+from jobdeck.web.api import jobs as api
 
 bp = Blueprint("api_queues", __name__, url_prefix="/api/queues")
 bp.before_request(api._authenticate)

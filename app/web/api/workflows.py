@@ -1,4 +1,4 @@
-"""Workflows and batches over JSON (``app.workflows`` builds and checks them).
+"""Workflows and batches over JSON (``jobdeck.jobs.workflows`` builds and checks them).
 
     POST /api/workflows                 {name, jobs: [{name, type, payload, depends_on, ...}],
                                          on_dependency_failure, key}
@@ -14,7 +14,7 @@
     GET  /api/batches                   ?limit&before -> {batches, next_before}, newest first
     GET  /api/batches/<id>              -> the batch: state, counts, fired_at, outcome
 
-These are routes of the ``api`` blueprint (``app.web.api.jobs``), added
+These are routes of the ``api`` blueprint (``jobdeck.web.api.jobs``), added
 when this package is imported: its token check, cross-site refusal, JSON-body
 rule and CSRF exemption are theirs. Retry and cancel are recorded in the
 audit log as done by ``api``, like a job's.
@@ -26,16 +26,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from flask import current_app, jsonify, request
-
-from app.deck import Jobdeck
-from app.errors import InvalidField
-from app.states import Transition
-from app.store.graph import CALLBACKS
-from app.store.records import NewJob
-from app.validation import INT64_MAX, check_text, parse_int
-from app.web.api import jobs as api
-from app.web.serialize import batch_json, workflow_graph_json, workflow_json
-from app.workflows import MAX_NAME_CHARS, REFUSED_OPTIONS, act_on_workflow, max_jobs
+from jobdeck.core.errors import InvalidField
+from jobdeck.core.states import Transition
+from jobdeck.core.validation import INT64_MAX, check_text, parse_int
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.workflows import MAX_NAME_CHARS, REFUSED_OPTIONS, act_on_workflow, max_jobs
+from jobdeck.store.graph import CALLBACKS
+from jobdeck.store.records import NewJob
+from jobdeck.web.api import jobs as api
+from jobdeck.web.serialize import batch_json, workflow_graph_json, workflow_json
 
 bp = api.bp
 

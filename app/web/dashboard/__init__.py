@@ -15,11 +15,10 @@ from typing import Any
 
 from flask import Flask, current_app, jsonify, render_template, request
 from flask_wtf.csrf import CSRFError, CSRFProtect
-
-from app.store.reads import Snapshots
-from app.web.dashboard import actions, auth, present, views, workflows
-from app.web.dashboard.settings import load_settings
-from app.web.dashboard.throttle import LoginThrottle
+from jobdeck.store.reads import Snapshots
+from jobdeck.web.dashboard import actions, auth, present, views, workflows
+from jobdeck.web.dashboard.settings import load_settings
+from jobdeck.web.dashboard.throttle import LoginThrottle
 
 csrf = CSRFProtect()
 
@@ -55,7 +54,7 @@ def init_app(app: Flask) -> None:
     app.extensions["jobdeck_login_throttle"] = LoginThrottle(settings.login_failures, settings.login_window_seconds)
     csrf.init_app(app)
     # The API takes no form posts: its bodies are JSON, its state-changing
-    # calls without a bearer token are refused cross-site (app.web.guard).
+    # calls without a bearer token are refused cross-site (jobdeck.web.guard).
     for blueprint in app.blueprints.values():
         if (blueprint.url_prefix or "").startswith("/api"):
             csrf.exempt(blueprint)

@@ -4,7 +4,7 @@ action (the job moved on meanwhile) answers 409 with the job as it now
 stands and a message saying why; never a 500.
 
 Bulk actions over everything a filter matches run in batches of
-``app.store.reads.BATCH`` jobs, one short request each: the progress fragment posts
+``jobdeck.store.reads.BATCH`` jobs, one short request each: the progress fragment posts
 the next batch when it loads, so no request grows with the number of jobs
 and the operator watches it advance."""
 
@@ -14,8 +14,7 @@ import json
 from typing import Any
 
 from flask import Blueprint, abort, current_app, render_template, request
-
-from app.errors import (
+from jobdeck.core.errors import (
     EffectNotFound,
     EffectResolveRefused,
     InvalidField,
@@ -24,15 +23,15 @@ from app.errors import (
     RunNowRefused,
     TransitionRefused,
 )
-from app.states import EFFECT_RESOLUTIONS, SOURCES, EffectState, State, Transition
-from app.store import JobRecord
-from app.store.audit import Tally, audit_entry, finish_bulk, open_bulk, record_action
-from app.store.lifecycle import Seen
-from app.store.reads import BATCH, iter_batches, next_batch
-from app.validation import loads, parse_int, parse_priority, parse_time
-from app.web.dashboard.auth import current_user, require_operator
-from app.web.dashboard.tabs import BY_SLUG, ListArgs, Tab, tab_or_404
-from app.web.dashboard.views import _list, deck, flash_response, is_htmx, job_context, snapshots
+from jobdeck.core.states import EFFECT_RESOLUTIONS, SOURCES, EffectState, State, Transition
+from jobdeck.core.validation import loads, parse_int, parse_priority, parse_time
+from jobdeck.store import JobRecord
+from jobdeck.store.audit import Tally, audit_entry, finish_bulk, open_bulk, record_action
+from jobdeck.store.lifecycle import Seen
+from jobdeck.store.reads import BATCH, iter_batches, next_batch
+from jobdeck.web.dashboard.auth import current_user, require_operator
+from jobdeck.web.dashboard.tabs import BY_SLUG, ListArgs, Tab, tab_or_404
+from jobdeck.web.dashboard.views import _list, deck, flash_response, is_htmx, job_context, snapshots
 
 bp = Blueprint("actions", __name__, url_prefix="/actions")
 
@@ -261,7 +260,7 @@ def matching(action: str) -> Any:
     """One batch of "all N matching". The first call opens the bulk action's
     audit entry; each next call carries it and the id it stopped below. How
     far it got is read from the entry, which each batch counts into in its
-    own transaction (``app.store.audit``), never from the form."""
+    own transaction (``jobdeck.store.audit``), never from the form."""
     tab = tab_or_404(request.form.get("tab", ""))
     transition = _transition(action, tab)
     if not tab.can(transition):

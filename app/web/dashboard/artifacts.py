@@ -1,7 +1,7 @@
 """Artifacts in the dashboard: the job page's list (``_job_artifacts.html``,
 refreshed on ``jd-poll`` while the job can still store more) and the
 download, behind the dashboard's login like every page; viewers may
-download. The file response is the API's (``app.web.api.artifacts.download``).
+download. The file response is the API's (``jobdeck.web.api.artifacts.download``).
 """
 
 from __future__ import annotations
@@ -9,12 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, abort, render_template
-
-from app.artifacts import check_name, human_bytes
-from app.errors import JobNotFound
-from app.store.artifacts import ArtifactInfo, artifacts_of, get_artifact
-from app.web.api.artifacts import download
-from app.web.dashboard.views import POLLED_STATES, deck
+from jobdeck.core.errors import JobNotFound
+from jobdeck.jobs.artifacts import check_name, human_bytes
+from jobdeck.store.artifacts import ArtifactInfo, artifacts_of, get_artifact
+from jobdeck.web.api.artifacts import download
+from jobdeck.web.dashboard.views import POLLED_STATES, deck
 
 bp = Blueprint("artifacts", __name__)
 

@@ -5,13 +5,13 @@ With users configured, every page but the login form needs a session; a
 dashboard is open and everyone is an operator, which ``jobdeck serve`` and
 ``wsgi.py`` allow only on a loopback bind (``exposure_problem``).
 
-A session is a row in the database (``app.store.sessions``) named by a token in
+A session is a row in the database (``jobdeck.store.sessions``) named by a token in
 the signed cookie: logout deletes the row, so a copied cookie stops working
 in every process; so does a change of the user's password or role in the
 config (the row keeps a fingerprint of both). Logins are throttled before any password is hashed
-(``app.web.dashboard.throttle``). The JSON API honours the same sessions and
-roles when users are configured (``app.web.guard``). Mounted in a host app
-(``app.embed``), the host's ``current_role`` decides instead of sessions.
+(``jobdeck.web.dashboard.throttle``). The JSON API honours the same sessions and
+roles when users are configured (``jobdeck.web.guard``). Mounted in a host app
+(``jobdeck.embed``), the host's ``current_role`` decides instead of sessions.
 """
 
 from __future__ import annotations
@@ -31,17 +31,16 @@ from flask import (
     session,
     url_for,
 )
+from jobdeck.core.config import Config, is_loopback_host
+from jobdeck.store import sessions
+from jobdeck.web.dashboard.settings import OPERATOR, DashboardSettings, User, load_users
+from jobdeck.web.dashboard.throttle import LoginThrottle
+from jobdeck.web.guard import rebinding_problem
 from werkzeug.security import check_password_hash, generate_password_hash
 
-from app.config import Config, is_loopback_host
-from app.store import sessions
-from app.web.dashboard.settings import OPERATOR, DashboardSettings, User, load_users
-from app.web.dashboard.throttle import LoginThrottle
-from app.web.guard import rebinding_problem
-
 if TYPE_CHECKING:
-    from app.deck import Jobdeck
-    from app.embed import Embedding
+    from jobdeck.deck import Jobdeck
+    from jobdeck.embed import Embedding
 
 bp = Blueprint("auth", __name__)
 
@@ -73,7 +72,7 @@ def _deck() -> Jobdeck:
 
 
 def embedding() -> Embedding | None:
-    """The host app this Jobdeck is mounted in (``app.embed``), or None."""
+    """The host app this Jobdeck is mounted in (``jobdeck.embed``), or None."""
     found: Embedding | None = current_app.extensions.get("jobdeck_embedding")
     return found
 
@@ -102,7 +101,7 @@ def current_user() -> User | None:
 
 
 API_GUARDED_ENDPOINTS = {"metrics.metrics"}
-"""Endpoints outside /api/ that the API's own guard (``app.web.guard``) protects."""
+"""Endpoints outside /api/ that the API's own guard (``jobdeck.web.guard``) protects."""
 
 
 def guard() -> Any:
@@ -146,7 +145,7 @@ def require_operator(view: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         user = current_user()
         if user is None or not user.can_act:
-            from app.web.dashboard.views import flash_response
+            from jobdeck.web.dashboard.views import flash_response
 
             return flash_response("Your role is viewer: you can look, but only operators can act.", "error", 403)
         return view(*args, **kwargs)

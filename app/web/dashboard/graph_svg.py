@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.store import JobRecord
+from jobdeck.store import JobRecord
 
 MAX_SVG_NODES = 200
 """Above this many jobs the page shows the table only: a drawing of 1,000
@@ -59,7 +59,7 @@ class Drawing:
 def layers(ids: Sequence[int], edges: Sequence[tuple[int, int]]) -> dict[int, int]:
     """Each job's column: 0 without dependencies, else one more than its
     deepest dependency's. ``edges`` are (job, the job it depends on); the
-    graph is acyclic (``app.workflows`` refuses cycles), and an edge to a
+    graph is acyclic (``jobdeck.jobs.workflows`` refuses cycles), and an edge to a
     job outside ``ids`` is ignored."""
     known = set(ids)
     deps: dict[int, list[int]] = {i: [] for i in ids}

@@ -11,13 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flask import Blueprint, abort, render_template, request
-
-from app.errors import InvalidField, JobNotFound
-from app.states import State
-from app.store import JobRecord
-from app.store.joblogs import StoredLine, lines_of
-from app.validation import INT64_MAX, parse_int
-from app.web.dashboard.views import deck
+from jobdeck.core.errors import InvalidField, JobNotFound
+from jobdeck.core.states import State
+from jobdeck.core.validation import INT64_MAX, parse_int
+from jobdeck.store import JobRecord
+from jobdeck.store.joblogs import StoredLine, lines_of
+from jobdeck.web.dashboard.views import deck
 
 bp = Blueprint("joblogs", __name__)
 

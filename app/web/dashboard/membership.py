@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.store import JobRecord, Store
-from app.store.graph import BatchNotFound, BatchRecord, WorkflowRecord
+from jobdeck.store import JobRecord, Store
+from jobdeck.store.graph import BatchNotFound, BatchRecord, WorkflowRecord
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Presentation helpers: Jinja filters and globals (relative times in
-``<time>``, durations, pretty JSON, attempts allowed, from ``app.present``) and the geometry of the overview's server-rendered SVG charts."""
+``<time>``, durations, pretty JSON, attempts allowed, from ``jobdeck.present``) and the geometry of the overview's server-rendered SVG charts."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ from datetime import datetime
 from typing import Any
 
 from flask import Flask
+from jobdeck.core.states import priority_label
+from jobdeck.present import attempts_allowed
 from markupsafe import Markup
-
-from app.present import attempts_allowed
-from app.states import priority_label
 
 
 def human_seconds(seconds: float) -> str:

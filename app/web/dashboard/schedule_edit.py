@@ -15,14 +15,13 @@ import json
 from typing import Any
 
 from flask import Blueprint, abort, current_app, flash, jsonify, redirect, render_template, request, url_for
-
-from app.deck import Jobdeck
-from app.errors import InvalidField, JobdeckError
-from app.store.runtime_schedules import get_runtime_schedule
-from app.validation import loads
-from app.web.api import jobs as api
-from app.web.dashboard.auth import require_operator
-from app.web.dashboard.schedules import _actor, _json
+from jobdeck.core.errors import InvalidField, JobdeckError
+from jobdeck.core.validation import loads
+from jobdeck.deck import Jobdeck
+from jobdeck.store.runtime_schedules import get_runtime_schedule
+from jobdeck.web.api import jobs as api
+from jobdeck.web.dashboard.auth import require_operator
+from jobdeck.web.dashboard.schedules import _actor, _json
 
 bp = Blueprint("schedule_edit", __name__)
 api_bp = Blueprint("api_schedule_edit", __name__, url_prefix="/api/schedules")

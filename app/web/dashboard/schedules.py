@@ -2,7 +2,7 @@
 /api/schedules).
 
 Schedules: each schedule's source (config or runtime, the runtime ones
-edited in ``schedule_edit``), its health (``app.maintenance.schedule_health``), its cron in words, next run, last run with its job and
+edited in ``schedule_edit``), its health (``jobdeck.maintenance.schedule_health``), its cron in words, next run, last run with its job and
 outcome, the last successful run's artifacts (the nightly report, one click
 away), the recent outcomes at a glance, and Run now / Pause / Resume.
 Queues: each queue's waiting and running jobs, paused state and concurrency
@@ -20,16 +20,15 @@ from datetime import datetime
 from typing import Any
 
 from flask import Blueprint, abort, current_app, flash, jsonify, redirect, render_template, url_for
-
-from app.deck import Jobdeck
-from app.store.artifacts import last_completed_artifacts
-from app.store.reads import running_by_type
-from app.store.upkeep import HEALTH_WINDOWS, type_health
-from app.validation import MAX_QUEUE_CHARS, check_text
-from app.web.api import jobs as api
-from app.web.dashboard.auth import current_user, require_operator
-from app.web.dashboard.tabs import BY_SLUG
-from app.web.serialize import iso
+from jobdeck.core.validation import MAX_QUEUE_CHARS, check_text
+from jobdeck.deck import Jobdeck
+from jobdeck.store.artifacts import last_completed_artifacts
+from jobdeck.store.reads import running_by_type
+from jobdeck.store.upkeep import HEALTH_WINDOWS, type_health
+from jobdeck.web.api import jobs as api
+from jobdeck.web.dashboard.auth import current_user, require_operator
+from jobdeck.web.dashboard.tabs import BY_SLUG
+from jobdeck.web.serialize import iso
 
 bp = Blueprint("schedules", __name__)
 api_bp = Blueprint("api_schedules", __name__, url_prefix="/api/schedules")
@@ -63,7 +62,7 @@ def _json(s: dict[str, Any]) -> dict[str, Any]:
 def _answer(page: str, template: str, context: dict[str, Any], message: str, kind: str = "success") -> Any:
     """htmx: the refreshed table in place plus the message; otherwise
     flash it and redirect to the page (post/redirect/get)."""
-    from app.web.dashboard.views import flash_response, is_htmx
+    from jobdeck.web.dashboard.views import flash_response, is_htmx
 
     if not is_htmx():
         flash(message, kind)
@@ -160,7 +159,7 @@ def api_index() -> Any:
 
 @api_bp.post("/<path:name>/run")
 def api_run(name: str) -> Any:
-    from app.web.serialize import job_json
+    from jobdeck.web.serialize import job_json
 
     deck = _deck()
     job = deck.schedules.run_now(name, deck.clock(), "api")

@@ -4,7 +4,7 @@
     poll_seconds = 3            # live refresh interval, 1..300
     counts_cache_seconds = 3    # overview snapshot lifetime, 0..300 (0: no cache)
     login_failures = 10         # failed sign-ins per account, and per address, ...
-    login_window_seconds = 60   # ... within this window before 429 (app.web.dashboard.throttle)
+    login_window_seconds = 60   # ... within this window before 429 (jobdeck.web.dashboard.throttle)
 
     [users.alice]
     password_hash = "scrypt:32768:8:1$..."   # from `jobdeck hash-password`
@@ -19,7 +19,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.config import Config, ConfigError
+from jobdeck.core.config import Config, ConfigError
 
 ROLES = ("viewer", "operator")
 OPERATOR = "operator"
@@ -39,7 +39,7 @@ class User:
     @property
     def credential(self) -> str:
         """A fingerprint of what this user signs in with and may do: a
-        session remembers it (``app.store.sessions``) and ends when the
+        session remembers it (``jobdeck.store.sessions``) and ends when the
         config gives the user another password or role. A digest of the
         (salted, slow) password hash, so it tells nothing of the password."""
         text = "\0".join((self.name, self.password_hash, self.role))
@@ -54,7 +54,7 @@ class DashboardSettings:
     login_failures: int = 10
     login_window_seconds: float = 60.0
     embedded: bool = False
-    """Mounted in a host Flask app (``app.embed``): the host's login decides
+    """Mounted in a host Flask app (``jobdeck.embed``): the host's login decides
     the role, and ``[users]`` is not used."""
 
     @property

@@ -1,5 +1,5 @@
 """The job-list tabs and the filter a request asks for, both derived from
-``app.states``: one tab per state, with ``scheduled`` split out of pending."""
+``jobdeck.core.states``: one tab per state, with ``scheduled`` split out of pending."""
 
 from __future__ import annotations
 
@@ -8,12 +8,11 @@ from datetime import datetime
 from typing import Any
 
 from flask import abort
+from jobdeck.core.fingerprint import MAX_CHARS as MAX_FINGERPRINT_CHARS
+from jobdeck.core.states import ALL_STATES, SOURCES, State, Transition
+from jobdeck.core.validation import MAX_QUEUE_CHARS, MAX_SEARCH_CHARS, MAX_TYPE_CHARS, check_text, parse_int
+from jobdeck.store import JobFilter, JobRecord
 from werkzeug.datastructures import MultiDict
-
-from app.fingerprint import MAX_CHARS as MAX_FINGERPRINT_CHARS
-from app.states import ALL_STATES, SOURCES, State, Transition
-from app.store import JobFilter, JobRecord
-from app.validation import MAX_QUEUE_CHARS, MAX_SEARCH_CHARS, MAX_TYPE_CHARS, check_text, parse_int
 
 LABELS: dict[State, str] = {
     State.PENDING: "Pending",
@@ -83,11 +82,11 @@ class ListArgs:
     before: int | None = None
     after: int | None = None
     error: str = ""
-    """An error group's fingerprint (``app.fingerprint``), from the errors page."""
+    """An error group's fingerprint (``jobdeck.core.fingerprint``), from the errors page."""
 
     @classmethod
     def parse(cls, args: MultiDict[str, str]) -> ListArgs:
-        """The filter, checked like the API's (``app.validation``): a NUL, an
+        """The filter, checked like the API's (``jobdeck.core.validation``): a NUL, an
         over-long term or a cursor that is no id raises ``InvalidField``, which
         the dashboard shows as a message."""
         return cls(

@@ -11,14 +11,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from flask import Blueprint, abort, current_app, flash, redirect, render_template, request, session, url_for
-
-from app.deck import Jobdeck
-from app.docs import DOCS_PORT, DOCS_URL
-from app.errors import JobNotFound
-from app.states import SOURCES, AttemptOutcome, State, Transition, allowed
-from app.store import JobRecord
-from app.store.audit import audit_of_job, interrupted_bulk, list_audit
-from app.store.reads import (
+from jobdeck.core.errors import JobNotFound
+from jobdeck.core.states import SOURCES, AttemptOutcome, State, Transition, allowed
+from jobdeck.core.validation import parse_int
+from jobdeck.deck import Jobdeck
+from jobdeck.docs import DOCS_PORT, DOCS_URL
+from jobdeck.store import JobRecord
+from jobdeck.store.audit import audit_of_job, interrupted_bulk, list_audit
+from jobdeck.store.reads import (
     BADGE_WINDOW,
     MAX_ERROR_GROUPS,
     Snapshots,
@@ -31,13 +31,12 @@ from app.store.reads import (
     newest_id,
     running_by_worker,
 )
-from app.validation import parse_int
-from app.web.dashboard.auth import current_user
-from app.web.dashboard.membership import membership_of
-from app.web.dashboard.present import latency_chart, throughput_chart
-from app.web.dashboard.settings import DashboardSettings
-from app.web.dashboard.tabs import ERROR_TABS, TABS, ListArgs, Tab, error_tab_or_404, tab_of, tab_or_404
-from app.web.serialize import request_waiting
+from jobdeck.web.dashboard.auth import current_user
+from jobdeck.web.dashboard.membership import membership_of
+from jobdeck.web.dashboard.present import latency_chart, throughput_chart
+from jobdeck.web.dashboard.settings import DashboardSettings
+from jobdeck.web.dashboard.tabs import ERROR_TABS, TABS, ListArgs, Tab, error_tab_or_404, tab_of, tab_or_404
+from jobdeck.web.serialize import request_waiting
 
 bp = Blueprint("dashboard", __name__)
 
@@ -95,7 +94,7 @@ def error_response(message: str, status: int) -> Any:
 
 
 def _back() -> str:
-    from app.web.dashboard.auth import _safe_next
+    from jobdeck.web.dashboard.auth import _safe_next
 
     target = request.form.get("next") or request.referrer or ""
     if target.startswith(request.host_url):
@@ -257,7 +256,7 @@ def job_rows(tab: str) -> Any:
 def confirm(tab: str, action: str) -> Any:
     """The confirmation of "all N matching": N counted exactly, now, up to
     the newest job id, which the action then keeps to."""
-    from app.web.dashboard.actions import TRANSITIONS
+    from jobdeck.web.dashboard.actions import TRANSITIONS
 
     t = tab_or_404(tab)
     transition = TRANSITIONS.get(action)
@@ -364,7 +363,7 @@ def audit() -> Any:
 
 def _errors(tab: Tab) -> dict[str, Any]:
     """The errors page's context: the tab's jobs grouped by type and error
-    fingerprint (``app.store.reads.error_groups``), largest first."""
+    fingerprint (``jobdeck.store.reads.error_groups``), largest first."""
     d = deck()
     now = d.clock()
     return {

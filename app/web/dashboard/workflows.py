@@ -11,17 +11,16 @@ from datetime import datetime
 from typing import Any
 
 from flask import Blueprint, abort, render_template, request
-
-from app.errors import JobNotFound
-from app.states import DEPENDENCY_FAILED, ENDED, SOURCES, State, Transition
-from app.store import JobRecord
-from app.store.graph import BatchNotFound, BatchRecord, WorkflowGraph, WorkflowNotFound
-from app.validation import parse_int
-from app.web.dashboard.auth import current_user, require_operator
-from app.web.dashboard.graph_svg import MAX_SVG_NODES, Drawing, draw
-from app.web.dashboard.tabs import tab_of
-from app.web.dashboard.views import deck, flash_response, is_htmx, snapshots
-from app.workflows import act_on_workflow
+from jobdeck.core.errors import JobNotFound
+from jobdeck.core.states import DEPENDENCY_FAILED, ENDED, SOURCES, State, Transition
+from jobdeck.core.validation import parse_int
+from jobdeck.jobs.workflows import act_on_workflow
+from jobdeck.store import JobRecord
+from jobdeck.store.graph import BatchNotFound, BatchRecord, WorkflowGraph, WorkflowNotFound
+from jobdeck.web.dashboard.auth import current_user, require_operator
+from jobdeck.web.dashboard.graph_svg import MAX_SVG_NODES, Drawing, draw
+from jobdeck.web.dashboard.tabs import tab_of
+from jobdeck.web.dashboard.views import deck, flash_response, is_htmx, snapshots
 
 bp = Blueprint("workflows", __name__)
 

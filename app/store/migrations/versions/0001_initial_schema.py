@@ -5,8 +5,8 @@ Revises:
 Create Date: 2026-11-30
 
 The schema as Jobdeck created it before migrations (commit 0ca3b42,
-``create_all``); ``app.store.migrate`` stamps such a database with this revision.
-Frozen: it names its states and types literally, never from app.store.models.
+``create_all``); ``jobdeck.store.migrate`` stamps such a database with this revision.
+Frozen: it names its states and types literally, never from jobdeck.store.models.
 
 Written for SQLite and PostgreSQL alike: ALTERs go through
 ``op.batch_alter_table`` (SQLite copies the table; foreign keys are off while

@@ -5,7 +5,7 @@ Revises: 0010
 Create Date: 2026-12-01 16:00:00
 
 Each (minute, type) counter row gains one count per run-time bucket
-(``app.store.durations``: two buckets per doubling from 1 ms, the last from
+(``jobdeck.store.durations``: two buckets per doubling from 1 ms, the last from
 about 2.3 h on), filled by the roll-up, so the Queues page reads p50 and p95
 per type from counters. The columns default to 0: rows rolled up before this
 revision count no durations (their minutes show counts without percentiles).

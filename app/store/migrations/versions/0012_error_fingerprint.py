@@ -4,7 +4,7 @@ Revision ID: 0012
 Revises: 0011
 Create Date: 2026-12-01 16:00:00
 
-The fail statement stores each failure's fingerprint (``app.fingerprint``)
+The fail statement stores each failure's fingerprint (``jobdeck.core.fingerprint``)
 on the job, and ``ix_jobs_error_groups`` (status, type, fingerprint,
 updated_at), partial on failed and dead, serves the errors view's GROUP BY
 from the index alone. Failed and dead jobs from before this revision get
@@ -21,8 +21,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
-
-from app.fingerprint import fingerprint
+from jobdeck.core.fingerprint import fingerprint
 
 revision: str = "0012"
 down_revision: str | Sequence[str] | None = "0011"

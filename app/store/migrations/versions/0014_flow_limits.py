@@ -5,7 +5,7 @@ Revises: 0013
 Create Date: 2026-12-01 19:00:00
 
 ``jobs.rate_key`` and ``jobs.concurrency_key``: a job's key for a keyed
-limit (``app.flow``), computed at enqueue. ``ix_jobs_rate_key`` and
+limit (``jobdeck.jobs.flow``), computed at enqueue. ``ix_jobs_rate_key`` and
 ``ix_jobs_concurrency_key`` hold only waiting jobs with a key, in claim
 order per key: the claim walks them key by key, so a hot key's backlog is
 one seek, not a scan. ``flow_starts`` is the rate limits' sliding window

@@ -4,7 +4,7 @@ Revision ID: 0015
 Revises: 0014
 Create Date: 2026-12-01 19:00:00
 
-A unique job (``app.unique``) stores its key, the end of its period and
+A unique job (``jobdeck.jobs.unique``) stores its key, the end of its period and
 the states it holds the key in. ``ux_jobs_unique_key`` makes the database
 decide between enqueues racing in any number of processes. NULL keys are
 distinct on both databases, so the jobs without a key never collide.

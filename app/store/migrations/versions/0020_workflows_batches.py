@@ -5,7 +5,7 @@ Revises: 0019
 Create Date: 2026-12-01 23:00:00
 
 A workflow job with unfinished dependencies is ``blocked``: never claimed,
-promoted to ``pending`` by the completion that frees it (``app.store.graph``).
+promoted to ``pending`` by the completion that frees it (``jobdeck.store.graph``).
 
 - ``workflows``: one enqueued graph (name, failure policy, an optional key
   that makes a scheduled enqueue happen once per fire time).

@@ -4,7 +4,7 @@ Revision ID: 0023
 Revises: 0022
 Create Date: 2026-12-05 09:00:00
 
-On PostgreSQL every process runs on the database's clock (``app.clock``) and
+On PostgreSQL every process runs on the database's clock (``jobdeck.core.clock``) and
 measures how far its host's clock is off it; the Workers page and ``/metrics``
 show that offset per process, so an operator sees a host whose NTP is broken.
 Null on SQLite (one host, one clock) and before the first measurement.

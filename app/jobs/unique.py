@@ -14,7 +14,7 @@ it on the row with the job's states and the end of its period; a UNIQUE
 index on the key decides between racing enqueues in any process. A row keeps
 its key until a later enqueue of the same key finds the holder no longer
 holding it (outside its states, or past its period) and frees it in the
-same transaction as its own insert (``app.store.unique``): the holder's
+same transaction as its own insert (``jobdeck.store.unique``): the holder's
 state changes (claim, completion, death, a retry, time passing a scheduled
 job's run-at) then cost the transitions nothing.
 """
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from app.config import Config, ConfigError
-from app.errors import InvalidField
-from app.states import State
+from jobdeck.core.config import Config, ConfigError
+from jobdeck.core.errors import InvalidField
+from jobdeck.core.states import State
 
 SCHEDULED = "scheduled"
 """Not a state of its own: ``pending`` with ``available_at`` in the future."""

@@ -15,8 +15,8 @@ masking anyway: a megabyte message costs no more than its first few
 kilobytes.
 
 The fingerprint is stored on the job when it fails (``jobs.error_fingerprint``,
-set by ``app.store.statements.fail``) and computed from the text the store
-keeps (``app.store.faults.storable_text``), so a backfill from the ``error``
+set by ``jobdeck.store.statements.fail``) and computed from the text the store
+keeps (``jobdeck.store.faults.storable_text``), so a backfill from the ``error``
 column (migration 0012) gives what the fail statement gave.
 """
 
@@ -73,7 +73,7 @@ def _first_line(error: str) -> str:
 
 
 def _is_class_name(head: str) -> bool:
-    """``KeyError`` or ``app.errors.InvalidField``: dotted identifiers."""
+    """``KeyError`` or ``jobdeck.core.errors.InvalidField``: dotted identifiers."""
     return len(head) <= 120 and all(part.isidentifier() for part in head.split("."))
 
 

@@ -33,9 +33,9 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
-from app.errors import InvalidField
-from app.store.faults import is_transient, storable_text
-from app.validation import parse_time
+from jobdeck.core.errors import InvalidField
+from jobdeck.core.validation import parse_time
+from jobdeck.store.faults import is_transient, storable_text
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
 """The levels a line can have (``logging``'s, lower case)."""

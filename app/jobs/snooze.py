@@ -1,6 +1,6 @@
 """Snooze: a handler asks to run again later, without a retry or a failure.
 
-    from app.handlers import Snooze, handler
+    from jobdeck.jobs.handlers import Snooze, handler
 
     @handler("crm.sync")
     def sync(payload, ctx):
@@ -32,8 +32,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from app.config import Config
-    from app.handlers import Registry
+    from jobdeck.core.config import Config
+    from jobdeck.jobs.handlers import Registry
 
 MAX_SNOOZE_SECONDS = 365 * 24 * 3600.0
 """The longest snooze (one year): a job meant to wait longer is a schedule."""
@@ -120,7 +120,7 @@ def max_snoozes(config: Config, registry: Registry, job_type: str) -> int:
 
 def check_config(config: Config) -> None:
     """Each ``[types."T"] max_snoozes`` is an integer >= 0 (a ``ConfigError`` naming the key)."""
-    from app.config import ConfigError
+    from jobdeck.core.config import ConfigError
 
     types = config.extra.get("types")
     if not isinstance(types, dict):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.states import State, Transition, refusal
+from jobdeck.core.states import State, Transition, refusal
 
 
 class JobdeckError(Exception):

@@ -12,7 +12,7 @@ this order, and the first that holds is given:
 2. ``concurrency_limit``: its queue's limit, then its type's, is reached
    (``scope`` "queue" or "type", ``name``, ``running``, ``limit``).
    ``flow_limit``: a rate limit, a concurrency per key or a limit a handler
-   closed holds it (``app.flow``; ``limit_kind`` rate, concurrency_key or
+   closed holds it (``jobdeck.jobs.flow``; ``limit_kind`` rate, concurrency_key or
    closed, ``scope``, ``name``, ``limit``, ``rate``, ``key``, ``until``).
 3. ``scheduled`` (pending) or ``retry_backoff`` (failed): not due until ``at``.
 4. ``no_worker``: nothing live serves its type. A registered type is served
@@ -29,7 +29,7 @@ says "paused": when its time comes it will still not run. A limit comes
 before workers because with the limit reached no free worker takes it.
 
 The decision (``waiting_reason``) is pure; ``WaitingReasons`` makes the
-few reads it needs (``app.store.waiting``) once, at the first job that asks.
+few reads it needs (``jobdeck.store.waiting``) once, at the first job that asks.
 """
 
 from __future__ import annotations
@@ -39,12 +39,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from app.states import SOURCES, State, Transition
-from app.store import JobRecord
-from app.store.waiting import WaitingReads, read_waiting
+from jobdeck.core.states import SOURCES, State, Transition
+from jobdeck.store import JobRecord
+from jobdeck.store.waiting import WaitingReads, read_waiting
 
 if TYPE_CHECKING:
-    from app.deck import Jobdeck
+    from jobdeck.deck import Jobdeck
 
 WAITING_STATES = SOURCES[Transition.CLAIM]
 """Only a job the claim could take can be waiting for something."""
@@ -84,7 +84,7 @@ class Situation:
     http_types: frozenset[str]
     """External types an HTTP worker is known to be serving now."""
     flow_held: Callable[[JobRecord], dict[str, Any] | None] | None = None
-    """The flow limit holding a job back (``app.flow_claim.waiting_check``), when any are configured."""
+    """The flow limit holding a job back (``jobdeck.jobs.flow_claim.waiting_check``), when any are configured."""
 
 
 def waiting_reason(job: JobRecord, s: Situation) -> Reason | None:
@@ -101,7 +101,7 @@ def waiting_reason(job: JobRecord, s: Situation) -> Reason | None:
 
 
 def _blocked(job: JobRecord) -> Reason:
-    """A workflow job waits for its dependencies before anything else (``app.workflows``)."""
+    """A workflow job waits for its dependencies before anything else (``jobdeck.jobs.workflows``)."""
     left = job.deps_left or 0
     noun = "dependency" if left == 1 else "dependencies"
     return _reason("dependencies", f"Waiting for {left} {noun} to complete", left=left)
@@ -142,8 +142,8 @@ def _flow_limit(job: JobRecord, s: Situation) -> Reason | None:
     held = s.flow_held(job) if s.flow_held is not None else None
     if held is None or held["kind"] == "concurrency":
         return None  # the global limits have their own reason, checked before
-    from app.flow import shown_key
-    from app.flow_claim import reason_message
+    from jobdeck.jobs.flow import shown_key
+    from jobdeck.jobs.flow_claim import reason_message
 
     until = held.get("until")
     return _reason(
@@ -269,7 +269,7 @@ class WaitingReasons:
 def for_deck(deck: Jobdeck, now: datetime) -> WaitingReasons:
     """Reasons on ``deck`` as of ``now``: the paused queues from the queue
     controls' cached set (what the claim itself skips), the limits from
-    config, the rest from ``app.store.waiting``."""
+    config, the rest from ``jobdeck.store.waiting``."""
     return WaitingReasons(situation_loader(deck, now))
 
 
@@ -290,7 +290,7 @@ def situation_loader(deck: Jobdeck, now: datetime) -> Callable[[], Situation]:
             return found
         from dataclasses import replace
 
-        from app.flow_claim import waiting_check
+        from jobdeck.jobs.flow_claim import waiting_check
 
         return replace(found, flow_held=waiting_check(deck.queues.flow_claim, deck.store, now))
 

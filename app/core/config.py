@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.artifacts import DEFAULT_MAX_BYTES
-from app.errors import InvalidField
-from app.snooze import check_config as check_snooze_config
-from app.validation import MAX_QUEUE_CHARS, MAX_TYPE_CHARS, check_name
+from jobdeck.core.errors import InvalidField
+from jobdeck.core.validation import MAX_QUEUE_CHARS, MAX_TYPE_CHARS, check_name
+from jobdeck.jobs.artifacts import DEFAULT_MAX_BYTES
+from jobdeck.jobs.snooze import check_config as check_snooze_config
 
 if TYPE_CHECKING:
-    from app.joblogs import LogLimits
+    from jobdeck.jobs.joblogs import LogLimits
 
 
 class ConfigError(ValueError):
@@ -40,9 +40,9 @@ class Config:
     """Embedded worker threads; 0 runs the web process and API only."""
     http_server: str = "granian"
     """The HTTP server ``jobdeck serve`` runs: ``granian`` (HTTP in Rust,
-    the app in one worker process it supervises: ``app.web.granian_server``)
+    the app in one worker process it supervises: ``jobdeck.web.granian_server``)
     or ``waitress``, the pure-Python fallback, in this process
-    (``app.web.server``). granian is the default because it answered more of
+    (``jobdeck.web.server``). granian is the default because it answered more of
     everything in scenario 3 of the benchmark, run beside waitress and
     gunicorn (POST /api/jobs 790 against 606 req/s with the pool on, p99 30
     against 56 ms; health 4,443 against 2,439), and both pass the crash
@@ -89,7 +89,7 @@ class Config:
     """The most bytes of payloads, results and errors one page of jobs
     carries (``GET /api/jobs``, the dashboard's lists): the page ends early,
     with more to come, where the next job would pass it. A field larger
-    than this by itself is left out of lists (``app.store.listing``)."""
+    than this by itself is left out of lists (``jobdeck.store.listing``)."""
     max_result_bytes: int = 1048576
     """The largest result a handler may return (or an HTTP worker complete
     with), as compact UTF-8 JSON. A result lives in the job's row and is
@@ -106,7 +106,7 @@ class Config:
     clock_skew_warn: float = 1.0
     """PostgreSQL: seconds a host's clock may be off the database's before
     Jobdeck logs a warning. Every process runs on the database's clock
-    (``app.clock``) whatever its host's says; the warning points at broken NTP."""
+    (``jobdeck.core.clock``) whatever its host's says; the warning points at broken NTP."""
     clock_check_interval: float = 60.0
     """PostgreSQL: seconds between measurements of this process's clock
     against the database's (the sweeper also measures before each rescue)."""
@@ -142,7 +142,7 @@ class Config:
     requests name its own host: an open deployment refuses them (403)."""
     log_format: str = "text"
     """``text`` (one line per record) or ``json`` (one JSON object per line,
-    with job ids and types as fields: ``app.structured_logs``)."""
+    with job ids and types as fields: ``jobdeck.core.structured_logs``)."""
     auto_migrate: bool = True
     """Upgrade the database schema at start-up (``jobdeck db upgrade``).
     Off: start-up refuses to run on a schema older than the code."""
@@ -342,7 +342,7 @@ def validate(config: Config) -> None:
 
 def _check_names(config: Config) -> None:
     """Queue and type names the config declares, held to the enqueue's rule
-    and NFC-normalized (``app.validation.check_name``)."""
+    and NFC-normalized (``jobdeck.core.validation.check_name``)."""
     try:
         config.external_types = [check_name(n, "external_types", MAX_TYPE_CHARS) for n in config.external_types]
         for table, most in (("queues", MAX_QUEUE_CHARS), ("types", MAX_TYPE_CHARS)):
@@ -361,10 +361,10 @@ def _check_names(config: Config) -> None:
 
 
 QUEUE_OPTIONS = frozenset({"concurrency", "rate", "rate_key", "concurrency_key"})
-"""What a ``[queues.NAME]`` table may set (``app.queues``, ``app.flow``)."""
+"""What a ``[queues.NAME]`` table may set (``jobdeck.jobs.queues``, ``jobdeck.jobs.flow``)."""
 TYPE_OPTIONS = QUEUE_OPTIONS | {"unique", "non_retryable", "max_snoozes", "capture_logging"}
-"""What a ``[types."T"]`` table may set: the queue's options, and ``app.unique``'s,
-``non_retryable``, ``app.snooze``'s and ``app.joblogs``' own."""
+"""What a ``[types."T"]`` table may set: the queue's options, and ``jobdeck.jobs.unique``'s,
+``non_retryable``, ``jobdeck.jobs.snooze``'s and ``jobdeck.jobs.joblogs``' own."""
 _HANDLER_ONLY = {"timeout", "max_retries", "queue", "priority", "backoff_base", "backoff_cap"}
 """Options of ``@handler`` that a ``[types."T"]`` table cannot set: named in the error."""
 
@@ -462,7 +462,7 @@ def _size(value: Any) -> int | None:
 
 
 def log_limits(config: Config) -> LogLimits:
-    """``[logs]``: the caps of per-job logs (``app.joblogs``)::
+    """``[logs]``: the caps of per-job logs (``jobdeck.jobs.joblogs``)::
 
         [logs]
         max_lines_per_attempt = 1000   # then one "truncated" marker
@@ -471,7 +471,7 @@ def log_limits(config: Config) -> LogLimits:
         capture_logging = false        # keep logging calls made on the handler's thread
 
     ``[types."T"] capture_logging = true`` captures for one type only."""
-    from app.joblogs import limits_from
+    from jobdeck.jobs.joblogs import limits_from
 
     table = config.extra.get("logs", {})
     if not isinstance(table, dict):

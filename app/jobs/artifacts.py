@@ -1,7 +1,7 @@
 """Artifacts: the files a handler keeps for people to download (a report, an
 export), through ``ctx.artifact(name, data)``.
 
-The bytes live in the database (``app.store.artifacts``), so every process
+The bytes live in the database (``jobdeck.store.artifacts``), so every process
 that serves the dashboard has them and retention deletes them with their
 job. This module holds the rules an artifact must follow before it is
 stored: its name becomes a file name in a ``Content-Disposition`` header and
@@ -18,8 +18,8 @@ import re
 from pathlib import Path
 from typing import Union
 
-from app.errors import JobdeckError
-from app.validation import hidden_problem
+from jobdeck.core.errors import JobdeckError
+from jobdeck.core.validation import hidden_problem
 
 ArtifactData = Union[bytes, bytearray, memoryview, str, "os.PathLike[str]"]
 """What ``ctx.artifact`` takes: bytes, text (stored as UTF-8), or a path to

@@ -1,7 +1,7 @@
 """The flow limits at work: the claim's pick under every limit at once
-(global concurrency of ``app.queues``, concurrency per key, rates, closed
+(global concurrency of ``jobdeck.jobs.queues``, concurrency per key, rates, closed
 limits), the handler's 429 (``close``), and each limit's current use for
-the queues page and API (``describe``). The SQL is ``app.store.flow``'s."""
+the queues page and API (``describe``). The SQL is ``jobdeck.store.flow``'s."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from app.flow import NO_KEY, START_SLACK, Flow, FlowLimit, shown_key
-from app.store import JobRecord, Store
-from app.store import flow as store_flow
+from jobdeck.jobs.flow import NO_KEY, START_SLACK, Flow, FlowLimit, shown_key
+from jobdeck.store import JobRecord, Store
+from jobdeck.store import flow as store_flow
 
 if TYPE_CHECKING:
-    from app.queues import Limits
+    from jobdeck.jobs.queues import Limits
 
 
 def _key(value: str | None) -> str:

@@ -1,6 +1,6 @@
 """Handlers register by job type with a decorator, with per-type options.
 
-    from app.handlers import handler
+    from jobdeck.jobs.handlers import handler
 
     @handler("pdf.render", max_retries=5, timeout=30, queue="reports", non_retryable=["KeyError"])
     def render(payload, ctx):
@@ -24,9 +24,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from sqlalchemy.exc import OperationalError
-
-from app.artifacts import (
+from jobdeck.core.errors import (
+    Cancelled,
+    DeadLetter,
+    EffectInProgress,
+    EffectNotPerformed,
+    EffectOutcomeUnknown,
+    InvalidField,
+)
+from jobdeck.core.states import EffectState
+from jobdeck.core.validation import MAX_QUEUE_CHARS, MAX_TYPE_CHARS
+from jobdeck.core.validation import check_name as checked_name
+from jobdeck.jobs.artifacts import (
     ArtifactData,
     InvalidArtifact,
     check_content_type,
@@ -34,18 +43,15 @@ from app.artifacts import (
     default_content_type,
     read_data,
 )
-from app.errors import Cancelled, DeadLetter, EffectInProgress, EffectNotPerformed, EffectOutcomeUnknown, InvalidField
-from app.joblogs import AttemptLog, JobLog
-from app.snooze import Snooze
-from app.states import EffectState
-from app.store import artifacts as artifact_store
-from app.store.artifacts import ArtifactInfo
-from app.store.ledger import storable
-from app.validation import MAX_QUEUE_CHARS, MAX_TYPE_CHARS
-from app.validation import check_name as checked_name
+from jobdeck.jobs.joblogs import AttemptLog, JobLog
+from jobdeck.jobs.snooze import Snooze
+from jobdeck.store import artifacts as artifact_store
+from jobdeck.store.artifacts import ArtifactInfo
+from jobdeck.store.ledger import storable
+from sqlalchemy.exc import OperationalError
 
 if TYPE_CHECKING:
-    from app.store import Store
+    from jobdeck.store import Store
 
 __all__ = ["HandlerSpec", "JobContext", "Registry", "Snooze", "handler", "import_modules", "registry"]
 
@@ -72,7 +78,7 @@ class HandlerSpec:
     ``[types."T"] non_retryable`` in the config adds to it."""
     max_snoozes: int | None = None
     """Snoozes in a row allowed before the next one fails the attempt
-    (``app.snooze``); None: ``[types."T"] max_snoozes`` or the default."""
+    (``jobdeck.jobs.snooze``); None: ``[types."T"] max_snoozes`` or the default."""
 
     def retries(self, exc: BaseException, also: Collection[str] = ()) -> bool:
         """Whether the failure ``exc`` is worth a retry. Never for a
@@ -155,7 +161,7 @@ def import_modules(names: list[str]) -> None:
     The current folder is searched first, as ``python -m`` would: the
     ``jobdeck`` command's own folder is on ``sys.path``, the project's
     is not, and ``handler_modules = ["myapp.jobs"]`` names the project's."""
-    from app.config import ConfigError
+    from jobdeck.core.config import ConfigError
 
     if names and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -186,7 +192,7 @@ class JobContext:
         self.worker_id = worker_id
         self.type = job_type
         self.log = JobLog(job_type, log)
-        """The attempt's log (``app.joblogs``): ``ctx.log("copied %d rows", n)``,
+        """The attempt's log (``jobdeck.jobs.joblogs``): ``ctx.log("copied %d rows", n)``,
         ``ctx.log("slow", level="warning")`` or ``ctx.log.warning(...)``. Kept
         with the job per attempt (the pool passes ``log``, its buffer) and
         sent to the logger ``jobdeck.job.<type>`` too."""
@@ -204,7 +210,7 @@ class JobContext:
         the job ends cancelled), ``"lease lost"`` (this process lost touch
         with the database for half of ``stall_timeout``: another process may
         soon run the job, so stop; the attempt is given back, not failed,
-        ``app.worker.lease``), or None while it is not set."""
+        ``jobdeck.worker.lease``), or None while it is not set."""
         return getattr(self.cancelled, "reason", None) if self.cancelled.is_set() else None
 
     MAX_RATE_LIMITED = 7 * 24 * 3600.0
@@ -212,15 +218,15 @@ class JobContext:
     def rate_limited(self, seconds: float) -> NoReturn:
         """The downstream answered 429: close this job's rate limits (for its
         key, if keyed; its type when it has none) for ``seconds`` in every
-        process, then raise ``RateLimited`` (``app.flow``). Nothing of the
+        process, then raise ``RateLimited`` (``jobdeck.jobs.flow``). Nothing of the
         limit is claimed until then::
 
             if response.status_code == 429:
                 ctx.rate_limited(float(response.headers.get("Retry-After", 30)))
         """
-        from app.flow import Flow, RateLimited
-        from app.flow_claim import FlowClaim
-        from app.queues import Limits
+        from jobdeck.jobs.flow import Flow, RateLimited
+        from jobdeck.jobs.flow_claim import FlowClaim
+        from jobdeck.jobs.queues import Limits
 
         if (
             isinstance(seconds, bool)
@@ -238,7 +244,7 @@ class JobContext:
 
     def dependency_results(self) -> dict[str, Any]:
         """The results of this workflow job's dependencies, by their names in
-        the workflow (``app.workflows``): what each handler returned. Empty
+        the workflow (``jobdeck.jobs.workflows``): what each handler returned. Empty
         for a job outside a workflow."""
         return self.store.dependency_results(self.job_id)
 

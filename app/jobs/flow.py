@@ -1,6 +1,6 @@
 """Flow control at claim time: rate limits and concurrency per key.
 
-Config, beside the global ``concurrency`` of ``app.queues``::
+Config, beside the global ``concurrency`` of ``jobdeck.jobs.queues``::
 
     [types."api.sync"]
     rate = "100/60s"                    # at most 100 starts per 60 s (also "10/1s", "5/1m", "2/1h")
@@ -12,7 +12,7 @@ Config, beside the global ``concurrency`` of ``app.queues``::
 
 Every limit holds across all processes on one database: it is checked in
 the claim's serialized write transaction (``BEGIN IMMEDIATE`` on SQLite, a
-transaction advisory lock on PostgreSQL, as for ``app.queues``). A job over
+transaction advisory lock on PostgreSQL, as for ``jobdeck.jobs.queues``). A job over
 a limit is simply not claimed yet; nothing is rescheduled.
 
 **Keys.** A key is computed at enqueue time from the payload and stored on
@@ -52,8 +52,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.config import Config, ConfigError
-from app.snooze import Snooze
+from jobdeck.core.config import Config, ConfigError
+from jobdeck.jobs.snooze import Snooze
 
 MAX_KEY_CHARS = 200
 """A key encoding longer than this is stored as ``sha256:<hex>``."""
@@ -103,7 +103,7 @@ class FlowLimit:
     """A ``payload.<path>``: the rate is per key."""
     concurrency: int | None = None
     """Set only with ``concurrency_key``: running jobs per key (the global
-    ``concurrency`` stays in ``app.queues.Limits``)."""
+    ``concurrency`` stays in ``jobdeck.jobs.queues.Limits``)."""
     concurrency_key: str | None = None
 
     ident: str = field(init=False)
@@ -160,7 +160,7 @@ def parse_flow(config: Config) -> list[FlowLimit]:
                 concurrency_key = _path(options["concurrency_key"], f"{where}.concurrency_key")
                 if "concurrency" not in options:
                     raise ConfigError(f"{where}.concurrency_key: needs a concurrency in the same table (like 1)")
-                concurrency = options["concurrency"]  # checked by app.queues.parse_limits
+                concurrency = options["concurrency"]  # checked by jobdeck.jobs.queues.parse_limits
             limits.append(FlowLimit(scope, name, rate, rate_key, concurrency, concurrency_key))
     return limits
 

@@ -29,8 +29,8 @@ import unicodedata
 from datetime import UTC, datetime
 from typing import Any
 
-from app.errors import InvalidField, ResultTooLarge
-from app.states import PRIORITY_LABELS
+from jobdeck.core.errors import InvalidField, ResultTooLarge
+from jobdeck.core.states import PRIORITY_LABELS
 
 MAX_TYPE_CHARS = 200
 MAX_QUEUE_CHARS = 100

@@ -1,5 +1,5 @@
 """Workflows and batches: jobs that wait for other jobs, and jobs grouped
-for one callback. This module builds and checks them; ``app.store.graph``
+for one callback. This module builds and checks them; ``jobdeck.store.graph``
 stores them and moves their jobs.
 
 A workflow is a graph enqueued in one transaction::
@@ -37,16 +37,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from app.config import ConfigError
-from app.errors import InvalidField, JobdeckError
-from app.states import Transition
-from app.store.audit import Tally, open_bulk
-from app.store.graph import CALLBACKS, ON_DEPENDENCY_FAILURE, EnqueuedWorkflow, NewWorkflow, Step
-from app.validation import check_text, hidden_problem
+from jobdeck.core.config import ConfigError
+from jobdeck.core.errors import InvalidField, JobdeckError
+from jobdeck.core.states import Transition
+from jobdeck.core.validation import check_text, hidden_problem
+from jobdeck.store.audit import Tally, open_bulk
+from jobdeck.store.graph import CALLBACKS, ON_DEPENDENCY_FAILURE, EnqueuedWorkflow, NewWorkflow, Step
 
 if TYPE_CHECKING:
-    from app.deck import Jobdeck
-    from app.store.graph import BatchRecord
+    from jobdeck.deck import Jobdeck
+    from jobdeck.store.graph import BatchRecord
 
 MAX_NAME_CHARS = 200
 DEFAULT_MAX_JOBS = 1000
@@ -58,7 +58,7 @@ REFUSED_OPTIONS = ("idempotency_key", "unique")
 
 
 RESERVED_KEY_PREFIX = "schedule:"
-"""Workflow keys of schedule fires (``app.maintenance.cron.fire_key``): no
+"""Workflow keys of schedule fires (``jobdeck.maintenance.cron.fire_key``): no
 caller may take one, or it would answer in the schedule's stead."""
 
 
@@ -356,7 +356,7 @@ def act_on_workflow(deck: Jobdeck, workflow_id: int, transition: Transition, act
     """Retry the failed part of a workflow (``Transition.RETRY``) or cancel
     the rest (``Transition.CANCEL``), as one bulk action: its audit entry is
     opened with the jobs it applies to, and counts what moved in the move's
-    own transaction (``app.store.audit``). Returns the ids moved; raises
+    own transaction (``jobdeck.store.audit``). Returns the ids moved; raises
     ``WorkflowNotFound``."""
     now = deck.clock()
     members = deck.store.workflow_members(workflow_id, transition)

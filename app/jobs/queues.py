@@ -22,9 +22,9 @@ PostgreSQL the limited claim takes a transaction-scoped advisory lock
 (``pg_advisory_xact_lock``) before counting. With no limits configured the
 claim is the store's ordinary single statement, minus the paused queues.
 
-Rate limits and concurrency per key (``app.flow``) are parsed beside these;
-with any configured, ``app.flow_claim`` claims instead, under every limit at
-once, in the same kind of serialized transaction (``app.store.flow``). A
+Rate limits and concurrency per key (``jobdeck.jobs.flow``) are parsed beside these;
+with any configured, ``jobdeck.jobs.flow_claim`` claims instead, under every limit at
+once, in the same kind of serialized transaction (``jobdeck.store.flow``). A
 ``concurrency`` with a ``concurrency_key`` is per key, not global.
 """
 
@@ -37,13 +37,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from app import actions
-from app.config import Config, ConfigError
-from app.flow import Flow
-from app.flow_claim import FlowClaim
-from app.states import State
-from app.store import JobRecord, Store, controls
-from app.validation import spellings
+from jobdeck import actions
+from jobdeck.core.config import Config, ConfigError
+from jobdeck.core.states import State
+from jobdeck.core.validation import spellings
+from jobdeck.jobs.flow import Flow
+from jobdeck.jobs.flow_claim import FlowClaim
+from jobdeck.store import JobRecord, Store, controls
 
 _RUNNING = State.RUNNING.value
 
@@ -72,7 +72,7 @@ def parse_limits(config: Config) -> Limits:
             value = options["concurrency"]
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{table}.{name}.concurrency: must be an integer >= 1, got {value!r}")
-            if "concurrency_key" not in options:  # with a key it is per key (app.flow)
+            if "concurrency_key" not in options:  # with a key it is per key (jobdeck.jobs.flow)
                 found[table][name] = value
     return Limits(found["queues"], found["types"])
 
@@ -91,7 +91,7 @@ class QueueControls:
         self.store = store
         self.limits = limits
         self.flow = flow if flow is not None else Flow()
-        """Rate limits and concurrency per key (``app.flow``); with any, ``flow_claim`` claims."""
+        """Rate limits and concurrency per key (``jobdeck.jobs.flow``); with any, ``flow_claim`` claims."""
         self.flow_claim = FlowClaim(self.flow, limits)
         self.refresh = refresh
         self._monotonic = monotonic
@@ -117,7 +117,7 @@ class QueueControls:
 
     def set_paused(self, name: str, paused: bool, now: datetime, actor: str) -> dict[str, Any]:
         """Pause or resume the queue ``name`` NFC-normalized, where new jobs
-        land (``app.validation.spellings``), and ``name`` as given too when a
+        land (``jobdeck.core.validation.spellings``), and ``name`` as given too when a
         queue of that spelling exists (one enqueued to before names were
         normalized): the operator meant both, and no lookalike is made."""
         *given, normal = spellings(name)
@@ -133,7 +133,7 @@ class QueueControls:
 
     def list_queues(self, now: datetime | None = None) -> list[dict[str, Any]]:
         """Every queue with jobs waiting or running, paused or limited; a queue
-        with flow limits (``app.flow``) lists them with their use as of ``now``."""
+        with flow limits (``jobdeck.jobs.flow``) lists them with their use as of ``now``."""
         counts, paused = controls.queue_counts(self.store)
         flow_queues = {f.name for f in self.flow.limits if f.scope == "queue"}
         names = sorted(set(counts) | set(paused) | set(self.limits.queues) | flow_queues | {"default"})
@@ -146,7 +146,7 @@ class QueueControls:
         return found
 
     def flow_limits(self, now: datetime | None = None) -> list[dict[str, Any]]:
-        """Each rate or per-key limit with its current use (``app.flow_claim``)."""
+        """Each rate or per-key limit with its current use (``jobdeck.jobs.flow_claim``)."""
         return self.flow_claim.describe(self.store, now or datetime.now(UTC))
 
     def describe(self, name: str) -> dict[str, Any]:

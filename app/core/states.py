@@ -46,7 +46,7 @@ class State(str, enum.Enum):
     never retried; deleted by retention like completed jobs."""
 
     BLOCKED = "blocked"
-    """A workflow job waiting for its dependencies (``app.workflows``); never
+    """A workflow job waiting for its dependencies (``jobdeck.jobs.workflows``); never
     claimable. Entered at enqueue when it has dependencies. Left by promote
     (the completion of its last unfinished dependency moves it to
     ``pending`` in the same transaction), by a dependency ending dead,
@@ -129,7 +129,7 @@ class AttemptOutcome(str, enum.Enum):
     attempt itself ended."""
 
     SNOOZED = "snoozed"
-    """The handler returned or raised ``Snooze(seconds)`` (``app.snooze``):
+    """The handler returned or raised ``Snooze(seconds)`` (``jobdeck.jobs.snooze``):
     the job went back to ``pending``, due ``seconds`` later, with no retry
     counted (``Store.snooze_many``). The row keeps the delay
     (``snooze_seconds``). Not a failure: the roll-up of failures leaves it
@@ -166,13 +166,13 @@ class Transition(str, enum.Enum):
     ends. Dead jobs are discarded instead (Oban's cancel also leaves its
     discarded jobs alone); finished ones have nothing left to cancel."""
     SNOOZE = "snooze"
-    """The handler asks to run again later (``app.snooze.Snooze``): running
+    """The handler asks to run again later (``jobdeck.jobs.snooze.Snooze``): running
     -> pending, due ``seconds`` from now, retry count unchanged; fenced by
     (job, attempt, worker) like complete and fail. A job cancelled while it
     ran ends ``cancelled`` instead."""
     PROMOTE = "promote"
     """A blocked workflow job's last unfinished dependency completed: blocked
-    -> pending, due now, in the completion's own transaction (``app.store.graph``)."""
+    -> pending, due now, in the completion's own transaction (``jobdeck.store.graph``)."""
     EDIT = "edit"
     """An operator changes a waiting job's payload, priority, queue or run-at; a dead one is retried too."""
 
