@@ -19,11 +19,7 @@ from jobdeck.core.validation import (
     MAX_TYPE_CHARS,
     PRIORITY_NUMBER,
 )
-from jobdeck.deck import (
-    MAX_DELAY_SECONDS,
-    MAX_KEY_CHARS,
-    MAX_RETRIES,
-)
+from jobdeck.jobs.intake import MAX_DELAY_SECONDS, MAX_KEY_CHARS, MAX_RETRIES
 from jobdeck.jobs.waiting import WAITING_CODES
 from jobdeck.store.models import OUTCOMES
 from jobdeck.web.api.jobs import MAX_ERROR_CHARS

@@ -1,0 +1,249 @@
+"""The validated way in for new jobs: what the API, the CLI, Python callers,
+cron and workflows all enqueue through, and an operator's edit. Checks and
+builds a ``NewJob`` (or the plain bulk shape); the store writes it. Needs the
+config, the handler registry, the flow limits' keys and the types' unique
+rules, no store and no clock: each call is given its ``now``."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from jobdeck.core.config import Config
+from jobdeck.core.errors import InvalidField, PayloadTooLarge, UnknownType
+from jobdeck.core.validation import (
+    MAX_QUEUE_CHARS,
+    MAX_TYPE_CHARS,
+    check_json,
+    check_name,
+    check_text,
+    parse_priority,
+    parse_time,
+    spellings,
+)
+from jobdeck.jobs.flow import Flow
+from jobdeck.jobs.handlers import Registry
+from jobdeck.jobs.unique import Unique, claim_for, parse_unique
+from jobdeck.store import NewJob, backoff_delay
+from jobdeck.store.enqueue import PlainJob
+from jobdeck.store.lifecycle import JobChanges
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+"""Built once: ``json.dumps`` with options builds an encoder per call. It
+refuses NaN and Infinity, which are not JSON and break strict clients."""
+
+MAX_KEY_CHARS = 255
+MAX_RETRIES = 1000
+"""The most retries a job can ask for."""
+MAX_DELAY_SECONDS = 10 * 365 * 86400
+"""The latest a job can be delayed to: ten years."""
+
+
+class Intake:
+    """Checks what a caller asks to enqueue or edit, naming the field it refuses."""
+
+    def __init__(self, config: Config, registry: Registry, flow: Flow, unique_types: Mapping[str, Unique]) -> None:
+        self.config = config
+        self.registry = registry
+        self.flow = flow
+        self.unique_types = unique_types
+
+    def backoff(self, job_type: str, retry_count: int) -> float:
+        """The exponential backoff (``jobdeck.store.lifecycle.backoff_delay``) with the base
+        and cap from the handler's options or the config."""
+        spec = self.registry.get(job_type)
+        base = spec.backoff_base if spec and spec.backoff_base is not None else self.config.backoff_base
+        cap = spec.backoff_cap if spec and spec.backoff_cap is not None else self.config.backoff_cap
+        return backoff_delay(base, cap, retry_count)
+
+    def type_names(self) -> list[str]:
+        """Every job type this deployment accepts: registered handlers and
+        ``external_types`` (served by HTTP workers)."""
+        return sorted(set(self.registry.names()) | set(self.config.external_types))
+
+    def known_type(self, name: str) -> bool:
+        """Registered here or an external type, under either spelling (``spellings``)."""
+        return any(n in self.registry or n in self.config.external_types for n in spellings(name))
+
+    def job_changes(self, data: Mapping[str, Any]) -> JobChanges:
+        """Validate an edit like an enqueue: any of ``payload``, ``priority``,
+        ``queue`` and ``run_at``, each checked by the rule the enqueue uses;
+        raise InvalidField (or PayloadTooLarge) naming the field."""
+        unknown = sorted(set(data) - set(EDITABLE))
+        if unknown:
+            raise InvalidField(unknown[0], f"unknown field; an edit sets {', '.join(EDITABLE)}")
+        for name, value in data.items():
+            if value is None:
+                raise InvalidField(name, "leave the field out to keep it; null is no value")
+        payload = data.get("payload")
+        priority = data.get("priority")
+        queue = data.get("queue")
+        run_at = data.get("run_at")
+        return JobChanges(
+            payload_json=None if payload is None else self.payload_json(payload),
+            priority=None if priority is None else parse_priority(priority),
+            queue=None if queue is None else queue_name(queue),
+            available_at=None if run_at is None else parse_time(run_at, "run_at"),
+        )
+
+    def plain_jobs(self, items: Sequence[Mapping[str, Any]], now: datetime) -> list[PlainJob] | None:
+        """The common bulk shape (``{"type": ..., "payload": {...}}`` and no
+        other field) checked in one pass, without a ``NewJob`` per item (that
+        cost more than the insert): each type is checked, and its defaults
+        found, once by ``new_job`` itself, and each payload by
+        ``payload_json``, the check ``new_job`` makes. None when an item has
+        any other shape, or when keyed flow limits are configured (the keys
+        are computed by ``new_job``): then every item goes through ``new_job``."""
+        if self.flow.keyed_columns:
+            return None
+        defaults: dict[str, tuple[str, int, int]] = {}
+        jobs: list[PlainJob] = []
+        append = jobs.append
+        payload_json = self.payload_json
+        for item in items:
+            if type(item) is not dict or not _PLAIN.issuperset(item):
+                return None
+            job_type = item.get("type")
+            d = defaults.get(job_type) if type(job_type) is str else None
+            if d is None:
+                new = self.new_job(item, now)
+                if new.unique is not None:
+                    return None  # a unique type: each job is checked against the others
+                d = defaults[new.type] = (new.queue, new.priority, new.max_retries)
+                append((new.type, d[0], new.payload_json or "{}", d[1], d[2]))
+            else:
+                append((job_type, d[0], payload_json(item.get("payload")), d[1], d[2]))  # type: ignore[arg-type]
+        return jobs
+
+    def payload_json(self, payload: Any) -> str:
+        """Check a payload and serialize it: an object (or nothing), valid
+        JSON (``check_json``), at most ``max_payload_bytes`` encoded."""
+        if payload is None or (not payload and type(payload) is dict):
+            return "{}"
+        if type(payload) is not dict:
+            if not isinstance(payload, dict):
+                raise InvalidField("payload", "must be a JSON object")
+            check_json(payload, "payload")
+        else:
+            for key, value in payload.items():  # check_json would pass for certain: skip its walk
+                kind = type(value)
+                if not (type(key) is str and key.isascii()) or not (
+                    kind is int or kind is bool or value is None or (kind is str and value.isascii())
+                ):
+                    check_json(payload, "payload")
+                    break
+        try:
+            text = _ENCODER.encode(payload)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InvalidField("payload", f"not serializable as JSON: {exc}") from None
+        limit = self.config.max_payload_bytes
+        # A character is at most 4 bytes in UTF-8: count bytes only near the limit.
+        if len(text) * 4 > limit and (size := len(text.encode())) > limit:
+            raise PayloadTooLarge(size, limit)
+        return text
+
+    def new_job(self, data: Mapping[str, Any], now: datetime) -> NewJob:
+        """Validate an enqueue request; raise InvalidField naming the field."""
+        if not isinstance(data, Mapping):
+            raise InvalidField("body", "expected a JSON object")
+        unknown = sorted(set(data) - _FIELDS)
+        if unknown:
+            raise InvalidField(unknown[0], "unknown field")
+        job_type = data.get("type")
+        if not isinstance(job_type, str) or not job_type.strip():
+            raise InvalidField("type", "required, a non-empty string")
+        job_type = check_name(job_type, "type", MAX_TYPE_CHARS)
+        if not self.known_type(job_type):
+            raise UnknownType(job_type)
+        spec = self.registry.get(job_type)
+
+        payload = data.get("payload", {})
+        payload_json = self.payload_json(payload)
+        if payload is None:
+            payload = {}
+
+        priority = parse_priority(data.get("priority"), default=spec.priority if spec and spec.priority else 0)
+
+        max_retries = data.get("max_retries")
+        if max_retries is None:
+            max_retries = spec.max_retries if spec and spec.max_retries is not None else self.config.default_max_retries
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise InvalidField("max_retries", "must be an integer >= 0")
+        if max_retries > MAX_RETRIES:
+            raise InvalidField("max_retries", f"must be at most {MAX_RETRIES}")
+
+        key = data.get("idempotency_key")
+        if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS):
+            raise InvalidField("idempotency_key", f"must be a non-empty string of at most {MAX_KEY_CHARS} characters")
+        if key is not None:
+            check_text(key, "idempotency_key", MAX_KEY_CHARS)
+
+        queue = data.get("queue")
+        if queue is None:
+            queue = spec.queue if spec and spec.queue else "default"
+        queue = queue_name(queue)
+
+        available_at = _available_at(data.get("run_at"), data.get("delay_seconds"), now)
+        once = self._unique_of(job_type, data, key)
+        unique = None
+        if once is not None:
+            if once.debounce is not None:
+                available_at = max(available_at, now + timedelta(seconds=once.debounce))
+            unique = claim_for(once, job_type, queue, payload, now)
+        rate_key, concurrency_key = self.flow.keys(job_type, queue, payload)
+        return NewJob(
+            type=job_type,
+            payload=payload,
+            queue=queue,
+            priority=priority,
+            max_retries=max_retries,
+            idempotency_key=key,
+            available_at=available_at,
+            payload_json=payload_json,
+            unique=unique,
+            rate_key=rate_key,
+            concurrency_key=concurrency_key,
+        )
+
+    def _unique_of(self, job_type: str, data: Mapping[str, Any], key: str | None) -> Unique | None:
+        """The enqueue's own ``unique`` (``false``: none), else the type's.
+        An explicit ``idempotency_key`` takes the type's place."""
+        if "unique" not in data:
+            return None if key is not None else self.unique_types.get(job_type)
+        value = data["unique"]
+        spec = value if isinstance(value, Unique) else parse_unique(value, "unique")
+        if spec is not None and key is not None:
+            raise InvalidField("unique", "give unique or idempotency_key, not both")
+        return spec
+
+
+_PLAIN = frozenset({"type", "payload"})
+_FIELDS = frozenset(
+    {"type", "payload", "priority", "max_retries", "idempotency_key", "unique", "run_at", "delay_seconds", "queue"}
+)
+"""What an enqueue request may carry (``Intake.new_job``)."""
+
+EDITABLE = ("payload", "priority", "queue", "run_at")
+"""What an edit may set (``Intake.job_changes``)."""
+
+
+def queue_name(value: Any) -> str:
+    """A queue name as enqueue and edit accept it (``check_name``: normalized, nothing hidden)."""
+    return check_name(value, "queue", MAX_QUEUE_CHARS)
+
+
+def _available_at(run_at: Any, delay: Any, now: datetime) -> datetime:
+    if run_at is not None and delay is not None:
+        raise InvalidField("run_at", "give run_at or delay_seconds, not both")
+    if run_at is not None:
+        return parse_time(run_at, "run_at")
+    if delay is not None:
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not math.isfinite(delay) or delay < 0:
+            raise InvalidField("delay_seconds", "must be a finite number >= 0")
+        if delay > MAX_DELAY_SECONDS:
+            raise InvalidField("delay_seconds", f"must be at most ten years ({MAX_DELAY_SECONDS} seconds)")
+        return now + timedelta(seconds=delay)
+    return now
