@@ -126,8 +126,7 @@ def _read_of_options(node: ast.AST) -> str | None:
 
 def accepted_config() -> dict[str, set[str]]:
     """Section name on the page -> the keys the code accepts there."""
-    from jobdeck import deck
-    from jobdeck.jobs import workflows
+    from jobdeck.jobs import intake, workflows
     from jobdeck.maintenance import cron
     from jobdeck.maintenance.alerts import AlertSettings
     from jobdeck.maintenance.thresholds import ThresholdSettings
@@ -143,7 +142,7 @@ def accepted_config() -> dict[str, set[str]]:
         "`[[schedules]]`": set(cron._KEYS),
         "`[workflows]`": {"max_jobs"},
         "`[workflows.NAME]`": set(workflows._CONFIG_FIELDS),
-        "`[[workflows.NAME.jobs]]`": (set(deck._FIELDS) - set(workflows.REFUSED_OPTIONS)) | workflows._STEP_FIELDS,
+        "`[[workflows.NAME.jobs]]`": (set(intake._FIELDS) - set(workflows.REFUSED_OPTIONS)) | workflows._STEP_FIELDS,
         "`[retention]`": fields(Retention) - {"max_batches"},  # parse_retention refuses max_batches
         "`[alerts]`": fields(AlertSettings),
         "`[alerts.thresholds]`": fields(ThresholdSettings),

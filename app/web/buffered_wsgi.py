@@ -49,8 +49,18 @@ def _error(message: str) -> bytes:
 class BufferedWsgi:
     """An RSGI application (``__rsgi__``) serving ``app`` on ``threads`` threads."""
 
-    def __init__(self, app: Callable[..., Iterable[bytes]], *, threads: int, body_timeout: float, max_body: int):
+    def __init__(
+        self,
+        app: Callable[..., Iterable[bytes]],
+        *,
+        threads: int,
+        body_timeout: float,
+        max_body: int,
+        serving: Callable[[asyncio.AbstractEventLoop], None] | None = None,
+    ):
         self.app = app
+        self._serving = serving
+        """Called with granian's loop when granian is about to run it."""
         self.body_timeout = body_timeout
         self.max_body = max_body
         self._threads = threads
@@ -82,6 +92,8 @@ class BufferedWsgi:
             worker = threading.Thread(target=self._serve, name=f"jobdeck-http-{n}", daemon=True)
             worker.start()
             self._workers.append(worker)
+        if self._serving is not None:
+            self._serving(loop)
 
     def __rsgi_del__(self, loop: asyncio.AbstractEventLoop) -> None:
         """granian calls this once every request has been answered: the threads end."""

@@ -61,6 +61,9 @@ KILL_MARGIN = 10
 """Seconds the supervisor gives the worker beyond ``shutdown_grace``
 (the HTTP drain, stopping the scheduler) before it kills it."""
 
+_HELD: list[int] = []
+"""In the worker: the signals that came before granian listened for them."""
+
 MAX_IDLE_SECONDS = 60
 """granian's upper bound on its header read timeout (60,000 ms)."""
 
@@ -76,6 +79,10 @@ def serve(config: Config) -> None:
 
     class Supervisor(MPServer):
         def signal_handler_interrupt(self, *args: Any, **kwargs: Any) -> None:
+            if os.getpid() != self.pid:  # the worker, before ``_load``: the handler came with the fork
+                _HELD.append(args[0] if args else signal.SIGTERM)
+                return
+            stops.value += 1
             if self.interrupt_signal:  # a second signal: the worker releases its running jobs now
                 for worker in list(self.wrks):
                     with contextlib.suppress(ProcessLookupError, AttributeError, TypeError):
@@ -100,6 +107,11 @@ def serve(config: Config) -> None:
     deadline = multiprocessing.Value("d", 0.0, lock=False)
     """When the runtime's grace ends, counted from the first signal (a
     monotonic time, the same clock in both processes)."""
+    stops = multiprocessing.Value("i", 0, lock=False)
+    """How many stop signals the supervisor has had: the worker stops on the
+    first and releases its running jobs on the second, however many copies
+    reach it (a stop begun before granian listened, or a service manager
+    that signals every process of the group)."""
     connections = connection_limit(config)  # also raises the open-file limit for the idle connections
     idle_ms = min(MAX_IDLE_SECONDS, max(1, math.ceil(config.http_channel_timeout))) * 1000
     server = Supervisor(
@@ -117,7 +129,7 @@ def serve(config: Config) -> None:
         respawn_failed_workers=False,
         workers_kill_timeout=math.ceil(config.shutdown_grace) + KILL_MARGIN,
     )
-    server.serve(target_loader=partial(_load, config, deadline), wrap_loader=True)
+    server.serve(target_loader=partial(_load, config, deadline, stops), wrap_loader=True)
 
 
 def _die_by(signum: int) -> None:
@@ -142,7 +154,7 @@ def check_bindable(config: Config) -> None:
         return
 
 
-def _load(config: Config, deadline: Any, _target: str) -> Any:
+def _load(config: Config, deadline: Any, stops: Any, _target: str) -> Any:
     """In the worker process: the app, with this process's runtime started
     and its graceful stop registered for the worker's exit. The worker
     leaves the supervisor's process group, so a terminal's Ctrl-C reaches
@@ -155,26 +167,72 @@ def _load(config: Config, deadline: Any, _target: str) -> Any:
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
     _die_with_parent()
+    _hold_signals()
     app = create_app(config)
     runtime = Runtime.for_app(app)
     runtime.start()
-    multiprocessing.util.Finalize(runtime, _stop, args=(runtime, config.shutdown_grace, deadline), exitpriority=10)
+    multiprocessing.util.Finalize(
+        runtime, _stop, args=(runtime, config.shutdown_grace, deadline, stops), exitpriority=10
+    )
     return BufferedWsgi(
         app,
         threads=config.http_threads,
         body_timeout=config.http_body_timeout,
         max_body=app.config["MAX_CONTENT_LENGTH"],
+        serving=partial(_serving, stops),
     )
 
 
-def _stop(runtime: Any, grace: float, deadline: Any) -> None:
+def _hold_signals() -> None:
+    """Keep SIGTERM and SIGINT in ``_HELD`` instead of acting on them.
+
+    granian listens for its worker's signals on its event loop, and arms
+    that only after ``_load`` returns; a signal that comes before the loop
+    runs is lost. Until then, a SIGTERM from the supervisor met first the
+    supervisor's handlers that the fork had copied, then granian's idle
+    loop: either way the stop never began, the runtime ran jobs on, and the
+    supervisor killed the worker ``shutdown_grace`` + ``KILL_MARGIN``
+    seconds later. So signals are held from the fork on (``Supervisor``)
+    until the loop runs, and ``_deliver`` stops the worker then."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda number, _frame: _HELD.append(number))
+
+
+def _serving(stops: Any, loop: Any) -> None:
+    """granian has armed its handlers (``BufferedWsgi.__rsgi_init__``), but
+    its loop does not run yet: hold signals until it does."""
+    armed = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    _hold_signals()
+    loop.call_soon(_deliver, armed, stops)
+
+
+def _deliver(armed: dict[int, Any], stops: Any) -> None:
+    """On granian's running loop: its handlers back, and a stop that began
+    while the worker started (a signal held here, or one the supervisor had
+    and granian's idle loop lost) stops it now, as it would have then."""
+    for signum, handler in armed.items():
+        signal.signal(signum, handler)
+    if _HELD or stops.value:
+        os.kill(os.getpid(), signal.SIGTERM)
+    _HELD.clear()
+
+
+def _stop(runtime: Any, grace: float, deadline: Any, stops: Any) -> None:
     """The worker's serve loop returned (SIGTERM from the supervisor; HTTP
     requests in progress have been answered): stop the runtime within what
-    is left of the grace. Another SIGTERM releases the running jobs now."""
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: runtime.hurry())
+    is left of the grace. The supervisor's second signal releases the
+    running jobs now, whether it came before this point or comes later."""
+
+    def hurry_on_the_second(_signum: int, _frame: Any) -> None:
+        if stops.value >= 2:
+            runtime.hurry()
+
+    signal.signal(signal.SIGTERM, hurry_on_the_second)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     left = deadline.value - time.monotonic() if deadline.value else grace
     print("shutting down: finishing running jobs (signal again to release them now)", file=sys.stderr, flush=True)
+    if stops.value >= 2:
+        runtime.hurry()
     runtime.stop(max(0.0, min(grace, left)))
     if runtime.exit_status:  # exit_when_unhealthy: the supervisor sees a worker exit non-zero
         os._exit(runtime.exit_status)

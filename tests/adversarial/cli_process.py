@@ -124,7 +124,10 @@ class JobdeckProcess:
         wait_for(answers, timeout, interval=0.05, message="jobdeck serve to answer /api/health")
 
     def wait_logged(self, text: str, timeout: float = 30.0) -> None:
-        wait_for(lambda: text in self.out(), timeout, interval=0.02, message=f"{text!r} in the process's output")
+        try:
+            wait_for(lambda: text in self.out(), timeout, interval=0.02, message=f"{text!r} in the process's output")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the output:\n{self.out()}") from None
 
     def signal(self, signum: int = signal.SIGTERM) -> None:
         self.proc.send_signal(signum)

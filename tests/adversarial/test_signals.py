@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import signal
 import threading
 from pathlib import Path
@@ -138,3 +139,60 @@ def _now():  # type: ignore[no-untyped-def]
     from datetime import UTC, datetime
 
     return datetime.now(UTC)
+
+
+def test_a_sigterm_while_the_worker_starts_stops_serve(tmp_path: Path) -> None:
+    """granian installs its worker's signal handlers only once the app is
+    built and the runtime running. A SIGTERM that reached the worker before
+    then met the supervisor's handlers the fork had copied and was lost: the
+    worker served on, running jobs, until the supervisor killed it
+    ``shutdown_grace`` + 10 s later and ``serve`` died by SIGKILL."""
+    grace = 5.0
+    config = write_config(
+        tmp_path,
+        shutdown_grace=grace,
+        http_server="granian",
+        handler_modules=["tests.adversarial.fork_gate_handlers"],
+    )
+    proc = JobdeckProcess(tmp_path, config, "serve", log_level="info")
+    try:
+        wait_for(lambda: proc.alive() and any(tmp_path.glob("forked.*")), 60, message="the worker to be forked")
+        proc.signal(signal.SIGTERM)
+        proc.wait_logged("Shutting down granian")  # the supervisor passes the SIGTERM on right after this line
+        (tmp_path / "go").write_text("")  # the worker builds the app and starts its runtime now
+        code, seconds = proc.wait_exit(timeout=grace + 20)
+        output = proc.out()
+        assert code == 0, f"exit code {code} after {seconds:.1f} s:\n{output}"
+        assert "shutting down: finishing running jobs" in output, output
+        assert "Killing worker" not in output, output
+        assert seconds < grace, f"took {seconds:.1f} s: the worker did not stop on the signal\n{output}"
+    finally:
+        proc.kill()
+
+
+def test_a_service_manager_that_signals_every_process_gets_a_graceful_stop(tmp_path: Path) -> None:
+    """systemd's default (``KillMode=control-group``) sends SIGTERM to every
+    process of the service: granian's worker got one from the service
+    manager and one from the supervisor, took the second for "release the
+    running jobs now", and a stop meant to let them finish cut them short.
+    The worker counts the supervisor's signals, not the copies it gets."""
+    config = write_config(tmp_path, shutdown_grace=30.0, workers=1, http_server="granian")
+    url = f"sqlite:///{tmp_path / 'jobdeck.db'}"
+    proc = JobdeckProcess(tmp_path, config, "serve")
+    engine = make_engine(url, pool_size=2)
+    store = Store(engine)
+    try:
+        proc.wait_logged("Jobdeck")
+        job_id = store.enqueue(NewJob("demo.sleep", {"seconds": 2}, max_retries=3), _now())[0].id
+        wait_for(lambda: proc.alive() and store.get(job_id).status is State.RUNNING, 30, message="the job to run")
+        children = Path(f"/proc/{proc.proc.pid}/task/{proc.proc.pid}/children").read_text().split()
+        assert len(children) == 1, children
+        for pid in (proc.proc.pid, int(children[0])):  # as the service manager does: every process
+            os.kill(pid, signal.SIGTERM)
+        code, seconds = proc.wait_exit(timeout=30)
+        assert code == 0, proc.out()
+        job = store.get(job_id)
+        assert job.status is State.COMPLETED, f"{job.status}: the running job was not let finish\n{proc.out()}"
+    finally:
+        proc.kill()
+        engine.dispose()
