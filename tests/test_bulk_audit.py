@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from dashboard_support import make_dead, post
-from jobdeck import processes
+from jobdeck.core import processes
 from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
 from jobdeck.store import audit

@@ -426,6 +426,6 @@ def test_two_processes_run_snoozed_jobs_again_after_their_delay(make_deck: Any, 
     [(30, "30 s"), (1.5, "1.5 s"), (0.25, "0.25 s"), (86400.5, "86400.5 s"), (1e-9, "under 1 ms"), (0.0015, "0.002 s")],
 )
 def test_a_snooze_is_worded_without_scientific_notation(seconds: float, shown: str) -> None:
-    from jobdeck.jobs.snooze import format_seconds
+    from jobdeck.core.snooze_words import format_seconds
 
     assert format_seconds(seconds) == shown

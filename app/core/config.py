@@ -15,15 +15,11 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jobdeck.core.errors import InvalidField
+from jobdeck.core.loglines import LogLimits, limits_from
 from jobdeck.core.validation import MAX_QUEUE_CHARS, MAX_TYPE_CHARS, check_name
-from jobdeck.jobs.artifacts import DEFAULT_MAX_BYTES
-from jobdeck.jobs.snooze import check_config as check_snooze_config
-
-if TYPE_CHECKING:
-    from jobdeck.jobs.joblogs import LogLimits
 
 
 class ConfigError(ValueError):
@@ -336,7 +332,7 @@ def validate(config: Config) -> None:
         raise ConfigError(f"database_url: only sqlite:// and postgresql+psycopg:// are supported, got {url!r}")
     _check_non_retryable(config)
     _check_option_names(config)
-    check_snooze_config(config)
+    _check_max_snoozes(config)
     _check_names(config)
 
 
@@ -390,6 +386,19 @@ def _check_option_names(config: Config) -> None:
                 )
 
 
+def _check_max_snoozes(config: Config) -> None:
+    """Each ``[types."T"] max_snoozes`` (``jobdeck.jobs.snooze``) is an integer >= 0."""
+    types = config.extra.get("types")
+    if not isinstance(types, dict):
+        return
+    for job_type, options in types.items():
+        if not isinstance(options, dict) or "max_snoozes" not in options:
+            continue
+        value = options["max_snoozes"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"types.{job_type}.max_snoozes: must be an integer >= 0, got {value!r}")
+
+
 def non_retryable(config: Config, job_type: str) -> tuple[str, ...]:
     """``[types."T"] non_retryable``: the exception class names that send a
     job of type ``T`` straight to ``dead`` (``HandlerSpec.retries``). Checked
@@ -422,6 +431,8 @@ def _check_non_retryable(config: Config) -> None:
 
 _SIZE_UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "kib": 1024, "mib": 1024**2, "gib": 1024**3}
 MAX_ARTIFACT_BYTES = 1024**3
+DEFAULT_ARTIFACT_BYTES = 10 * 1024 * 1024
+"""``[artifacts] max_bytes`` when the config does not say: 10 MiB."""
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
 
 
@@ -435,7 +446,7 @@ def artifact_max_bytes(config: Config) -> int:
     unknown = set(table) - {"max_bytes"}
     if unknown:
         raise ConfigError(f"artifacts.{sorted(unknown)[0]}: unknown key (only max_bytes)")
-    value = table.get("max_bytes", DEFAULT_MAX_BYTES)
+    value = table.get("max_bytes", DEFAULT_ARTIFACT_BYTES)
     size = _size(value)
     if size is None or size <= 0:
         raise ConfigError(
@@ -471,8 +482,6 @@ def log_limits(config: Config) -> LogLimits:
         capture_logging = false        # keep logging calls made on the handler's thread
 
     ``[types."T"] capture_logging = true`` captures for one type only."""
-    from jobdeck.jobs.joblogs import limits_from
-
     table = config.extra.get("logs", {})
     if not isinstance(table, dict):
         raise ConfigError("logs: expected a table ([logs])")

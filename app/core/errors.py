@@ -182,6 +182,13 @@ class EffectNotFound(JobdeckError):
         super().__init__(f"effect {key!r} does not exist")
 
 
+class ArtifactNotFound(JobdeckError):
+    status_code = 404
+
+    def __init__(self, job_id: int, name: str) -> None:
+        super().__init__(f"job {job_id} has no artifact named {name!r}")
+
+
 class EffectResolveRefused(JobdeckError):
     """Only an unknown (started) effect can be marked by a person."""
 

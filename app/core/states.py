@@ -68,6 +68,8 @@ ENDED: frozenset[State] = FINISHED | {State.DEAD}
 DEPENDENCY_FAILED: frozenset[State] = frozenset({State.DEAD, State.CANCELLED, State.DISCARDED})
 """A dependency in one of these will not complete by itself: its blocked
 dependents are cancelled, or held (``on_dependency_failure``)."""
+SCHEDULED = "scheduled"
+"""Not a state of its own: ``pending`` with ``available_at`` in the future."""
 
 
 class EffectState(str, enum.Enum):

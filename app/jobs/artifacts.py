@@ -25,8 +25,6 @@ ArtifactData = Union[bytes, bytearray, memoryview, str, "os.PathLike[str]"]
 """What ``ctx.artifact`` takes: bytes, text (stored as UTF-8), or a path to
 read the bytes from."""
 
-DEFAULT_MAX_BYTES = 10 * 1024 * 1024
-"""``[artifacts] max_bytes`` when the config does not say: 10 MiB."""
 MAX_NAME_BYTES = 255
 """A name's length in UTF-8: what most file systems take as a file name."""
 MAX_CONTENT_TYPE_CHARS = 255
@@ -57,13 +55,6 @@ class ArtifactTooLarge(InvalidArtifact):
         )
         self.size = size
         self.limit = limit
-
-
-class ArtifactNotFound(JobdeckError):
-    status_code = 404
-
-    def __init__(self, job_id: int, name: str) -> None:
-        super().__init__(f"job {job_id} has no artifact named {name!r}")
 
 
 def check_name(name: object) -> str:

@@ -27,25 +27,22 @@ from __future__ import annotations
 import logging
 import threading
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import Any
 
 from jobdeck.core.errors import InvalidField
+from jobdeck.core.loglines import TRUNCATED as TRUNCATED  # the marker's level, read by the API's schema
+from jobdeck.core.loglines import LogLimits, LogLine
 from jobdeck.core.validation import parse_time
 from jobdeck.store.faults import is_transient, storable_text
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
 """The levels a line can have (``logging``'s, lower case)."""
-TRUNCATED = "truncated"
-"""The level of the one marker line an attempt gets past a cap."""
 MAX_LINE_CHARS = 4000
 """A longer message is cut here, with an ellipsis."""
-DEFAULT_MAX_LINES = 1000
-DEFAULT_MAX_BYTES_PER_JOB = 1024 * 1024
-DEFAULT_FLUSH_INTERVAL = 1.0
 
 MAX_LINES_PER_BEAT = 1000
 """Lines one HTTP heartbeat may carry; a worker with more sends them over several beats."""
@@ -125,31 +122,6 @@ def parse_lines(value: Any, now: datetime) -> list[LogLine]:
         at = parse_time(entry["at"], f"{where}.at") if entry.get("at") is not None else now
         lines.append(LogLine(level, clean_message(message), at))
     return lines
-
-
-@dataclass(frozen=True)
-class LogLimits:
-    """``[logs]``: the caps, and how often buffered lines are written."""
-
-    max_lines_per_attempt: int = DEFAULT_MAX_LINES
-    max_bytes_per_job: int = DEFAULT_MAX_BYTES_PER_JOB
-    flush_interval: float = DEFAULT_FLUSH_INTERVAL
-    capture_logging: bool = False
-    """Capture ``logging`` records on the handler's thread, for every type."""
-    capture_types: frozenset[str] = frozenset()
-    """Types that capture although ``capture_logging`` is off (``[types."T"]``)."""
-
-    def captures(self, job_type: str) -> bool:
-        return self.capture_logging or job_type in self.capture_types
-
-
-@dataclass(frozen=True)
-class LogLine:
-    """One line before it is stored."""
-
-    level: str
-    message: str
-    at: datetime
 
 
 @dataclass
@@ -360,17 +332,3 @@ def install_capture() -> CaptureHandler:
             _capture = CaptureHandler()
             logging.getLogger().addHandler(_capture)
         return _capture
-
-
-def limits_from(table: Mapping[str, Any], types: Mapping[str, Any] | None) -> LogLimits:
-    """``LogLimits`` from an already checked ``[logs]`` table and ``[types]``."""
-    capture_types = frozenset(
-        name for name, opts in (types or {}).items() if isinstance(opts, dict) and opts.get("capture_logging") is True
-    )
-    return LogLimits(
-        max_lines_per_attempt=table.get("max_lines_per_attempt", DEFAULT_MAX_LINES),
-        max_bytes_per_job=table.get("max_bytes_per_job", DEFAULT_MAX_BYTES_PER_JOB),
-        flush_interval=table.get("flush_interval", DEFAULT_FLUSH_INTERVAL),
-        capture_logging=table.get("capture_logging", False),
-        capture_types=capture_types,
-    )

@@ -31,6 +31,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from jobdeck.core.snooze_words import describe
+
 if TYPE_CHECKING:
     from jobdeck.core.config import Config
     from jobdeck.jobs.handlers import Registry
@@ -80,20 +82,6 @@ class Snooze(Exception):  # noqa: N818  (the word a handler writes: ``return Sno
         return describe(self.seconds, self.reason)
 
 
-def describe(seconds: float, reason: str | None = None) -> str:
-    text = f"snoozed for {format_seconds(seconds)}"
-    return f"{text}: {reason}" if reason else text
-
-
-def format_seconds(seconds: float) -> str:
-    """30 -> "30 s", 1.5 -> "1.5 s", 0.25 -> "0.25 s", 86400.5 -> "86400.5 s",
-    1e-9 -> "under 1 ms": never in scientific notation."""
-    if seconds == int(seconds):
-        return f"{seconds:.0f} s"
-    text = f"{seconds:.3f}".rstrip("0").rstrip(".")
-    return "under 1 ms" if text == "0" else f"{text} s"
-
-
 def seconds_of(snooze: BaseException) -> tuple[float, str | None]:
     """A caught snooze's delay and reason, checked again: a subclass may set
     them itself (or not at all, or as a property that raises) instead of
@@ -116,18 +104,3 @@ def max_snoozes(config: Config, registry: Registry, job_type: str) -> int:
     if spec is not None and spec.max_snoozes is not None:
         return spec.max_snoozes
     return DEFAULT_MAX_SNOOZES
-
-
-def check_config(config: Config) -> None:
-    """Each ``[types."T"] max_snoozes`` is an integer >= 0 (a ``ConfigError`` naming the key)."""
-    from jobdeck.core.config import ConfigError
-
-    types = config.extra.get("types")
-    if not isinstance(types, dict):
-        return
-    for job_type, options in types.items():
-        if not isinstance(options, dict) or "max_snoozes" not in options:
-            continue
-        value = options["max_snoozes"]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"types.{job_type}.max_snoozes: must be an integer >= 0, got {value!r}")

@@ -32,24 +32,9 @@ from typing import Any
 
 from jobdeck.core.config import Config, ConfigError
 from jobdeck.core.errors import InvalidField
-from jobdeck.core.states import State
-
-SCHEDULED = "scheduled"
-"""Not a state of its own: ``pending`` with ``available_at`` in the future."""
-
-STATE_BITS: dict[str, int] = {
-    State.PENDING.value: 1,
-    SCHEDULED: 2,
-    State.RUNNING.value: 4,
-    State.FAILED.value: 8,
-    State.DEAD.value: 16,
-    State.COMPLETED.value: 32,
-    State.DISCARDED.value: 64,
-    State.CANCELLED.value: 128,
-}
-"""How a job's unique states are stored (``jobs.unique_states``, a bit mask).
-Fixed numbers, not positions in ``State``: a state added later must not
-change what stored masks mean (until it has a bit, no job holds its key in it)."""
+from jobdeck.core.states import SCHEDULED, State
+from jobdeck.core.uniqueness import STATE_BITS as STATE_BITS  # named here by the API's schema too
+from jobdeck.core.uniqueness import UniqueClaim
 
 DEFAULT_BY = ("type", "queue", "payload")
 DEFAULT_STATES = (State.PENDING.value, SCHEDULED, State.RUNNING.value, State.FAILED.value)
@@ -83,17 +68,6 @@ class Unique:
     @property
     def mask(self) -> int:
         return sum(STATE_BITS[s] for s in self.states)
-
-
-@dataclass(frozen=True)
-class UniqueClaim:
-    """What an enqueue stores and does for its unique option (``NewJob.unique``)."""
-
-    key: str
-    until: datetime | None
-    states: int
-    replace: bool
-    debounce: float | None
 
 
 def parse_unique(value: Any, field: str, error: type[Exception] = InvalidField) -> Unique | None:

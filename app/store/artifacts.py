@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from jobdeck.core.errors import ArtifactNotFound
 from jobdeck.core.states import State
-from jobdeck.jobs.artifacts import ArtifactNotFound
 from jobdeck.store.models import job_artifacts, jobs, schedule_runs
 from jobdeck.store.statements import dialect_insert
 from sqlalchemy import select

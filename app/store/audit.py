@@ -8,7 +8,7 @@ moved to the entry's ``count`` in the batch's own transaction (``Tally``,
 it moved. The last batch marks it finished. An entry left unfinished names
 the process that moved its last batch and when (``owner``, ``updated_at``):
 ``BulkProgress`` reads it as running, or as interrupted once that process is
-known to be gone (``jobdeck.processes``) or the action made no progress for
+known to be gone (``jobdeck.core.processes``) or the action made no progress for
 ``STALE_AFTER``. "interrupted after 5,500 of 20,000" is then what the audit
 log and the page that started it say.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobdeck import processes
+from jobdeck.core import processes
 from jobdeck.store.models import audit_log
 from jobdeck.store.transactions import Transactions
 from sqlalchemy import Connection, and_, bindparam, case, insert, select, update

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from jobdeck.jobs.joblogs import TRUNCATED, LogLimits, LogLine
+from jobdeck.core.loglines import TRUNCATED, LogLimits, LogLine
 from jobdeck.store.models import job_logs, jobs
 from sqlalchemy import func, insert, select
 

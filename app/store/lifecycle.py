@@ -18,10 +18,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from jobdeck.core.config import DEFAULT_ARTIFACT_BYTES
 from jobdeck.core.errors import JobMovedOn, JobNotFound, RunNowRefused, TransitionRefused
 from jobdeck.core.states import CLAIMABLE, SOURCES, State, Transition
 from jobdeck.core.validation import fits_id, spellings
-from jobdeck.jobs.artifacts import DEFAULT_MAX_BYTES
 from jobdeck.store import statements
 from jobdeck.store.audit import Tally, count_moved
 from jobdeck.store.enqueue import Enqueueing, dumps
@@ -119,7 +119,7 @@ class Store(Enqueueing, Snoozing):
         self.backoff: Backoff = backoff or exponential_backoff()
         self.ledger = Ledger(self)
         """The effects ledger's steps (``jobdeck.store.ledger``), on this store's transactions."""
-        self.artifact_max_bytes: int = DEFAULT_MAX_BYTES
+        self.artifact_max_bytes: int = DEFAULT_ARTIFACT_BYTES
         """``[artifacts] max_bytes`` of the deck that owns this store (set by
         ``Jobdeck``): every ``ctx.artifact`` on it is held to this."""
         self.flow_keys: Callable[[str, str, Any], tuple[str | None, str | None]] | None = None

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from jobdeck.core.states import SCHEDULED as SCHEDULED  # the web metrics read it from here
 from jobdeck.core.states import State
 from jobdeck.store import durations
 from jobdeck.store.models import (
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
 
 ACTIVE_STATES = (State.PENDING.value, State.FAILED.value, State.RUNNING.value)
 """The states counted per queue; the others only per state (see the module doc)."""
-SCHEDULED = "scheduled"
 MAX_QUEUES = 1000
 """At most this many queues get a latency (one index probe each)."""
 

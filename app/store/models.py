@@ -148,7 +148,7 @@ class Job(Base):
     unique_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
     """The end of the key's period; NULL: no end."""
     unique_states: Mapped[int | None] = mapped_column(Integer)
-    """The states the job holds its key in, a mask of ``jobdeck.jobs.unique.STATE_BITS``."""
+    """The states the job holds its key in, a mask of ``jobdeck.core.uniqueness.STATE_BITS``."""
     workflow_id: Mapped[int | None] = mapped_column(BigID)
     """The workflow the job is a step of (``jobdeck.jobs.workflows``, revision 0020,
     after the columns before it, so rows decoded by position keep their order)."""
@@ -553,7 +553,7 @@ class AuditEntry(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     """When a bulk action's last batch committed; NULL while running or once cut short."""
     owner: Mapped[str | None] = mapped_column(String(200))
-    """The process that moved a bulk action's last batch (``jobdeck.processes.identity``)."""
+    """The process that moved a bulk action's last batch (``jobdeck.core.processes.identity``)."""
     updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     """When a bulk action's last batch committed (or it began)."""
 

@@ -10,11 +10,12 @@ from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from jobdeck.core.states import AttemptOutcome, State
+from jobdeck.core.states import SCHEDULED, AttemptOutcome, State
+from jobdeck.core.uniqueness import STATE_BITS
 from jobdeck.store import sqlite
 
 if TYPE_CHECKING:
-    from jobdeck.jobs.unique import UniqueClaim
+    from jobdeck.core.uniqueness import UniqueClaim
 
 
 @dataclass(frozen=True)
@@ -129,8 +130,6 @@ class JobRecord:
         """The job still holds its unique key: in one of its unique states
         and inside its period. A key no longer held is freed by the next
         enqueue of it (``jobdeck.store.unique``), which then makes a new job."""
-        from jobdeck.jobs.unique import SCHEDULED, STATE_BITS
-
         if self.unique_key is None or self.unique_states is None:
             return False
         state = SCHEDULED if self.is_scheduled(now) else self.status.value

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+from jobdeck.core.snooze_words import describe
 from jobdeck.core.states import AttemptOutcome, State, Transition
-from jobdeck.jobs.snooze import describe
 from jobdeck.store import statements
 from jobdeck.store.faults import storable_text
 from jobdeck.store.finish import Finishing

@@ -19,8 +19,8 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from jobdeck.core.states import State
-from jobdeck.jobs.unique import SCHEDULED, STATE_BITS
+from jobdeck.core.states import SCHEDULED, State
+from jobdeck.core.uniqueness import STATE_BITS
 from jobdeck.store import statements
 from jobdeck.store.models import jobs, status_in
 from jobdeck.store.records import JobRecord, NewJob

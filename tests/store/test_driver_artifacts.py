@@ -10,9 +10,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from jobdeck.core.errors import ArtifactNotFound
 from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
-from jobdeck.jobs.artifacts import ArtifactNotFound, ArtifactTooLarge, InvalidArtifact
+from jobdeck.jobs.artifacts import ArtifactTooLarge, InvalidArtifact
 from jobdeck.jobs.handlers import JobContext
 from jobdeck.store import Outcome
 from jobdeck.store.artifacts import artifacts_of, get_artifact, last_completed_artifacts
