@@ -10,8 +10,9 @@ loaded by ``tests/conftest.py``).
   file lock exclusively, every other test takes it shared. A waiting
   ``alone`` test first takes a gate that new tests must pass, so a stream
   of short tests cannot keep it waiting. Runs that share a machine at once
-  (CI runs the quick tier on other Pythons beside the full run) share the
-  locks when ``JOBDECK_TEST_LOCKS`` names one folder for all of them.
+  can share the locks when ``JOBDECK_TEST_LOCKS`` names one folder for all
+  of them (CI's quick tiers on other Pythons run at the lowest CPU priority
+  instead, .ci/run).
 """
 
 from __future__ import annotations
