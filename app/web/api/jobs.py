@@ -391,13 +391,3 @@ def _operator_action(job_id: int, action: str) -> Any:
     job = deck.store.retry(job_id, now) if action == "retry" else deck.store.discard(job_id, now)
     record_action(deck.store, "api", action, now, count=1, job_id=job_id)
     return jsonify(job_json(job, now))
-
-
-@bp.get("/openapi.json")
-def openapi() -> Any:
-    from jobdeck.web.api.openapi import document
-
-    doc = document(_deck().type_names())
-    if request.script_root:  # mounted under a prefix (jobdeck.embed): the paths are below it
-        doc["servers"] = [{"url": request.script_root}]
-    return jsonify(doc)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobdeck.jobs.artifacts import MAX_NAME_BYTES
-from jobdeck.web.api.openapi import _ERRORS, _JOB_ID, _NO_JOB, _json
+from jobdeck.web.api.openapi_common import ERRORS, JOB_ID, NO_JOB, answer
 
 ARTIFACT = {
     "type": "object",
@@ -33,9 +33,9 @@ def paths() -> dict[str, Any]:
         "/api/jobs/{job_id}/artifacts": {
             "get": {
                 "summary": "The files the job's handler kept (ctx.artifact), by name, without their bytes",
-                "parameters": [_JOB_ID],
+                "parameters": [JOB_ID],
                 "responses": {
-                    "200": _json(
+                    "200": answer(
                         {
                             "type": "object",
                             "required": ["artifacts"],
@@ -43,8 +43,8 @@ def paths() -> dict[str, Any]:
                         },
                         "Artifacts, by name",
                     ),
-                    "401": _ERRORS["401"],
-                    **_NO_JOB,
+                    "401": ERRORS["401"],
+                    **NO_JOB,
                 },
             }
         },
@@ -56,15 +56,15 @@ def paths() -> dict[str, Any]:
                     "unless it is a PNG, JPEG, GIF, WebP image or plain text, and always with "
                     "`X-Content-Type-Options: nosniff` and a sandboxing Content-Security-Policy."
                 ),
-                "parameters": [_JOB_ID, _NAME],
+                "parameters": [JOB_ID, _NAME],
                 "responses": {
                     "200": {
                         "description": "The artifact's bytes",
                         "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
                     },
-                    "401": _ERRORS["401"],
-                    "404": _json({"$ref": "#/components/schemas/Error"}, "Unknown job, or no artifact of that name"),
-                    "422": _json({"$ref": "#/components/schemas/Error"}, "A name no artifact can have"),
+                    "401": ERRORS["401"],
+                    "404": answer({"$ref": "#/components/schemas/Error"}, "Unknown job, or no artifact of that name"),
+                    "422": answer({"$ref": "#/components/schemas/Error"}, "A name no artifact can have"),
                 },
             }
         },

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobdeck.core.states import EFFECT_RESOLUTIONS, EffectState
-from jobdeck.web.api.openapi import _ERRORS, _JOB_ID, _TIME, _body, _json
+from jobdeck.web.api.openapi_common import ERRORS, JOB_ID, TIME, answer, request_body
 
 EFFECT = {
     "type": "object",
@@ -22,15 +22,15 @@ EFFECT = {
         "attempt": {"type": ["integer", "null"], "description": "the attempt that started it"},
         "worker_id": {"type": ["string", "null"]},
         "created_at": {"type": "string", "format": "date-time"},
-        "started_at": _TIME,
-        "finished_at": _TIME,
+        "started_at": TIME,
+        "finished_at": TIME,
         "result": {"description": "what the effect returned (JSON), when done"},
         "resolved_by": {"type": ["string", "null"], "description": "who marked it, if a person did"},
     },
 }
 _KEY = {"name": "key", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 255}}
-_MISSING = {"404": _json({"$ref": "#/components/schemas/Error"}, "Unknown job, or no such effect of the job")}
-_REFUSED = {"409": _json({"$ref": "#/components/schemas/Error"}, "The effect is not started (its outcome is known)")}
+_MISSING = {"404": answer({"$ref": "#/components/schemas/Error"}, "Unknown job, or no such effect of the job")}
+_REFUSED = {"409": answer({"$ref": "#/components/schemas/Error"}, "The effect is not started (its outcome is known)")}
 
 
 def paths() -> dict[str, Any]:
@@ -38,9 +38,9 @@ def paths() -> dict[str, Any]:
         "/api/jobs/{job_id}/effects": {
             "get": {
                 "summary": "The effects the job's attempts started (the effects ledger)",
-                "parameters": [_JOB_ID],
+                "parameters": [JOB_ID],
                 "responses": {
-                    "200": _json(
+                    "200": answer(
                         {
                             "type": "object",
                             "required": ["effects"],
@@ -48,7 +48,7 @@ def paths() -> dict[str, Any]:
                         },
                         "Effects, oldest first",
                     ),  # fmt: skip
-                    "401": _ERRORS["401"],
+                    "401": ERRORS["401"],
                     **_MISSING,
                 },
             }
@@ -56,8 +56,8 @@ def paths() -> dict[str, Any]:
         "/api/jobs/{job_id}/effects/{key}/resolve": {
             "post": {
                 "summary": "Mark an unknown (started) effect done or not performed, then retry the job",
-                "parameters": [_JOB_ID, _KEY],
-                "requestBody": _body(
+                "parameters": [JOB_ID, _KEY],
+                "requestBody": request_body(
                     {
                         "type": "object",
                         "required": ["outcome"],
@@ -67,7 +67,7 @@ def paths() -> dict[str, Any]:
                         },
                     }
                 ),
-                "responses": {"200": _json(EFFECT, "The effect as it now stands"), **_ERRORS, **_MISSING, **_REFUSED},
+                "responses": {"200": answer(EFFECT, "The effect as it now stands"), **ERRORS, **_MISSING, **_REFUSED},
             }
         },
     }

@@ -7,7 +7,7 @@ from typing import Any
 
 from jobdeck.store.models import ERROR_STATES
 from jobdeck.store.reads import MAX_ERROR_GROUPS
-from jobdeck.web.api.openapi import _ERRORS, _UNAUTHORIZED, _json
+from jobdeck.web.api.openapi_common import ERRORS, UNAUTHORIZED, answer
 
 _TIME = {"type": "string", "format": "date-time"}
 
@@ -49,7 +49,7 @@ def paths() -> dict[str, Any]:
                     }
                 ],
                 "responses": {
-                    "200": _json(
+                    "200": answer(
                         {
                             "type": "object",
                             "required": ["status", "groups"],
@@ -60,8 +60,8 @@ def paths() -> dict[str, Any]:
                         },
                         "Error groups",
                     ),
-                    **_UNAUTHORIZED,
-                    "422": _json(_ERRORS["422"]["content"]["application/json"]["schema"], "An unknown `status`"),
+                    **UNAUTHORIZED,
+                    "422": answer(ERRORS["422"]["content"]["application/json"]["schema"], "An unknown `status`"),
                 },
             }
         }

@@ -8,7 +8,7 @@ import copy
 from typing import Any
 
 from jobdeck.store.listing import SIZED
-from jobdeck.web.api.openapi import _ref
+from jobdeck.web.api.openapi_common import ref
 
 
 def install(doc: dict[str, Any]) -> None:
@@ -32,4 +32,4 @@ def install(doc: dict[str, Any]) -> None:
         "and named in the job's `omitted`."
     )
     page = listing["responses"]["200"]["content"]["application/json"]["schema"]
-    page["properties"]["jobs"]["items"] = _ref("ListedJob")
+    page["properties"]["jobs"]["items"] = ref("ListedJob")

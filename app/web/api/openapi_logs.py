@@ -9,7 +9,7 @@ from typing import Any
 from jobdeck.core.validation import INT64_MAX
 from jobdeck.jobs.joblogs import LEVELS, MAX_LINE_CHARS, MAX_LINES_PER_BEAT, TRUNCATED
 from jobdeck.web.api.logs import MAX_PAGE
-from jobdeck.web.api.openapi import _ERRORS, _JOB_ID, _NO_JOB, _WORKER_ID, _json
+from jobdeck.web.api.openapi_common import ERRORS, JOB_ID, NO_JOB, WORKER_ID, answer
 
 LINE = {
     "type": "object",
@@ -70,13 +70,13 @@ def paths() -> dict[str, Any]:
                     "not null; poll with the last `id` seen to follow a running job."
                 ),
                 "parameters": [
-                    _JOB_ID,
+                    JOB_ID,
                     _param("attempt", 1, 2**31 - 1, "only this attempt's lines"),
                     _param("after", 0, INT64_MAX, "only lines after this `id` (default 0: from the first)"),
                     _param("limit", 1, MAX_PAGE, f"at most this many lines (default {MAX_PAGE})"),
                 ],
                 "responses": {
-                    "200": _json(
+                    "200": answer(
                         {
                             "type": "object",
                             "required": ["logs", "next_after"],
@@ -90,9 +90,9 @@ def paths() -> dict[str, Any]:
                         },
                         "The lines",
                     ),
-                    "401": _ERRORS["401"],
-                    "422": _json({"$ref": "#/components/schemas/Error"}, "A query parameter out of range"),
-                    **_NO_JOB,
+                    "401": ERRORS["401"],
+                    "422": answer({"$ref": "#/components/schemas/Error"}, "A query parameter out of range"),
+                    **NO_JOB,
                 },
             }
         }
@@ -106,7 +106,7 @@ def amend(doc: dict[str, Any]) -> None:
         "type": "object",
         "required": ["worker_id"],
         "properties": {
-            "worker_id": _WORKER_ID,
+            "worker_id": WORKER_ID,
             "logs": {
                 "type": "array",
                 "maxItems": MAX_LINES_PER_BEAT,
@@ -123,8 +123,8 @@ def amend(doc: dict[str, Any]) -> None:
             "items": SENT_LINE,
             "description": "the attempt's last lines, kept before the outcome, as with the heartbeat",
         }
-    answer = beat["responses"]["200"]["content"]["application/json"]["schema"]["allOf"][1]
-    answer["properties"]["logs_kept"] = {
+    beat_answer = beat["responses"]["200"]["content"]["application/json"]["schema"]["allOf"][1]
+    beat_answer["properties"]["logs_kept"] = {
         "type": "integer",
         "minimum": 0,
         "description": "with `logs`: how many of them were kept (the rest went past a cap)",

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobdeck.web.api.openapi import _ERRORS, _UNAUTHORIZED, _UNSUPPORTED, _json, _ref, _text
+from jobdeck.web.api.openapi_common import ERRORS, UNAUTHORIZED, UNSUPPORTED, answer, ref, text
 
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 200}}
-_QUEUE_NAME = {"name": "name", "in": "path", "required": True, "schema": _text(100)}
+_QUEUE_NAME = {"name": "name", "in": "path", "required": True, "schema": text(100)}
 _TIME = {"type": ["string", "null"], "format": "date-time"}
 
 QUEUE = {
@@ -20,7 +20,7 @@ QUEUE = {
         "waiting": {"type": "integer", "description": "pending (due or scheduled) and failed awaiting retry"},
         "running": {"type": "integer"},
         "concurrency": {"type": ["integer", "null"], "description": "the queue's limit, if any"},
-        "limits": {"type": "array", "items": _ref("FlowLimit"), "description": "its flow limits, when it has any"},
+        "limits": {"type": "array", "items": ref("FlowLimit"), "description": "its flow limits, when it has any"},
     },
 }
 _USE_TEXT = {"type": "string", "description": 'the use in words: "37 of 100 in the last 60 s", "3 keys at their limit"'}
@@ -84,38 +84,38 @@ SCHEDULE = {
         "runs": {"type": "array", "items": RUN, "description": "most recent first"},
     },
 }
-_UNKNOWN = {"404": _json(_ref("Error"), "No such schedule")}
-_ACTION_ERRORS = {**_UNAUTHORIZED, **_UNSUPPORTED}
+_UNKNOWN = {"404": answer(ref("Error"), "No such schedule")}
+_ACTION_ERRORS = {**UNAUTHORIZED, **UNSUPPORTED}
 """An action without a body: a body, if any, must still be JSON (415)."""
 
 
 def paths(schedule: dict[str, Any] = SCHEDULE) -> dict[str, Any]:
     def queue_action(summary: str) -> dict[str, Any]:
         return {"post": {"summary": summary, "parameters": [_QUEUE_NAME],
-                         "responses": {"200": _json(QUEUE, "The queue"), **_ACTION_ERRORS,
-                                       "422": _ERRORS["422"]}}}  # fmt: skip
+                         "responses": {"200": answer(QUEUE, "The queue"), **_ACTION_ERRORS,
+                                       "422": ERRORS["422"]}}}  # fmt: skip
 
     def schedule_action(summary: str) -> dict[str, Any]:
         return {"post": {"summary": summary, "parameters": [_NAME],
-                         "responses": {"200": _json(schedule, "The schedule"), **_ACTION_ERRORS, **_UNKNOWN}}}  # fmt: skip
+                         "responses": {"200": answer(schedule, "The schedule"), **_ACTION_ERRORS, **_UNKNOWN}}}  # fmt: skip
 
     return {
         "/api/queues": {
             "get": {
                 "summary": "Queues with waiting or running jobs, paused or limited",
                 "responses": {
-                    "200": _json(
+                    "200": answer(
                         {
                             "type": "object",
                             "required": ["queues", "limits"],
                             "properties": {
                                 "queues": {"type": "array", "items": QUEUE},
-                                "limits": {"type": "array", "items": _ref("FlowLimit")},
+                                "limits": {"type": "array", "items": ref("FlowLimit")},
                             },
                         },
                         "Queues",
                     ),
-                    **_UNAUTHORIZED,
+                    **UNAUTHORIZED,
                 },
             }
         },
@@ -126,7 +126,7 @@ def paths(schedule: dict[str, Any] = SCHEDULE) -> dict[str, Any]:
                 "summary": "Schedules (from config and made at runtime, and removed ones with history), their "
                 "next and recent runs and their health",
                 "responses": {
-                    "200": _json(
+                    "200": answer(
                         {
                             "type": "object",
                             "required": ["schedules"],
@@ -134,7 +134,7 @@ def paths(schedule: dict[str, Any] = SCHEDULE) -> dict[str, Any]:
                         },
                         "Schedules",
                     ),
-                    **_UNAUTHORIZED,
+                    **UNAUTHORIZED,
                 },
             }
         },
@@ -142,7 +142,7 @@ def paths(schedule: dict[str, Any] = SCHEDULE) -> dict[str, Any]:
             "post": {
                 "summary": "Run now: enqueue one job of the schedule at once",
                 "parameters": [_NAME],
-                "responses": {"201": _json(_ref("Job"), "The job"), **_ACTION_ERRORS, **_UNKNOWN},
+                "responses": {"201": answer(ref("Job"), "The job"), **_ACTION_ERRORS, **_UNKNOWN},
             }
         },
         "/api/schedules/{name}/pause": schedule_action("Pause a schedule (recorded in the audit log)"),

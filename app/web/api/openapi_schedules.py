@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobdeck.web.api.openapi import _ERRORS, _FORBIDDEN, _body, _json, _ref, _text
+from jobdeck.web.api.openapi_common import ERRORS, FORBIDDEN, answer, ref, request_body, text
 
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 200}}
 _TIME = {"type": ["string", "null"], "format": "date-time"}
@@ -35,7 +35,7 @@ ENTRY = {
     "required": ["name", "cron", "type"],
     "description": "a schedule as a [[schedules]] entry of the config file, validated by the same rule",
     "properties": {
-        "name": _text(200),
+        "name": text(200),
         "cron": {"type": "string", "maxLength": 200, "description": "5 crontab fields, or 6 with seconds first"},
         "timezone": {"type": "string", "maxLength": 100, "default": "UTC", "description": "an IANA zone"},
         "type": {"type": "string", "description": "a registered job type"},
@@ -69,42 +69,42 @@ def schedule_schema(base: dict[str, Any]) -> dict[str, Any]:
 
 
 def paths(schedule: dict[str, Any]) -> dict[str, Any]:
-    conflict = {"409": _json(_ref("Error"), "A config schedule's name (config is its source of truth), a name "
+    conflict = {"409": answer(ref("Error"), "A config schedule's name (config is its source of truth), a name "
                              "taken, or an edit that raced another")}  # fmt: skip
-    unknown = {"404": _json(_ref("Error"), "No runtime schedule of that name")}
+    unknown = {"404": answer(ref("Error"), "No runtime schedule of that name")}
     return {
         "/api/schedules": {
             "post": {
                 "summary": "Create a runtime schedule (audit-logged); every process fires it within a poll interval",
-                "requestBody": _body(ENTRY),
-                "responses": {"201": _json(schedule, "The schedule"), **_ERRORS, **conflict},
+                "requestBody": request_body(ENTRY),
+                "responses": {"201": answer(schedule, "The schedule"), **ERRORS, **conflict},
             }
         },
         "/api/schedules/{name}": {
             "put": {
                 "summary": "Replace a runtime schedule's definition (audit-logged with a before/after diff)",
                 "parameters": [_NAME],
-                "requestBody": _body(UPDATE),
+                "requestBody": request_body(UPDATE),
                 "responses": {
-                    "200": _json(schedule, "The schedule"),
-                    **_ERRORS,
+                    "200": answer(schedule, "The schedule"),
+                    **ERRORS,
                     **unknown,
                     **conflict,
-                    "403": _FORBIDDEN,
+                    "403": FORBIDDEN,
                 },  # fmt: skip
             },
             "delete": {
                 "summary": "Delete a runtime schedule; its past runs stay listed (audit-logged)",
                 "parameters": [_NAME],
                 "responses": {
-                    "200": _json(
+                    "200": answer(
                         {"type": "object", "required": ["deleted"], "properties": {"deleted": {"type": "string"}}},
                         "Deleted",
                     ),
-                    **_ERRORS,
+                    **ERRORS,
                     **unknown,
                     **conflict,
-                    "403": _FORBIDDEN,
+                    "403": FORBIDDEN,
                 },
             },
         },

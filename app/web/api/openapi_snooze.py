@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobdeck.jobs.snooze import MAX_REASON_CHARS, MAX_SNOOZE_SECONDS
-from jobdeck.web.api.openapi import _JOB_ERRORS, _JOB_ID, _WORKER_ID, _body, _json, _ref, _text
+from jobdeck.web.api.openapi_common import JOB_ERRORS, JOB_ID, WORKER_ID, answer, ref, request_body, text
 
 
 def paths() -> dict[str, Any]:
@@ -17,19 +17,19 @@ def paths() -> dict[str, Any]:
                 "description": "The job goes back to pending, due `seconds` from now, its retry count unchanged; "
                 "the attempt is recorded `snoozed` with `snooze_seconds`. A job cancelled while it ran ends "
                 "cancelled. Past the type's `max_snoozes` in a row the attempt fails instead (the fail rule).",
-                "parameters": [_JOB_ID],
-                "requestBody": _body(
+                "parameters": [JOB_ID],
+                "requestBody": request_body(
                     {
                         "type": "object",
                         "required": ["worker_id", "seconds"],
                         "properties": {
-                            "worker_id": _WORKER_ID,
+                            "worker_id": WORKER_ID,
                             "seconds": {"type": "number", "minimum": 0, "maximum": MAX_SNOOZE_SECONDS},
-                            "reason": _text(MAX_REASON_CHARS, 0),
+                            "reason": text(MAX_REASON_CHARS, 0),
                         },
                     }
                 ),
-                "responses": {"200": _json(_ref("Job"), "The job as it now stands (pending)"), **_JOB_ERRORS},
+                "responses": {"200": answer(ref("Job"), "The job as it now stands (pending)"), **JOB_ERRORS},
             }
         }
     }

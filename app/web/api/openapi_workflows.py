@@ -8,7 +8,7 @@ from typing import Any
 from jobdeck.core.validation import INT64_MAX
 from jobdeck.jobs.workflows import MAX_NAME_CHARS, REFUSED_OPTIONS
 from jobdeck.store.graph import CALLBACKS, ON_DEPENDENCY_FAILURE
-from jobdeck.web.api.openapi import _ERRORS, _STATUS, _TIME, _UNAUTHORIZED, _body, _json, _ref, _text
+from jobdeck.web.api.openapi_common import ERRORS, STATUS, TIME, UNAUTHORIZED, answer, ref, request_body, text
 from jobdeck.web.api.workflows import MAX_PAGE
 
 _ID = {"type": "integer", "minimum": 1, "maximum": INT64_MAX}
@@ -24,10 +24,10 @@ _POLICY = {
     "or hold them blocked until a person retries it",
 }
 _COUNTS = {"type": "object", "additionalProperties": {"type": "integer"}, "description": "Its jobs by state"}
-_NO_WORKFLOW = {"404": _json(_ref("Error"), "Unknown workflow")}
-_NO_BATCH = {"404": _json(_ref("Error"), "Unknown batch")}
-_CLOSED = {"409": _json(_ref("Error"), "The batch is closed")}
-_NAME = _text(MAX_NAME_CHARS)
+_NO_WORKFLOW = {"404": answer(ref("Error"), "Unknown workflow")}
+_NO_BATCH = {"404": answer(ref("Error"), "Unknown batch")}
+_CLOSED = {"409": answer(ref("Error"), "The batch is closed")}
+_NAME = text(MAX_NAME_CHARS)
 
 WORKFLOW = {
     "type": "object",
@@ -44,7 +44,7 @@ WORKFLOW = {
         "counts": _COUNTS,
         "total": {"type": "integer"},
         "done": {"type": "integer", "description": "jobs ended: completed, dead, cancelled or discarded"},
-        "created_at": _TIME,
+        "created_at": TIME,
     },
 }
 WORKFLOW_JOB = {
@@ -57,15 +57,15 @@ WORKFLOW_JOB = {
         "type": {"type": "string"},
         "queue": {"type": "string"},
         "priority": {"type": "integer"},
-        "status": _STATUS,
+        "status": STATUS,
         "scheduled": {"type": "boolean", "description": "pending and not yet due"},
         "attempt": {"type": "integer"},
         "max_retries": {"type": "integer"},
         "deps_left": {"type": ["integer", "null"], "description": "its dependencies not yet completed"},
         "on_dependency_failure": {**_POLICY, "enum": [*ON_DEPENDENCY_FAILURE, None]},
-        "available_at": _TIME,
-        "claimed_at": _TIME,
-        "finished_at": _TIME,
+        "available_at": TIME,
+        "claimed_at": TIME,
+        "finished_at": TIME,
     },
 }
 BATCH = {
@@ -82,9 +82,9 @@ BATCH = {
         "counts": _COUNTS,
         "total": {"type": "integer"},
         "done": {"type": "integer"},
-        "created_at": _TIME,
-        "closed_at": _TIME,
-        "fired_at": _TIME,
+        "created_at": TIME,
+        "closed_at": TIME,
+        "fired_at": TIME,
         "outcome": {
             "type": ["object", "null"],
             "description": "Once fired: the counts it fired on and the callback job ids by name",
@@ -100,17 +100,17 @@ _NEW_WORKFLOW = {
         "jobs": {
             "type": "array",
             "minItems": 1,
-            "items": _ref("NewWorkflowJob"),
+            "items": ref("NewWorkflowJob"),
             "description": "At most `[workflows] max_jobs`; the dependencies must form no cycle",
         },
         "on_dependency_failure": _POLICY,
-        "key": {**_text(255), "description": "Enqueue once: a second enqueue with this key answers the first's jobs"},
+        "key": {**text(255), "description": "Enqueue once: a second enqueue with this key answers the first's jobs"},
     },
 }
 _CALLBACK = {
     "anyOf": [
         {"type": "string", "minLength": 1},
-        _ref("BatchJob"),
+        ref("BatchJob"),
         {"type": "null"},
     ],
     "description": "A job type, or a job (no idempotency_key or unique); enqueued once with `payload.batch`",
@@ -135,7 +135,7 @@ def _action(summary: str) -> dict[str, Any]:
         "post": {
             "summary": summary,
             "parameters": [_WORKFLOW_ID],
-            "responses": {"200": _json(_MOVED, "The jobs moved, and the workflow now"), **_ERRORS, **_NO_WORKFLOW},
+            "responses": {"200": answer(_MOVED, "The jobs moved, and the workflow now"), **ERRORS, **_NO_WORKFLOW},
         }
     }
 
@@ -145,22 +145,22 @@ def paths() -> dict[str, Any]:
         "/api/workflows": {
             "post": {
                 "summary": "Enqueue a workflow: jobs that wait for other jobs, inserted in one transaction",
-                "requestBody": _body(_NEW_WORKFLOW),
+                "requestBody": request_body(_NEW_WORKFLOW),
                 "responses": {
-                    "201": _json(_ref("EnqueuedWorkflow"), "Created: every job's id by its name"),
-                    "200": _json(_ref("EnqueuedWorkflow"), "`key` named a workflow enqueued before: its jobs"),
-                    "409": _json(_ref("Error"), "`key` belongs to a workflow of another name (`workflow_id` names it)"),
-                    **_ERRORS,
-                    "413": _json(_ref("Error"), "A payload is over `max_payload_bytes`, or the body over its cap"),
+                    "201": answer(ref("EnqueuedWorkflow"), "Created: every job's id by its name"),
+                    "200": answer(ref("EnqueuedWorkflow"), "`key` named a workflow enqueued before: its jobs"),
+                    "409": answer(ref("Error"), "`key` belongs to a workflow of another name (`workflow_id` names it)"),
+                    **ERRORS,
+                    "413": answer(ref("Error"), "A payload is over `max_payload_bytes`, or the body over its cap"),
                 },
             },
             "get": {
                 "summary": "List workflows, newest first (keyset pagination)",
-                "parameters": [*_PAGE, {"name": "name", "in": "query", "schema": _text(MAX_NAME_CHARS, 0)}],
+                "parameters": [*_PAGE, {"name": "name", "in": "query", "schema": text(MAX_NAME_CHARS, 0)}],
                 "responses": {
-                    "200": _json(_page("workflows", WORKFLOW), "A page of workflows"),
-                    **_UNAUTHORIZED,
-                    "422": _ERRORS["422"],
+                    "200": answer(_page("workflows", WORKFLOW), "A page of workflows"),
+                    **UNAUTHORIZED,
+                    "422": ERRORS["422"],
                 },
             },
         },
@@ -169,7 +169,7 @@ def paths() -> dict[str, Any]:
                 "summary": "A workflow with its jobs and its edges",
                 "parameters": [_WORKFLOW_ID],
                 "responses": {
-                    "200": _json(
+                    "200": answer(
                         {
                             "allOf": [
                                 WORKFLOW,
@@ -195,7 +195,7 @@ def paths() -> dict[str, Any]:
                         },
                         "The workflow; its jobs in id order, each a node of the graph",
                     ),
-                    **_UNAUTHORIZED,
+                    **UNAUTHORIZED,
                     **_NO_WORKFLOW,
                 },
             }
@@ -209,7 +209,7 @@ def paths() -> dict[str, Any]:
         "/api/batches": {
             "post": {
                 "summary": "Open a batch: jobs added to it run independently; its callbacks run once all ended",
-                "requestBody": _body(
+                "requestBody": request_body(
                     {
                         "type": "object",
                         "additionalProperties": False,
@@ -218,15 +218,15 @@ def paths() -> dict[str, Any]:
                     },
                     required=False,
                 ),
-                "responses": {"201": _json(BATCH, "Opened"), **_ERRORS},
+                "responses": {"201": answer(BATCH, "Opened"), **ERRORS},
             },
             "get": {
                 "summary": "List batches, newest first (keyset pagination)",
                 "parameters": _PAGE,
                 "responses": {
-                    "200": _json(_page("batches", BATCH), "A page of batches"),
-                    **_UNAUTHORIZED,
-                    "422": _ERRORS["422"],
+                    "200": answer(_page("batches", BATCH), "A page of batches"),
+                    **UNAUTHORIZED,
+                    "422": ERRORS["422"],
                 },
             },
         },
@@ -234,14 +234,14 @@ def paths() -> dict[str, Any]:
             "get": {
                 "summary": "A batch: its state, counts, and once fired, when and its outcome",
                 "parameters": [_BATCH_ID],
-                "responses": {"200": _json(BATCH, "The batch"), **_UNAUTHORIZED, **_NO_BATCH},
+                "responses": {"200": answer(BATCH, "The batch"), **UNAUTHORIZED, **_NO_BATCH},
             }
         },
         "/api/batches/{batch_id}/jobs": {
             "post": {
                 "summary": "Enqueue jobs into an open batch, in one transaction",
                 "parameters": [_BATCH_ID],
-                "requestBody": _body(
+                "requestBody": request_body(
                     {
                         "type": "object",
                         "required": ["jobs"],
@@ -250,14 +250,14 @@ def paths() -> dict[str, Any]:
                             "jobs": {
                                 "type": "array",
                                 "minItems": 1,
-                                "items": _ref("BatchJob"),
+                                "items": ref("BatchJob"),
                                 "description": "At most `[workflows] max_jobs`",
                             }
                         },
                     }
                 ),
                 "responses": {
-                    "201": _json(
+                    "201": answer(
                         {
                             "type": "object",
                             "required": ["ids"],
@@ -265,10 +265,10 @@ def paths() -> dict[str, Any]:
                         },
                         "The new jobs' ids, in the order given",
                     ),
-                    **_ERRORS,
+                    **ERRORS,
                     **_NO_BATCH,
                     **_CLOSED,
-                    "413": _json(_ref("Error"), "A payload is over `max_payload_bytes`, or the body over its cap"),
+                    "413": answer(ref("Error"), "A payload is over `max_payload_bytes`, or the body over its cap"),
                 },
             }
         },
@@ -277,8 +277,8 @@ def paths() -> dict[str, Any]:
                 "summary": "Close a batch: no more jobs; its last job's end fires the callbacks",
                 "parameters": [_BATCH_ID],
                 "responses": {
-                    "200": _json(BATCH, "The batch, closed (fired if all ended)"),
-                    **_ERRORS,
+                    "200": answer(BATCH, "The batch, closed (fired if all ended)"),
+                    **ERRORS,
                     **_NO_BATCH,
                     **_CLOSED,
                 },
