@@ -33,7 +33,7 @@ from select import POLLIN, poll
 from types import FrameType
 
 from jobdeck.runtime import Runtime
-from jobdeck.worker.shared import STOP_MARGIN
+from jobdeck.worker.writes import STOP_MARGIN
 
 log = logging.getLogger("jobdeck.shutdown")
 

@@ -79,8 +79,8 @@ def run_alerts(deck, clock) -> list:
     pool = WorkerPool(deck, 1, worker_id="alerts")
     while pool.fetch_once(clock.now):
         pass
-    while not pool._work.empty():
-        pool.run_job(pool._work.get_nowait())
+    while not pool.holdings.work.empty():
+        pool.run_job(pool.holdings.work.get_nowait())
     pool.flush_acks_once(clock.now)
     return [j for j in deck.store.list_jobs(_alerts(), clock.now)]
 

@@ -311,7 +311,7 @@ def test_a_handler_429_in_the_pool_snoozes_its_job_until_the_limit_reopens(make_
     job, _ = deck.enqueue("t.throttled", {"account": "a"}, max_retries=0)
     pool = WorkerPool(deck, 1)
     assert pool.fetch_once() == 1
-    pool.run_job(pool._work.get_nowait())
+    pool.run_job(pool.holdings.work.get_nowait())
     assert pool.flush_acks_once() == 1
     after = deck.store.get(job.id)
     assert (after.status, after.retry_count) == (State.PENDING, 0), "max_retries = 0, yet not dead: no retry used"

@@ -36,9 +36,9 @@ def _late(pool: WorkerPool) -> tuple[float | None, Any]:
 
 def test_a_beat_on_time_is_not_late(pool: WorkerPool, caplog: pytest.LogCaptureFixture) -> None:
     # Half way from the beat period (0.5 s) to the lease's end (half of stall_timeout, 2 s).
-    assert pool.late_beat_after() == 1.25
+    assert pool.heart.late_beat_after() == 1.25
     with caplog.at_level(logging.WARNING, logger="jobdeck.worker"):
-        assert pool.beat_once()
+        assert pool.heart.beat_once()
     assert "heartbeat late" not in caplog.text
     assert _late(pool) == (None, None)
 
@@ -49,7 +49,7 @@ def test_a_late_beat_is_logged_and_shown_on_the_workers_page(
     before = since_boot()
     pool.lease.renewed = before - 3.0  # the last beat landed 3 s ago: the process was starved
     with caplog.at_level(logging.WARNING, logger="jobdeck.worker"):
-        assert pool.beat_once()
+        assert pool.heart.beat_once()
     took = since_boot() - before
     seconds, at = _late(pool)
     assert seconds is not None and 3.0 <= seconds <= 3.0 + took and at is not None
@@ -63,6 +63,6 @@ def test_a_late_beat_is_logged_and_shown_on_the_workers_page(
 
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="jobdeck.worker"):
-        assert pool.beat_once()  # on time again: the last late one stays shown
+        assert pool.heart.beat_once()  # on time again: the last late one stays shown
     assert "heartbeat late" not in caplog.text
     assert _late(pool) == (seconds, at)

@@ -119,11 +119,10 @@ def _hold(pool: WorkerPool, deck: Jobdeck, n: int) -> list[int]:
     """Claim ``n`` jobs for ``pool`` and leave them held for its next claim,
     as a refill does when the next batch of outcomes is already waiting."""
     ids = deck.enqueue_many([{"type": "demo.noop"}] * n)
-    with pool._refill_lock:
+    with pool.acker.refill_lock:
         claimed = deck.store.claim(pool.worker_id, deck.clock(), limit=n)
-        with pool._lock:
-            pool._inflight += len(claimed)
-        pool._held = claimed
+        pool.holdings.claimed(claimed)
+        pool.acker.held = claimed
     assert sorted(j.id for j in claimed) == sorted(ids)
     return ids
 
@@ -152,12 +151,11 @@ def test_held_jobs_run_when_the_next_batch_has_no_completion(live_deck: Jobdeck)
     try:
         ids = _hold(pool, live_deck, 3)
         (failing,) = live_deck.enqueue_many([{"type": "demo.noop", "max_retries": 0}])
-        with pool._refill_lock:
+        with pool.acker.refill_lock:
             (claimed,) = live_deck.store.claim(pool.worker_id, live_deck.clock(), limit=1, types=["demo.noop"])
-            with pool._lock:
-                pool._inflight += 1
+            pool.holdings.claimed([claimed])
         assert claimed.id == failing
-        pool._acks.put(Outcome(failing, pool.worker_id, attempt=1, started_at=live_deck.clock(), error="boom"))
+        pool.acker.put(Outcome(failing, pool.worker_id, attempt=1, started_at=live_deck.clock(), error="boom"))
         wait_for(
             lambda: all(live_deck.store.get(i).status is State.COMPLETED for i in ids),
             timeout=15,
@@ -173,9 +171,9 @@ def test_an_unhealthy_pool_gives_back_held_jobs_with_its_queued_ones(live_deck: 
     pool.start()
     try:
         ids = _hold(pool, live_deck, 2)
-        pool._give_back_prefetched()  # what the monitor does while the pool is unhealthy
+        pool.monitor.give_back_prefetched()  # what the monitor does while the pool is unhealthy
         assert [live_deck.store.get(i).status for i in ids] == [State.PENDING, State.PENDING]
-        assert pool._held == [] and pool.inflight == 0
+        assert pool.acker.held == [] and pool.inflight == 0
     finally:
         pool.stop(grace=5)
 
@@ -194,14 +192,13 @@ def test_held_jobs_start_while_another_process_holds_the_write_lock(live_deck: J
     try:
         (held_id,) = live_deck.enqueue_many([{"type": "t.started"}])
         (done_id,) = live_deck.enqueue_many([{"type": "demo.noop"}])
-        with pool._refill_lock:
+        with pool.acker.refill_lock:
             claimed = live_deck.store.claim(pool.worker_id, live_deck.clock(), limit=2)
-            with pool._lock:
-                pool._inflight += len(claimed)
-            pool._held = [j for j in claimed if j.id == held_id]
+            pool.holdings.claimed(claimed)
+            pool.acker.held = [j for j in claimed if j.id == held_id]
         assert sorted(j.id for j in claimed) == sorted([held_id, done_id])
         other.execute("BEGIN IMMEDIATE")  # another process's transaction, held open
-        pool._acks.put(Outcome(done_id, pool.worker_id, attempt=1, started_at=live_deck.clock()))
+        pool.acker.put(Outcome(done_id, pool.worker_id, attempt=1, started_at=live_deck.clock()))
         ok = started.wait(10)
         assert ok, "the held job waited for another process's transaction"
     finally:

@@ -219,8 +219,8 @@ def _deliver(deck: Jobdeck, clock) -> list[tuple[str, State]]:
 
     pool = WorkerPool(deck, 1, worker_id="alerter", queues=["jobdeck"])
     while pool.fetch_once(clock.now):
-        while not pool._work.empty():
-            pool.run_job(pool._work.get_nowait())
+        while not pool.holdings.work.empty():
+            pool.run_job(pool.holdings.work.get_nowait())
         pool.flush_acks_once(clock.now)
     return [(j.payload["body"]["event"], j.status) for j in _alerts(deck, clock)]
 

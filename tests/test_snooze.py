@@ -193,7 +193,7 @@ def _handlers(registry: Registry) -> None:
 
 def _run_one(deck: Jobdeck, pool: WorkerPool) -> None:
     assert pool.fetch_once() == 1
-    pool.run_job(pool._work.get_nowait())
+    pool.run_job(pool.holdings.work.get_nowait())
     assert pool.flush_acks_once() == 1
 
 

@@ -178,7 +178,7 @@ def test_a_stop_during_the_outage_keeps_the_outcome_for_the_next_pool(
         first.hurry()  # a second signal: no 60 s of retries
         stopping.join(timeout=5)
         assert not stopping.is_alive(), "the stop ended promptly after hurry"
-    kept = list(first._spool_folder.glob("*.acks"))
+    kept = list(first.settings.spool_folder.glob("*.acks"))
     assert len(kept) == 1 and kept[0].read_bytes().strip(b"\0"), "the outcome is kept on disk"
     assert deck.store.get(job.id).status is State.RUNNING
     limits.read_only = False

@@ -42,8 +42,8 @@ def deliver(deck, clock) -> list:
     """Run the due alert jobs through a worker pool's own steps (the alert queue only)."""
     pool = WorkerPool(deck, 1, worker_id="alerter", queues=["jobdeck"])
     while pool.fetch_once(clock.now):  # one pool thread: a job per round
-        while not pool._work.empty():
-            pool.run_job(pool._work.get_nowait())
+        while not pool.holdings.work.empty():
+            pool.run_job(pool.holdings.work.get_nowait())
         pool.flush_acks_once(clock.now)
     return deck.store.list_jobs(JobFilter(type=THRESHOLD_TYPE, limit=50), clock.now)
 
@@ -361,7 +361,7 @@ def test_with_concurrency_one_a_message_in_flight_still_arrives_first(make_deck,
         assert a.thresholds.check_once(clock.now) == [("no_live_workers:reports", True)]
         pool_a = WorkerPool(a, 1, worker_id="alerter-a", queues=["jobdeck"])
         assert pool_a.fetch_once(clock.now) == 1
-        posting = threading.Thread(target=lambda: pool_a.run_job(pool_a._work.get_nowait()))
+        posting = threading.Thread(target=lambda: pool_a.run_job(pool_a.holdings.work.get_nowait()))
         posting.start()
         wait_for(hook.waiting.is_set, 10, message="the firing message on its way")
         b.store.register_worker("reports", "h", 1, 1, clock.now, queues=["reports"])
@@ -373,7 +373,7 @@ def test_with_concurrency_one_a_message_in_flight_still_arrives_first(make_deck,
         posting.join(10)
         pool_a.flush_acks_once(clock.now)
         assert pool_b.fetch_once(clock.now) == 1
-        pool_b.run_job(pool_b._work.get_nowait())
+        pool_b.run_job(pool_b.holdings.work.get_nowait())
         assert [m["event"] for m in hook.received] == ["threshold.firing", "threshold.recovered"]
     finally:
         hook.close()

@@ -237,11 +237,11 @@ def test_prefetch_is_two_batches_on_sqlite_and_four_on_postgres_within_50_ms_of_
     room. Slower jobs: the prefetch stays what starts within about 50 ms."""
     deck = make_deck()
     pool = WorkerPool(deck, 4, batch=10)
-    assert pool._capacity() == 4  # nothing ran yet: no prefetch
-    pool._avg_duration = 1e-5
-    assert pool._capacity() == 4 + (2 if deck.store.sqlite else 4) * 10
-    pool._avg_duration = 0.01  # 4 threads x 50 ms / 10 ms
-    assert pool._capacity() == 4 + 20
+    assert pool.holdings.capacity() == 4  # nothing ran yet: no prefetch
+    pool.holdings.avg_duration = 1e-5
+    assert pool.holdings.capacity() == 4 + (2 if deck.store.sqlite else 4) * 10
+    pool.holdings.avg_duration = 0.01  # 4 threads x 50 ms / 10 ms
+    assert pool.holdings.capacity() == 4 + 20
 
 
 def test_pool_survives_an_unexpected_error_in_its_loops(make_deck, registry: Registry) -> None:

@@ -13,31 +13,103 @@ third faster than claiming inside the acknowledgement)."""
 
 from __future__ import annotations
 
+import logging
 import queue
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 from pathlib import Path
 
-from jobdeck.store import JobRecord, Outcome
+from jobdeck.store import JobRecord, Outcome, Store
 from jobdeck.store.engine import before_lock_wait
 from jobdeck.store.faults import is_transient, storable_text
+from jobdeck.worker.holdings import Holdings
+from jobdeck.worker.logs import AttemptLogs
 from jobdeck.worker.results import first_line
-from jobdeck.worker.shared import PoolShared, log
 from jobdeck.worker.spool import AckSpool, orphans
+from jobdeck.worker.writes import Writes
+
+log = logging.getLogger("jobdeck.worker")
 
 ADOPT_EVERY = 1.0
 """Seconds between looks for outcomes kept by stopped pools, while idle."""
 
 
-class Acknowledging(PoolShared):
-    """Writes outcomes; part of ``WorkerPool``."""
+class Acker:
+    """Writes one pool's outcomes (see the module docstring). ``put`` takes
+    an outcome from an executor or the monitor; ``may_claim`` says whether
+    the pool takes new jobs now (its lease held, its health good)."""
 
-    _spool: AckSpool | None
-    _spool_folder: Path
+    def __init__(
+        self,
+        store: Store,
+        clock: Callable[[], datetime],
+        holdings: Holdings,
+        writes: Writes,
+        logs: AttemptLogs,
+        *,
+        worker_id: str,
+        queues: list[str] | None,
+        types: Callable[[], list[str]],
+        may_claim: Callable[[], bool],
+        limits_hold_back: Callable[[], bool],
+        wake: Callable[[], None],
+        stopping: threading.Event,
+        spool_folder: Path,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.holdings = holdings
+        self.writes = writes
+        self.logs = logs
+        self.worker_id = worker_id
+        self.queues = queues
+        self.types = types
+        self.may_claim = may_claim
+        self.limits_hold_back = limits_hold_back
+        self.wake = wake
+        self.stopping = stopping
+        self.ended = threading.Event()
+        """Set by ``stop`` once the executors are told to exit: the loop writes what is left and ends."""
+        self.outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        self.held: list[JobRecord] = []
+        """Jobs the last refill claimed and holds until the next claim (``_hand_over``)."""
+        self.refill_lock = threading.Lock()
+        """Held from a refill's claim until its jobs are queued; ``stop`` and
+        the give-back of an unhealthy pool take it before releasing unstarted jobs."""
+        self.spool_folder = spool_folder
+        self._spool: AckSpool | None = None
+        self._lock = threading.Lock()
+        self._unlanded: dict[int, Outcome] = {}
+        """Outcomes taken for writing that have not landed (``flush_once``)."""
 
-    def flush_acks_once(self, now: datetime | None = None, refill: bool = False) -> int:
+    def put(self, outcome: Outcome) -> None:
+        self.outcomes.put(outcome)
+
+    def take_unstarted(self) -> list[JobRecord]:
+        """Under ``refill_lock``: the jobs held for the next claim and those queued for the executors."""
+        held, self.held = self.held, []
+        return held + self.holdings.take_queued()
+
+    def reserve_spool(self) -> None:
+        """Reserve the file for outcomes that never land (``jobdeck.worker.spool``)
+        and write what stopped pools on this host kept, once: the loop
+        retries if the database refuses now."""
+        spool = AckSpool(self.spool_folder, self.worker_id)
+        try:
+            spool.reserve()
+            self._spool = spool
+        except OSError as exc:
+            log.warning("no room reserved for outcomes that may not land at shutdown (%s): "
+                        "they would be logged and their jobs rescued", exc)  # fmt: skip
+        try:
+            self.adopt_kept_once(retry=False)
+        except Exception as exc:
+            log.warning("writing outcomes kept by stopped pools failed (%s); retrying", first_line(exc))
+
+    def flush_once(self, now: datetime | None = None, refill: bool = False) -> int:
         """Write every queued outcome: completions in one statement, failures
         by the fail rule, all in as few transactions as possible.
 
@@ -48,41 +120,38 @@ class Acknowledging(PoolShared):
         batch: list[Outcome] = []
         while True:
             try:
-                batch.append(self._acks.get_nowait())
+                batch.append(self.outcomes.get_nowait())
             except queue.Empty:
                 break
         if not batch:
             return 0
         with self._lock:
             self._unlanded.update((id(o), o) for o in batch)  # until they land: ``stop`` keeps them if they never do
-        now = now or self.deck.clock()
+        now = now or self.clock()
         logged = [o.log for o in batch if o.log is not None]
         if logged:  # the attempts' last lines, before their outcomes
-            self.flush_outcome_logs(logged)
+            self.logs.flush_outcome_logs(logged)
         done = [o for o in batch if o.ok]
         if len(done) < len(batch):
             self._write_ended(batch, now, done=False)
         refilled = self._complete_and_refill(done, len(batch), now) if done and refill else None
-        if refilled is None and self._held:  # no refill took them (none ran, or it had no room)
-            with self._refill_lock:
+        if refilled is None and self.held:  # no refill took them (none ran, or it had no room)
+            with self.refill_lock:
                 self._hand_over()
         if done and refilled is None:
             self._acknowledge(done, lambda group: self.store.complete_many(group, now), now)
-        if refilled is None:
-            with self._lock:
-                self._inflight -= len(batch)
+        self.holdings.ended([o.job_id for o in batch], counted=refilled is None)
         if not refilled:  # no refill, or one that found less than the room: the fetcher looks
-            self._room.set()
+            self.holdings.room.set()
         with self._lock:
             for o in batch:
                 self._unlanded.pop(id(o), None)
-                self._holding.discard(o.job_id)
-        if refilled is None and self._limits_hold_back():
+        if refilled is None and self.limits_hold_back():
             # The fetcher may be waiting out its poll because a limit held its
             # last claim back; these jobs' ends may have freed that limit.
             # Nothing else wakes it on PostgreSQL (a NOTIFY comes with an
             # enqueue only), and a limited type drained one job per poll.
-            self._wake.set()
+            self.wake()
         return len(batch)
 
     def _write_ended(self, outcomes: list[Outcome], now: datetime, done: bool = True, retry: bool = True) -> None:
@@ -105,10 +174,10 @@ class Acknowledging(PoolShared):
         they could not write them (``jobdeck.worker.spool``), as their workers'
         (fenced: one rescued meanwhile is refused). Returns how many."""
         adopted = 0
-        for orphan in orphans(self._spool_folder, own=self._spool.path if self._spool is not None else None):
+        for orphan in orphans(self.spool_folder, own=self._spool.path if self._spool is not None else None):
             landed = False
             try:
-                self._write_ended(orphan.outcomes, now or self.deck.clock(), retry=retry)
+                self._write_ended(orphan.outcomes, now or self.clock(), retry=retry)
                 landed = True
             finally:
                 orphan.done(landed)
@@ -127,13 +196,13 @@ class Acknowledging(PoolShared):
             unlanded, self._unlanded = list(self._unlanded.values()), {}
         while True:
             try:
-                unlanded.append(self._acks.get_nowait())
+                unlanded.append(self.outcomes.get_nowait())
             except queue.Empty:
                 break
         lost = self._spool.keep(unlanded) if self._spool is not None and unlanded else unlanded
         if len(lost) < len(unlanded):
             log.error("kept %d outcomes the database did not take in %s, for the next worker pool on this host: "
-                      "jobs %s", len(unlanded) - len(lost), self._spool_folder,
+                      "jobs %s", len(unlanded) - len(lost), self.spool_folder,
                       [o.job_id for o in unlanded[: len(unlanded) - len(lost)]])  # fmt: skip
         for o in lost:
             log.error("job %s attempt %s: its outcome (%s) was neither stored nor kept; it stays running under %s "
@@ -144,31 +213,23 @@ class Acknowledging(PoolShared):
             self._spool.close(kept=len(lost) < len(unlanded))
         return lost
 
-    def _limits_hold_back(self) -> bool:
-        """A concurrency limit (a queue's, a type's or per key) is configured:
-        a job's end can make a waiting job claimable."""
-        controls = self.deck.queues
-        return bool(controls.limits) or any(limit.concurrency for limit in controls.flow.limits)
-
     def _complete_and_refill(self, done: list[Outcome], acked: int, now: datetime) -> bool | None:
         """Complete ``done`` and claim into the room the ``acked`` outcomes
         free, in one transaction; queue the claimed jobs. Returns None when
         it did nothing (stopping, no types, no room), else whether the room
-        was filled. The room is reserved in ``_inflight`` while the claim
-        runs, so the fetcher cannot claim it too."""
-        types = self.deck.registry.names()
-        with self._refill_lock:
-            if self._stopping.is_set() or not types or self.lease.lost or self.unhealthy_reason() is not None:
+        was filled. The room is reserved in the count in flight while the
+        claim runs, so the fetcher cannot claim it too."""
+        types = self.types()
+        with self.refill_lock:
+            if self.stopping.is_set() or not types or not self.may_claim():
                 return None
-            with self._lock:
-                room = min(self.batch, self._capacity() - self._inflight + acked)
-                if room <= 0:
-                    return None
-                self._inflight += room
+            room = self.holdings.reserve_room(freed=acked)
+            if room <= 0:
+                return None
             claimed: list[JobRecord] = []
             try:
                 with before_lock_wait(self._hand_over):
-                    _, claimed = self._retrying(
+                    _, claimed = self.writes.retrying(
                         lambda: self.store.complete_and_claim(
                             done, self.worker_id, now, limit=room, types=types, queues=self.queues,
                             before_claim=self._hand_over,
@@ -183,18 +244,15 @@ class Acknowledging(PoolShared):
                 self._one_by_one(done, lambda group: self.store.complete_many(group, now), now)
             finally:
                 self._hand_over()  # the last refill's jobs, at the latest now (a failed try, no claim)
-                with self._lock:
-                    self._inflight += len(claimed) - room - acked
-                    self._holding.update(j.id for j in claimed)
-            if self._acks.empty() or self._stopping.is_set():
-                for job in claimed:
-                    self._work.put(job)
+                self.holdings.claimed(claimed, reserved=room + acked)
+            if self.outcomes.empty() or self.stopping.is_set():
+                self.holdings.queue(claimed)
             else:  # the next batch is waiting: its claim statement hands these over
-                self._held = claimed
+                self.held = claimed
         return len(claimed) >= room
 
     def _hand_over(self) -> None:
-        """Queue the jobs the last refill held back (under ``_refill_lock``).
+        """Queue the jobs the last refill held back (under ``refill_lock``).
 
         On SQLite the executors share the GIL with the acker: queued right
         after the commit, 250 no-op jobs kept the GIL from the acker's next
@@ -207,15 +265,14 @@ class Acknowledging(PoolShared):
         which follows at once, and not while it waits for the write lock
         (another process writing: ``before_lock_wait``); ``stop`` and an
         unhealthy pool's release take them with the queued ones."""
-        held, self._held = self._held, []
-        for job in held:
-            self._work.put(job)
+        held, self.held = self.held, []
+        self.holdings.queue(held)
 
-    def _ack_loop(self) -> None:
+    def loop(self) -> None:
         next_adoption = 0.0
-        while not self._acker_stop.is_set():
+        while not self.ended.is_set():
             try:
-                first = self._acks.get(timeout=0.2)
+                first = self.outcomes.get(timeout=0.2)
             except queue.Empty:
                 if time.monotonic() >= next_adoption:
                     next_adoption = time.monotonic() + ADOPT_EVERY
@@ -224,9 +281,9 @@ class Acknowledging(PoolShared):
                     except Exception as exc:
                         log.warning("writing kept outcomes failed (%s)", first_line(exc))
                 continue
-            self._acks.put(first)
+            self.outcomes.put(first)
             try:
-                self.flush_acks_once(refill=self.store.sqlite)
+                self.flush_once(refill=self.store.sqlite)
             except Exception as exc:
                 # Outages are retried inside until a stop gives up on them;
                 # anything else is a bug. Either way the batch's outcomes stay
@@ -235,14 +292,14 @@ class Acknowledging(PoolShared):
                     log.error("acknowledging a batch of outcomes: the database stayed down past the stop's deadline")
                 else:
                     log.exception("acknowledging a batch of outcomes failed")
-                self._acker_stop.wait(1.0)
+                self.ended.wait(1.0)
 
     def _acknowledge(self, outcomes: list[Outcome], write: Callable[[list[Outcome]], object], now: datetime) -> None:
         """Write ``outcomes`` in one batch; if the database refuses the batch
         (not an outage: a value it cannot store, a bug), write them one by
         one, so one bad row cannot hold the others."""
         try:
-            self._retrying(lambda: write(outcomes))
+            self.writes.retrying(lambda: write(outcomes))
         except Exception as exc:
             if is_transient(exc):  # still down at the end of shutdown's grace
                 raise
@@ -252,7 +309,7 @@ class Acknowledging(PoolShared):
     def _one_by_one(self, outcomes: list[Outcome], write: Callable[[list[Outcome]], object], now: datetime) -> None:
         for o in outcomes:
             try:
-                self._retrying(partial(write, [o]))
+                self.writes.retrying(partial(write, [o]))
             except Exception as exc:
                 if is_transient(exc):
                     raise
@@ -271,7 +328,7 @@ class Acknowledging(PoolShared):
             kind=o.kind if o.error is not None else "failed",
         )  # fmt: skip
         try:
-            self._retrying(lambda: self.store.fail_many([failure], now))
+            self.writes.retrying(lambda: self.store.fail_many([failure], now))
         except Exception as again:
             if is_transient(again):
                 raise

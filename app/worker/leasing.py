@@ -17,34 +17,57 @@ Three rules make it hold on a bad network:
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Callable
 from datetime import datetime
 
 from jobdeck.core.clock import DatabaseClock, since_boot
-from jobdeck.store import PoolBeat
+from jobdeck.store import PoolBeat, Store
 from jobdeck.store.timekeeping import record_late_beat
-from jobdeck.worker.lease import LEASE_LOST, SetAside
+from jobdeck.worker.holdings import Holdings
+from jobdeck.worker.lease import LEASE_LOST, Lease
 from jobdeck.worker.results import first_line
-from jobdeck.worker.shared import PoolShared, log
+
+log = logging.getLogger("jobdeck.worker")
 
 BEATS_IN_FLIGHT = 4
 """At most this many heartbeats of one pool wait on the database at once."""
 
 
-class Leasing(PoolShared):
-    """Heartbeats and the lease; part of ``WorkerPool``."""
+class Heartbeats:
+    """One pool's heartbeats and its lease. ``wake`` makes the fetcher
+    claim at once (the lease is back)."""
 
-    heartbeat_interval: float
-    _suspects: dict[int, int]
-    """Jobs the last beat found held by this worker id that the pool does not know: id -> attempt."""
+    def __init__(
+        self,
+        store: Store,
+        clock: Callable[[], datetime],
+        holdings: Holdings,
+        lease: Lease,
+        *,
+        worker_id: str,
+        heartbeat_interval: float,
+        wake: Callable[[], None],
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.holdings = holdings
+        self.lease = lease
+        self.worker_id = worker_id
+        self.heartbeat_interval = heartbeat_interval
+        self.wake = wake
+        self._lock = threading.Lock()
+        self._suspects: dict[int, int] = {}
+        """Jobs the last beat found held by this worker id that the pool does not know: id -> attempt."""
 
     def heartbeat_once(self, now: datetime | None = None) -> int:
         """Beat for every held job and for the worker; without ``now`` the
         time is read once the store's write lock is held. The answer names
         the held jobs cancelled meanwhile (by any process): their handlers
         are told at once. Returns how many jobs were beaten."""
-        beat = self.store.heartbeat_pool(self.worker_id, now or self.deck.clock)
-        self.cancel_running(beat.cancelled, held=True)
+        beat = self.store.heartbeat_pool(self.worker_id, now or self.clock)
+        self.holdings.cancel_running(beat.cancelled, held=True)
         self._release_orphans(beat)
         return len(beat.held)
 
@@ -54,8 +77,8 @@ class Leasing(PoolShared):
         when the database did not answer."""
         started = since_boot()
         try:
-            if isinstance(self.deck.clock, DatabaseClock):
-                self.deck.clock.follow()
+            if isinstance(self.clock, DatabaseClock):
+                self.clock.follow()
             self.heartbeat_once()
         except Exception as exc:
             log.warning("heartbeat failed: %s", first_line(exc))
@@ -64,9 +87,9 @@ class Leasing(PoolShared):
         if self.lease.renew(started):
             log.warning("worker pool %s has its lease again; claiming resumes", self.worker_id,
                         extra={"event": "worker.lease_regained", "worker_id": self.worker_id})  # fmt: skip
-            self._wake.set()
-        if not self.lease.lost and self._set_aside:
-            self._release_set_aside()
+            self.wake()
+        if not self.lease.lost and self.holdings.has_set_aside():
+            self.release_set_aside()
         return True
 
     def late_beat_after(self) -> float:
@@ -90,17 +113,17 @@ class Leasing(PoolShared):
             extra={"event": "worker.heartbeat_late", "worker_id": self.worker_id, "seconds": round(gap, 3)},
         )  # fmt: skip
         try:
-            record_late_beat(self.store, self.worker_id, gap, self.deck.clock())
+            record_late_beat(self.store, self.worker_id, gap, self.clock())
         except Exception as exc:
             log.warning("recording the late heartbeat failed: %s", first_line(exc))
 
-    def _heartbeat_loop(self) -> None:
+    def heartbeat_loop(self, ended: threading.Event) -> None:
         """Start a beat every interval (at least four per lease, half of
         ``stall_timeout``), each on a thread of its own: a beat still waiting
         after one interval does not hold up the next."""
         interval = min(self.heartbeat_interval, self.lease.ttl / 2)
         beats: list[threading.Thread] = []
-        while not self._acker_stop.wait(interval):
+        while not ended.wait(interval):
             beats = [t for t in beats if t.is_alive()]
             if len(beats) >= BEATS_IN_FLIGHT:
                 continue
@@ -117,11 +140,9 @@ class Leasing(PoolShared):
         does. True when the lease was lost just now."""
         if not self.lease.expired(now):
             return False
-        unstarted = self._take_queued()  # the acker's held refill is set aside as it is handed over (run_job)
-        with self._lock:
-            running = list(self._running)
-            self._set_aside.extend(SetAside(job) for job in unstarted)
-        self.cancel_running(running, reason=LEASE_LOST)
+        unstarted = self.holdings.take_queued()  # the acker's held refill is set aside as it is handed over (run_job)
+        running = self.holdings.set_aside(unstarted)
+        self.holdings.cancel_running(running, reason=LEASE_LOST)
         log.error(
             "worker pool %s lost its lease: no heartbeat landed for %.1f s (half of stall_timeout); "
             "its %d running handlers are told to stop (ctx.cancelled), %d claimed jobs are not started, "
@@ -131,31 +152,27 @@ class Leasing(PoolShared):
         )  # fmt: skip
         return True
 
-    def _lease_watch_loop(self) -> None:
-        while not self._acker_stop.wait(0.1):
+    def lease_watch_loop(self, ended: threading.Event) -> None:
+        while not ended.wait(0.1):
             self.lease_watch_once()
 
-    def _release_set_aside(self) -> None:
+    def release_set_aside(self) -> None:
         """Give back the jobs set aside while the lease was lost, fenced: a
         job rescued meanwhile is not touched. Kept for the next beat if the
         database refuses."""
-        with self._lock:
-            aside, self._set_aside = self._set_aside, []
+        aside = self.holdings.take_set_aside()
         if not aside:
             return
         held = [(a.job.id, a.job.attempt) for a in aside]
         interrupted = {a.job.id: a.started for a in aside if a.started is not None}
         try:
-            released = self.store.release(self.worker_id, held, self.deck.clock(), interrupted=interrupted)
+            released = self.store.release(self.worker_id, held, self.clock(), interrupted=interrupted)
         except Exception as exc:
-            with self._lock:
-                self._set_aside = aside + self._set_aside
+            self.holdings.keep_set_aside(aside)
             log.warning("releasing jobs set aside for the lost lease failed (%s); next beat retries", first_line(exc))
             return
-        with self._lock:
-            self._inflight -= len(aside)
-            self._holding.difference_update(a.job.id for a in aside)
-        self._room.set()
+        self.holdings.given_back(a.job.id for a in aside)
+        self.holdings.room.set()
         log.warning(
             "released %d of %d jobs set aside while the lease was lost (the others were rescued meanwhile)",
             len(released), len(aside),
@@ -169,13 +186,13 @@ class Leasing(PoolShared):
         alive forever. A job the beats find under this worker id that the
         pool does not hold, twice in a row (a claim landing between the beat
         and the look is not taken for one), is released, fenced by its attempt."""
-        with self._lock:
-            unknown = {job_id: attempt for job_id, attempt in beat.held.items() if job_id not in self._holding}
+        with self._lock:  # beats in flight at once each compare with the last
+            unknown = self.holdings.unknown(beat.held)
             orphans = [(j, a) for j, a in unknown.items() if self._suspects.get(j) == a]
             self._suspects = {j: a for j, a in unknown.items() if (j, a) not in orphans}
         if not orphans:
             return
-        released = self.store.release(self.worker_id, orphans, self.deck.clock())
+        released = self.store.release(self.worker_id, orphans, self.clock())
         log.warning(
             "released %d jobs held under this worker id that the pool never received (a claim whose reply was "
             "lost): %s", len(released), released,

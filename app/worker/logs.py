@@ -13,27 +13,37 @@ process dying at any time) loses the unflushed tail, never more.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from datetime import datetime
 
+from jobdeck.core.loglines import LogLimits
 from jobdeck.jobs.joblogs import AttemptLog, Pending, install_capture
-from jobdeck.store import JobRecord
+from jobdeck.store import JobRecord, Store
 from jobdeck.store.joblogs import append_lines, append_many
+from jobdeck.worker.holdings import Holdings, Slot
 from jobdeck.worker.results import first_line
-from jobdeck.worker.shared import PoolShared, Slot, log
+
+log = logging.getLogger("jobdeck.worker")
 
 _NOT_CAPTURING = nullcontext()
 
 
-class Logging(PoolShared):
-    """Buffers and flushes the attempts' logs; part of ``WorkerPool``."""
+class AttemptLogs:
+    """Buffers and flushes the attempts' logs for one pool (see the module docstring)."""
 
-    _next_log_flush: float = 0.0
+    def __init__(self, store: Store, limits: LogLimits, clock: Callable[[], datetime], holdings: Holdings) -> None:
+        self.store = store
+        self.limits = limits
+        self.clock = clock
+        self.holdings = holdings
+        self._next_flush = 0.0
 
     def new_log(self, job: JobRecord) -> AttemptLog:
         """The buffer of ``job``'s attempt: no database work until it has lines."""
-        return AttemptLog(job.id, job.attempt, self.deck.log_limits, self.deck.clock, self._write_log)
+        return AttemptLog(job.id, job.attempt, self.limits, self.clock, self._write_log)
 
     def _write_log(self, buffer: AttemptLog, pending: Pending) -> None:
         append_lines(self.store, buffer.job_id, buffer.attempt, pending.lines, pending.dropped, buffer.limits)
@@ -43,7 +53,7 @@ class Logging(PoolShared):
         ``buffer`` if its type captures (``[logs] capture_logging``). A type
         that does not capture gets a shared no-op context, not a generator
         per job."""
-        if not self.deck.log_limits.captures(job.type):
+        if not self.limits.captures(job.type):
             return _NOT_CAPTURING
         return self._captured(buffer)
 
@@ -87,17 +97,21 @@ class Logging(PoolShared):
 
     def flush_logs_once(self) -> int:
         """Write the buffered lines of every running attempt; returns how many."""
-        with self._lock:
-            buffers = [s.log for s in self._running.values() if s.log is not None and s.log.has_pending()]
+        buffers = self.holdings.logs_pending()
         return sum(self.flush_log(b) for b in buffers)
 
     def flush_logs_due(self, mono_now: float | None = None) -> int:
         """``flush_logs_once`` when ``flush_interval`` has passed (the monitor's tick)."""
         mono_now = time.monotonic() if mono_now is None else mono_now
-        if mono_now < self._next_log_flush:
+        if mono_now < self._next_flush:
             return 0
-        self._next_log_flush = mono_now + self.deck.log_limits.flush_interval
+        self._next_flush = mono_now + self.limits.flush_interval
         return self.flush_logs_once()
+
+    def wait_a_whole_interval(self) -> None:
+        """The first batch of lines waits one whole interval too: an attempt
+        that starts with the pool is not split by the monitor's first tick."""
+        self._next_flush = time.monotonic() + self.limits.flush_interval
 
     def flush_slots(self, slots: list[Slot]) -> None:
         """Write what released attempts had buffered (shutdown)."""

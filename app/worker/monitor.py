@@ -1,106 +1,93 @@
-"""The pool's monitor: one thread that enforces handler timeouts, beats
-for the held jobs, sheds prefetched jobs when every thread is stuck on a
-slow one, and records the pool's health (abandoned threads) where every
-process's Workers page reads it."""
+"""The pool's monitor: one thread that enforces handler timeouts, sheds
+prefetched jobs when every thread is stuck on a slow one, flushes the
+running attempts' logs, and records the pool's health (abandoned threads)
+where every process's Workers page reads it."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
 
-from jobdeck.store import Outcome
-from jobdeck.worker.logs import Logging
+from jobdeck.jobs.handlers import Registry
+from jobdeck.store import Outcome, Store
+from jobdeck.worker.acks import Acker
+from jobdeck.worker.holdings import Holdings
+from jobdeck.worker.logs import AttemptLogs
 from jobdeck.worker.results import first_line
-from jobdeck.worker.shared import Slot, log
+from jobdeck.worker.writes import Writes
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+log = logging.getLogger("jobdeck.worker")
 
-class Monitoring(Logging):
-    """Timeouts, heartbeats, shedding, health and the log flushes; part of
-    ``WorkerPool``."""
 
-    on_unhealthy: Callable[[str], None] | None
-    heartbeat_interval: float
-    _reported_health: tuple[int, str | None]
-    _told_unhealthy: bool
+class Monitor:
+    """Timeouts, shedding, health and the log flushes of one pool.
+    ``replace_executor`` starts a thread in the place of one given up on."""
 
     SHED_AFTER = 0.25
     """Seconds every thread must have been busy before prefetched jobs are shed."""
 
-    def check_timeouts_once(self, mono_now: float | None = None) -> list[int]:
-        """Fail attempts that ran past their type's timeout and give their
-        thread's place to a new one; the late result will be refused."""
-        mono_now = time.monotonic() if mono_now is None else mono_now
-        expired: list[Slot] = []
-        with self._lock:
-            for job_id, slot in list(self._running.items()):
-                if slot.deadline is not None and mono_now >= slot.deadline:
-                    slot.abandoned = True
-                    del self._running[job_id]
-                    expired.append(slot)
-                    if slot.thread is not threading.current_thread():
-                        self._abandoned.append(slot.thread)
-        for slot in expired:
-            self.flush_log(slot.log)  # what it logged lands before its failure
-            spec = self.deck.registry.get(slot.job.type)
-            seconds = spec.timeout if spec else 0
-            self._acks.put(
-                Outcome(
-                    slot.job.id,
-                    self.worker_id,
-                    attempt=slot.job.attempt,
-                    started_at=slot.started,
-                    error=f"timed out after {seconds:g} s",
-                    kind="timed_out",
-                )
-            )
-            if not self._stopping.is_set():
-                self._spawn_executor()
-        return [s.job.id for s in expired]
+    def __init__(
+        self,
+        store: Store,
+        clock: Callable[[], datetime],
+        registry: Registry,
+        holdings: Holdings,
+        acker: Acker,
+        writes: Writes,
+        logs: AttemptLogs,
+        *,
+        worker_id: str,
+        max_abandoned_threads: int,
+        replace_executor: Callable[[], None],
+        stopping: threading.Event,
+        on_unhealthy: Callable[[str], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.registry = registry
+        self.holdings = holdings
+        self.acker = acker
+        self.writes = writes
+        self.logs = logs
+        self.worker_id = worker_id
+        self.max_abandoned_threads = max_abandoned_threads
+        self.replace_executor = replace_executor
+        self.stopping = stopping
+        self.on_unhealthy = on_unhealthy
+        """Called once, from the monitor thread, when the pool turns unhealthy
+        (``jobdeck.runtime`` uses it for ``exit_when_unhealthy``)."""
+        self.abandoned: list[threading.Thread] = []
+        """Threads left running a handler past its timeout (see ``check_timeouts_once``)."""
+        self._lock = threading.Lock()
+        self._reported: tuple[int, str | None] = (0, None)
+        self._told_unhealthy = False
 
-    def shed_once(self, mono_now: float | None = None) -> list[int]:
-        """Give prefetched, unstarted jobs back when every thread is stuck on
-        a slow job: the prefetch was sized for fast jobs, and the held ones
-        would wait here while other processes sit idle. Released jobs go back
-        to ``pending`` with no attempt counted; any pool (this one included)
-        claims them again in claim order."""
-        mono_now = time.monotonic() if mono_now is None else mono_now
-        if self._stopping.is_set() or self._work.empty():
-            return []
-        with self._lock:
-            ages = [mono_now - s.started_mono for s in self._running.values() if not s.abandoned]
-            if len(ages) < self.threads or min(ages) < self.SHED_AFTER:
-                return []
-            # What the running jobs already show about how long jobs take here.
-            self._avg_duration = max(self._avg_duration or 0.0, min(ages))
-        shed = self._take_queued()
-        if not shed:
-            return []
-        held = [(j.id, j.attempt) for j in shed]
-        released = self._retrying(lambda: self.store.release(self.worker_id, held, self.deck.clock()))
-        with self._lock:
-            self._inflight -= len(shed)
-            self._holding.difference_update(j.id for j in shed)
-        log.info("shed %d prefetched jobs while all %d threads run slow jobs", len(released), self.threads)
-        return released
+    # -- health -----------------------------------------------------------------
 
-    def _monitor_loop(self) -> None:
-        # The first batch of log lines waits one whole interval too: an
-        # attempt that starts with the pool is not split by the first tick.
-        self._next_log_flush = time.monotonic() + self.deck.log_limits.flush_interval
-        while not self._acker_stop.wait(0.1):
-            self.check_timeouts_once()
-            self.flush_logs_due()
-            try:
-                self.health_once()
-            except Exception as exc:
-                log.warning("recording the pool's health failed: %s", first_line(exc))
-            try:
-                self.shed_once()
-            except (OperationalError, DBAPIError) as exc:
-                log.warning("shedding prefetched jobs failed: %s", exc.__class__.__name__)
+    def abandoned_threads(self) -> int:
+        """Threads abandoned after a timeout that are still running their
+        handler (one that returns at last lets its thread end)."""
+        with self._lock:
+            self.abandoned = [t for t in self.abandoned if t.is_alive()]
+            return len(self.abandoned)
+
+    def unhealthy_reason(self) -> str | None:
+        """Why this pool is unhealthy, or None. A Python thread cannot be
+        killed, so each hung handler past its timeout keeps a thread (and
+        whatever it holds); past ``max_abandoned_threads`` the pool claims
+        nothing more, and only a restart of the process frees them."""
+        n = self.abandoned_threads()
+        if n < self.max_abandoned_threads:
+            return None
+        return (
+            f"{n} handler threads abandoned after a timeout are still running "
+            f"(max_abandoned_threads = {self.max_abandoned_threads}); no new jobs are claimed "
+            "until they end; restart the process to free them"
+        )
 
     def health_once(self, now: datetime | None = None) -> str | None:
         """Write this pool's health into its workers row when it changed (so
@@ -113,31 +100,88 @@ class Monitoring(Logging):
             if self.on_unhealthy is not None:
                 self.on_unhealthy(reason)
         if reason is not None:
-            self._give_back_prefetched()
+            self.give_back_prefetched()
         state = (self.abandoned_threads(), reason)
-        if state != self._reported_health:
-            self.store.set_worker_health(self.worker_id, state[0], reason, now or self.deck.clock())
-            self._reported_health = state
+        if state != self._reported:
+            self.store.set_worker_health(self.worker_id, state[0], reason, now or self.clock())
+            self._reported = state
         return reason
 
-    def _give_back_prefetched(self) -> None:
+    def give_back_prefetched(self) -> None:
         """An unhealthy pool takes no new jobs, and the ones it claimed but
         has not started are new jobs too: each could hang and cost another
         thread. Release them (``pending``, no attempt counted) for a healthy
         process. One try per monitor tick: if the database refuses, they are
         queued again and the next tick retries."""
-        with self._refill_lock:
-            unstarted = self._held + self._take_queued()
-            self._held = []
+        with self.acker.refill_lock:
+            unstarted = self.acker.take_unstarted()
             if not unstarted:
                 return
             try:
-                released = self.store.release(self.worker_id, [(j.id, j.attempt) for j in unstarted], self.deck.clock())
+                released = self.store.release(self.worker_id, [(j.id, j.attempt) for j in unstarted], self.clock())
             except Exception:
-                for job in unstarted:
-                    self._work.put(job)
+                self.holdings.queue(unstarted)
                 raise
-            with self._lock:
-                self._inflight -= len(unstarted)
-                self._holding.difference_update(j.id for j in unstarted)
+            self.holdings.given_back(j.id for j in unstarted)
         log.warning("unhealthy: gave %d claimed, unstarted jobs back", len(released))
+
+    # -- timeouts and shedding ----------------------------------------------------
+
+    def check_timeouts_once(self, mono_now: float | None = None) -> list[int]:
+        """Fail attempts that ran past their type's timeout and give their
+        thread's place to a new one; the late result will be refused."""
+        mono_now = time.monotonic() if mono_now is None else mono_now
+        expired = self.holdings.expired(mono_now)
+        with self._lock:
+            self.abandoned.extend(s.thread for s in expired if s.thread is not threading.current_thread())
+        for slot in expired:
+            self.logs.flush_log(slot.log)  # what it logged lands before its failure
+            spec = self.registry.get(slot.job.type)
+            seconds = spec.timeout if spec else 0
+            self.acker.put(
+                Outcome(
+                    slot.job.id,
+                    self.worker_id,
+                    attempt=slot.job.attempt,
+                    started_at=slot.started,
+                    error=f"timed out after {seconds:g} s",
+                    kind="timed_out",
+                )
+            )
+            if not self.stopping.is_set():
+                self.replace_executor()
+        return [s.job.id for s in expired]
+
+    def shed_once(self, mono_now: float | None = None) -> list[int]:
+        """Give prefetched, unstarted jobs back when every thread is stuck on
+        a slow job: the prefetch was sized for fast jobs, and the held ones
+        would wait here while other processes sit idle. Released jobs go back
+        to ``pending`` with no attempt counted; any pool (this one included)
+        claims them again in claim order."""
+        mono_now = time.monotonic() if mono_now is None else mono_now
+        if self.stopping.is_set() or self.holdings.work.empty():
+            return []
+        if not self.holdings.all_busy(mono_now, self.SHED_AFTER):
+            return []
+        shed = self.holdings.take_queued()
+        if not shed:
+            return []
+        held = [(j.id, j.attempt) for j in shed]
+        released = self.writes.retrying(lambda: self.store.release(self.worker_id, held, self.clock()))
+        self.holdings.given_back(j.id for j in shed)
+        log.info("shed %d prefetched jobs while all %d threads run slow jobs", len(released), self.holdings.threads)
+        return released
+
+    def loop(self, ended: threading.Event) -> None:
+        self.logs.wait_a_whole_interval()
+        while not ended.wait(0.1):
+            self.check_timeouts_once()
+            self.logs.flush_logs_due()
+            try:
+                self.health_once()
+            except Exception as exc:
+                log.warning("recording the pool's health failed: %s", first_line(exc))
+            try:
+                self.shed_once()
+            except (OperationalError, DBAPIError) as exc:
+                log.warning("shedding prefetched jobs failed: %s", exc.__class__.__name__)

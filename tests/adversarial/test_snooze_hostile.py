@@ -91,7 +91,7 @@ def test_hostile_handler_snoozes_are_stored_readably(make_deck: Any, registry: R
     job, _ = deck.enqueue(job_type, max_retries=0)
     pool = WorkerPool(deck, 1)
     assert pool.fetch_once() == 1
-    pool.run_job(pool._work.get_nowait())
+    pool.run_job(pool.holdings.work.get_nowait())
     pool.flush_acks_once()
     after = deck.store.get(job.id)
     assert after.status is State.PENDING and after.retry_count == 0

@@ -145,7 +145,7 @@ def test_system_exit_or_keyboard_interrupt_in_a_handler_fails_the_job_and_keeps_
     later = [deck.enqueue("demo.noop", {"n": i})[0] for i in range(10)]
     wait_for(lambda: all(_status(deck, j.id) is State.COMPLETED for j in later), timeout=15)
     assert deck.store.get(doomed[0].id).error == type(exc).__name__ + (": 3" if isinstance(exc, SystemExit) else "")
-    assert len(pool._executors) == 2 and all(t.is_alive() for t in pool._executors)
+    assert len(pool.executors.threads) == 2 and all(t.is_alive() for t in pool.executors.threads)
 
 
 def test_stop_ends_when_the_database_is_down(
@@ -168,7 +168,7 @@ def test_stop_ends_when_the_database_is_down(
         job, _ = deck.enqueue("test.gated")
         unstarted, _ = deck.enqueue("test.gated")
         pool = WorkerPool(deck, 1)
-        pool._avg_duration = 0.001  # fast jobs so far: it prefetches, so one job waits unstarted
+        pool.holdings.avg_duration = 0.001  # fast jobs so far: it prefetches, so one job waits unstarted
         pool.start()
         assert entered.wait(10)
         wait_for(lambda: pool.inflight == 2, timeout=10, message="the second job prefetched")
@@ -185,7 +185,7 @@ def test_stop_ends_when_the_database_is_down(
 
         stopper = threading.Thread(target=stop, daemon=True)
         stopper.start()
-        wait_for(pool._work.empty, timeout=5, message="stop took the unstarted job off the queue")
+        wait_for(pool.holdings.work.empty, timeout=5, message="stop took the unstarted job off the queue")
         gate.set()  # the running job's outcome now waits for a database that is not there
         bound = grace + STOP_MARGIN + busy + 3.0  # plus one blocked statement, plus a loaded machine
         stopper.join(timeout=bound + 10)
@@ -327,17 +327,17 @@ def test_an_unhealthy_pool_gives_back_the_jobs_it_has_not_started(
     deck = make_deck(max_abandoned_threads=2)
     ids = [deck.enqueue("demo.noop", {"n": i})[0].id for i in range(5)]
     pool = WorkerPool(deck, 2)
-    pool._avg_duration = 0.001  # fast jobs so far: the pool prefetches beyond its threads
+    pool.holdings.avg_duration = 0.001  # fast jobs so far: the pool prefetches beyond its threads
     assert pool.fetch_once() == 5
     release = threading.Event()
     hung = [threading.Thread(target=release.wait, args=(30,), daemon=True) for _ in range(2)]
     for t in hung:
         t.start()
     try:
-        pool._abandoned.extend(hung)  # as check_timeouts_once records timed-out handlers' threads
+        pool.monitor.abandoned.extend(hung)  # as check_timeouts_once records timed-out handlers' threads
         assert pool.health_once() is not None
         assert [_status(deck, i) for i in ids] == [State.PENDING] * 5
-        assert pool.inflight == 0 and pool._work.empty()
+        assert pool.inflight == 0 and pool.holdings.work.empty()
         assert pool.fetch_once() == 0
     finally:
         release.set()

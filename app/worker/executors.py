@@ -1,0 +1,160 @@
+"""The pool's executors: threads that each take a claimed job off the work
+queue, run its handler and hand its outcome to the acker. A handler's
+failure of any kind (``SystemExit`` included) is the job's, never the
+thread's: the pool stops its executors with a sentinel, never by raising
+into them."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from jobdeck.core import forks
+from jobdeck.core.errors import Cancelled, DeadLetter
+from jobdeck.jobs.handlers import JobContext, Registry
+from jobdeck.jobs.snooze import InvalidSnooze, Snooze, seconds_of
+from jobdeck.store import JobRecord, Outcome, Store
+from jobdeck.worker.holdings import Holdings, Slot
+from jobdeck.worker.lease import LEASE_LOST, Lease
+from jobdeck.worker.logs import AttemptLogs
+from jobdeck.worker.results import awaited, first_line, format_traceback, storable_result
+from jobdeck.worker.settings import PoolSettings
+
+log = logging.getLogger("jobdeck.worker")
+
+
+def not_retried_note(exc: BaseException, job: JobRecord) -> str:
+    """The last line of the error of an attempt sent to dead by an error no
+    retry can fix while retries were left, so the job's page says why they
+    went unused. Nothing when none were left (dead either way) or for a
+    ``DeadLetter``, whose handler chose dead and says so in its own words.
+    The fingerprint reads the first line only: the groups stay as they were."""
+    if isinstance(exc, DeadLetter) or job.retry_count >= job.max_retries:
+        return ""
+    return f"\n(not retried: {type(exc).__name__} is non-retryable)"
+
+
+class Executors:
+    """Runs one pool's handlers; ``done`` takes each outcome (the acker's ``put``)."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Callable[[], datetime],
+        registry: Registry,
+        settings: PoolSettings,
+        holdings: Holdings,
+        logs: AttemptLogs,
+        lease: Lease,
+        *,
+        worker_id: str,
+        done: Callable[[Outcome], None],
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.registry = registry
+        self.settings = settings
+        self.holdings = holdings
+        self.logs = logs
+        self.lease = lease
+        self.worker_id = worker_id
+        self.done = done
+        self.threads: list[threading.Thread] = []
+        """Every executor started (those abandoned after a timeout too)."""
+
+    def spawn(self) -> None:
+        """Start one more executor thread."""
+        t = threading.Thread(target=self._loop, name="jobdeck-executor", daemon=True)
+        self.threads.append(t)
+        t.start()
+
+    def stop(self) -> None:
+        """Tell every executor to exit once the jobs queued before are taken."""
+        for _ in self.threads:
+            self.holdings.work.put(None)  # type: ignore[arg-type]  # wakes executors so they exit
+
+    def _loop(self) -> None:
+        me = threading.current_thread()
+        while True:
+            job = self.holdings.work.get()
+            if job is None:
+                return
+            slot = self.run_job(job, me)
+            if slot.abandoned:
+                return  # a replacement thread took this one's place
+
+    def run_job(self, job: JobRecord, thread: threading.Thread | None = None) -> Slot:
+        """Run one claimed job's handler and queue its outcome for the acker."""
+        spec = self.registry.get(job.type)
+        started = self.clock()
+        mono = time.monotonic()
+        timeout = spec.timeout if spec else None
+        slot = Slot(job, started, mono, mono + timeout if timeout else None, thread or threading.current_thread())
+        slot.log = buffer = self.logs.new_log(job)
+        if not self.holdings.begin(slot, self.lease):
+            return slot
+        outcome = Outcome(job.id, self.worker_id, attempt=job.attempt, started_at=started)
+        try:
+            if spec is None:
+                raise LookupError(f"no handler registered for {job.type!r} in this process")
+            if slot.cancelled.is_set():
+                raise Cancelled(job.id)  # cancelled while it waited here: the handler never starts
+            ctx = JobContext(
+                self.store, job.id, job.attempt, self.worker_id, job.type, self.clock,
+                cancelled=slot.cancelled, log=buffer,
+            )  # fmt: skip
+            with self.logs.capturing(job, buffer):
+                result = spec.fn(job.payload, ctx)
+                if inspect.isawaitable(result):  # an ``async def`` handler
+                    result = awaited(result)
+            if forks.forked:  # a child the handler forked returned here: it is no executor
+                forks.leave(0, f"the end of job {job.id}'s handler")
+            if isinstance(result, Snooze):
+                raise result  # returned or raised, one path
+            outcome.result = storable_result(result, self.settings.max_result_bytes)
+        except BaseException as exc:
+            # SystemExit and KeyboardInterrupt from a handler (sys.exit() in
+            # library code, a stray raise) are the handler's failure like any
+            # other: letting them through killed this thread and left the job
+            # running forever. The pool stops its executors with a sentinel,
+            # never by raising into them, so nothing here is the pool's own.
+            if forks.forked:
+                forks.leave(forks.exit_status(exc), f"the end of job {job.id}'s handler")
+            failure: BaseException | None = exc
+            if isinstance(exc, Snooze) and spec is not None:
+                failure = self._snoozed(outcome, exc, job.type)
+            if failure is not None:
+                outcome.error = first_line(failure)
+                outcome.traceback = format_traceback()
+                outcome.retryable = spec is not None and spec.retries(failure, self.settings.non_retryable(job.type))
+                if spec is not None and not outcome.retryable:
+                    outcome.error += not_retried_note(failure, job)
+        elapsed = time.monotonic() - mono
+        stopped_for_lease = outcome.error is not None and slot.cancelled.reason == LEASE_LOST
+        late = self.holdings.finish(slot, set_aside=stopped_for_lease)
+        if stopped_for_lease and not late:  # not a failure: given back once the lease is held again
+            self.logs.flush_log(buffer)
+            return slot
+        if late:
+            log.warning("late result of job %s attempt %s refused (timed out or released)", job.id, job.attempt)
+            self.logs.flush_log(buffer)  # its lines are still the attempt's
+            return slot
+        self.holdings.took(elapsed)
+        if buffer.has_pending():  # the acker writes it before the outcome, one transaction per batch
+            outcome.log = buffer
+        self.done(outcome)
+        return slot
+
+    def _snoozed(self, outcome: Outcome, snooze: Snooze, job_type: str) -> InvalidSnooze | None:
+        """Make ``outcome`` the snooze the handler asked for (any ``Snooze``,
+        subclasses included); a bad delay is returned as the failure."""
+        try:
+            outcome.snooze, outcome.snooze_reason = seconds_of(snooze)
+        except InvalidSnooze as bad:
+            return bad
+        outcome.max_snoozes = self.settings.max_snoozes(job_type)
+        return None

@@ -1,0 +1,49 @@
+"""What a worker pool is told, and nothing more: the numbers it runs by and
+the few per-type questions it asks of the config (which errors are never
+retried, how many snoozes a type may take, whether a concurrency limit may
+hold a claim back). The deck's wiring (``jobdeck.runtime.pool_for``) reads
+them from a ``Config``; a test builds them by hand."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jobdeck.core.loglines import LogLimits
+from jobdeck.jobs.snooze import DEFAULT_MAX_SNOOZES
+
+
+def _no_names(job_type: str) -> tuple[str, ...]:
+    return ()
+
+
+def _default_snoozes(job_type: str) -> int:
+    return DEFAULT_MAX_SNOOZES
+
+
+def _no_limits() -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """A pool's settings (see the module docstring); the config's options of the same names."""
+
+    spool_folder: Path
+    """Where outcomes that never landed are kept for the next pool on this host (``jobdeck.worker.spool``)."""
+    threads: int = 4
+    batch: int = 250
+    poll_interval: float = 1.0
+    heartbeat_interval: float = 5.0
+    stall_timeout: float = 60.0
+    shutdown_grace: float = 30.0
+    max_abandoned_threads: int = 10
+    max_result_bytes: int = 1 << 20
+    log_limits: LogLimits = field(default_factory=LogLimits)
+    non_retryable: Callable[[str], tuple[str, ...]] = _no_names
+    """``[types."T"] non_retryable``: exception class names no retry can fix."""
+    max_snoozes: Callable[[str], int] = _default_snoozes
+    """A type's cap on snoozes in a row."""
+    limits_hold_back: Callable[[], bool] = _no_limits
+    """Whether a concurrency limit is configured: a job's end may then make another claimable."""
