@@ -13,6 +13,8 @@
  *  - a [data-submit-on-change] field (the type filter) submits its form.
  *  - /jobs/<id>#job-edit opens the edit-and-retry form (the overview's
  *    "Fix payload" link).
+ *  - the Menu button (shown on a phone only) opens and closes the nav and
+ *    the user's controls; Escape or a click outside closes them.
  */
 (function () {
   "use strict";
@@ -189,6 +191,31 @@
     var text = form.querySelector("textarea");
     if (text) { text.focus(); }
   }
+
+  function setMenu(open, refocus) {
+    var toggle = document.getElementById("menu-toggle");
+    var bar = toggle && toggle.closest(".topbar");
+    if (!bar) { return; }
+    bar.classList.toggle("menu-open", open);
+    toggle.setAttribute("aria-expanded", open ? "true" : "false");
+    if (refocus) { toggle.focus(); }
+  }
+
+  document.addEventListener("click", function (event) {
+    if (!event.target.closest) { return; }
+    var toggle = event.target.closest("#menu-toggle");
+    if (toggle) {
+      setMenu(toggle.getAttribute("aria-expanded") !== "true", false);
+    } else if (!event.target.closest("#topmenu")) {
+      setMenu(false, false);
+    }
+  });
+  document.addEventListener("keydown", function (event) {
+    var toggle = document.getElementById("menu-toggle");
+    if (event.key === "Escape" && toggle && toggle.getAttribute("aria-expanded") === "true") {
+      setMenu(false, true);
+    }
+  });
 
   syncSelection();
   showTimes();

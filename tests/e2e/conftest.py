@@ -71,6 +71,15 @@ WIDTHS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "he
 (390 px is an iPhone 12 to 15 in portrait)."""
 
 
+def nav(page: Any) -> Any:
+    """The main nav, opened first with the Menu button where the width puts
+    it behind one (a phone); returns the nav's locator."""
+    toggle = page.locator("#menu-toggle")
+    if toggle.is_visible() and toggle.get_attribute("aria-expanded") != "true":
+        toggle.click()
+    return page.locator("nav.mainnav")
+
+
 @pytest.fixture(params=list(WIDTHS))
 def width(request: pytest.FixtureRequest, page: Any) -> str:
     """Run the test once at desktop width and once at phone width; the page
