@@ -1,0 +1,206 @@
+"""The operator's commands that move jobs: retry, discard, cancel, by id
+or ``--all`` matching a filter, audit-logged as done by ``cli``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import click
+from jobdeck.cli.base import main, operator_deck, shown
+from jobdeck.cli.job_commands import job_filter, job_ids_argument
+from jobdeck.cli.text import shown_status, status_names
+from jobdeck.core.states import ALL_STATES, SOURCES, State, Transition
+
+if TYPE_CHECKING:
+    from jobdeck.deck import Jobdeck
+    from jobdeck.store import JobFilter, JobRecord, Store
+    from jobdeck.store.audit import Tally
+
+
+ACTOR = "cli"
+"""Who the audit log names for what these commands do."""
+
+
+@dataclass(frozen=True)
+class JobAction:
+    """One operator command over jobs: by id (``jobdeck retry 12 13``) and,
+    with ``many``, over everything a filter matches (``--all``). The
+    commands are built from ``JOB_ACTIONS``, so a new action is one entry."""
+
+    name: str
+    past: str
+    transition: Transition
+    one: Callable[[Jobdeck, int], JobRecord]
+    """Move one job and write its audit entry; raises ``TransitionRefused``
+    (it moved on) or ``JobNotFound``."""
+    many: Callable[[Jobdeck, list[int], datetime, Tally], list[int]] | None = None
+    """Move a batch of ids at once, returning those moved (the rest had
+    moved on), counted into the bulk action's audit entry (``Tally``) in
+    the batch's own transaction. None: ids only."""
+
+
+def audited(verb: str, move: Callable[[Store, int, datetime], JobRecord]) -> Callable[[Jobdeck, int], JobRecord]:
+    """``move`` for one job, audit-logged as the dashboard's buttons are: a
+    refusal is written too (count 0, with the reason)."""
+    from jobdeck.core.errors import TransitionRefused
+    from jobdeck.store.audit import record_action
+
+    def one(deck: Jobdeck, job_id: int) -> JobRecord:
+        now = deck.clock()
+        try:
+            job = move(deck.store, job_id, now)
+        except TransitionRefused as exc:
+            record_action(deck.store, ACTOR, verb, now, count=0, job_id=job_id, detail=f"refused: {exc}")
+            raise
+        record_action(deck.store, ACTOR, verb, now, count=1, job_id=job_id)
+        return job
+
+    return one
+
+
+JOB_ACTIONS: tuple[JobAction, ...] = (
+    JobAction("retry", "retried", Transition.RETRY, audited("retry", lambda store, job_id, now: store.retry(job_id, now)),
+              lambda deck, ids, now, tally: deck.store.retry_ids(ids, now, tally)),
+    JobAction("discard", "discarded", Transition.DISCARD,
+              audited("discard", lambda store, job_id, now: store.discard(job_id, now)),
+              lambda deck, ids, now, tally: deck.store.discard_ids(ids, now, tally)),
+    JobAction("cancel", "cancelled", Transition.CANCEL, lambda deck, job_id: deck.cancel(job_id, actor=ACTOR)),
+)  # fmt: skip
+
+
+def act_on_ids(action: JobAction, deck: Jobdeck, job_ids: Iterable[int]) -> int:
+    """Each job in turn, one line each; returns how many were refused (it
+    moved on, or does not exist: every ``JobdeckError`` names the job)."""
+    from jobdeck.core.errors import JobdeckError
+
+    refused = 0
+    for job_id in dict.fromkeys(job_ids):
+        try:
+            job = action.one(deck, job_id)
+        except JobdeckError as exc:
+            click.echo(f"refused: {exc}", err=True)
+            refused += 1
+        else:
+            click.echo(f"job {job.id} {outcome(action, job)}: now {shown_status(job, deck.clock())}")
+    return refused
+
+
+def outcome(action: JobAction, job: JobRecord) -> str:
+    """The past tense ("retried"), unless the job is still running: then the
+    action only asked its attempt, which ends it later ("cancel
+    requested")."""
+    return f"{action.name} requested" if job.status is State.RUNNING else action.past
+
+
+Move = Callable[["Jobdeck", list[int], datetime, "Tally"], list[int]]
+
+
+def act_on_matching(action: JobAction, move: Move, deck: Jobdeck, f: JobFilter, what: str, yes: bool) -> int:
+    """Every job ``f`` matches in a source state of the action, as the
+    dashboard's "all N matching" does it: the jobs up to today's newest id
+    (later ones are left alone), in batches of ``BATCH``, one short
+    transaction each, newest first, each counting what it moved into the
+    action's audit entry in that transaction (``jobdeck.store.audit``), and a
+    progress line per batch. Returns how many moved on meanwhile (each is
+    named on a line of its own)."""
+    from jobdeck.store.audit import Tally, finish_bulk, open_bulk
+    from jobdeck.store.reads import BATCH, count_matching, newest_id, next_batch
+
+    store, states = deck.store, SOURCES[action.transition]
+    up_to = newest_id(store)
+    total = count_matching(store, f, deck.clock(), states, up_to)
+    if total == 0:
+        click.echo(f"no {what} to {action.name}", err=True)
+        return 0
+    if not yes:
+        click.confirm(f"{action.name.capitalize()} {total} {what}?", abort=True, err=True)
+    entry = open_bulk(store, ACTOR, f"{action.name} all", deck.clock(), total=total, detail=f"all {what}")
+    done = refused = 0
+    below = up_to + 1
+    while True:
+        batch = next_batch(store, f, deck.clock(), states, below)
+        if not batch:
+            finish_bulk(store, entry, deck.clock())
+            break
+        moved = move(deck, batch, deck.clock(), Tally(entry, last=len(batch) < BATCH))
+        for job_id in sorted(set(batch) - set(moved), reverse=True):
+            click.echo(f"refused: job {job_id} moved on meanwhile; left alone", err=True)
+        refused += len(batch) - len(moved)
+        done += len(moved)
+        click.echo(f"{action.past} {done} of {total}", err=True)
+        if len(batch) < BATCH:
+            break
+        below = min(batch)
+    click.echo(f"{done} jobs {action.past}")
+    return refused
+
+
+def described(status: str, job_type: str | None, queue: str | None) -> str:
+    """What ``--all`` acts on, in words: "dead jobs of type T in queue Q"."""
+    return (
+        f"{status} jobs"
+        + (f" of type {shown(job_type, 60)}" if job_type else "")
+        + (f" in queue {shown(queue, 60)}" if queue else "")
+    )
+
+
+def refuse_filters_with_ids(all_matching: bool, **filters: str | None) -> None:
+    """A filter given with ids would be ignored (``retry 2 --type nosuch``
+    retried job 2): refused instead, since the operator meant something."""
+    given = [f"--{name}" for name, value in filters.items() if value is not None]
+    if given and not all_matching:
+        raise click.UsageError(f"{given[0]} filters --all only; with job ids, give the ids alone")
+
+
+def add_job_command(action: JobAction, group: click.Group = main) -> None:
+    """``jobdeck <action> ID...``, and ``--all`` when the action has a batch form."""
+    sources = SOURCES[action.transition]
+    choices = status_names(sources)
+    many = action.many
+
+    def run(job_ids: tuple[int, ...], all_matching: bool = False, status: str | None = None,
+            job_type: str | None = None, queue: str | None = None, yes: bool = False) -> None:  # fmt: skip
+        if all_matching == bool(job_ids):
+            raise click.UsageError("give job ids, or --all with --status" if many else "give job ids")
+        if all_matching and status is None:
+            raise click.UsageError(f"--all needs --status (one of {', '.join(choices)})")
+        refuse_filters_with_ids(all_matching, status=status, type=job_type, queue=queue)
+        f = job_filter(status, job_type, queue) if all_matching else None
+        with operator_deck() as deck:
+            if many is not None and f is not None and status is not None:
+                refused = act_on_matching(action, many, deck, f, described(status, job_type, queue), yes)
+            else:
+                refused = act_on_ids(action, deck, job_ids)
+        if refused:
+            sys.exit(1)
+
+    allowed = " or ".join(s.value for s in ALL_STATES if s in sources)
+    run.__doc__ = (
+        f"{action.name.capitalize()} jobs by id" + (", or --all jobs matching a status (and type, queue)" if many else "")
+        + f". Only {allowed} jobs can be {action.past}: a job that moved on is refused with a line saying so,"
+        " and the exit status is 1. Audit-logged as done by 'cli'."
+    )  # fmt: skip
+    params: list[Callable[[Callable[..., None]], Callable[..., None]]] = [
+        click.argument("job_ids", nargs=-1, metavar="[ID]...", callback=job_ids_argument)
+    ]
+    if many is not None:
+        params += [
+            click.option("--all", "all_matching", is_flag=True, help="Every job matching --status (--type, --queue)."),
+            click.option("--status", type=click.Choice(choices), help="With --all: the jobs in this state."),
+            click.option("--type", "job_type", help="With --all: only jobs of this type."),
+            click.option("--queue", help="With --all: only jobs in this queue."),
+            click.option("--yes", "-y", is_flag=True, help="With --all: do not ask to confirm."),
+        ]
+    command: Callable[..., None] = run
+    for param in reversed(params):
+        command = param(command)
+    short = f"{action.name.capitalize()} jobs by id" + (", or --all matching a filter." if many else ".")
+    group.command(action.name, short_help=short)(command)
+
+
+for _action in JOB_ACTIONS:
+    add_job_command(_action)
