@@ -32,9 +32,9 @@ from jobdeck.jobs.handlers import registry as default_registry
 from jobdeck.jobs.intake import Intake
 from jobdeck.jobs.queues import QueueControls, parse_limits
 from jobdeck.jobs.unique import Unique, parse_unique_types
-from jobdeck.jobs.workflows import parse_config_workflows
+from jobdeck.jobs.workflows import parse_config_workflows, parse_workflow
 from jobdeck.maintenance.alerts import Alerts, parse_alerts
-from jobdeck.maintenance.cron import Periodic, parse_schedules
+from jobdeck.maintenance.cron import Periodic, Targets, parse_schedules
 from jobdeck.maintenance.runtime_schedules import RuntimeSchedules
 from jobdeck.maintenance.schedule_health import ScheduleHealth
 from jobdeck.maintenance.thresholds import ThresholdAlerts, parse_thresholds
@@ -138,20 +138,34 @@ class Jobdeck:
         """The validated way in for new jobs and edits (``jobdeck.jobs.intake``)."""
         self.health: Health = Health()
         self.health.register(lambda: self.store.storage.problem(self.clock()))
-        self.alerts: Alerts = Alerts(self, parse_alerts(config))
+        self.alerts: Alerts = Alerts(
+            self.store, self.clock, self.registry, parse_alerts(config),
+            superseded=lambda payload: self.schedule_health.superseded(payload),
+        )  # fmt: skip
         self.alerts.install()  # registers jobdeck.alert before the schedules are checked against the types
-        self.thresholds: ThresholdAlerts = ThresholdAlerts(self, parse_thresholds(config), self.alerts.settings)
+        self.thresholds: ThresholdAlerts = ThresholdAlerts(
+            self.store, self.clock, self.registry, parse_thresholds(config), self.alerts.settings, config.stall_timeout
+        )
         self.thresholds.install()
         self.configured_workflows: dict[str, dict[str, Any]] = parse_config_workflows(self)
         """``[workflows.NAME]``, checked at start-up; the schedules that fire them are checked against it."""
-        self.schedules: Periodic = Periodic(self, parse_schedules(config.extra.get("schedules"), self))
-        self.runtime_schedules: RuntimeSchedules = RuntimeSchedules(self)
-        self.schedule_health: ScheduleHealth = ScheduleHealth(self)
+        workflows = self.configured_workflows
+        targets = Targets(
+            self.known_type, self.new_job, workflows, lambda name, key: parse_workflow(self, workflows[name], key=key)
+        )
+        self.schedules: Periodic = Periodic(
+            self.store, parse_schedules(config.extra.get("schedules"), targets), targets, config.poll_interval,
+            health=lambda: self.schedule_health.view(),
+        )  # fmt: skip
+        self.runtime_schedules: RuntimeSchedules = RuntimeSchedules(self.store, self.schedules)
+        self.schedule_health: ScheduleHealth = ScheduleHealth(self.store, self.schedules.all, self.alerts.settings)
         self.queues: QueueControls = QueueControls(
             self.store, parse_limits(config), refresh=config.poll_interval, flow=self.flow
         )
         self.queues.install()
-        self.maintenance: Maintenance = Maintenance(self, parse_retention(config))
+        self.maintenance: Maintenance = Maintenance(
+            self.store, self.clock, config.stall_timeout, parse_retention(config)
+        )
         self._warn_unknown_types()
         self._runtime: Runtime | None = None
         self._built_in = os.getpid()

@@ -154,7 +154,7 @@ def test_gone_workers_are_shown_apart_and_not_counted_live(dash, deck, clock):
     clock.advance(seconds=deck.config.stall_timeout + 5)
     deck.store.register_worker("host:3:live", "host", 3, 4, clock.now)
     deck.store.heartbeat(job.id, "host:2:gone", clock.now)  # the job is not stalled yet, its worker is silent
-    Maintenance(deck).sweep_once(clock.now)
+    Maintenance(deck.store, deck.clock, deck.config.stall_timeout).sweep_once(clock.now)
     html = dash.get("/workers").get_data(as_text=True)
     assert html.index("host:3:live") < html.index("host:2:gone")  # live first
     gone_row = html[html.index('data-worker="host:2:gone"') :]

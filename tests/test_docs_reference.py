@@ -127,7 +127,7 @@ def _read_of_options(node: ast.AST) -> str | None:
 def accepted_config() -> dict[str, set[str]]:
     """Section name on the page -> the keys the code accepts there."""
     from jobdeck.jobs import intake, workflows
-    from jobdeck.maintenance import cron
+    from jobdeck.maintenance import schedule_entries
     from jobdeck.maintenance.alerts import AlertSettings
     from jobdeck.maintenance.thresholds import ThresholdSettings
     from jobdeck.maintenance.upkeep import Retention
@@ -139,7 +139,7 @@ def accepted_config() -> dict[str, set[str]]:
         "Top-level keys": fields(Config) - {"extra"},
         "`[queues.NAME]`": queues,
         '`[types."TYPE"]`': types,
-        "`[[schedules]]`": set(cron._KEYS),
+        "`[[schedules]]`": set(schedule_entries._KEYS),
         "`[workflows]`": {"max_jobs"},
         "`[workflows.NAME]`": set(workflows._CONFIG_FIELDS),
         "`[[workflows.NAME.jobs]]`": (set(intake._FIELDS) - set(workflows.REFUSED_OPTIONS)) | workflows._STEP_FIELDS,

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_sweep_rescues_stalled_jobs_by_the_fail_rule_and_marks_the_worker_gone(deck, clock):
-    m = Maintenance(deck)
+    m = Maintenance(deck.store, deck.clock, deck.config.stall_timeout)
     deck.store.register_worker("w1", "host", 1, 2, clock.now)
     retry, _ = deck.enqueue("demo.sleep", max_retries=1)
     last, _ = deck.enqueue("demo.sleep", max_retries=0)
@@ -101,7 +101,7 @@ def _finish(deck, clock, job_id, ok=True):
 
 
 def test_retention_prunes_old_finished_jobs_in_batches_and_frees_their_keys(deck, clock):
-    m = Maintenance(deck, Retention(completed_days=7, batch=2))
+    m = Maintenance(deck.store, deck.clock, deck.config.stall_timeout, Retention(completed_days=7, batch=2))
     old = [deck.enqueue("demo.noop", idempotency_key=f"k{i}")[0].id for i in range(5)]
     for job_id in old:
         _finish(deck, clock, job_id)
@@ -123,7 +123,7 @@ def test_retention_prunes_old_finished_jobs_in_batches_and_frees_their_keys(deck
 
 
 def test_retention_prunes_cancelled_jobs_like_completed_ones(deck, clock):
-    m = Maintenance(deck, Retention(completed_days=7))
+    m = Maintenance(deck.store, deck.clock, deck.config.stall_timeout, Retention(completed_days=7))
     at_once, _ = deck.enqueue("demo.noop")
     deck.cancel(at_once.id, actor="t")
     running, _ = deck.enqueue("demo.noop")
@@ -143,7 +143,7 @@ def _all():
 
 
 def test_rollup_counts_per_minute_and_type_once(deck, clock):
-    m = Maintenance(deck)
+    m = Maintenance(deck.store, deck.clock, deck.config.stall_timeout)
     assert m.rollup_once(clock.now) == 0  # sets the watermark an hour back
     for _ in range(3):
         _finish(deck, clock, deck.enqueue("demo.noop")[0].id)
@@ -162,7 +162,7 @@ def test_rollup_counts_per_minute_and_type_once(deck, clock):
 def test_rollup_counts_a_cancelled_attempt_as_neither_done_nor_failed(deck, clock):
     """A person's cancel is not a failure: the failure rate and the alerts
     read these counters, so a cancelled run must not raise them."""
-    m = Maintenance(deck)
+    m = Maintenance(deck.store, deck.clock, deck.config.stall_timeout)
     m.rollup_once(clock.now)
     job, _ = deck.enqueue("demo.sleep", {"seconds": 60})
     deck.store.claim("w1", clock.now, limit=1)
@@ -174,3 +174,27 @@ def test_rollup_counts_a_cancelled_attempt_as_neither_done_nor_failed(deck, cloc
     rows = {(r["type"], r["minute"]): r for r in m.stats(minute - timedelta(hours=2))}
     counts = rows.get(("demo.sleep", minute), {"completed": 0, "failed": 0, "dead": 0})
     assert (counts["completed"], counts["failed"], counts["dead"]) == (0, 0, 0)
+
+
+def test_each_upkeep_loop_is_built_from_the_store_alone(deck, clock):
+    """The sweeper takes the store, a clock and ``stall_timeout``; retention
+    the store and its settings; the roll-up the store: none needs a deck."""
+    from jobdeck.maintenance.prune import Prune
+    from jobdeck.maintenance.rescue import Rescue
+    from jobdeck.maintenance.rollup import RollUp
+
+    store = deck.store
+    rollup = RollUp(store)
+    assert rollup.rollup_once(clock.now) == 0  # sets the watermark an hour back
+    store.register_worker("w1", "host", 1, 1, clock.now)
+    job, _ = deck.enqueue("demo.sleep", max_retries=0)
+    assert [j.id for j in store.claim("w1", clock.now, limit=1)] == [job.id]
+    assert Rescue(store, clock, stall_timeout=60.0).sweep_once(clock.advance(30)) == []
+    assert Rescue(store, clock, stall_timeout=10.0).sweep_once(clock.now) == [job.id]
+    assert store.get(job.id).status is State.DEAD
+    minute = clock.now.replace(second=0, microsecond=0)
+    assert rollup.rollup_once(clock.advance(120)) > 0
+    rows = {(r["type"], r["minute"]): r for r in rollup.stats(minute - timedelta(hours=2))}
+    assert rows[("demo.sleep", minute)]["dead"] == 1
+    assert Prune(store, Retention(completed_days=1, dead_days=1)).prune_once(clock.advance(2 * 86400))["dead"] == 1
+    assert store.list_jobs(_all(), clock.now) == []

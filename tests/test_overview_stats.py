@@ -28,7 +28,9 @@ def _finish(deck, clock, at, ok: bool) -> int:
 
 
 def test_throughput_survives_pruning_through_the_minute_counters(deck, clock):
-    m = Maintenance(deck, Retention(completed_days=0.001))  # ~86 s: the test's jobs are old enough to prune
+    m = Maintenance(
+        deck.store, deck.clock, deck.config.stall_timeout, Retention(completed_days=0.001)
+    )  # ~86 s: the test's jobs are old enough to prune
     m.rollup_once(clock.now)  # watermark one hour back
     early = clock.now - timedelta(minutes=10)
     _finish(deck, clock, early, ok=True)

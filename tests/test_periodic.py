@@ -24,7 +24,9 @@ def nightly(**extra):
 
 
 def periodic(deck, *entries) -> Periodic:
-    return Periodic(deck, parse_schedules(list(entries), deck))
+    targets = deck.schedules.targets
+    return Periodic(deck.store, parse_schedules(list(entries), targets), targets, deck.config.poll_interval,
+                    health=deck.schedule_health.view)  # fmt: skip
 
 
 def job_count(deck) -> int:
@@ -91,7 +93,7 @@ def test_timezone_seconds_field_and_crontab_weekdays(deck):
         [nightly(name="paris", timezone="Europe/Paris"),
          every_minute(name="secs", cron="*/20 * * * * *"),
          every_minute(name="monday", cron="0 9 * * 1")],
-        deck,
+        deck.schedules.targets,
     )  # fmt: skip
     start = datetime(2026, 1, 1, 0, 0, tzinfo=UTC)  # a Thursday, winter time in Paris
     assert paris.next_fire(start) == datetime(2026, 1, 1, 1, 0, tzinfo=UTC)

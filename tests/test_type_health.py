@@ -81,7 +81,7 @@ def _run(deck, clock, seconds: float, ok: bool = True) -> None:
 
 @pytest.mark.backends
 def test_the_roll_up_counts_run_times_per_minute_and_type(deck, clock) -> None:
-    m = Maintenance(deck)
+    m = Maintenance(deck.store, deck.clock, deck.config.stall_timeout)
     m.rollup_once(clock.now)  # the watermark, an hour back
     start = clock.now
     for seconds in RUNS:
@@ -108,7 +108,7 @@ def test_the_roll_up_counts_run_times_per_minute_and_type(deck, clock) -> None:
 
 @pytest.mark.backends
 def test_health_is_read_from_the_counters_not_from_attempts(deck, clock) -> None:
-    m = Maintenance(deck)
+    m = Maintenance(deck.store, deck.clock, deck.config.stall_timeout)
     m.rollup_once(clock.now)
     for seconds in (0.2, 0.2, 3.0):
         _run(deck, clock, seconds)

@@ -26,6 +26,7 @@ import json
 import logging
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,9 @@ from jobdeck.store import JobRecord, NewJob
 from jobdeck.store.alerts import claim_alert_slot, dead_between
 
 if TYPE_CHECKING:
-    from jobdeck.deck import Jobdeck
+    from jobdeck.core.clock import Clock
+    from jobdeck.jobs.handlers import Registry
+    from jobdeck.store import Store
 
 log = logging.getLogger("jobdeck.alerts")
 
@@ -79,17 +82,39 @@ def parse_alerts(config: Config) -> AlertSettings:
     return settings
 
 
+Superseded = Callable[[dict[str, Any]], "str | None"]
+"""Why an alert job's message is no longer the newest, or None to send it."""
+
+
+def never_superseded(payload: dict[str, Any]) -> str | None:
+    return None
+
+
 class Alerts:
-    def __init__(self, deck: Jobdeck, settings: AlertSettings) -> None:
-        self.deck = deck
-        self.store = deck.store
+    """The dead-letter alerts of one store: the store's dead listener plans
+    them, the ``jobdeck.alert`` handler (registered when a webhook is set)
+    delivers them. ``superseded`` lets a message planned elsewhere (schedule
+    health) be dropped when a newer one exists."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        registry: Registry,
+        settings: AlertSettings,
+        superseded: Superseded = never_superseded,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.registry = registry
         self.settings = settings
+        self.superseded = superseded
 
     def install(self) -> None:
         self.store.on_dead(self.on_dead)
         if self.settings.webhook_url:
             s = self.settings
-            self.deck.registry.handler(
+            self.registry.handler(
                 ALERT_TYPE, max_retries=s.max_retries, timeout=s.timeout * 2, queue=ALERT_QUEUE,
                 backoff_base=s.backoff_base,
             )(self.deliver)  # fmt: skip
@@ -110,7 +135,7 @@ class Alerts:
         for job in dead:
             if job.type == ALERT_TYPE:
                 continue  # an undeliverable alert is logged, not alerted about
-            t = job.finished_at or self.deck.clock()
+            t = job.finished_at or self.clock()
             latest[job.type] = max(t, latest.get(job.type, t))
         for job_type, t in latest.items():
             try:
@@ -141,7 +166,7 @@ class Alerts:
             idempotency_key=f"alert:{job_type}:{_stamp(slot)}",
             available_at=slot,
         )
-        self.store.enqueue(new, self.deck.clock())
+        self.store.enqueue(new, self.clock())
         return slot
 
     # -- delivery (the jobdeck.alert handler) -------------------------------------
@@ -183,7 +208,7 @@ class Alerts:
         }
 
     def deliver(self, payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-        stale = self.deck.schedule_health.superseded(payload)  # a newer schedule health message exists
+        stale = self.superseded(payload)  # a newer schedule health message exists
         if stale is not None:
             return {"sent": False, "reason": stale}
         body = self.message(payload)
@@ -192,22 +217,27 @@ class Alerts:
         return {"sent": True, "status": self.post(body), "count": body.get("count", 1)}
 
     def post(self, body: dict[str, Any]) -> int:
-        """POST ``body`` as JSON to the webhook; its HTTP status, or a
-        RuntimeError (the alert job then retries with backoff)."""
-        request = urllib.request.Request(
-            self.settings.webhook_url,
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json", "User-Agent": "jobdeck-alerts"},
-            method="POST",
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=self.settings.timeout) as response:
-                status = response.status
-        except urllib.error.HTTPError as exc:
-            raise RuntimeError(f"webhook answered HTTP {exc.code}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise RuntimeError(f"webhook unreachable: {getattr(exc, 'reason', exc)}") from None
-        return int(status)
+        """``post_webhook`` with these settings."""
+        return post_webhook(self.settings, body)
+
+
+def post_webhook(settings: AlertSettings, body: dict[str, Any]) -> int:
+    """POST ``body`` as JSON to the webhook; its HTTP status, or a
+    RuntimeError (the alert job then retries with backoff)."""
+    request = urllib.request.Request(
+        settings.webhook_url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "User-Agent": "jobdeck-alerts"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=settings.timeout) as response:
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        raise RuntimeError(f"webhook answered HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise RuntimeError(f"webhook unreachable: {getattr(exc, 'reason', exc)}") from None
+    return int(status)
 
 
 def _stamp(t: datetime) -> str:

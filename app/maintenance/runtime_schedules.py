@@ -31,7 +31,8 @@ from jobdeck.store.runtime_schedules import (
 )
 
 if TYPE_CHECKING:
-    from jobdeck.deck import Jobdeck
+    from jobdeck.maintenance.cron import Periodic
+    from jobdeck.store import Store
 
 DIFF_VALUE_CHARS = 300
 """How much of one value the audit log's diff shows (a payload may be large)."""
@@ -55,13 +56,12 @@ def config_owned(name: str) -> ScheduleConflict:
 
 
 class RuntimeSchedules:
-    def __init__(self, deck: Jobdeck) -> None:
-        self.deck = deck
-        self.store = deck.store
+    """Create, edit and delete the schedules kept in the database; each
+    change is checked as a config entry is and picked up by ``periodic``."""
 
-    @property
-    def periodic(self) -> Any:
-        return self.deck.schedules
+    def __init__(self, store: Store, periodic: Periodic) -> None:
+        self.store = store
+        self.periodic = periodic
 
     def validate(self, data: Any) -> Schedule:
         """A schedule from a request body, or ScheduleInvalid (422) saying why."""
@@ -69,7 +69,7 @@ class RuntimeSchedules:
             raise ScheduleInvalid("expected a JSON object: a schedule like a [[schedules]] entry")
         check_json(data)
         try:
-            return parse_schedule(data, self.deck)
+            return parse_schedule(data, self.periodic.targets)
         except ConfigError as exc:
             raise ScheduleInvalid(str(exc)) from None
 

@@ -41,15 +41,14 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from jobdeck.core.config import ConfigError
 from jobdeck.core.errors import IdempotencyConflict
 from jobdeck.core.states import State
 from jobdeck.core.validation import stored_time
+from jobdeck.maintenance.schedule_entries import words
 from jobdeck.store import NewJob
 from jobdeck.store.schedule_health import (
     HealthRow,
@@ -63,62 +62,19 @@ from jobdeck.store.schedule_health import (
 )
 
 if TYPE_CHECKING:
-    from jobdeck.deck import Jobdeck
-    from jobdeck.maintenance.cron import Schedule
+    from collections.abc import Callable
+
+    from jobdeck.maintenance.alerts import AlertSettings
+    from jobdeck.maintenance.schedule_entries import Schedule
     from jobdeck.store import Store
     from jobdeck.store.schedules import WorkflowRun
 
 log = logging.getLogger("jobdeck.schedule_health")
 
-MAX_SECONDS = 10 * 365 * 86400
-MAX_FAILURES = 1000
 UNHEALTHY = "schedule.unhealthy"
 RECOVERED = "schedule.recovered"
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)([smhdw]))+")
-_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _FAILED = frozenset({State.FAILED.value, State.DEAD.value})
 _IN_FLIGHT = frozenset({State.PENDING.value, State.RUNNING.value})
-
-
-def parse_duration(value: Any, key: str) -> float:
-    """Seconds from a number or a string such as ``"26h"``, ``"90m"``,
-    ``"1h30m"``, ``"3s"``, ``"2d"``; more than 0 and at most ten years."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ConfigError(f'{key}: expected a duration such as "26h", "90m" or a number of seconds')
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if len(text) > 40 or not _DURATION.fullmatch(text):
-            raise ConfigError(f'{key}: expected a duration such as "26h", "90m" or "1h30m", got {value[:40]!r}')
-        seconds = sum(float(n) * _UNITS[u] for n, u in _PART.findall(text))
-    else:
-        seconds = float(value)
-    if not 0 < seconds <= MAX_SECONDS:
-        raise ConfigError(f"{key}: must be more than 0 seconds and at most ten years")
-    return seconds
-
-
-def parse_health_options(entry: dict[str, Any], where: str) -> tuple[float | None, int | None]:
-    """A schedule entry's ``expect_success_within`` (seconds) and ``alert_after_failures``."""
-    within = entry.get("expect_success_within")
-    seconds = None if within is None else parse_duration(within, f"{where}: expect_success_within")
-    failures = entry.get("alert_after_failures")
-    if failures is not None and (
-        isinstance(failures, bool) or not isinstance(failures, int) or not 1 <= failures <= MAX_FAILURES
-    ):
-        raise ConfigError(f"{where}: alert_after_failures: must be a whole number from 1 to {MAX_FAILURES}")
-    return seconds, failures
-
-
-def words(seconds: float) -> str:
-    """A duration as a person says it: 26h, 90m, 3s, 1d2h."""
-    left = int(seconds)
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if left >= size:
-            parts.append(f"{left // size}{unit}")
-            left %= size
-    return "".join(parts) or f"{seconds:g}s"
 
 
 @dataclass(frozen=True)
@@ -205,17 +161,17 @@ def _iso(t: datetime) -> str:
 
 
 class ScheduleHealth:
-    """The dead man's switch of a deck's schedules (config and runtime)."""
+    """The dead man's switch of the schedules (config and runtime) that
+    ``schedules`` returns, alerting through the webhook of ``alerts``."""
 
-    def __init__(self, deck: Jobdeck) -> None:
-        self.deck = deck
-        self.store = deck.store
+    def __init__(self, store: Store, schedules: Callable[[], dict[str, Schedule]], alerts: AlertSettings) -> None:
+        self.store = store
+        self.schedules = schedules
+        self.alerts = alerts
 
     def watched(self) -> list[Schedule]:
         return [
-            s
-            for s in self.deck.schedules.all().values()
-            if s.enabled and (s.expect_success_within or s.alert_after_failures)
+            s for s in self.schedules().values() if s.enabled and (s.expect_success_within or s.alert_after_failures)
         ]
 
     def check_once(self, now: datetime) -> list[tuple[str, str]]:
@@ -258,8 +214,7 @@ class ScheduleHealth:
     ) -> None:
         """Enqueue the webhook message (when one is configured), keyed so that
         every process checking at once enqueues the same one job."""
-        alerts = self.deck.alerts
-        settings = alerts.settings
+        settings = self.alerts
         if not settings.webhook_url:
             return
         from jobdeck.maintenance.alerts import ALERT_QUEUE, ALERT_TYPE

@@ -45,14 +45,16 @@ from typing import TYPE_CHECKING, Any
 from jobdeck.core.config import Config, ConfigError
 from jobdeck.core.validation import stored_time
 from jobdeck.jobs.handlers import JobContext
-from jobdeck.maintenance.alerts import ALERT_QUEUE, AlertSettings, _stamp
+from jobdeck.maintenance.alerts import ALERT_QUEUE, AlertSettings, _stamp, post_webhook
 from jobdeck.store import NewJob
 from jobdeck.store.metrics import due_queues, live_workers, paused_queues, queue_latencies
 from jobdeck.store.thresholds import move_threshold, stored_key, threshold_state, threshold_states
 from jobdeck.store.upkeep import type_health
 
 if TYPE_CHECKING:
-    from jobdeck.deck import Jobdeck
+    from jobdeck.core.clock import Clock
+    from jobdeck.jobs.handlers import Registry
+    from jobdeck.store import Store
 
 log = logging.getLogger("jobdeck.alerts")
 
@@ -122,18 +124,29 @@ class Breach:
 
 
 class ThresholdAlerts:
-    """The thresholds of one deck: the check, and the webhook job."""
+    """The thresholds over one store: the check, and the webhook job.
+    ``stall_timeout`` says which worker pools are still alive."""
 
-    def __init__(self, deck: Jobdeck, settings: ThresholdSettings, alerts: AlertSettings) -> None:
-        self.deck = deck
-        self.store = deck.store
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        registry: Registry,
+        settings: ThresholdSettings,
+        alerts: AlertSettings,
+        stall_timeout: float,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.registry = registry
         self.settings = settings
         self.alerts = alerts
+        self.stall_timeout = stall_timeout
 
     def install(self) -> None:
         if self.settings.any and self.alerts.webhook_url:
             a = self.alerts
-            self.deck.registry.handler(
+            self.registry.handler(
                 THRESHOLD_TYPE, max_retries=a.max_retries, timeout=a.timeout * 2, queue=ALERT_QUEUE,
                 backoff_base=a.backoff_base,
             )(self.deliver)  # fmt: skip
@@ -162,7 +175,7 @@ class ThresholdAlerts:
                                         s.failure_rate, f"{h.type}: {rate * 100:.0f}% of {h.completed + h.failed} "
                                         f"attempts failed in {s.failure_window:g} s (threshold {s.failure_rate:g}%)"))  # fmt: skip
         if s.no_live_workers:
-            pools = live_workers(self.store, now, self.deck.config.stall_timeout)
+            pools = live_workers(self.store, now, self.stall_timeout)
             for queue in s.no_live_workers:
                 if not any(p.serves(queue) for p in pools):
                     found.append(Breach(f"{NO_LIVE_WORKERS}:{queue}", NO_LIVE_WORKERS, {"queue": queue}, 0.0, 1.0,
@@ -200,7 +213,7 @@ class ThresholdAlerts:
             log.warning("threshold alert %s: %s", breach.key, text, extra=fields)
         else:
             log.info("threshold alert %s: %s", breach.key, text, extra=fields)
-        if not self.alerts.webhook_url or THRESHOLD_TYPE not in self.deck.registry:
+        if not self.alerts.webhook_url or THRESHOLD_TYPE not in self.registry:
             return
         body = {
             "event": event,
@@ -222,7 +235,7 @@ class ThresholdAlerts:
             idempotency_key=f"threshold:{'firing' if firing else 'recovered'}:{_stamp(now)}:{_short(breach.key)}",
             available_at=now,
         )
-        self.store.enqueue(new, self.deck.clock())
+        self.store.enqueue(new, self.clock())
 
     # -- delivery (the jobdeck.threshold handler) -------------------------------------
 
@@ -230,7 +243,7 @@ class ThresholdAlerts:
         stale = self.superseded(payload)
         if stale is not None:
             return {"sent": False, "reason": stale, "event": payload.get("event")}
-        status = self.deck.alerts.post(payload)
+        status = post_webhook(self.alerts, payload)
         return {"sent": True, "status": status, "event": payload.get("event")}
 
     def superseded(self, body: dict[str, Any]) -> str | None:

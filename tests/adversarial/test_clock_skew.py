@@ -315,6 +315,7 @@ def test_a_step_of_the_database_clock_rescues_no_live_job(make_deck, registry, t
     stepping(pool_clock), stepping(sweeper_clock)
     if control:
         sweeper.clock = lambda: database_time(sweeper.store) + timedelta(seconds=shift[0])
+        sweeper.maintenance.rescue.clock = sweeper.clock  # the sweeper judges on the clock it was given
     try:
         shift[0] = 60.0
         rescued = _sweep_for(sweeper, 2 * 4.0)

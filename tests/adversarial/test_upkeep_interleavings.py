@@ -79,7 +79,7 @@ def completed_in(m: Maintenance, minute: Any) -> int:
 
 def test_a_roll_up_counts_without_holding_other_processes_writes(deck, make_deck, clock) -> None:
     other = make_deck(clock=clock, sqlite_busy_timeout=0.2)
-    m = Maintenance(deck)
+    m = Maintenance(deck.store, deck.clock, deck.config.stall_timeout)
     m.rollup_once(clock.now)  # sets the watermark
     for _ in range(3):
         finish(deck, clock.now, deck.enqueue("demo.noop")[0].id)
@@ -90,8 +90,9 @@ def test_a_roll_up_counts_without_holding_other_processes_writes(deck, make_deck
 
 
 def test_two_roll_ups_of_the_same_minutes_add_them_once(deck, make_deck, clock) -> None:
-    other = Maintenance(make_deck(clock=clock))
-    m = Maintenance(deck)
+    second = make_deck(clock=clock)
+    other = Maintenance(second.store, second.clock, second.config.stall_timeout)
+    m = Maintenance(deck.store, deck.clock, deck.config.stall_timeout)
     m.rollup_once(clock.now)
     for _ in range(3):
         finish(deck, clock.now, deck.enqueue("demo.noop")[0].id)
@@ -107,7 +108,7 @@ def test_two_roll_ups_of_the_same_minutes_add_them_once(deck, make_deck, clock) 
 
 def test_retention_finds_old_jobs_without_holding_other_processes_writes(deck, make_deck, clock) -> None:
     other = make_deck(clock=clock, sqlite_busy_timeout=0.2)
-    m = Maintenance(deck, Retention(completed_days=7))
+    m = Maintenance(deck.store, deck.clock, deck.config.stall_timeout, Retention(completed_days=7))
     old = deck.enqueue("demo.noop")[0].id
     finish(deck, clock.now, old)
     with meanwhile(deck, PICKING, lambda: other.enqueue("demo.noop")[0].id) as enqueued:
@@ -117,7 +118,7 @@ def test_retention_finds_old_jobs_without_holding_other_processes_writes(deck, m
 
 def test_retention_keeps_a_job_that_finished_again_after_it_was_picked(deck, make_deck, clock) -> None:
     other = make_deck(clock=clock)
-    m = Maintenance(deck, Retention(completed_days=7, batch=10))
+    m = Maintenance(deck.store, deck.clock, deck.config.stall_timeout, Retention(completed_days=7, batch=10))
     kept = deck.enqueue("demo.noop")[0].id
     deck.store.discard(kept, clock.now)
     gone = deck.enqueue("demo.noop")[0].id

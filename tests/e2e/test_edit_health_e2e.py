@@ -60,7 +60,7 @@ def test_the_queues_page_shows_a_types_run_times_after_demo_jobs_ran(live, page,
     deck = live.deck
     deck.enqueue_many([{"type": "demo.sleep", "payload": {"seconds": 0.1}} for _ in range(6)])
     wait_for(lambda: deck.store.counts(datetime.now(UTC))["completed"] == 6, timeout=20, message="sleeps done")
-    m = Maintenance(deck)
+    m = Maintenance(deck.store, deck.clock, deck.config.stall_timeout)
     later = datetime.now(UTC) + timedelta(minutes=3)  # close the current minute too
     m.rollup_once(later)  # a new database: the watermark an hour back
     m.rollup_once(later)

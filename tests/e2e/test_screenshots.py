@@ -73,7 +73,7 @@ def test_readme_screenshots(make_live, page, dialogs):
     _seed_counters(deck, now)
     _fire_schedules(deck, now)
     deck.store.register_worker("billing-host:4121:7f3a2c", "billing-host", 4121, 4, now - timedelta(minutes=4))
-    Maintenance(deck).sweep_once(now)  # silent for minutes: marked gone
+    Maintenance(deck.store, deck.clock, deck.config.stall_timeout).sweep_once(now)  # silent for minutes: marked gone
     deck.queues.set_paused("mail", True, now, "alice")
     items = [{"type": "demo.noop", "payload": {"n": i}} for i in range(80)]
     items += [{"type": "demo.send-email", "payload": {"user_id": f"u{i}"}, "queue": "mail"} for i in range(24)]
