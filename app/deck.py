@@ -222,9 +222,12 @@ class Jobdeck:
         """Mount the dashboard and API under ``url_prefix`` of the host Flask
         app, with the host's login deciding the role (``jobdeck.embed``); returns
         Jobdeck's own Flask app."""
+        from jobdeck import create_app
         from jobdeck.embed import mount
 
-        return mount(self, host, url_prefix, current_role, current_name=current_name, login_url=login_url)
+        build = lambda: create_app(deck=self)  # noqa: E731
+        secret = self.config.secret_key
+        return mount(build, secret, host, url_prefix, current_role, current_name=current_name, login_url=login_url)
 
     def start(self, *, workers: int | None = None, scheduler: bool = True) -> Runtime:
         """Start this process's worker pool (``workers`` threads, default the

@@ -31,16 +31,13 @@ import logging
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from flask import Flask, current_app, request
 from flask.sessions import SecureCookieSessionInterface
 from jobdeck.core.config import ConfigError
 from jobdeck.web.dashboard.settings import ROLES, User
-
-if TYPE_CHECKING:
-    from jobdeck.deck import Jobdeck
 
 log = logging.getLogger("jobdeck.embed")
 
@@ -188,7 +185,8 @@ class PrefixSessionInterface(SecureCookieSessionInterface):
 
 
 def mount(
-    deck: Jobdeck,
+    build: Callable[[], Flask],
+    secret_key: str | None,
     host: Flask,
     url_prefix: str,
     current_role: Callable[[], str | None],
@@ -196,8 +194,9 @@ def mount(
     current_name: Callable[[], str | None] | None = None,
     login_url: str | None = None,
 ) -> Flask:
-    """``Jobdeck.init_app``: build Jobdeck's app and mount it on ``host``."""
-    from jobdeck import create_app
+    """``Jobdeck.init_app``: build Jobdeck's app (``build``, once the
+    arguments are checked) and mount it on ``host``, its sessions signed
+    with ``secret_key`` or, without one, a key derived from the host's."""
     from jobdeck.web.dashboard.settings import DashboardSettings
 
     prefix = check_prefix(url_prefix)
@@ -212,8 +211,8 @@ def mount(
     if host.extensions.get("jobdeck") is not None:
         raise ConfigError("init_app: a Jobdeck is already mounted on this app")
 
-    app = create_app(deck=deck)
-    app.config["SECRET_KEY"] = deck.config.secret_key or _derived_secret(host)
+    app = build()
+    app.config["SECRET_KEY"] = secret_key or _derived_secret(host)
     app.config["SESSION_COOKIE_NAME"] = SESSION_COOKIE
     app.config["APPLICATION_ROOT"] = prefix  # url_for outside a request builds under the prefix too
     app.session_interface = PrefixSessionInterface()
@@ -221,7 +220,7 @@ def mount(
     app.extensions["jobdeck_dashboard"] = replace(settings, embedded=True)
     app.extensions["jobdeck_embedding"] = Embedding(host, prefix, current_role, current_name, login_url)
     host.wsgi_app = PrefixDispatcher(host.wsgi_app, app, prefix)  # type: ignore[method-assign]
-    host.extensions["jobdeck"] = deck
+    host.extensions["jobdeck"] = app.extensions["jobdeck"]
     return app
 
 

@@ -1,19 +1,15 @@
 """What makes this process unhealthy, for ``/api/health``.
 
 Services that can wedge in a way only a restart cures (the worker pool with
-too many abandoned handler threads) register a check on their deck's
-``deck.health``; the health endpoint of an app on that deck answers 503
-while any check gives a reason.
+too many abandoned handler threads) register a check on the ``Health`` they
+are given (the deck's); the health endpoint of an app on that deck answers
+503 while any check gives a reason.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from jobdeck.deck import Jobdeck
 
 Check = Callable[[], "str | None"]
 """Returns why the service is unhealthy, or None."""
@@ -40,13 +36,3 @@ class Health:
         with self._lock:
             checks = list(self._checks)
         return [reason for reason in (check() for check in checks) if reason]
-
-
-def register(deck: Jobdeck, check: Check) -> None:
-    """``deck.health.register``, for the worker pool until it calls that itself."""
-    deck.health.register(check)
-
-
-def unregister(deck: Jobdeck, check: Check) -> None:
-    """``deck.health.unregister``, for the worker pool until it calls that itself."""
-    deck.health.unregister(check)

@@ -55,9 +55,11 @@ class Runtime:
         if isinstance(deck.clock, DatabaseClock):
             self.services.append(ClockCheck(deck.clock, deck.config.clock_check_interval, self._record_reading))
         if services:
-            from jobdeck.maintenance.scheduler import SchedulerService
+            from jobdeck.maintenance.scheduler import SchedulerService, maintenance_loops
 
-            self.services.append(SchedulerService(deck))
+            loops = maintenance_loops(deck.schedules, deck.schedule_health, deck.maintenance, deck.thresholds,
+                                      deck.config.sweep_interval)  # fmt: skip
+            self.services.append(SchedulerService(loops, deck.clock, lambda: len(deck.schedules.schedules)))
         self._started = False
 
     def _record_reading(self, reading: Reading) -> None:

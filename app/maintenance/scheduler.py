@@ -3,12 +3,15 @@ that ``jobdeck.runtime.Runtime`` starts and stops (never at import time, never i
 ``create_app``, at most once per process). Its jobs are thin shells around the
 ``*_once(now)`` bodies:
 
-- schedules: ``deck.schedules.enqueue_due_once`` every second;
-- schedule health: ``deck.schedule_health.check_once`` every second;
-- sweeper: ``deck.maintenance.sweep_once`` every ``sweep_interval`` seconds;
-- counters: ``deck.maintenance.rollup_once`` every 15 seconds;
-- retention: ``deck.maintenance.prune_once`` every minute;
-- thresholds: ``deck.thresholds.check_once`` every 15 seconds.
+- schedules: ``Periodic.enqueue_due_once`` every second;
+- schedule health: ``ScheduleHealth.check_once`` every second;
+- sweeper: ``Maintenance.sweep_once`` every ``sweep_interval`` seconds;
+- counters: ``Maintenance.rollup_once`` every 15 seconds;
+- retention: ``Maintenance.prune_once`` every minute;
+- thresholds: ``ThresholdAlerts.check_once`` every 15 seconds.
+
+``maintenance_loops`` lists them from the parts; the service runs any list
+of (name, seconds, body) on a clock.
 
 Any number of processes may run this against one database: every body is
 deduplicated by the database (unique keys, conditional updates).
@@ -19,15 +22,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
-from jobdeck.core.clock import since_boot
-from jobdeck.deck import Jobdeck
+from jobdeck.core.clock import Clock, since_boot
 from sqlalchemy.exc import DBAPIError
+
+if TYPE_CHECKING:
+    from jobdeck.maintenance.cron import Periodic
+    from jobdeck.maintenance.schedule_health import ScheduleHealth
+    from jobdeck.maintenance.thresholds import ThresholdAlerts
+    from jobdeck.maintenance.upkeep import Maintenance
 
 log = logging.getLogger("jobdeck.scheduler")
 
@@ -42,10 +50,42 @@ STEP_BACK = 1.0
 _running: SchedulerService | None = None
 _running_lock = threading.Lock()
 
+Loop = tuple[str, float, Callable[[datetime], Any]]
+"""A tick: its name, its interval in seconds, and its ``*_once(now)`` body."""
+
+
+def maintenance_loops(
+    schedules: Periodic,
+    schedule_health: ScheduleHealth,
+    maintenance: Maintenance,
+    thresholds: ThresholdAlerts,
+    sweep_interval: float,
+) -> list[Loop]:
+    """The ticks of the maintenance parts, each at its interval."""
+    return [
+        ("schedules", SCHEDULE_TICK, schedules.enqueue_due_once),
+        ("schedule_health", SCHEDULE_TICK, schedule_health.check_once),
+        ("sweeper", sweep_interval, maintenance.sweep_once),
+        ("stats", STATS_TICK, maintenance.rollup_once),
+        ("retention", PRUNE_TICK, maintenance.prune_once),
+        ("thresholds", THRESHOLD_TICK, thresholds.check_once),
+    ]
+
 
 class SchedulerService:
-    def __init__(self, deck: Jobdeck, wall: Callable[[], float] = time.time) -> None:
-        self.deck = deck
+    """Runs ``loops`` on APScheduler, each body given ``clock()``;
+    ``schedules`` counts the recurring jobs for the start-up line."""
+
+    def __init__(
+        self,
+        loops: Sequence[Loop],
+        clock: Clock,
+        schedules: Callable[[], int] = lambda: 0,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.loops = list(loops)
+        self.clock = clock
+        self.schedules = schedules
         self.wall = wall
         """The wall clock APScheduler runs on (a test steps it)."""
         self.scheduler: BackgroundScheduler | None = None
@@ -67,15 +107,7 @@ class SchedulerService:
             executors={"default": ThreadPoolExecutor(4)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
         )
-        m = self.deck.maintenance
-        for name, seconds, body in (
-            ("schedules", SCHEDULE_TICK, self.deck.schedules.enqueue_due_once),
-            ("schedule_health", SCHEDULE_TICK, self.deck.schedule_health.check_once),
-            ("sweeper", self.deck.config.sweep_interval, m.sweep_once),
-            ("stats", STATS_TICK, m.rollup_once),
-            ("retention", PRUNE_TICK, m.prune_once),
-            ("thresholds", THRESHOLD_TICK, self.deck.thresholds.check_once),
-        ):
+        for name, seconds, body in self.loops:
             sched.add_job(self._shell(name, body), "interval", seconds=seconds, id=name, name=f"jobdeck {name}",
                           next_run_time=datetime.now(UTC))  # fmt: skip
         sched.start()
@@ -83,7 +115,7 @@ class SchedulerService:
         self._stop.clear()
         self._watch = threading.Thread(target=self._watch_loop, name="jobdeck-scheduler-clock", daemon=True)
         self._watch.start()
-        count = len(self.deck.schedules.schedules)
+        count = self.schedules()
         log.info(
             "scheduler started with %d schedule(s)", count, extra={"event": "scheduler.started", "schedules": count}
         )
@@ -112,7 +144,7 @@ class SchedulerService:
     def _shell(self, name: str, body: Callable[[datetime], Any]) -> Callable[[], None]:
         def run() -> None:
             try:
-                body(self.deck.clock())
+                body(self.clock())
             except DBAPIError as exc:
                 log.warning("%s: database error (%s); next tick retries", name, exc.__class__.__name__)
             except Exception:

@@ -131,12 +131,6 @@ def mark_recovered(store: Store, name: str, episode: datetime, now: datetime) ->
     )
 
 
-def forget_health(store: Store, name: str) -> None:
-    """Drop a schedule's health row (it was deleted or re-created)."""
-    with store.write() as conn:
-        conn.execute(schedule_health.delete().where(schedule_health.c.name == name))
-
-
 def _flip(store: Store, stmt: Any) -> bool:
     # RETURNING, not rowcount (see jobdeck.store.alerts): the winner is the one that gets a row back.
     with store.write() as conn:

@@ -26,7 +26,6 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from jobdeck import health
 from jobdeck.core import forks
 from jobdeck.core.clock import since_boot
 from jobdeck.core.config import non_retryable
@@ -188,7 +187,7 @@ class WorkerPool:
             self._threads.append(t)
         for _ in range(self.threads):
             self.executors.spawn()
-        health.register(self.deck, self.unhealthy_reason)
+        self.deck.health.register(self.unhealthy_reason)
         log.info("worker pool %s started with %d threads", self.worker_id, self.threads,
                  extra={"event": "worker.started", "worker_id": self.worker_id, "threads": self.threads})  # fmt: skip
 
@@ -257,7 +256,7 @@ class WorkerPool:
             # sweep of any process rescues it once the heartbeats have stopped.
             log.error("worker pool %s stopped without writing its last state (%s)", self.worker_id, first_line(exc))
         self.acker.keep_unlanded()
-        health.unregister(self.deck, self.unhealthy_reason)
+        self.deck.health.unregister(self.unhealthy_reason)
         forks.pool_stopped()
         self._stopped.set()
         log.info(

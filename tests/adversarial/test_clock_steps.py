@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from jobdeck.maintenance.scheduler import SchedulerService
+from jobdeck.maintenance.scheduler import SchedulerService, maintenance_loops
 
 from tests.conftest import wait_for
 
@@ -20,7 +20,8 @@ def test_a_wall_clock_stepped_back_does_not_stop_the_maintenance_ticks(make_deck
     original = deck.maintenance.sweep_once
     deck.maintenance.sweep_once = lambda now: sweeps.append(now) or original(now)  # type: ignore[method-assign]
     shift = [0.0]
-    service = SchedulerService(deck, wall=lambda: time.time() + shift[0])
+    loops = maintenance_loops(deck.schedules, deck.schedule_health, deck.maintenance, deck.thresholds, 3600.0)
+    service = SchedulerService(loops, deck.clock, wall=lambda: time.time() + shift[0])
     service.start()
     try:
         wait_for(lambda: len(sweeps) == 1, timeout=10, message="the first sweep")
