@@ -74,9 +74,12 @@ WIDTHS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "he
 def nav(page: Any) -> Any:
     """The main nav, opened first with the Menu button where the width puts
     it behind one (a phone); returns the nav's locator."""
+    from playwright.sync_api import expect
+
     toggle = page.locator("#menu-toggle")
     if toggle.is_visible() and toggle.get_attribute("aria-expanded") != "true":
         toggle.click()
+        expect(toggle).to_have_attribute("aria-expanded", "true")
     return page.locator("nav.mainnav")
 
 
