@@ -152,9 +152,12 @@ def test_the_queues_page_shows_each_types_health_for_the_hour_and_the_day(dash, 
     html = dash.get("/queues").get_data(as_text=True)
     assert 'id="type-health"' in html and "Last 1 h" in html and "Last 24 h" in html
     hour, day = html.split('data-window="1 h"')[1].split('data-window="24 h"')
-    assert '<td class="num secondary">81</td>' in hour and '<td class="num pct">10.0%</td>' in hour
-    assert '<td class="num p50">≈ 53.8 ms</td>' in hour and '<td class="num p95">≈ 1.72 s</td>' in hour
-    assert '<td class="num secondary">90</td>' in day and '<td class="num secondary">1</td>' in day
+    assert '<td class="num secondary" data-label="Completed">81</td>' in hour
+    assert '<td class="num pct" data-label="Failure rate">10.0%</td>' in hour
+    assert '<td class="num p50" data-label="p50">≈ 53.8 ms</td>' in hour
+    assert '<td class="num p95" data-label="p95">≈ 1.72 s</td>' in hour
+    assert '<td class="num secondary" data-label="Completed">90</td>' in day
+    assert '<td class="num secondary" data-label="Dead">1</td>' in day
     fragment = dash.get("/fragments/queues", headers={"HX-Request": "true"}).get_data(as_text=True)
     assert fragment.count('id="type-health"') == 1 and fragment.rstrip().endswith("</div>")
 
