@@ -18,3 +18,8 @@ def test_a_waiting_job_still_has_no_result_yet(dash, deck):
     job, _ = deck.enqueue("demo.noop", {})
     result = dash.get(f"/jobs/{job.id}").get_data(as_text=True).split('id="job-result"')[1].split("</section>")[0]
     assert "No result yet." in result
+
+
+def test_an_empty_throughput_chart_says_nothing_ran(dash, deck):
+    html = dash.get("/").get_data(as_text=True)
+    assert "no runs in the last hour" in html and "peak 1/min" not in html
