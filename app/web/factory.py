@@ -102,7 +102,7 @@ def _register_errors(app: Flask) -> None:
     def _jobdeck_error(exc: JobdeckError) -> Any:
         if _wants_json():
             return jsonify(exc.to_dict()), exc.status_code
-        from jobdeck.web.dashboard.views import error_response
+        from jobdeck.web.dashboard.replies import error_response
 
         return error_response(str(exc), exc.status_code)
 
@@ -140,7 +140,7 @@ def _register_errors(app: Flask) -> None:
             response = jsonify({"error": outage.message, "cause": outage.cause})
             response.status_code = outage.status
         elif request.headers.get("HX-Request"):
-            from jobdeck.web.dashboard.views import error_response
+            from jobdeck.web.dashboard.replies import error_response
 
             response = error_response(outage.message, outage.status)
         else:

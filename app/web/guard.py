@@ -28,7 +28,7 @@ The rules, in order, for every API route but ``/api/health`` and
    otherwise: the start-up check (``jobdeck.web.exposure``) trusts ``bind``, which
    another WSGI server may not honour, so the open API also checks the peer;
    and a page that rebinds its own name to 127.0.0.1 comes from a loopback
-   peer, same-origin, but names its own host (``rebinding_problem``).
+   peer, same-origin, but names its own host (``jobdeck.web.hosts``).
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ from urllib.parse import urlsplit
 
 from flask import current_app, jsonify, request
 from jobdeck.core.config import is_loopback_host
+from jobdeck.web.dashboard.auth import current_user, settings
+from jobdeck.web.hosts import rebinding_problem
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SAME_ORIGIN_FETCH_SITES = frozenset({"same-origin", "none"})
@@ -60,8 +62,6 @@ def authenticate(public_endpoints: set[str]) -> Any:
         problem = cross_site_problem()
         if problem:
             return _refuse(problem, 403)
-    from jobdeck.web.dashboard.auth import current_user, settings
-
     if not settings().open_access:
         user = current_user()
         if user is None:
@@ -77,21 +77,6 @@ def authenticate(public_endpoints: set[str]) -> Any:
     if problem:
         return _refuse(problem, 403)
     return None
-
-
-def rebinding_problem() -> str | None:
-    """For an open deployment: why this request's ``Host`` is not this
-    machine's, or None. DNS rebinding points a hostile page's own name at
-    127.0.0.1, so its requests arrive from a loopback peer and look
-    same-origin to the browser; only the ``Host`` they carry gives them away."""
-    host = (urlsplit("//" + request.host).hostname or "").lower()
-    allowed = current_app.extensions["jobdeck"].config.allowed_hosts
-    if is_loopback_host(host) or host in {name.lower() for name in allowed}:
-        return None
-    return (
-        f"this Jobdeck has no users configured and answers only requests addressed to this machine, "
-        f"not to {host[:100]!r}; add the name to allowed_hosts if it is yours"
-    )
 
 
 OPEN_REMOTE_MESSAGE = "this Jobdeck has no api_token and no users configured: it answers only clients on this machine"

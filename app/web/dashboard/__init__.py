@@ -16,7 +16,7 @@ from typing import Any
 from flask import Flask, current_app, jsonify, render_template, request
 from flask_wtf.csrf import CSRFError, CSRFProtect
 from jobdeck.store.reads import Snapshots
-from jobdeck.web.dashboard import actions, auth, present, views, workflows
+from jobdeck.web.dashboard import actions, auth, present, replies, views, workflows
 from jobdeck.web.dashboard.settings import load_settings
 from jobdeck.web.dashboard.throttle import LoginThrottle
 
@@ -73,7 +73,7 @@ def _csrf_error(exc: CSRFError) -> Any:
     if request.path.startswith("/api/"):
         return current_app.response_class('{"error": "CSRF check failed"}', 400, mimetype="application/json")
     if request.headers.get("HX-Request") == "true":
-        return views.flash_response(message, "error", 400)
+        return replies.flash_response(message, "error", 400)
     return render_template("error.html", code=400, message=message), 400
 
 

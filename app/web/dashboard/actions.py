@@ -30,12 +30,12 @@ from jobdeck.store.audit import Tally, audit_entry, finish_bulk, open_bulk, reco
 from jobdeck.store.lifecycle import Seen
 from jobdeck.store.reads import BATCH, iter_batches, next_batch
 from jobdeck.web.dashboard.auth import current_user, require_operator
-from jobdeck.web.dashboard.tabs import BY_SLUG, ListArgs, Tab, tab_or_404
-from jobdeck.web.dashboard.views import _list, deck, flash_response, is_htmx, job_context, snapshots
+from jobdeck.web.dashboard.replies import deck, flash_response, is_htmx, snapshots
+from jobdeck.web.dashboard.tabs import BY_SLUG, TRANSITIONS, ListArgs, Tab, tab_or_404
+from jobdeck.web.dashboard.views import _list, job_context
 
 bp = Blueprint("actions", __name__, url_prefix="/actions")
 
-TRANSITIONS: dict[str, Transition] = {"retry": Transition.RETRY, "discard": Transition.DISCARD}
 PAST = {"retry": "retried", "discard": "discarded", "run-now": "made due now", "edit": "edited and retried"}
 MAX_SELECTED = 1000
 SELECTED: dict[str, Transition] = {**TRANSITIONS, "cancel": Transition.CANCEL}

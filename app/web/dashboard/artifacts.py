@@ -13,7 +13,8 @@ from jobdeck.core.errors import JobNotFound
 from jobdeck.jobs.artifacts import check_name, human_bytes
 from jobdeck.store.artifacts import ArtifactInfo, artifacts_of, get_artifact
 from jobdeck.web.api.artifacts import download
-from jobdeck.web.dashboard.views import POLLED_STATES, deck
+from jobdeck.web.dashboard.replies import deck
+from jobdeck.web.dashboard.views import POLLED_STATES
 
 bp = Blueprint("artifacts", __name__)
 

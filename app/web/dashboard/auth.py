@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import wraps
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit
 
 from flask import (
     Blueprint,
@@ -33,9 +32,10 @@ from flask import (
 )
 from jobdeck.core.config import Config, is_loopback_host
 from jobdeck.store import sessions
+from jobdeck.web.dashboard.replies import flash_response, safe_next
 from jobdeck.web.dashboard.settings import OPERATOR, DashboardSettings, User, load_users
 from jobdeck.web.dashboard.throttle import LoginThrottle
-from jobdeck.web.guard import rebinding_problem
+from jobdeck.web.hosts import rebinding_problem
 from werkzeug.security import check_password_hash, generate_password_hash
 
 if TYPE_CHECKING:
@@ -145,21 +145,10 @@ def require_operator(view: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         user = current_user()
         if user is None or not user.can_act:
-            from jobdeck.web.dashboard.views import flash_response
-
             return flash_response("Your role is viewer: you can look, but only operators can act.", "error", 403)
         return view(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
-
-
-def _safe_next(target: str | None) -> str:
-    if not target:
-        return url_for("dashboard.overview")
-    parts = urlsplit(target)
-    if parts.scheme or parts.netloc or not target.startswith("/") or target.startswith("//"):
-        return url_for("dashboard.overview")
-    return target
 
 
 @bp.route("/login", methods=["GET", "POST"])
@@ -194,7 +183,7 @@ def login() -> Any:
         session["user"] = user.name
         session["sid"] = token
         session.permanent = False
-        return redirect(_safe_next(request.args.get("next")))
+        return redirect(safe_next(request.args.get("next")))
     return render_template("login.html", error="Unknown user or wrong password.", username=name), 401
 
 

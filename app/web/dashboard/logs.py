@@ -16,7 +16,7 @@ from jobdeck.core.states import State
 from jobdeck.core.validation import INT64_MAX, parse_int
 from jobdeck.store import JobRecord
 from jobdeck.store.joblogs import StoredLine, lines_of
-from jobdeck.web.dashboard.views import deck
+from jobdeck.web.dashboard.replies import deck
 
 bp = Blueprint("joblogs", __name__)
 

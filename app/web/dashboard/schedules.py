@@ -27,6 +27,7 @@ from jobdeck.store.reads import running_by_type
 from jobdeck.store.upkeep import HEALTH_WINDOWS, type_health
 from jobdeck.web.api import jobs as api
 from jobdeck.web.dashboard.auth import current_user, require_operator
+from jobdeck.web.dashboard.replies import flash_response, is_htmx
 from jobdeck.web.dashboard.tabs import BY_SLUG
 from jobdeck.web.serialize import iso
 
@@ -62,8 +63,6 @@ def _json(s: dict[str, Any]) -> dict[str, Any]:
 def _answer(page: str, template: str, context: dict[str, Any], message: str, kind: str = "success") -> Any:
     """htmx: the refreshed table in place plus the message; otherwise
     flash it and redirect to the page (post/redirect/get)."""
-    from jobdeck.web.dashboard.views import flash_response, is_htmx
-
     if not is_htmx():
         flash(message, kind)
         return redirect(url_for(page), code=303)

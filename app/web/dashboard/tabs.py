@@ -56,6 +56,8 @@ def _tabs() -> list[Tab]:
 
 TABS: list[Tab] = _tabs()
 BY_SLUG: dict[str, Tab] = {t.slug: t for t in TABS}
+TRANSITIONS: dict[str, Transition] = {"retry": Transition.RETRY, "discard": Transition.DISCARD}
+"""The actions on "all N matching" of a tab, by their name in the URL."""
 
 
 def tab_of(job: JobRecord, now: datetime) -> Tab:

@@ -10,18 +10,16 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from flask import Blueprint, abort, current_app, flash, redirect, render_template, request, session, url_for
+from flask import Blueprint, abort, current_app, redirect, render_template, request, session, url_for
 from jobdeck.core.errors import JobNotFound
 from jobdeck.core.states import SOURCES, AttemptOutcome, State, Transition, allowed
 from jobdeck.core.validation import parse_int
-from jobdeck.deck import Jobdeck
 from jobdeck.docs import DOCS_PORT, DOCS_URL
 from jobdeck.store import JobRecord
 from jobdeck.store.audit import audit_of_job, interrupted_bulk, list_audit
 from jobdeck.store.reads import (
     BADGE_WINDOW,
     MAX_ERROR_GROUPS,
-    Snapshots,
     badge_counts,
     count_matching,
     dead_since,
@@ -34,8 +32,18 @@ from jobdeck.store.reads import (
 from jobdeck.web.dashboard.auth import current_user
 from jobdeck.web.dashboard.membership import membership_of
 from jobdeck.web.dashboard.present import latency_chart, throughput_chart
+from jobdeck.web.dashboard.replies import deck, flash_response, snapshots
 from jobdeck.web.dashboard.settings import DashboardSettings
-from jobdeck.web.dashboard.tabs import ERROR_TABS, TABS, ListArgs, Tab, error_tab_or_404, tab_of, tab_or_404
+from jobdeck.web.dashboard.tabs import (
+    ERROR_TABS,
+    TABS,
+    TRANSITIONS,
+    ListArgs,
+    Tab,
+    error_tab_or_404,
+    tab_of,
+    tab_or_404,
+)
 from jobdeck.web.serialize import request_waiting
 
 bp = Blueprint("dashboard", __name__)
@@ -46,60 +54,9 @@ POLLED_STATES = frozenset({State.PENDING, State.RUNNING, State.FAILED, State.BLO
 (a blocked one moves when its dependencies complete)."""
 
 
-def deck() -> Jobdeck:
-    d: Jobdeck = current_app.extensions["jobdeck"]
-    return d
-
-
-def snapshots() -> Snapshots:
-    s: Snapshots = current_app.extensions["jobdeck_snapshots"]
-    return s
-
-
 def settings() -> DashboardSettings:
     s: DashboardSettings = current_app.extensions["jobdeck_dashboard"]
     return s
-
-
-def is_htmx() -> bool:
-    return bool(getattr(request, "htmx", False))
-
-
-def flash_response(message: str, kind: str = "info", status: int = 200, body: str = "") -> Any:
-    """An action's answer: for htmx, ``body`` swapped in place plus the
-    message swapped out-of-band into the flash area (nothing else swapped
-    when ``body`` is empty); without htmx, the message flashed and a
-    redirect back (post/redirect/get)."""
-    if not is_htmx():
-        flash(message, kind)
-        return redirect(_back(), code=303)
-    html = body + render_template("_flash.html", messages=[(kind, message)], oob=True)
-    response = current_app.response_class(html, status=status, mimetype="text/html")
-    if not body:
-        response.headers["HX-Reswap"] = "none"
-    return response
-
-
-def error_response(message: str, status: int) -> Any:
-    """Refused input on a dashboard page or fragment, shown to the person:
-    for htmx the message in the flash area (nothing else swapped), otherwise
-    the error page. Never a redirect: the page that was asked for is the one
-    that is wrong."""
-    if is_htmx():
-        html = render_template("_flash.html", messages=[("error", message)], oob=True)
-        response = current_app.response_class(html, status=status, mimetype="text/html")
-        response.headers["HX-Reswap"] = "none"
-        return response
-    return render_template("error.html", code=status, message=message), status
-
-
-def _back() -> str:
-    from jobdeck.web.dashboard.auth import _safe_next
-
-    target = request.form.get("next") or request.referrer or ""
-    if target.startswith(request.host_url):
-        target = "/" + target[len(request.host_url) :]
-    return _safe_next(target)
 
 
 @bp.app_context_processor
@@ -256,8 +213,6 @@ def job_rows(tab: str) -> Any:
 def confirm(tab: str, action: str) -> Any:
     """The confirmation of "all N matching": N counted exactly, now, up to
     the newest job id, which the action then keeps to."""
-    from jobdeck.web.dashboard.actions import TRANSITIONS
-
     t = tab_or_404(tab)
     transition = TRANSITIONS.get(action)
     if transition is None:

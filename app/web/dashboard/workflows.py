@@ -19,8 +19,8 @@ from jobdeck.store import JobRecord
 from jobdeck.store.graph import BatchNotFound, BatchRecord, WorkflowGraph, WorkflowNotFound
 from jobdeck.web.dashboard.auth import current_user, require_operator
 from jobdeck.web.dashboard.graph_svg import MAX_SVG_NODES, Drawing, draw
+from jobdeck.web.dashboard.replies import deck, flash_response, is_htmx, snapshots
 from jobdeck.web.dashboard.tabs import tab_of
-from jobdeck.web.dashboard.views import deck, flash_response, is_htmx, snapshots
 
 bp = Blueprint("workflows", __name__)
 
