@@ -1,20 +1,114 @@
-"""Operator actions on schedules and queues (pause, resume, run now, and
-creating, editing and deleting runtime schedules with what changed),
-recorded in one place: each is logged at INFO on the ``jobdeck.audit``
-logger and written to the audit log (``jobdeck.store.reads.record_action``).
+"""Operator actions, each composed once and recorded the same way whichever
+front end asked (the dashboard, the API or the CLI; ``actor`` says who).
+
+- On jobs: ``retry``, ``discard``, ``run_now``, ``cancel``, ``edit`` and
+  ``resolve_effect``. Each writes one audit entry (``jobdeck.store.audit``):
+  count 1 when it moved the job, count 0 with ``refused: <why>`` when the job
+  had moved on (the refusal is then raised for the front end to show). A job
+  or effect that does not exist is raised without an entry: nothing was
+  refused, there was nothing to act on.
+- On schedules and queues (pause, resume, run now, and creating, editing and
+  deleting runtime schedules with what changed): ``record``, which the
+  queue controls and the schedulers call. Each is logged at INFO on the
+  ``jobdeck.audit`` logger and written to the audit log.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from jobdeck.store import Store
+    from jobdeck.core.states import EffectState
+    from jobdeck.store import JobRecord, Store
+    from jobdeck.store.ledger import EffectRecord
+    from jobdeck.store.lifecycle import Edited, JobChanges, Seen
 
 log = logging.getLogger("jobdeck.audit")
+
+T = TypeVar("T")
+
+
+def retry(store: Store, job_id: int, actor: str, now: datetime) -> JobRecord:
+    """A failed, dead or discarded job runs again now, with a fresh retry budget."""
+    return audited(store, actor, "retry", job_id, now, lambda: store.retry(job_id, now))
+
+
+def discard(store: Store, job_id: int, actor: str, now: datetime) -> JobRecord:
+    """A pending, failed or dead job is set aside for good."""
+    return audited(store, actor, "discard", job_id, now, lambda: store.discard(job_id, now))
+
+
+def run_now(store: Store, job_id: int, actor: str, now: datetime) -> JobRecord:
+    """A scheduled or retrying job becomes due now."""
+    return audited(store, actor, "run-now", job_id, now, lambda: store.run_now(job_id, now))
+
+
+def cancel(store: Store, job_id: int, actor: str, now: datetime) -> JobRecord:
+    """Pending, failed and blocked jobs are cancelled at once; a running one comes
+    back still running with ``cancel_requested_at`` set, and ends cancelled
+    when its attempt ends (the entry says so)."""
+    from jobdeck.core.states import State
+
+    def detail(job: JobRecord) -> str | None:
+        return "requested while running; ends when its attempt does" if job.status is State.RUNNING else None
+
+    return audited(store, actor, "cancel", job_id, now, lambda: store.cancel(job_id, now), detail)
+
+
+def edit(store: Store, job_id: int, changes: JobChanges, actor: str, now: datetime, seen: Seen | None = None) -> Edited:
+    """Apply validated changes (``Jobdeck.job_changes``) to a waiting job: a
+    pending, scheduled or failed one keeps its state, a dead one is retried.
+    ``seen`` is the job as the operator saw it: refused if it changed since."""
+    return audited(
+        store, actor, "edit", job_id, now, lambda: store.edit(job_id, now, changes, seen), lambda e: e.summary()
+    )
+
+
+def resolve_effect(
+    store: Store, job_id: int, key: str, outcome: EffectState, actor: str, now: datetime, result: Any = None
+) -> EffectRecord:
+    """Mark an unknown (started) effect of this job done or not performed,
+    after a person checked the far side; refused for an effect whose outcome
+    is known. An effect of another job is one this job does not have."""
+    from jobdeck.core.errors import EffectNotFound
+
+    if store.ledger.get(key).job_id != job_id:
+        raise EffectNotFound(key)
+    verb = f"effect-{outcome.value.replace('_', '-')}"
+
+    def resolve() -> EffectRecord:
+        return store.ledger.resolve(key, outcome, actor, now, result=result)
+
+    return audited(store, actor, verb, job_id, now, resolve, lambda _: f"effect {key}")
+
+
+def audited(
+    store: Store,
+    actor: str,
+    verb: str,
+    job_id: int,
+    now: datetime,
+    act: Callable[[], T],
+    detail: Callable[[T], str | None] = lambda _: None,
+) -> T:
+    """``act``, and its audit entry: count 1 and ``detail`` when it took,
+    count 0 and the reason when the job (or effect) had moved on. The one
+    rule every action above follows, for a front end that adds its own
+    (the CLI's ``JobAction`` entries)."""
+    from jobdeck.core.errors import EffectResolveRefused, TransitionRefused
+    from jobdeck.store.audit import record_action
+
+    try:
+        done = act()
+    except (TransitionRefused, EffectResolveRefused) as exc:
+        record_action(store, actor, verb, now, count=0, job_id=job_id, detail=f"refused: {exc}")
+        raise
+    record_action(store, actor, verb, now, count=1, job_id=job_id, detail=detail(done))
+    return done
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from jobdeck import actions
 from jobdeck.core.clock import RESCUE_SKEW_FRACTION, DatabaseClock, HostClock
 from jobdeck.core.config import Config, artifact_max_bytes, log_limits
-from jobdeck.core.errors import TransitionRefused
-from jobdeck.core.states import State
 from jobdeck.health import Health
 from jobdeck.jobs.flow import Flow, parse_flow
 from jobdeck.jobs.handlers import Registry
@@ -40,7 +39,6 @@ from jobdeck.maintenance.schedule_health import ScheduleHealth
 from jobdeck.maintenance.thresholds import ThresholdAlerts, parse_thresholds
 from jobdeck.maintenance.upkeep import Maintenance, parse_retention
 from jobdeck.store import JobRecord, NewJob, Store
-from jobdeck.store.audit import record_action
 from jobdeck.store.engine import make_engine
 from jobdeck.store.lifecycle import Edited, JobChanges, Seen
 from jobdeck.store.records import Enqueued
@@ -320,15 +318,7 @@ class Jobdeck:
         with ``cancel_requested_at`` set, and ends ``cancelled`` when its
         attempt ends (``State.CANCELLED``). A refusal (``TransitionRefused``,
         ``JobNotFound``) is raised after the refused attempt is logged."""
-        now = self.clock()
-        try:
-            job = self.store.cancel(job_id, now)
-        except TransitionRefused as exc:
-            record_action(self.store, actor, "cancel", now, count=0, job_id=job_id, detail=f"refused: {exc}")
-            raise
-        detail = "requested while running; ends when its attempt does" if job.status is State.RUNNING else None
-        record_action(self.store, actor, "cancel", now, count=1, job_id=job_id, detail=detail)
-        return job
+        return actions.cancel(self.store, job_id, actor, self.clock())
 
     # -- edit ---------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 import click
+from jobdeck import actions
 from jobdeck.cli.base import main, operator_deck, shown
 from jobdeck.cli.job_commands import job_filter, job_ids_argument
 from jobdeck.cli.text import shown_status, status_names
@@ -44,31 +45,27 @@ class JobAction:
 
 
 def audited(verb: str, move: Callable[[Store, int, datetime], JobRecord]) -> Callable[[Jobdeck, int], JobRecord]:
-    """``move`` for one job, audit-logged as the dashboard's buttons are: a
-    refusal is written too (count 0, with the reason)."""
-    from jobdeck.core.errors import TransitionRefused
-    from jobdeck.store.audit import record_action
+    """``move`` for one job, audit-logged as every front end's actions are
+    (``jobdeck.actions.audited``): a refusal is written too (count 0, with the reason)."""
 
     def one(deck: Jobdeck, job_id: int) -> JobRecord:
         now = deck.clock()
-        try:
-            job = move(deck.store, job_id, now)
-        except TransitionRefused as exc:
-            record_action(deck.store, ACTOR, verb, now, count=0, job_id=job_id, detail=f"refused: {exc}")
-            raise
-        record_action(deck.store, ACTOR, verb, now, count=1, job_id=job_id)
-        return job
+        return actions.audited(deck.store, ACTOR, verb, job_id, now, lambda: move(deck.store, job_id, now))
 
     return one
 
 
+def shared(act: Callable[[Store, int, str, datetime], JobRecord]) -> Callable[[Jobdeck, int], JobRecord]:
+    """One of ``jobdeck.actions``' job actions, done as ``cli``."""
+    return lambda deck, job_id: act(deck.store, job_id, ACTOR, deck.clock())
+
+
 JOB_ACTIONS: tuple[JobAction, ...] = (
-    JobAction("retry", "retried", Transition.RETRY, audited("retry", lambda store, job_id, now: store.retry(job_id, now)),
+    JobAction("retry", "retried", Transition.RETRY, shared(actions.retry),
               lambda deck, ids, now, tally: deck.store.retry_ids(ids, now, tally)),
-    JobAction("discard", "discarded", Transition.DISCARD,
-              audited("discard", lambda store, job_id, now: store.discard(job_id, now)),
+    JobAction("discard", "discarded", Transition.DISCARD, shared(actions.discard),
               lambda deck, ids, now, tally: deck.store.discard_ids(ids, now, tally)),
-    JobAction("cancel", "cancelled", Transition.CANCEL, lambda deck, job_id: deck.cancel(job_id, actor=ACTOR)),
+    JobAction("cancel", "cancelled", Transition.CANCEL, shared(actions.cancel)),
 )  # fmt: skip
 
 

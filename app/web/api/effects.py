@@ -14,10 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, current_app, jsonify
-from jobdeck.core.errors import EffectNotFound, InvalidField
+from jobdeck import actions
+from jobdeck.core.errors import InvalidField
 from jobdeck.core.states import EFFECT_RESOLUTIONS, EffectState
 from jobdeck.deck import Jobdeck
-from jobdeck.store.audit import record_action
 from jobdeck.web.api import jobs as api
 
 bp = Blueprint("api_effects", __name__, url_prefix="/api/jobs")
@@ -62,12 +62,5 @@ def resolve(job_id: int, key: str) -> Any:
     if "result" in data and outcome is not EffectState.DONE:
         raise InvalidField("result", "only a done effect has a result")
     _job(deck, job_id)
-    if deck.store.ledger.get(key).job_id != job_id:
-        raise EffectNotFound(key)
-    now = deck.clock()
-    record = deck.store.ledger.resolve(key, outcome, "api", now, result=data.get("result"))
-    record_action(
-        deck.store, "api", f"effect-{outcome.value.replace('_', '-')}", now, count=1, job_id=job_id,
-        detail=f"effect {key}",
-    )  # fmt: skip
+    record = actions.resolve_effect(deck.store, job_id, key, outcome, "api", deck.clock(), result=data.get("result"))
     return jsonify(record.to_dict())

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from flask import Blueprint, current_app, jsonify, request, url_for
+from jobdeck import actions
 from jobdeck.core.errors import InvalidField, JobdeckError, TransitionRefused
 from jobdeck.core.states import State
 from jobdeck.core.validation import (
@@ -24,7 +25,6 @@ from jobdeck.deck import Jobdeck
 from jobdeck.jobs.joblogs import parse_lines
 from jobdeck.jobs.snooze import MAX_REASON_CHARS, InvalidSnooze, check_seconds, max_snoozes
 from jobdeck.store import JobFilter
-from jobdeck.store.audit import record_action
 from jobdeck.store.joblogs import append_lines, count_lines
 from jobdeck.store.lifecycle import Seen
 from jobdeck.store.listing import list_within
@@ -289,9 +289,8 @@ def edit(job_id: int) -> Any:
     if seen_at is not None:
         job = deck.store.get(job_id)
         seen = Seen(job.status, job.attempt, parse_time(seen_at, "updated_at"))
-    edited = deck.edit(job_id, data, seen)
     now = deck.clock()
-    record_action(deck.store, "api", "edit", now, count=1, job_id=job_id, detail=edited.summary())
+    edited = actions.edit(deck.store, job_id, deck.job_changes(data), "api", now, seen)
     return jsonify(job_json(edited.after, now))
 
 
@@ -374,8 +373,8 @@ def cancel(job_id: int) -> Any:
     cancel requested (it ends cancelled when its attempt ends); 409 refused."""
     deck = _deck()
     _body()
-    job = deck.cancel(job_id, actor="api")
     now = deck.clock()
+    job = actions.cancel(deck.store, job_id, "api", now)
     if job.status is State.RUNNING:
         return jsonify(
             {**job_json(job, now), "cancel_requested": True, "cancel_requested_at": iso(job.cancel_requested_at)}
@@ -384,10 +383,10 @@ def cancel(job_id: int) -> Any:
 
 
 def _operator_action(job_id: int, action: str) -> Any:
-    """Retry or discard one job, recorded in the audit log as done by ``api``."""
+    """Retry or discard one job, recorded in the audit log as done by ``api``
+    (a refusal too, as from the dashboard and the CLI: ``jobdeck.actions``)."""
     deck = _deck()
     _body()
     now = deck.clock()
-    job = deck.store.retry(job_id, now) if action == "retry" else deck.store.discard(job_id, now)
-    record_action(deck.store, "api", action, now, count=1, job_id=job_id)
+    job = (actions.retry if action == "retry" else actions.discard)(deck.store, job_id, "api", now)
     return jsonify(job_json(job, now))

@@ -1,7 +1,8 @@
 """Operator actions: each a POST (CSRF-checked by CSRFProtect), open to
-operators only, recorded in the audit log, answered in place. A refused
-action (the job moved on meanwhile) answers 409 with the job as it now
-stands and a message saying why; never a 500.
+operators only, recorded in the audit log as the API and the CLI record it
+(``jobdeck.actions``), answered in place. A refused action (the job moved on
+meanwhile) answers 409 with the job as it now stands and a message saying
+why; never a 500.
 
 Bulk actions over everything a filter matches run in batches of
 ``jobdeck.store.reads.BATCH`` jobs, one short request each: the progress fragment posts
@@ -14,19 +15,19 @@ import json
 from typing import Any
 
 from flask import Blueprint, abort, current_app, render_template, request
+from jobdeck import actions as operate
 from jobdeck.core.errors import (
     EffectNotFound,
     EffectResolveRefused,
     InvalidField,
     JobNotFound,
     PayloadTooLarge,
-    RunNowRefused,
     TransitionRefused,
 )
 from jobdeck.core.states import EFFECT_RESOLUTIONS, SOURCES, EffectState, State, Transition
 from jobdeck.core.validation import loads, parse_int, parse_priority, parse_time
 from jobdeck.store import JobRecord
-from jobdeck.store.audit import Tally, audit_entry, finish_bulk, open_bulk, record_action
+from jobdeck.store.audit import Tally, audit_entry, finish_bulk, open_bulk
 from jobdeck.store.lifecycle import Seen
 from jobdeck.store.reads import BATCH, iter_batches, next_batch
 from jobdeck.web.dashboard.auth import current_user, require_operator
@@ -67,30 +68,25 @@ def single(job_id: int, action: str) -> Any:
     tab = BY_SLUG.get(request.form.get("tab", ""))
     if action == "cancel":
         return _cancel(job_id, where, tab)
+    move = {"retry": operate.retry, "discard": operate.discard, "run-now": operate.run_now}[action]
     try:
-        if action == "retry":
-            d.store.retry(job_id, now)
-        elif action == "discard":
-            d.store.discard(job_id, now)
-        else:
-            d.store.run_now(job_id, now)
+        move(d.store, job_id, _actor(), now)
     except JobNotFound as exc:
         return flash_response(str(exc), "error", 404)
-    except (TransitionRefused, RunNowRefused) as exc:
-        record_action(d.store, _actor(), action, now, count=0, job_id=job_id, detail=f"refused: {exc}")
+    except TransitionRefused as exc:  # RunNowRefused too; audited by jobdeck.actions
         body = _render_job(job_id, where, tab) if is_htmx() else ""
         return flash_response(f"Refused: {exc}.", "error", 409, body)
-    record_action(d.store, _actor(), action, now, count=1, job_id=job_id)
     snapshots().invalidate()
     body = _render_job(job_id, where, tab) if is_htmx() else ""
     return flash_response(f"Job {job_id} {PAST[action]}.", "success", 200, body)
 
 
 def _cancel(job_id: int, where: str, tab: Tab | None) -> Any:
-    """Cancel through ``Jobdeck.cancel`` (which audit-logs it, refusals too):
-    a running job is asked to stop and ends cancelled when its attempt ends."""
+    """Cancel (``jobdeck.actions.cancel`` audit-logs it, refusals too): a
+    running job is asked to stop and ends cancelled when its attempt ends."""
+    d = deck()
     try:
-        job = deck().cancel(job_id, actor=_actor())
+        job = operate.cancel(d.store, job_id, _actor(), d.clock())
     except JobNotFound as exc:
         return flash_response(str(exc), "error", 404)
     except TransitionRefused as exc:
@@ -125,7 +121,7 @@ def edit(job_id: int) -> Any:
         data = _edited_fields(form, job)
         if not data and job.status is not State.DEAD:
             return flash_response("Nothing changed: edit a field first.", "info", 200)
-        edited = d.edit(job_id, data, seen)
+        edited = operate.edit(d.store, job_id, d.job_changes(data), _actor(), now, seen)
     except (InvalidField, PayloadTooLarge, json.JSONDecodeError) as exc:
         error = _edit_error(exc)
         body = _render_job(job_id, "detail", None, edit_form=form, edit_error=error) if is_htmx() else ""
@@ -133,10 +129,8 @@ def edit(job_id: int) -> Any:
     except JobNotFound as exc:
         return flash_response(str(exc), "error", 404)
     except TransitionRefused as exc:
-        record_action(d.store, _actor(), "edit", now, count=0, job_id=job_id, detail=f"refused: {exc}")
         body = _render_job(job_id, "detail", None) if is_htmx() else ""
         return flash_response(f"Refused: {exc}.", "error", 409, body)
-    record_action(d.store, _actor(), "edit", now, count=1, job_id=job_id, detail=edited.summary())
     snapshots().invalidate()
     body = _render_job(job_id, "detail", None) if is_htmx() else ""
     if job.status is State.DEAD:
@@ -325,18 +319,13 @@ def resolve_effect(job_id: int) -> Any:
     outcome = EFFECT_OUTCOMES.get(request.form.get("outcome", ""))
     if outcome is None:
         return flash_response("outcome: must be done or not_performed.", "error", 422)
-    action = f"effect-{outcome.value.replace('_', '-')}"
     try:
-        if d.store.ledger.get(key).job_id != job_id:
-            raise EffectNotFound(key)
-        d.store.ledger.resolve(key, outcome, _actor(), now)
+        operate.resolve_effect(d.store, job_id, key, outcome, _actor(), now)
     except EffectNotFound as exc:
         return flash_response(f"{exc} on job {job_id}.", "error", 404)
     except EffectResolveRefused as exc:
-        record_action(d.store, _actor(), action, now, count=0, job_id=job_id, detail=f"refused: {exc}")
         body = _render_job(job_id, "detail", None) if is_htmx() else ""
         return flash_response(f"Refused: {exc}.", "error", 409, body)
-    record_action(d.store, _actor(), action, now, count=1, job_id=job_id, detail=f"effect {key}")
     body = _render_job(job_id, "detail", None) if is_htmx() else ""
     said = "done" if outcome is EffectState.DONE else "not performed"
     return flash_response(f"Effect {key} marked {said}; retry the job to go on.", "success", 200, body)
