@@ -203,3 +203,14 @@ def test_dashboard_config_is_validated(make_config, registry):
 
 def test_state_labels_come_from_the_state_enum():
     assert {t.state for t in TABS} == set(State)
+
+
+def test_every_nav_entry_is_a_page_the_app_serves(dash):
+    """The navigation lists ``NAV`` as it is (no entry is hidden for want of
+    its page), so each entry's endpoint must be registered and render."""
+    from jobdeck.web.dashboard import NAV
+
+    html = dash.get("/").get_data(as_text=True)
+    for endpoint, label, _ in NAV:
+        assert endpoint in dash.application.view_functions, endpoint
+        assert f">{label}<" in html, label

@@ -44,10 +44,6 @@ def _deck() -> Jobdeck:
     return deck
 
 
-class Unauthorized(JobdeckError):
-    status_code = 401
-
-
 @bp.before_request
 def _authenticate() -> Any:
     """Token, session role, and the cross-site refusal: ``jobdeck.web.guard``.

@@ -4,9 +4,7 @@ configured.
 
 ``init_app(app)`` wires it into the Flask app built by ``create_app``.
 Other pages (the schedules page, ...) plug in by registering a blueprint
-whose templates extend ``base.html``; the navigation already carries a
-``Schedules`` entry for the endpoint ``schedules.index`` that appears as soon
-as that endpoint exists.
+whose templates extend ``base.html`` and an entry in ``NAV``.
 """
 
 from __future__ import annotations

@@ -88,11 +88,10 @@ def _waiting_reasons() -> dict[str, Any]:
 
 
 def nav_items() -> list[tuple[str, str, str]]:
-    """(endpoint, label, section) of the top navigation; an entry whose
-    endpoint is not registered (e.g. ``schedules.index`` before the
-    schedules page lands) is left out."""
-    items = current_app.extensions.get("jobdeck_nav", [])
-    return [item for item in items if item[0] in current_app.view_functions]
+    """(endpoint, label, section) of the top navigation (``NAV``): every
+    endpoint it names is registered by ``create_app``."""
+    items: list[tuple[str, str, str]] = current_app.extensions["jobdeck_nav"]
+    return items
 
 
 # -- overview ----------------------------------------------------------------------
