@@ -13,6 +13,7 @@ from typing import Any
 from jobdeck.core import forks
 from jobdeck.core.errors import JobNotFound, TransitionRefused
 from jobdeck.core.states import Transition
+from jobdeck.core.wakeups import Event
 from jobdeck.store import statements
 from jobdeck.store.engine import READONLY, waiting_for_lock
 from jobdeck.store.postgres import NOTIFY_SQL, PQTRANS_IDLE
@@ -35,7 +36,8 @@ class Transactions:
         self.engine = engine
         self.dialect = engine.dialect.name
         self.sqlite = self.dialect == "sqlite"
-        self._enqueue_listeners: list[Callable[[], None]] = []
+        self.claimable: Event[[]] = Event()
+        """Emitted after a commit made jobs claimable in this process (``jobdeck.core.wakeups``)."""
         self._dead_listeners: list[Callable[[list[JobRecord]], None]] = []
         self._write_lock = threading.RLock() if self.sqlite else None
         self.storage = StorageHealth(engine, self._write_lock)
@@ -237,15 +239,14 @@ class Transactions:
 
     def on_enqueue(self, fn: Callable[[], None]) -> None:
         """Call ``fn`` after every committed enqueue in this process."""
-        self._enqueue_listeners.append(fn)
+        self.claimable.subscribe(fn)
 
     def on_dead(self, fn: Callable[[list[JobRecord]], None]) -> None:
         """Call ``fn`` with the jobs that just landed in ``dead``."""
         self._dead_listeners.append(fn)
 
     def _notify_enqueued(self) -> None:
-        for fn in self._enqueue_listeners:
-            fn()
+        self.claimable.emit()
 
     def _notify_other_processes(self, conn: Connection) -> None:
         """PostgreSQL: NOTIFY in the same transaction, so every process's

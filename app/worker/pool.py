@@ -123,7 +123,8 @@ class WorkerPool:
             store, clock, holdings, self.lease, worker_id=worker_id,
             heartbeat_interval=settings.heartbeat_interval, wake=self.wake,
         )  # fmt: skip
-        self.store.on_enqueue(self.wake)
+        self.wakeups = store.claimable
+        """The wake source: jobs became claimable in this process (subscribed while the pool runs)."""
         self.store.on_cancel(self.cancel_running)
 
     def _may_claim(self) -> bool:
@@ -173,6 +174,7 @@ class WorkerPool:
         self.store.register_worker(
             self.worker_id, socket.gethostname(), os.getpid(), self.threads, self.clock(), queues=self.queues
         )
+        self.wakeups.subscribe(self.wake)
         self.acker.reserve_spool()
         self.lease.renew(since_boot())  # registering stamped the worker's row
         ended = self._ended
@@ -256,6 +258,7 @@ class WorkerPool:
             # sweep of any process rescues it once the heartbeats have stopped.
             log.error("worker pool %s stopped without writing its last state (%s)", self.worker_id, first_line(exc))
         self.acker.keep_unlanded()
+        self.wakeups.unsubscribe(self.wake)
         self.deck.health.unregister(self.unhealthy_reason)
         forks.pool_stopped()
         self._stopped.set()
