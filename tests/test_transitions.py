@@ -148,3 +148,20 @@ def test_check_constraint_rejects_unknown_status(deck: Jobdeck) -> None:
     job, _ = deck.enqueue("demo.noop")
     with pytest.raises(IntegrityError), deck.store.write() as conn:
         conn.exec_driver_sql(f"UPDATE jobs SET status = 'lost' WHERE id = {job.id}")
+
+
+def test_workflow_and_batch_states_are_enums_whose_ended_values_are_job_states() -> None:
+    """A workflow's state is read from its jobs' counts; each ended value is
+    the job state of that name, and only ``held`` is a word of its own."""
+    from jobdeck.core.states import LIVE_GROUP, BatchState, GroupState
+    from jobdeck.store.graph import group_state
+
+    assert {g.value for g in GroupState} - {s.value for s in State} == {"held"}
+    assert group_state({"completed": 2}) is GroupState.COMPLETED
+    assert group_state({"completed": 1, "dead": 1}) is GroupState.DEAD
+    assert group_state({"completed": 1, "discarded": 1}) is GroupState.CANCELLED
+    assert group_state({"completed": 1, "blocked": 1}) is GroupState.HELD
+    assert group_state({"pending": 1, "blocked": 1}) is GroupState.RUNNING
+    assert {GroupState.RUNNING, GroupState.HELD} == LIVE_GROUP
+    assert [str(b) for b in BatchState] == ["open", "running", "fired"]
+    assert f"{GroupState.HELD}" == "held"

@@ -72,6 +72,54 @@ SCHEDULED = "scheduled"
 """Not a state of its own: ``pending`` with ``available_at`` in the future."""
 
 
+class GroupState(str, enum.Enum):
+    """Where a workflow stands, read from its jobs' states and never stored
+    (``jobdeck.store.graph.group_state``). Each ended value is the job state
+    of the same name."""
+
+    RUNNING = State.RUNNING.value
+    """A job of it can still run: pending, running, failed, or blocked
+    behind one of those."""
+
+    HELD = "held"
+    """Only blocked jobs are left: they wait for a person to retry a failed
+    dependency (``on_dependency_failure = "hold"``)."""
+
+    COMPLETED = State.COMPLETED.value
+    """Every job completed."""
+
+    DEAD = State.DEAD.value
+    """Nothing can run any more and a job is dead: it waits for a person."""
+
+    CANCELLED = State.CANCELLED.value
+    """Nothing can run any more, no job is dead, and not every job
+    completed (some were cancelled or discarded)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+LIVE_GROUP: frozenset[GroupState] = frozenset({GroupState.RUNNING, GroupState.HELD})
+"""A workflow that may still move, by itself or by a person's retry."""
+
+
+class BatchState(str, enum.Enum):
+    """Where a batch stands (``jobdeck.jobs.workflows.Batch``), read from
+    its row's times."""
+
+    OPEN = "open"
+    """Jobs may still be added; its callbacks wait for it to be closed."""
+
+    RUNNING = State.RUNNING.value
+    """Closed: its callbacks fire once every job in it has ended."""
+
+    FIRED = "fired"
+    """Its callbacks were enqueued; it changes no more."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class EffectState(str, enum.Enum):
     """Where one side effect of the effects ledger stands (``ctx.effect``).
 

@@ -37,7 +37,7 @@ from functools import lru_cache
 from typing import Any
 
 from jobdeck.core.errors import JobdeckError
-from jobdeck.core.states import DEPENDENCY_FAILED, ENDED, State
+from jobdeck.core.states import DEPENDENCY_FAILED, ENDED, BatchState, GroupState, State
 from jobdeck.store.models import batches, job_dependencies, jobs, status_in, workflows
 from jobdeck.store.records import JobRecord, NewJob
 from jobdeck.store.statements import dialect_insert
@@ -147,7 +147,7 @@ class WorkflowRecord(JobCounts):
     """Its jobs by state."""
 
     @property
-    def state(self) -> str:
+    def state(self) -> GroupState:
         """``completed``, ``running``, ``held`` (only blocked jobs are left:
         they wait for a person to retry a failed dependency), ``dead`` or
         ``cancelled``: read from its jobs' states."""
@@ -174,24 +174,24 @@ class BatchRecord(JobCounts):
     counts: dict[str, int] = field(default_factory=dict)
 
     @property
-    def state(self) -> str:
+    def state(self) -> BatchState:
         if self.fired_at is not None:
-            return "fired"
-        return "open" if self.closed_at is None else "running"
+            return BatchState.FIRED
+        return BatchState.OPEN if self.closed_at is None else BatchState.RUNNING
 
 
-def group_state(counts: Mapping[str, int]) -> str:
+def group_state(counts: Mapping[str, int]) -> GroupState:
     active = sum(counts.get(s, 0) for s in (PENDING, State.RUNNING.value, State.FAILED.value, BLOCKED))
     dead = counts.get(State.DEAD.value, 0)
     if active == 0:
         if dead:
-            return "dead"
+            return GroupState.DEAD
         if counts.get(COMPLETED, 0) == sum(counts.values()):
-            return "completed"
-        return "cancelled"
+            return GroupState.COMPLETED
+        return GroupState.CANCELLED
     if active == counts.get(BLOCKED, 0):  # nothing can run: a failed dependency holds the rest
-        return "held"
-    return "running"
+        return GroupState.HELD
+    return GroupState.RUNNING
 
 
 # -- statements ----------------------------------------------------------------------

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from jobdeck.core.states import State
+from jobdeck.core.states import GroupState, State
 from jobdeck.store.graph import group_state
 from jobdeck.store.models import jobs, schedule_runs, schedule_state
 from jobdeck.store.statements import dialect_insert
@@ -138,8 +138,8 @@ def schedule_history(
     return paused, history
 
 
-_AS_JOB = {"completed": State.COMPLETED.value, "held": State.DEAD.value, "dead": State.DEAD.value,
-           "cancelled": State.CANCELLED.value}  # fmt: skip
+_AS_JOB = {GroupState.COMPLETED: State.COMPLETED.value, GroupState.HELD: State.DEAD.value,
+           GroupState.DEAD: State.DEAD.value, GroupState.CANCELLED: State.CANCELLED.value}  # fmt: skip
 """A workflow's state (``jobdeck.store.graph.group_state``) in a job's words; one
 that is ``held`` waits on a dead job for a person: to the schedule, dead."""
 
