@@ -112,7 +112,7 @@ class Schedule:
         fields = self.cron.split()
         if len(fields) == 5 and fields[0].isdigit() and fields[1].isdigit() and fields[2:] == ["*", "*", "*"]:
             return f"every day at {int(fields[1]):02d}:{int(fields[0]):02d} {self.timezone}"
-        from cron_descriptor import ExpressionDescriptor, Options  # 4 MB that only the pages and the CLI need
+        from cron_descriptor import ExpressionDescriptor, Options  # loaded here: only the pages and the CLI need it
 
         options = Options()
         options.use_24hour_time_format = True
