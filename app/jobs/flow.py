@@ -103,7 +103,7 @@ class FlowLimit:
     """A ``payload.<path>``: the rate is per key."""
     concurrency: int | None = None
     """Set only with ``concurrency_key``: running jobs per key (the global
-    ``concurrency`` stays in ``jobdeck.jobs.queues.Limits``)."""
+    ``concurrency`` stays in ``Limits``)."""
     concurrency_key: str | None = None
 
     ident: str = field(init=False)
@@ -114,6 +114,18 @@ class FlowLimit:
 
     def applies(self, job_type: str, queue: str) -> bool:
         return self.name == (job_type if self.scope == "type" else queue)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The global ``concurrency`` of queues and types (``jobdeck.jobs.queues``),
+    which the flow claim counts beside its own limits (``jobdeck.jobs.flow_claim``)."""
+
+    queues: dict[str, int]
+    types: dict[str, int]
+
+    def __bool__(self) -> bool:
+        return bool(self.queues or self.types)
 
 
 def parse_rate(value: Any, where: str) -> Rate:

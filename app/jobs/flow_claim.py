@@ -10,14 +10,11 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from jobdeck.jobs.flow import NO_KEY, START_SLACK, Flow, FlowLimit, shown_key
+from jobdeck.jobs.flow import NO_KEY, START_SLACK, Flow, FlowLimit, Limits, shown_key
 from jobdeck.store import JobRecord, Store
 from jobdeck.store import flow as store_flow
-
-if TYPE_CHECKING:
-    from jobdeck.jobs.queues import Limits
 
 
 def _key(value: str | None) -> str:

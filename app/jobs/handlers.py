@@ -224,9 +224,8 @@ class JobContext:
             if response.status_code == 429:
                 ctx.rate_limited(float(response.headers.get("Retry-After", 30)))
         """
-        from jobdeck.jobs.flow import Flow, RateLimited
+        from jobdeck.jobs.flow import Flow, Limits, RateLimited
         from jobdeck.jobs.flow_claim import FlowClaim
-        from jobdeck.jobs.queues import Limits
 
         if (
             isinstance(seconds, bool)

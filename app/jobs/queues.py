@@ -33,7 +33,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,20 +40,11 @@ from jobdeck import actions
 from jobdeck.core.config import Config, ConfigError
 from jobdeck.core.states import State
 from jobdeck.core.validation import spellings
-from jobdeck.jobs.flow import Flow
+from jobdeck.jobs.flow import Flow, Limits
 from jobdeck.jobs.flow_claim import FlowClaim
 from jobdeck.store import JobRecord, Store, controls
 
 _RUNNING = State.RUNNING.value
-
-
-@dataclass(frozen=True)
-class Limits:
-    queues: dict[str, int]
-    types: dict[str, int]
-
-    def __bool__(self) -> bool:
-        return bool(self.queues or self.types)
 
 
 def parse_limits(config: Config) -> Limits:

@@ -29,13 +29,12 @@ again.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jobdeck.core.snooze_words import describe
 
 if TYPE_CHECKING:
     from jobdeck.core.config import Config
-    from jobdeck.jobs.handlers import Registry
 
 MAX_SNOOZE_SECONDS = 365 * 24 * 3600.0
 """The longest snooze (one year): a job meant to wait longer is a schedule."""
@@ -93,7 +92,19 @@ def seconds_of(snooze: BaseException) -> tuple[float, str | None]:
     return check_seconds(seconds), (reason[:MAX_REASON_CHARS] if isinstance(reason, str) else None)
 
 
-def max_snoozes(config: Config, registry: Registry, job_type: str) -> int:
+class _Spec(Protocol):
+    @property
+    def max_snoozes(self) -> int | None: ...
+
+
+class _Specs(Protocol):
+    """The handler registry (``jobdeck.jobs.handlers.Registry``) as ``max_snoozes``
+    reads it: named by shape, as the registry's module imports this one."""
+
+    def get(self, job_type: str) -> _Spec | None: ...
+
+
+def max_snoozes(config: Config, registry: _Specs, job_type: str) -> int:
     """The type's cap on snoozes in a row: config first, then the handler's
     ``max_snoozes``, else ``DEFAULT_MAX_SNOOZES``."""
     types = config.extra.get("types")
