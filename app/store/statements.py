@@ -429,16 +429,17 @@ def _completed(result: Any = None) -> dict[str, Any]:
 
 @lru_cache(maxsize=512)
 def complete(n: int, with_result: bool = False) -> Prepared:
-    """running -> completed (cancelled if a cancel was requested) for ``n``
-    fenced (id, attempt) pairs of one worker; returns (id, attempt, status,
-    workflow_id, batch_id).
+    """SQLite's completion: running -> completed (cancelled if a cancel was
+    requested) for ``n`` fenced (id, attempt) pairs of one worker; returns
+    (id, attempt, status, workflow_id, batch_id). PostgreSQL completes
+    through ``complete_recorded`` alone, so this statement has one form,
+    phrased for SQLite's planner (``_fenced``).
     Values: now, worker, *(id, attempt), [result]."""
     values = _completed(bindparam("with_result") if with_result else None)
-    stmts = [
-        update(jobs).where(_fenced(n, Transition.COMPLETE, by_rowid)).values(values).returning(*COMPLETE_RETURNS)
-        for by_rowid in (False, True)
-    ]
-    return Prepared(stmts[0], ["now", "worker", *_pairs(n), *(["with_result"] if with_result else [])], stmts[1])
+    stmt = (
+        update(jobs).where(_fenced(n, Transition.COMPLETE, by_rowid=True)).values(values).returning(*COMPLETE_RETURNS)
+    )
+    return Prepared(stmt, ["now", "worker", *_pairs(n), *(["with_result"] if with_result else [])])
 
 
 ATTEMPT_FIELDS = ("job_id", "attempt", "worker_id", "started_at", "finished_at", "outcome", "error", "traceback")

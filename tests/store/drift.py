@@ -49,7 +49,7 @@ class Mutation:
 # a transition's guard is dropped at its own call, and the shared helper is
 # broken once on its own. ``INDEXED BY`` (SQLite) is a
 # planner hint, not a guard: not mutated.
-_COMPLETE_WHERE = ".where(_fenced(n, Transition.COMPLETE, by_rowid))"
+_COMPLETE_WHERE = ".where(_fenced(n, Transition.COMPLETE, by_rowid=True))"
 _FENCE = {"status": 1, "worker": 2, "attempt": 3}
 """The clauses of ``_fenced``, counted from its end: ``status IN sources``,
 ``worker_id = worker``, ``(id, attempt) IN pairs`` (SQLite's statement also
@@ -57,19 +57,20 @@ names the ids alone, first)."""
 
 
 def _complete_without(dropped: str, variant: str) -> str:
-    """The completion's WHERE, for one variant of the statement (``plain``:
+    """SQLite's completion's WHERE, for one variant of the statement (``plain``:
     ``complete(n)``, the batched acks; ``result``: ``complete(1, True)``, a
     completion with a result: ``Store.complete`` and the HTTP worker's),
-    without the ``dropped`` clause of ``_fenced``, on both dialects."""
-    clauses = "_fenced(n, Transition.COMPLETE, by_rowid).clauses"
+    without the ``dropped`` clause of ``_fenced`` (PostgreSQL completes through
+    ``complete_recorded``, mutated on its own below)."""
+    clauses = "_fenced(n, Transition.COMPLETE, by_rowid=True).clauses"
     k = _FENCE[dropped]
     pick = f"and_(*(c for i, c in enumerate({clauses}) if i != len({clauses}) - {k}))"
     cond = "with_result" if variant == "result" else "not with_result"
-    return f".where({pick} if {cond} else _fenced(n, Transition.COMPLETE, by_rowid))"
+    return f".where({pick} if {cond} else _fenced(n, Transition.COMPLETE, by_rowid=True))"
 
 
 MUTATIONS: list[Mutation] = [
-    # -- complete: complete(n) (batched, no result) and complete(1, True) (with a result: Store.complete, HTTP)
+    # -- complete (SQLite): complete(n) (batched, no result) and complete(1, True) (with a result: Store.complete, HTTP)
     Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("status", "plain"),
              "complete (batched, no result): drop status IN (...)"),
     Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("status", "result"),
@@ -161,8 +162,8 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         STATEMENTS,
-        '.where(jobs.c.id.in_(_binds("id_", n, BigInteger())), claimable())',
-        '.where(jobs.c.id.in_(_binds("id_", n, BigInteger())), jobs.c.available_at <= NOW)',
+        '.where(jobs.c.id.in_(binds("id_", n, BigInteger())), claimable())',
+        '.where(jobs.c.id.in_(binds("id_", n, BigInteger())), jobs.c.available_at <= NOW)',
         "claim_ids (the limited claim): drop status IN (...)",
     ),
     # -- release, rescue
@@ -317,14 +318,14 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         QUEUES,
-        "                        left_q[row.queue] -= 1\n",
-        "                        left_q[row.queue] -= 0\n",
+        "                        left_q[queue] -= 1\n",
+        "                        left_q[queue] -= 0\n",
         "queue policy: ignore the queue concurrency limit within one claim",
     ),
     Mutation(
         CONTROLS,
-        "        running_q = _running(conn, jobs.c.queue, limited_queues) if limited_queues else {}\n",
-        "        running_q = {}\n",
+        '("queue", list(limited_queues))',
+        '("queue", [])',
         "queue policy: the limit does not count the jobs already running",
     ),
 ]  # fmt: skip
