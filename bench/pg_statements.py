@@ -64,7 +64,7 @@ def _explain(conn: Any, text: str, params: tuple[Any, ...]) -> dict[str, float]:
 
 def profile(jobs: int, batch: int, rounds: int) -> dict[str, dict[str, float]]:
     import psycopg
-    from jobdeck.store import statements
+    from jobdeck.store import attempt_statements, statements
 
     system = Jobdeck()
     system.install()
@@ -74,7 +74,7 @@ def profile(jobs: int, batch: int, rounds: int) -> dict[str, dict[str, float]]:
     finally:
         system.close()
     claim = statements.claim(1, None, 0)
-    complete = statements.complete_recorded(False, alone=True)
+    complete = attempt_statements.complete_recorded(False, alone=True)
     per_round: dict[str, list[dict[str, float]]] = {"claim": [], "completion and attempt rows": []}
     with psycopg.connect(system.dsn, autocommit=True) as conn:
         conn.execute("SET TIME ZONE 'UTC'")

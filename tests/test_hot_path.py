@@ -261,7 +261,7 @@ def test_a_completed_batch_writes_every_attempt_row_by_multi_row_inserts(deck, c
 def test_a_multi_row_insert_that_fails_writes_none_of_its_rows(deck, clock) -> None:  # type: ignore[no-untyped-def]
     """The chunks run in the batch's transaction: a row the database refuses
     fails the batch (the acker then writes one by one) with nothing written."""
-    from jobdeck.store import statements
+    from jobdeck.store import attempt_statements
 
     deck.enqueue_many([{"type": "demo.noop"} for _ in range(5)])
     claimed = deck.store.claim("w1", clock(), limit=5)
@@ -269,5 +269,5 @@ def test_a_multi_row_insert_that_fails_writes_none_of_its_rows(deck, clock) -> N
     rows = [(j.id, 1, "w1", t, t, "completed") for j in claimed]
     rows[3] = (claimed[3].id, 1, "w1", t, t, None)  # outcome is NOT NULL
     with pytest.raises(IntegrityError), deck.store.write() as conn:
-        deck.store._run_many(conn, statements.attempt(with_error=False), rows)
+        deck.store._run_many(conn, attempt_statements.attempt(with_error=False), rows)
     assert all(deck.store.attempts_of(j.id) == [] for j in claimed)

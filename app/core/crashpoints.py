@@ -7,7 +7,7 @@ Off unless ``JOBDECK_TEST_CRASH_AT`` is set, and read once at import: then
 claimed batch is held and before any of it starts; ``ack`` inside an
 acknowledgement's transaction, before its commit (just before the statement
 where the acknowledgement is one statement in autocommit: PostgreSQL's
-completions, ``statements.complete_recorded``); ``sweep`` inside the
+completions, ``attempt_statements.complete_recorded``); ``sweep`` inside the
 stalled-job sweep's transaction, before its commit. ``ack@3`` kills at the
 third time the point is reached.
 """

@@ -15,7 +15,7 @@ masking anyway: a megabyte message costs no more than its first few
 kilobytes.
 
 The fingerprint is stored on the job when it fails (``jobs.error_fingerprint``,
-set by ``jobdeck.store.statements.fail``) and computed from the text the store
+set by ``jobdeck.store.attempt_statements.fail``) and computed from the text the store
 keeps (``jobdeck.store.faults.storable_text``), so a backfill from the ``error``
 column (migration 0012) gives what the fail statement gave.
 """

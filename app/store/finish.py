@@ -11,14 +11,14 @@ from jobdeck.core.crashpoints import crash_point
 from jobdeck.core.errors import JobNotFound, NotHeld, TransitionRefused
 from jobdeck.core.fingerprint import fingerprint
 from jobdeck.core.states import AttemptOutcome, State, Transition
-from jobdeck.store import statements
+from jobdeck.store import attempt_statements
+from jobdeck.store.attempt_statements import CANCELLED_WHILE_RUNNING
 from jobdeck.store.claim import Claiming
 from jobdeck.store.enqueue import dumps
 from jobdeck.store.faults import storable_text
 from jobdeck.store.graph import Graph
 from jobdeck.store.models import jobs
 from jobdeck.store.records import JobRecord, Outcome, PoolBeat
-from jobdeck.store.statements import CANCELLED_WHILE_RUNNING
 from jobdeck.store.transactions import Backoff
 from sqlalchemy import Connection, select
 
@@ -64,7 +64,7 @@ class Finishing(Graph, Claiming):
         rescued attempt are refused).
 
         On PostgreSQL each worker's batch is one statement
-        (``statements.complete_recorded``). Outside a transaction (the pool's
+        (``attempt_statements.complete_recorded``). Outside a transaction (the pool's
         acker) that statement runs alone in autocommit for the jobs in no
         workflow and no batch; the rest, and the refused, then go through a
         transaction, where the ends of workflow and batch jobs move the jobs
@@ -114,15 +114,15 @@ class Finishing(Graph, Claiming):
                 )  # fmt: skip
                 if has_result:
                     values += ([dumps(o.result) for o in group],)
-                rows = self._run(conn, statements.complete_recorded(has_result, alone), values).all()
+                rows = self._run(conn, attempt_statements.complete_recorded(has_result, alone), values).all()
             elif has_result:
                 rows = []
                 for o in group:
                     values = (t, worker_id, o.job_id, o.attempt, dumps(o.result))
-                    rows.extend(self._run(conn, statements.complete(1, True), values).all())
+                    rows.extend(self._run(conn, attempt_statements.complete(1, True), values).all())
             else:
-                size, pairs = statements.fenced_pairs([(o.job_id, o.attempt) for o in group])
-                rows = self._run(conn, statements.complete(size), (t, worker_id, *pairs)).all()
+                size, pairs = attempt_statements.fenced_pairs([(o.job_id, o.attempt) for o in group])
+                rows = self._run(conn, attempt_statements.complete(size), (t, worker_id, *pairs)).all()
             applied.extend((*r, worker_id) for r in rows)
         return applied
 
@@ -141,11 +141,11 @@ class Finishing(Graph, Claiming):
                 )
             else:
                 rows.append((o.job_id, o.attempt, o.worker_id, started, t, done))
-        self._run_many(conn, statements.attempt(with_error=False), rows)
-        self._run_many(conn, statements.attempt(), cancelled)
+        self._run_many(conn, attempt_statements.attempt(with_error=False), rows)
+        self._run_many(conn, attempt_statements.attempt(), cancelled)
 
     def _current(self, conn: Connection, ids: list[int], lock: bool = False) -> dict[int, Any]:
-        return {row.id: row for row in conn.execute(statements.current(lock), {"ids": ids})}
+        return {row.id: row for row in conn.execute(attempt_statements.current(lock), {"ids": ids})}
 
     def complete(self, job_id: int, worker_id: str, now: datetime, result: Any = None) -> JobRecord:
         """The HTTP worker's complete: refused unless running and held by it.
@@ -192,7 +192,7 @@ class Finishing(Graph, Claiming):
                 else:
                     values = (o.job_id, attempt, o.worker_id, t, error)
                 values += (fingerprint(error),)
-                failed = self._run(conn, statements.fail(o.retryable), values).first()
+                failed = self._run(conn, attempt_statements.fail(o.retryable), values).first()
                 if failed is None:
                     continue
                 job = self._record(failed)
@@ -201,7 +201,7 @@ class Finishing(Graph, Claiming):
                 outcome = CANCELLED if job.status is State.CANCELLED else AttemptOutcome(o.kind).value
                 self._run(
                     conn,
-                    statements.attempt(),
+                    attempt_statements.attempt(),
                     (o.job_id, attempt, o.worker_id, started and self._t(started), t, outcome, error,
                      storable_text(o.traceback)),
                 )  # fmt: skip
@@ -254,7 +254,7 @@ class Finishing(Graph, Claiming):
         landing in between was accepted and the job rescued anyway."""
         cutoff = now - timedelta(seconds=stall_timeout)
         with self._one_transaction() as conn:
-            rows = conn.execute(statements.stalled(cutoff, limit)).all()
+            rows = conn.execute(attempt_statements.stalled(cutoff, limit)).all()
             return self.fail_many([_stalled(r) for r in rows], now)
 
     # -- while running ------------------------------------------------------------
@@ -262,7 +262,7 @@ class Finishing(Graph, Claiming):
     def heartbeat(self, job_id: int, worker_id: str, now: datetime) -> JobRecord:
         """One job's heartbeat (the HTTP worker's); urgent, like ``heartbeat_worker``."""
         with self.write(urgent=True) as conn:
-            row = conn.execute(statements.heartbeat(), {"job": job_id, "worker": worker_id, "now": now}).first()
+            row = conn.execute(attempt_statements.heartbeat(), {"job": job_id, "worker": worker_id, "now": now}).first()
             if row is None:
                 self._held(conn, job_id, worker_id, Transition.HEARTBEAT)
                 raise self._why_refused(conn, job_id, Transition.HEARTBEAT)
@@ -293,8 +293,8 @@ class Finishing(Graph, Claiming):
         it started waiting"."""
         with self.write(urgent=True) as conn:
             params = {"worker": worker_id, "now": now() if callable(now) else now}
-            beaten = conn.execute(statements.heartbeat_held(self.dialect), params).all()
-            conn.execute(statements.heartbeat_worker(), params)
+            beaten = conn.execute(attempt_statements.heartbeat_held(self.dialect), params).all()
+            conn.execute(attempt_statements.heartbeat_worker(), params)
         return PoolBeat(
             {job_id: attempt for job_id, _, attempt in beaten},
             [job_id for job_id, requested_at, _ in beaten if requested_at is not None],
@@ -312,7 +312,7 @@ class Finishing(Graph, Claiming):
             "now": now,
         }
         with self.write() as conn:
-            return bool(conn.execute(statements.set_progress(), params).rowcount)
+            return bool(conn.execute(attempt_statements.set_progress(), params).rowcount)
 
     def release(
         self,
@@ -339,10 +339,10 @@ class Finishing(Graph, Claiming):
         started = dict(interrupted or {})
         # Every pair as given (a stale attempt of a job listed with its
         # current one must not hide it): the fence matches at most one.
-        size, pairs = statements.fenced_pairs(list(dict.fromkeys(held)))
+        size, pairs = attempt_statements.fenced_pairs(list(dict.fromkeys(held)))
         t = self._t(now)
         with self.write() as conn:
-            moved = self._run(conn, statements.release(size), (t, worker_id, *pairs)).all()
+            moved = self._run(conn, attempt_statements.release(size), (t, worker_id, *pairs)).all()
             self._settle(conn, [r[:4] for r in moved], now)
             released = [r[0] for r in moved]
             rows = [
@@ -350,7 +350,7 @@ class Finishing(Graph, Claiming):
                 for r in moved
                 if r[0] in started
             ]  # fmt: skip
-            self._run_many(conn, statements.attempt(), rows)
+            self._run_many(conn, attempt_statements.attempt(), rows)
             if released:
                 self._notify_other_processes(conn)
         if released:

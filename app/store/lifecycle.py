@@ -22,7 +22,7 @@ from jobdeck.core.config import DEFAULT_ARTIFACT_BYTES
 from jobdeck.core.errors import JobMovedOn, JobNotFound, RunNowRefused, TransitionRefused
 from jobdeck.core.states import CLAIMABLE, SOURCES, State, Transition
 from jobdeck.core.validation import fits_id, spellings
-from jobdeck.store import statements
+from jobdeck.store import operator_statements, statements
 from jobdeck.store.audit import Tally, count_moved
 from jobdeck.store.enqueue import Enqueueing, dumps
 from jobdeck.store.faults import is_transient, is_unavailable, storable_text
@@ -63,10 +63,10 @@ class JobChanges:
     available_at: datetime | None = None
 
     def values(self) -> dict[str, Any]:
-        """The set fields by column name, in ``statements.EDIT_FIELDS`` order."""
+        """The set fields by column name, in ``operator_statements.EDIT_FIELDS`` order."""
         given: dict[str, Any] = {"payload": self.payload_json, "priority": self.priority, "queue": self.queue}
         given["available_at"] = self.available_at
-        return {f: given[f] for f in statements.EDIT_FIELDS if given[f] is not None}
+        return {f: given[f] for f in operator_statements.EDIT_FIELDS if given[f] is not None}
 
 
 @dataclass(frozen=True)
@@ -136,20 +136,20 @@ class Store(Enqueueing, Snoozing):
         params: dict[str, Any] = {"job": job_id, "now": now}
         with self.write() as conn:
             if payload is not None:
-                old = conn.execute(statements.payload_of(), params).scalar()
+                old = conn.execute(operator_statements.payload_of(), params).scalar()
                 params["new_payload"] = dumps(payload)
-            row = conn.execute(statements.retry(True, payload is not None), params).first()
+            row = conn.execute(operator_statements.retry(True, payload is not None), params).first()
             if row is None:
                 raise self._why_refused(conn, job_id, Transition.RETRY)
             if payload is not None:
-                conn.execute(statements.keep_old_payload(), {"job": job_id, "old": old})
+                conn.execute(operator_statements.keep_old_payload(), {"job": job_id, "old": old})
             self._notify_other_processes(conn)
         self._notify_enqueued()
         return JobRecord.from_row(row)
 
     def edit(self, job_id: int, now: datetime, changes: JobChanges, seen: Seen | None = None) -> Edited:
         """Change a waiting job's payload, priority, queue or run-at in one
-        fenced statement (``statements.edit``): a pending or failed job keeps
+        fenced statement (``operator_statements.edit``): a pending or failed job keeps
         its state, a dead one is retried. ``seen`` is the job as the operator
         saw it; without it, the job as read here (so a claim racing this very
         call still wins). Raises ``TransitionRefused`` for a job no edit
@@ -157,7 +157,7 @@ class Store(Enqueueing, Snoozing):
         attempts that ran with the old payload keep it, as for edit and retry."""
         values = changes.values()
         with self.write() as conn:
-            row = conn.execute(statements.job_of(), {"job": job_id}).first()
+            row = conn.execute(operator_statements.job_of(), {"job": job_id}).first()
             if row is None:
                 raise JobNotFound(job_id)
             before = JobRecord.from_row(row)
@@ -167,15 +167,17 @@ class Store(Enqueueing, Snoozing):
             params: dict[str, Any] = {"job": job_id, "now": now, "seen_attempt": fence.attempt}
             params["seen_updated_at"] = fence.updated_at
             params.update({f"new_{name}": value for name, value in values.items()})
-            edited = conn.execute(statements.edit(tuple(values), fence.status), params).first()
+            edited = conn.execute(operator_statements.edit(tuple(values), fence.status), params).first()
             if edited is None:
                 raise self._why_not_edited(conn, job_id)
             after = JobRecord.from_row(edited)
             if after.payload != before.payload:
-                conn.execute(statements.keep_old_payload(), {"job": job_id, "old": row.payload})
+                conn.execute(operator_statements.keep_old_payload(), {"job": job_id, "old": row.payload})
             if self.flow_keys is not None and (after.payload != before.payload or after.queue != before.queue):
                 rate_key, concurrency_key = self.flow_keys(after.type, after.queue, after.payload)
-                conn.execute(statements.set_flow_keys(), {"job": job_id, "rk": rate_key, "ck": concurrency_key})
+                conn.execute(
+                    operator_statements.set_flow_keys(), {"job": job_id, "rk": rate_key, "ck": concurrency_key}
+                )
                 after = replace(after, rate_key=rate_key, concurrency_key=concurrency_key)
             due = after.status in CLAIMABLE and after.available_at <= now
             if due:
@@ -185,7 +187,7 @@ class Store(Enqueueing, Snoozing):
         return Edited(before, after)
 
     def _why_not_edited(self, conn: Any, job_id: int) -> Exception:
-        now_row = conn.execute(statements.job_of(), {"job": job_id}).first()
+        now_row = conn.execute(operator_statements.job_of(), {"job": job_id}).first()
         if now_row is None:
             return JobNotFound(job_id)
         if now_row.status not in {s.value for s in SOURCES[Transition.EDIT]}:
@@ -195,7 +197,7 @@ class Store(Enqueueing, Snoozing):
     def discard(self, job_id: int, now: datetime) -> JobRecord:
         """pending|failed|dead -> discarded."""
         with self.write() as conn:
-            row = conn.execute(statements.discard(True), {"job": job_id, "now": now}).first()
+            row = conn.execute(operator_statements.discard(True), {"job": job_id, "now": now}).first()
             if row is None:
                 raise self._why_refused(conn, job_id, Transition.DISCARD)
             job = JobRecord.from_row(row)
@@ -207,9 +209,9 @@ class Store(Enqueueing, Snoozing):
         release it wakes this process's pool and, on PostgreSQL, every other
         process's (NOTIFY in the same transaction)."""
         with self.write() as conn:
-            row = conn.execute(statements.run_now(), {"job": job_id, "now": now}).first()
+            row = conn.execute(operator_statements.run_now(), {"job": job_id, "now": now}).first()
             if row is None:
-                status = conn.execute(statements.status_of(), {"job": job_id}).scalar()
+                status = conn.execute(operator_statements.status_of(), {"job": job_id}).scalar()
                 if status is None:
                     raise JobNotFound(job_id)
                 state = State(status)
@@ -224,7 +226,7 @@ class Store(Enqueueing, Snoozing):
         other processes' at their next heartbeat): its attempt's end, however
         it ends, ends the job cancelled. Refused for dead and finished jobs."""
         with self.write() as conn:
-            row = conn.execute(statements.cancel(True), {"job": job_id, "now": now}).first()
+            row = conn.execute(operator_statements.cancel(True), {"job": job_id, "now": now}).first()
             if row is None:
                 raise self._why_refused(conn, job_id, Transition.CANCEL)
             job = JobRecord.from_row(row)
@@ -238,7 +240,7 @@ class Store(Enqueueing, Snoozing):
         had moved on). With ``tally``, what moved is counted into its bulk
         action's audit entry in the same transaction (``jobdeck.store.audit``)."""
         with self.write() as conn:
-            moved = conn.execute(statements.cancel(False), {"ids": list(ids), "now": now}).all()
+            moved = conn.execute(operator_statements.cancel(False), {"ids": list(ids), "now": now}).all()
             self._settle(conn, moved, now)
             if tally is not None:
                 count_moved(conn, tally, len(moved), now)
@@ -260,7 +262,7 @@ class Store(Enqueueing, Snoozing):
         """Bulk retry; returns the ids moved (others had moved on), counted
         into ``tally``'s audit entry in the same transaction."""
         with self.write() as conn:
-            moved = list(conn.execute(statements.retry(False), {"ids": list(ids), "now": now}).scalars())
+            moved = list(conn.execute(operator_statements.retry(False), {"ids": list(ids), "now": now}).scalars())
             if tally is not None:
                 count_moved(conn, tally, len(moved), now)
             if moved:
@@ -290,7 +292,7 @@ class Store(Enqueueing, Snoozing):
     def discard_ids(self, ids: Sequence[int], now: datetime, tally: Tally | None = None) -> list[int]:
         """Bulk discard; returns the ids moved, counted into ``tally``'s audit entry in the same transaction."""
         with self.write() as conn:
-            moved = conn.execute(statements.discard(False), {"ids": list(ids), "now": now}).all()
+            moved = conn.execute(operator_statements.discard(False), {"ids": list(ids), "now": now}).all()
             self._settle(conn, moved, now)
             if tally is not None:
                 count_moved(conn, tally, len(moved), now)

@@ -82,7 +82,7 @@ class Prepared:
     gives the values in. ``params`` names them for Core; ``sqlite`` is the
     statement compiled to SQLite text once, the values placed positionally.
     ``for_sqlite`` is the same transition phrased for SQLite's planner, where
-    the two differ (``statements._fenced``); ``as_set`` the same statement
+    the two differ (``attempt_statements._fenced``); ``as_set`` the same statement
     over arrays, for PostgreSQL's batches."""
 
     def __init__(

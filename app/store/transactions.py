@@ -14,7 +14,7 @@ from jobdeck.core import forks
 from jobdeck.core.errors import JobNotFound, TransitionRefused
 from jobdeck.core.states import Transition
 from jobdeck.core.wakeups import Event
-from jobdeck.store import statements
+from jobdeck.store import operator_statements
 from jobdeck.store.engine import READONLY, waiting_for_lock
 from jobdeck.store.postgres import NOTIFY_SQL, PQTRANS_IDLE
 from jobdeck.store.records import JobRecord
@@ -307,7 +307,7 @@ class Transactions:
         return self._decode(row)
 
     def _why_refused(self, conn: Connection, job_id: int, transition: Transition) -> Exception:
-        status = conn.execute(statements.status_of(), {"job": job_id}).scalar()
+        status = conn.execute(operator_statements.status_of(), {"job": job_id}).scalar()
         if status is None:
             return JobNotFound(job_id)
         return TransitionRefused(job_id, status, transition)

@@ -28,6 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 STATEMENTS = "app/store/statements.py"
+ATTEMPTS = "app/store/attempt_statements.py"
+OPERATORS = "app/store/operator_statements.py"
 ENQUEUE = "app/store/enqueue.py"
 FINISH = "app/store/finish.py"
 CONTROLS = "app/store/controls.py"
@@ -42,7 +44,7 @@ class Mutation:
     description: str
 
 
-# Each lifecycle statement is written once (app/store/statements.py) and run
+# Each lifecycle statement is written once (app/store/*statements.py) and run
 # by both dialects (Core on PostgreSQL, compiled once to text on SQLite), so
 # each guard is broken once, where its statement applies it; the suite runs
 # every test on both. The source states come from ``in_states(Transition.X)``:
@@ -71,46 +73,46 @@ def _complete_without(dropped: str, variant: str) -> str:
 
 MUTATIONS: list[Mutation] = [
     # -- complete (SQLite): complete(n) (batched, no result) and complete(1, True) (with a result: Store.complete, HTTP)
-    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("status", "plain"),
+    Mutation(ATTEMPTS, _COMPLETE_WHERE, _complete_without("status", "plain"),
              "complete (batched, no result): drop status IN (...)"),
-    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("status", "result"),
+    Mutation(ATTEMPTS, _COMPLETE_WHERE, _complete_without("status", "result"),
              "complete (with a result): drop status IN (...)"),
-    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("worker", "plain"),
+    Mutation(ATTEMPTS, _COMPLETE_WHERE, _complete_without("worker", "plain"),
              "complete (batched, no result): drop the worker_id fence"),
-    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("worker", "result"),
+    Mutation(ATTEMPTS, _COMPLETE_WHERE, _complete_without("worker", "result"),
              "complete (with a result): drop the worker_id fence"),
-    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("attempt", "plain"),
+    Mutation(ATTEMPTS, _COMPLETE_WHERE, _complete_without("attempt", "plain"),
              "complete (batched, no result): drop the attempt fence"),
-    Mutation(STATEMENTS, _COMPLETE_WHERE, _complete_without("attempt", "result"),
+    Mutation(ATTEMPTS, _COMPLETE_WHERE, _complete_without("attempt", "result"),
              "complete (with a result): drop the attempt fence"),
     # -- complete_recorded: PostgreSQL's batched completions, the pairs (and results) as arrays
-    Mutation(STATEMENTS, "        jobs.c.attempt == done.c.attempts,\n", "",
+    Mutation(ATTEMPTS, "        jobs.c.attempt == done.c.attempts,\n", "",
              "complete_recorded (PostgreSQL batches): drop the attempt fence"),
-    Mutation(STATEMENTS, "        jobs.c.attempt == done.c.attempts,\n        jobs.c.worker_id == bindparam(\"worker\"),\n",
+    Mutation(ATTEMPTS, "        jobs.c.attempt == done.c.attempts,\n        jobs.c.worker_id == bindparam(\"worker\"),\n",
              "        jobs.c.attempt == done.c.attempts,\n",
              "complete_recorded (PostgreSQL batches): drop the worker_id fence"),
-    Mutation(STATEMENTS, "        jobs.c.worker_id == bindparam(\"worker\"),\n        in_states(transition),\n    ]\n    return done, fence",
+    Mutation(ATTEMPTS, "        jobs.c.worker_id == bindparam(\"worker\"),\n        in_states(transition),\n    ]\n    return done, fence",
              "        jobs.c.worker_id == bindparam(\"worker\"),\n    ]\n    return done, fence",
              "complete_recorded (PostgreSQL batches): drop status IN (...)"),
-    Mutation(STATEMENTS, "fence += [jobs.c.workflow_id.is_(None), jobs.c.batch_id.is_(None)]",
+    Mutation(ATTEMPTS, "fence += [jobs.c.workflow_id.is_(None), jobs.c.batch_id.is_(None)]",
              "fence += [jobs.c.batch_id.is_(None)]",
              "complete_recorded alone (PostgreSQL, autocommit): complete workflow jobs with no one to promote their dependents"),
-    Mutation(STATEMENTS, "fence += [jobs.c.workflow_id.is_(None), jobs.c.batch_id.is_(None)]",
+    Mutation(ATTEMPTS, "fence += [jobs.c.workflow_id.is_(None), jobs.c.batch_id.is_(None)]",
              "fence += [jobs.c.workflow_id.is_(None)]",
              "complete_recorded alone (PostgreSQL, autocommit): complete batch jobs with no one to fire the batch's callback"),
-    Mutation(STATEMENTS, "case((cancelled, AttemptOutcome.CANCELLED.value), else_=AttemptOutcome.COMPLETED.value)",
+    Mutation(ATTEMPTS, "case((cancelled, AttemptOutcome.CANCELLED.value), else_=AttemptOutcome.COMPLETED.value)",
              "AttemptOutcome.COMPLETED.value",
              "complete_recorded (PostgreSQL batches): a cancelled job's attempt row says completed"),
     # -- fail, set_progress and snooze: one fence, ``_held_attempt``, broken once on its own
-    Mutation(STATEMENTS, '        jobs.c.attempt == bindparam("job_attempt"),\n', "",
+    Mutation(ATTEMPTS, '        jobs.c.attempt == bindparam("job_attempt"),\n', "",
              "held attempt (fail, progress, snooze): drop the attempt fence"),
-    Mutation(STATEMENTS, '        jobs.c.worker_id == bindparam("worker"),\n        in_states(transition),\n    )\n',
+    Mutation(ATTEMPTS, '        jobs.c.worker_id == bindparam("worker"),\n        in_states(transition),\n    )\n',
              "        in_states(transition),\n    )\n", "held attempt (fail, progress, snooze): drop the worker_id fence"),
-    Mutation(STATEMENTS, '        jobs.c.worker_id == bindparam("worker"),\n        in_states(transition),\n    )\n',
+    Mutation(ATTEMPTS, '        jobs.c.worker_id == bindparam("worker"),\n        in_states(transition),\n    )\n',
              '        jobs.c.worker_id == bindparam("worker"),\n    )\n',
              "held attempt (fail, progress, snooze): drop status IN (...)"),
     Mutation(
-        STATEMENTS,
+        ATTEMPTS,
         '        values = {"status": ended, "finished_at": NOW}\n',
         '        values = {"status": case((jobs.c.retry_count < jobs.c.max_retries, State.FAILED.value),'
         ' else_=ended), "finished_at": NOW}\n',
@@ -118,19 +120,19 @@ MUTATIONS: list[Mutation] = [
     ),
     # -- while running
     Mutation(
-        STATEMENTS,
+        ATTEMPTS,
         '.where(jobs.c.id == bindparam("job"), jobs.c.worker_id == bindparam("worker"), in_states(Transition.HEARTBEAT))',
         '.where(jobs.c.id == bindparam("job"), in_states(Transition.HEARTBEAT))',
         "heartbeat (one job): drop the worker_id fence",
     ),
     Mutation(
-        STATEMENTS,
+        ATTEMPTS,
         'held = select(jobs.c.id).where(jobs.c.worker_id == bindparam("worker"), in_states(Transition.HEARTBEAT))',
         "held = select(jobs.c.id).where(in_states(Transition.HEARTBEAT))",
         "heartbeat_worker (its jobs): drop the worker_id fence",
     ),
     Mutation(
-        STATEMENTS,
+        ATTEMPTS,
         'update(workers).where(workers.c.id == bindparam("worker"))',
         "update(workers).where(workers.c.id.is_not(None))",
         "heartbeat_worker (its row): beat every worker's row",
@@ -168,52 +170,52 @@ MUTATIONS: list[Mutation] = [
     ),
     # -- release, rescue
     Mutation(
-        STATEMENTS,
+        ATTEMPTS,
         ".where(_fenced(n, Transition.RELEASE, by_rowid))",
         ".where(and_(*_fenced(n, Transition.RELEASE, by_rowid).clauses[:-1]))",
         "release: drop status IN (...)",
     ),
     Mutation(
-        STATEMENTS,
+        ATTEMPTS,
         ".where(in_states(Transition.RESCUE), jobs.c.heartbeat_at < cutoff, ~live_worker.exists())",
         ".where(jobs.c.heartbeat_at < cutoff, ~live_worker.exists())",
         "rescue_stalled: drop status IN (...)",
     ),
     Mutation(
-        STATEMENTS,
+        ATTEMPTS,
         ".where(in_states(Transition.RESCUE), jobs.c.heartbeat_at < cutoff, ~live_worker.exists())",
         ".where(in_states(Transition.RESCUE), jobs.c.heartbeat_at < cutoff)",
         "rescue_stalled: rescue the jobs of a worker still heart-beating",
     ),
     # -- operator actions
     Mutation(
-        STATEMENTS,
+        OPERATORS,
         "stmt = update(jobs).where(picked, in_states(Transition.RETRY)).values(values)",
         "stmt = update(jobs).where(picked, in_states(Transition.RETRY) if not one"
         " else status_in(jobs.c.status, [*sources(Transition.RETRY), 'completed'])).values(values)",
         "retry (one job): from a state not in SOURCES (completed)",
     ),
     Mutation(
-        STATEMENTS,
+        OPERATORS,
         "stmt = update(jobs).where(picked, in_states(Transition.RETRY)).values(values)",
         "stmt = update(jobs).where(picked, in_states(Transition.RETRY) if one"
         " else status_in(jobs.c.status, [*sources(Transition.RETRY), 'completed'])).values(values)",
         "retry_ids: from a state not in SOURCES (completed)",
     ),
     Mutation(
-        STATEMENTS,
+        OPERATORS,
         ".where(picked, in_states(Transition.DISCARD))",
         ".where(picked, in_states(Transition.DISCARD) if not one else jobs.c.id.is_not(None))",
         "discard (one job): drop status IN (...)",
     ),
     Mutation(
-        STATEMENTS,
+        OPERATORS,
         ".where(picked, in_states(Transition.DISCARD))",
         ".where(picked, in_states(Transition.DISCARD) if one else jobs.c.id.is_not(None))",
         "discard_ids: drop status IN (...)",
     ),
     Mutation(
-        STATEMENTS,
+        OPERATORS,
         '.where(jobs.c.id == bindparam("job"), in_states(Transition.RUN_NOW), jobs.c.available_at > NOW)',
         '.where(jobs.c.id == bindparam("job"), jobs.c.available_at > NOW)',
         "run_now: drop status IN (...)",
@@ -225,23 +227,23 @@ MUTATIONS: list[Mutation] = [
         "in_states (the shared helper): every state is a source of every transition",
     ),
     # -- cancel: its guard, and the cancel request each finishing statement honours
-    Mutation(STATEMENTS, ".where(picked, in_states(Transition.CANCEL))", ".where(picked)",
+    Mutation(OPERATORS, ".where(picked, in_states(Transition.CANCEL))", ".where(picked)",
              "cancel: drop status IN (...)"),
     Mutation(
-        STATEMENTS,
+        OPERATORS,
         "at_once = status_in(jobs.c.status, [s.value for s in ALL_STATES if s in CANCEL_AT_ONCE])",
         "at_once = status_in(jobs.c.status, sources(Transition.CANCEL))",
         "cancel: a running job cancelled at once (its attempt still running)",
     ),
-    Mutation(STATEMENTS, '        "status": _cancelled_or(State.COMPLETED),', '        "status": State.COMPLETED.value,',
+    Mutation(ATTEMPTS, '        "status": _cancelled_or(State.COMPLETED),', '        "status": State.COMPLETED.value,',
              "cancel request ignored by complete (the job completes)"),
     Mutation(
-        STATEMENTS,
+        ATTEMPTS,
         "        left = and_(jobs.c.retry_count < jobs.c.max_retries, ~cancel_requested())\n",
         "        left = jobs.c.retry_count < jobs.c.max_retries\n",
         "cancel request ignored by fail, timeout and rescue (the job is retried)",
     ),
-    Mutation(STATEMENTS, '"status": _cancelled_or(State.PENDING)', '"status": State.PENDING.value',
+    Mutation(ATTEMPTS, '"status": _cancelled_or(State.PENDING)', '"status": State.PENDING.value',
              "cancel request ignored by release (the job goes back to pending)"),
     # -- enqueue with idempotency keys
     Mutation(

@@ -1,6 +1,6 @@
 """Batches as the pool's acker writes them: many completions (with and
 without results, fenced per job) and their attempt rows, on PostgreSQL in
-one statement over arrays (``statements.complete_recorded``); a claimed job
+one statement over arrays (``attempt_statements.complete_recorded``); a claimed job
 decoded by position equals the job read back."""
 
 from __future__ import annotations
@@ -108,17 +108,17 @@ def test_the_claim_finds_its_rows_by_key_on_an_analyzed_table(drv: Driver) -> No
 @pytest.mark.parametrize("size", [1, 15, 16, 17, 33])
 def test_batches_padded_to_a_shape_complete_and_release_each_pair_once(drv: Driver, size: int) -> None:
     """Completions and releases of ``size`` pairs run the statement of the
-    next padded size (``statements.fenced_pairs``), the last pair repeated:
+    next padded size (``attempt_statements.fenced_pairs``), the last pair repeated:
     here a refused one, so the padding must not let it through, nor count
     an accepted one twice."""
-    from jobdeck.store import statements
+    from jobdeck.store import attempt_statements
 
     drv.store.enqueue_many([NewJob("demo.noop", {"i": i}) for i in range(2 * size + 2)], drv.now)
     claimed = drv.store.claim("w1", drv.now, limit=2 * size + 2)
     done, released, spare = claimed[:size], claimed[size : 2 * size], claimed[2 * size :]
     stale = Outcome(spare[0].id, "w1", attempt=spare[0].attempt + 1, started_at=drv.now)
     outcomes = [Outcome(j.id, "w1", attempt=j.attempt, started_at=drv.now) for j in done[:-1]] + [stale]
-    assert statements.fenced_pairs([(o.job_id, o.attempt) for o in outcomes])[0] >= len(outcomes)
+    assert attempt_statements.fenced_pairs([(o.job_id, o.attempt) for o in outcomes])[0] >= len(outcomes)
 
     assert sorted(drv.store.complete_many(outcomes, drv.now)) == sorted(j.id for j in done[:-1])
     for j in done[:-1]:
