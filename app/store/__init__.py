@@ -5,7 +5,8 @@ it hold the engine, the tables, the effects ledger, the dashboard's reads,
 the sessions and the migrations.
 """
 
-from jobdeck.store.lifecycle import Backoff, Store, backoff_delay, exponential_backoff, filtered
+from jobdeck.store.filters import filtered
+from jobdeck.store.lifecycle import Backoff, Store, backoff_delay, exponential_backoff
 from jobdeck.store.records import AttemptRecord, JobFilter, JobRecord, NewJob, Outcome, PoolBeat
 
 __all__ = [

@@ -21,17 +21,17 @@ from typing import Any
 from jobdeck.core.config import DEFAULT_ARTIFACT_BYTES
 from jobdeck.core.errors import JobMovedOn, JobNotFound, RunNowRefused, TransitionRefused
 from jobdeck.core.states import CLAIMABLE, SOURCES, State, Transition
-from jobdeck.core.validation import fits_id, spellings
 from jobdeck.store import operator_statements, statements
 from jobdeck.store.audit import Tally, count_moved
 from jobdeck.store.enqueue import Enqueueing, dumps
 from jobdeck.store.faults import is_transient, is_unavailable, storable_text
+from jobdeck.store.filters import filtered
 from jobdeck.store.ledger import Ledger
-from jobdeck.store.models import ERROR_STATES, attempts, jobs, status_in, workers
+from jobdeck.store.models import attempts, jobs, workers
 from jobdeck.store.records import AttemptRecord, JobFilter, JobRecord, NewJob, Outcome
 from jobdeck.store.snoozing import Snoozing
 from jobdeck.store.transactions import Backoff
-from sqlalchemy import Engine, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Engine, delete, func, insert, select, update
 
 __all__ = [
     "AttemptRecord", "Backoff", "Edited", "JobChanges", "JobFilter", "JobRecord", "NewJob", "Outcome", "Seen", "Store",
@@ -380,52 +380,3 @@ class Store(Enqueueing, Snoozing):
         counts["pending"] -= scheduled
         counts["scheduled"] = scheduled
         return counts
-
-
-def filtered(stmt: Any, f: JobFilter, now: datetime) -> Any:
-    """``stmt`` narrowed to the jobs ``f`` matches (paging aside); shared by
-    the API's list and the dashboard's lists, counts and bulk actions."""
-    if f.status is not None:
-        stmt = stmt.where(jobs.c.status == f.status.value)
-    if f.scheduled is True:
-        stmt = stmt.where(jobs.c.available_at > now)
-    elif f.scheduled is False:
-        stmt = stmt.where(jobs.c.available_at <= now)
-    if f.type:
-        stmt = stmt.where(_named(jobs.c.type, f.type))
-    if f.queue:
-        stmt = stmt.where(_named(jobs.c.queue, f.queue))
-    if f.search:
-        stmt = stmt.where(_search(f.search))
-    if f.error_fingerprint is not None:
-        stmt = stmt.where(error_group(f.error_fingerprint))
-    return stmt
-
-
-def _named(column: Any, name: str) -> Any:
-    """``column`` holds ``name`` as given or NFC-normalized (``spellings``):
-    rows written before names were normalized are found either way."""
-    forms = spellings(name)
-    return column == forms[0] if len(forms) == 1 else column.in_(forms)
-
-
-def error_group(fingerprint: str) -> Any:
-    """Failed or dead with this fingerprint; the states written literally so
-    SQLite sees that ``ix_jobs_error_groups`` (partial on them) serves it."""
-    return and_(status_in(jobs.c.status, ERROR_STATES), jobs.c.error_fingerprint == fingerprint)
-
-
-def _search(text: str) -> Any:
-    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    like = f"%{escaped}%"
-    clauses: list[Any] = [
-        jobs.c.idempotency_key.like(like, escape="\\"),
-        jobs.c.error.like(like, escape="\\"),
-        jobs.c.payload.like(like, escape="\\"),
-        jobs.c.type.like(like, escape="\\"),
-    ]
-    stripped = text.strip().lstrip("#")
-    # ASCII digits only ("²".isdigit() is true) and within BIGINT, or it is no id.
-    if stripped.isascii() and stripped.isdigit() and len(stripped) <= 19 and fits_id(int(stripped)):
-        clauses.insert(0, jobs.c.id == int(stripped))
-    return or_(*clauses)

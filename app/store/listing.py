@@ -19,7 +19,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from jobdeck.store.lifecycle import filtered
+from jobdeck.store.filters import filtered
 from jobdeck.store.models import jobs
 from jobdeck.store.records import JobFilter, JobRecord
 from sqlalchemy import LargeBinary, case, cast, func, null, select

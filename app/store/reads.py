@@ -27,7 +27,8 @@ from typing import Any
 
 from jobdeck.core.states import AttemptOutcome, State
 from jobdeck.store import statements
-from jobdeck.store.lifecycle import JobFilter, JobRecord, Store, filtered
+from jobdeck.store.filters import filtered
+from jobdeck.store.lifecycle import JobFilter, JobRecord, Store
 from jobdeck.store.listing import list_within, summarized, without_texts
 from jobdeck.store.models import (
     ERROR_STATES,
