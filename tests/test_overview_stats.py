@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from jobdeck.maintenance.upkeep import Maintenance, Retention
 from jobdeck.store import Outcome
-from jobdeck.store.reads import throughput
+from jobdeck.store.overview import throughput
 
 pytestmark = pytest.mark.backends
 

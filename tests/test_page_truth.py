@@ -10,7 +10,7 @@ import pytest
 from dashboard_support import HTMX, make_dash_app, make_dead
 from jobdeck.core.states import State
 from jobdeck.store import Outcome
-from jobdeck.store.reads import Snapshots, queue_latency
+from jobdeck.store.overview import Snapshots, queue_latency
 from jobdeck.web.dashboard.present import attempts_allowed
 from werkzeug.security import generate_password_hash
 

@@ -20,7 +20,7 @@ from jobdeck.jobs.handlers import JobContext, Registry, Snooze
 from jobdeck.jobs.snooze import DEFAULT_MAX_SNOOZES, MAX_SNOOZE_SECONDS, InvalidSnooze, check_seconds, max_snoozes
 from jobdeck.store import NewJob, Outcome
 from jobdeck.store.models import attempts, jobs, workers
-from jobdeck.store.reads import throughput
+from jobdeck.store.overview import throughput
 from jobdeck.store.upkeep import roll_up_minutes, stats_since, whole_minute
 from jobdeck.worker.pool import WorkerPool
 from sqlalchemy import func, select

@@ -13,7 +13,7 @@ from typing import Any
 
 from flask import Flask, current_app, jsonify, render_template, request
 from flask_wtf.csrf import CSRFError, CSRFProtect
-from jobdeck.store.reads import Snapshots
+from jobdeck.store.overview import Snapshots
 from jobdeck.web.dashboard import actions, auth, present, replies, views, workflows
 from jobdeck.web.dashboard.settings import load_settings
 from jobdeck.web.dashboard.throttle import LoginThrottle

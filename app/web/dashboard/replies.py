@@ -12,7 +12,7 @@ from flask import current_app, flash, redirect, render_template, request, url_fo
 
 if TYPE_CHECKING:
     from jobdeck.deck import Jobdeck
-    from jobdeck.store.reads import Snapshots
+    from jobdeck.store.overview import Snapshots
 
 
 def deck() -> Jobdeck:
