@@ -22,7 +22,7 @@ from jobdeck.store.statements import dialect_insert
 from sqlalchemy import Connection, select, update
 
 if TYPE_CHECKING:
-    from jobdeck.store.lifecycle import Store
+    from jobdeck.store.transactions import Transactions
 
 _STARTED = EffectState.STARTED.value
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -107,8 +107,9 @@ class Start:
 
 
 class Ledger:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Transactions) -> None:
         self.store = store
+        """Its transactions only: the ledger is part of the ``Store`` that holds it."""
 
     def start(self, key: str, job_id: int, attempt: int, worker_id: str, now: datetime) -> Start:
         """Record ``key`` started by this attempt, unless a row exists that is
