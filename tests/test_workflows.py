@@ -397,9 +397,9 @@ def test_a_batch_left_by_an_exception_is_closed_and_a_second_close_says_so(deck:
 
 
 def test_a_callback_lists_a_bounded_number_of_ids(deck: Jobdeck, monkeypatch: Any) -> None:
-    from jobdeck.store import graph
+    from jobdeck.store import graph_store
 
-    monkeypatch.setattr(graph, "MAX_CALLBACK_IDS", 3)
+    monkeypatch.setattr(graph_store, "MAX_CALLBACK_IDS", 3)
     with deck.batch(on_complete="demo.noop") as batch:
         ids = batch.add_many([{"type": "demo.noop"} for _ in range(5)])
     _run_all(deck)

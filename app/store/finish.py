@@ -16,7 +16,7 @@ from jobdeck.store.attempt_statements import CANCELLED_WHILE_RUNNING
 from jobdeck.store.claim import Claiming
 from jobdeck.store.enqueue import dumps
 from jobdeck.store.faults import storable_text
-from jobdeck.store.graph import Graph
+from jobdeck.store.graph_store import Graph
 from jobdeck.store.models import jobs
 from jobdeck.store.records import JobRecord, Outcome, PoolBeat
 from jobdeck.store.transactions import Backoff
