@@ -5,9 +5,8 @@ use, and a target holding other data, are refused before a row is written."""
 
 from __future__ import annotations
 
-import os
 import queue
-import shutil
+import re
 import signal
 import sqlite3
 import subprocess
@@ -22,7 +21,6 @@ from pathlib import Path
 import pytest
 from jobdeck import deck_of
 from jobdeck.deck import Jobdeck
-from jobdeck.jobs.handlers import Registry
 from jobdeck.store.engine import make_engine
 from jobdeck.store.models import jobs
 from jobdeck.store.schema import ensure_current
@@ -32,16 +30,8 @@ from sqlalchemy import create_engine, delete, func, inspect, select, text, updat
 from tests import transfer_support as support
 from tests.conftest import sqlite_url
 
-COPY = """
-import sys
-from jobdeck.store.transfer import copy_database
-
-def progress(step, table, done, total):
-    print(step, table, done, total, file=sys.stderr, flush=True)
-
-copy_database(sys.argv[1], sys.argv[2], batch_size=int(sys.argv[3]), progress=progress)
-"""
-"""The copy as a process of its own, so a test can kill it."""
+PROGRESS = re.compile(r"^(?P<step>\w+) (?P<table>\w+): (?P<done>\d+) of (?P<total>\d+) rows$")
+"""A progress line of ``jobdeck db copy``."""
 
 
 @pytest.fixture
@@ -64,26 +54,7 @@ def counts_of(url: str) -> dict[str, int]:
 @pytest.fixture
 def small_deployment(tmp_path: Path, sqlite_template: Path) -> Callable[..., str]:
     """Make a migrated SQLite file with a few jobs, every process on it gone."""
-
-    def make(jobs_: int = 5) -> str:
-        shutil.copyfile(sqlite_template, tmp_path / "jobdeck.db")
-        url = sqlite_url(tmp_path)
-        deck = Jobdeck(support.config(url, tmp_path / "instance"), registry())
-        try:
-            deck.enqueue_many([{"type": "demo.noop", "payload": {"n": n}} for n in range(jobs_)])
-        finally:
-            deck.store.engine.dispose()
-        return url
-
-    return make
-
-
-def registry() -> Registry:
-    from jobdeck import demo
-
-    made = Registry()
-    demo.register(made)
-    return made
+    return lambda jobs_=5: support.small(tmp_path, sqlite_template, jobs_)
 
 
 # -- what is copied ---------------------------------------------------------------------------
@@ -153,10 +124,11 @@ def test_a_deployment_moves_to_postgresql_and_a_killed_copy_completes(tmp_path: 
 
 
 def kill_midway(source: str, target: str, table: str, after: int) -> int:
-    """Run the copy in a process of its own and SIGKILL it once it has
-    copied ``after`` rows of ``table``; the rows it had reported."""
+    """Run ``jobdeck db copy`` and SIGKILL it once it says it has copied
+    ``after`` rows of ``table``; the rows it had reported."""
+    command = ["db", "copy", "--from", source, "--to", target, "--batch-size", "100"]
     child = subprocess.Popen(
-        [sys.executable, "-c", COPY, source, target, "100"], stderr=subprocess.PIPE, text=True, env=dict(os.environ)
+        [sys.executable, "-m", "jobdeck.cli", *command], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
     lines: queue.Queue[str] = queue.Queue()
     reader = threading.Thread(target=lambda: [lines.put(line) for line in child.stderr or []], daemon=True)
@@ -165,10 +137,10 @@ def kill_midway(source: str, target: str, table: str, after: int) -> int:
     try:
         while True:
             line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            step, name, done, _total = (line.split() + ["", "", "0", "0"])[:4]
-            if step == "copying" and name == table and int(done) >= after:
+            said = PROGRESS.match(line.strip())
+            if said and said["step"] == "copying" and said["table"] == table and int(said["done"]) >= after:
                 child.send_signal(signal.SIGKILL)
-                return int(done)
+                return int(said["done"])
             assert child.poll() is None, f"the copy ended before it was killed: {line}"
     finally:
         child.kill()
@@ -348,7 +320,7 @@ def test_no_process_can_open_the_source_while_the_copy_reads_it(
 def test_a_pool_that_still_beats_is_refused(tmp_path: Path, small_deployment: Callable[..., str]) -> None:
     url = small_deployment()
     target = f"sqlite:///{tmp_path / 'target.db'}"
-    deck = Jobdeck(support.config(url, tmp_path / "instance"), registry())
+    deck = Jobdeck(support.config(url, tmp_path / "instance"), support.demo_registry())
     beat = datetime.now(UTC)
     try:
         deck.store.register_worker("web-1:4242", "web-1", 4242, 4, beat)

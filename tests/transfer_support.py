@@ -8,6 +8,7 @@ schema holds rows to copy, a table added later included."""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,6 +18,7 @@ from jobdeck import create_app, deck_of
 from jobdeck.core.config import Config, load
 from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import Registry
 from jobdeck.store.models import Base
 from sqlalchemy import Connection, Table, func, insert, select
 from werkzeug.security import generate_password_hash
@@ -85,6 +87,27 @@ def build(directory: Path, total_jobs: int = 10_000) -> Deployment:
         made.jobs = _job_count(deck)
     finally:
         deck.store.engine.dispose()
+    return made
+
+
+def small(directory: Path, template: Path, jobs: int = 5) -> str:
+    """A copy of the migrated SQLite ``template`` in ``directory`` with a
+    few plain jobs, every process on it gone: its URL."""
+    shutil.copyfile(template, directory / "jobdeck.db")
+    url = f"sqlite:///{directory / 'jobdeck.db'}"
+    deck = Jobdeck(config(url, directory / "instance"), demo_registry())
+    try:
+        deck.enqueue_many([{"type": "demo.noop", "payload": {"n": n}} for n in range(jobs)])
+    finally:
+        deck.store.engine.dispose()
+    return url
+
+
+def demo_registry() -> Registry:
+    from jobdeck import demo
+
+    made = Registry()
+    demo.register(made)
     return made
 
 

@@ -3,13 +3,13 @@ discard, cancel, hash-password, init-db, db.
 
 One module per area registers its commands on ``main`` (``base.py``):
 ``serving`` (serve, worker), ``job_commands`` (enqueue, jobs, show),
-``job_actions`` (retry, discard, cancel), ``schema`` (init-db, db) and
-``passwords`` (hash-password). Importing this package registers them all;
-the console script and ``python -m jobdeck.cli`` both run ``main``."""
+``job_actions`` (retry, discard, cancel), ``schema`` (init-db, db),
+``db_copy`` (db copy) and ``passwords`` (hash-password). Importing this
+package registers them all; the console script and ``python -m jobdeck.cli`` both run ``main``."""
 
 from __future__ import annotations
 
-from jobdeck.cli import job_actions, job_commands, passwords, schema, serving
+from jobdeck.cli import db_copy, job_actions, job_commands, passwords, schema, serving
 from jobdeck.cli.base import main, masked, missing_sqlite_file, operator_deck
 from jobdeck.cli.job_actions import JOB_ACTIONS, JobAction, act_on_matching, add_job_command, audited
 from jobdeck.cli.job_commands import job_filter
@@ -22,6 +22,7 @@ __all__ = [
     "act_on_matching",
     "add_job_command",
     "audited",
+    "db_copy",
     "job_actions",
     "job_commands",
     "job_filter",

@@ -20,7 +20,7 @@ def init_db() -> None:
     click.echo(f"database ready: {masked(config.resolved_database_url())}")
 
 
-@main.group(short_help="Database schema migrations: upgrade, downgrade, current.")
+@main.group(short_help="Database schema migrations (upgrade, downgrade, current) and copy.")
 def db() -> None:
     """Database schema migrations (Alembic; revisions in app/store/migrations)."""
 
