@@ -83,7 +83,6 @@ def build(directory: Path, total_jobs: int = 10_000) -> Deployment:
         _operate(deck, client, made)
         with deck.store.engine.begin() as conn:
             fill_empty_tables(conn, deck.clock())
-            pass
         made.jobs = _job_count(deck)
     finally:
         deck.store.engine.dispose()
@@ -253,7 +252,8 @@ def _operate(deck: Jobdeck, client: Any, made: Deployment) -> None:
     token = page.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
     signed_in = client.post("/login", data={"username": USER, "password": PASSWORD, "csrf_token": token})
     assert signed_in.status_code == 302, signed_in.get_data(as_text=True)
-    cookie = next(c for c in client._cookies.values() if "session" in c.key)
+    cookie = client.get_cookie("session")
+    assert cookie is not None, "signing in set no session cookie"
     made.session_cookie = (cookie.key, cookie.value)
     minute = whole_minute(deck.clock())
     roll_up_minutes(deck.store, minute + timedelta(minutes=1))
