@@ -97,7 +97,7 @@ def _seed(live) -> dict[str, int]:
     _seed_counters(deck, now)
     _fire_schedules(deck, now)
     deck.store.register_worker("billing-host:4121:7f3a2c", "billing-host", 4121, 4, now - timedelta(minutes=4))
-    Maintenance(deck).sweep_once(now)
+    Maintenance(deck.store, deck.clock, deck.config.stall_timeout).sweep_once(now)
     deck.queues.set_paused("mail", True, now, "alice")
     items = [{"type": "demo.noop", "payload": {"n": i}} for i in range(30)]
     items += [{"type": "demo.send-email", "payload": {"user_id": f"u{i}"}, "queue": "mail"} for i in range(12)]
