@@ -32,6 +32,7 @@ from flask import (
 )
 from jobdeck.core.config import Config, is_loopback_host
 from jobdeck.store import sessions
+from jobdeck.web.dashboard.replies import deck as _deck
 from jobdeck.web.dashboard.replies import flash_response, safe_next
 from jobdeck.web.dashboard.settings import OPERATOR, DashboardSettings, User, load_users
 from jobdeck.web.dashboard.throttle import LoginThrottle
@@ -39,7 +40,6 @@ from jobdeck.web.hosts import rebinding_problem
 from werkzeug.security import check_password_hash, generate_password_hash
 
 if TYPE_CHECKING:
-    from jobdeck.deck import Jobdeck
     from jobdeck.embed import Embedding
 
 bp = Blueprint("auth", __name__)
@@ -64,11 +64,6 @@ def settings() -> DashboardSettings:
 def throttle() -> LoginThrottle:
     t: LoginThrottle = current_app.extensions["jobdeck_login_throttle"]
     return t
-
-
-def _deck() -> Jobdeck:
-    deck: Jobdeck = current_app.extensions["jobdeck"]
-    return deck
 
 
 def embedding() -> Embedding | None:
