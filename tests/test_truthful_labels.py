@@ -23,3 +23,30 @@ def test_a_waiting_job_still_has_no_result_yet(dash, deck):
 def test_an_empty_throughput_chart_says_nothing_ran(dash, deck):
     html = dash.get("/").get_data(as_text=True)
     assert "no runs in the last hour" in html and "peak 1/min" not in html
+
+
+def _latency_axis(html: str) -> str:
+    return html.split("Queue latency", 1)[1].split('class="axis"')[1].split("</div>")[0]
+
+
+def test_an_empty_latency_chart_says_nothing_ran(dash, deck):
+    axis = _latency_axis(dash.get("/").get_data(as_text=True))
+    assert "no runs in the last hour" in axis and "peak " not in axis
+
+
+def test_a_latency_chart_with_runs_but_no_wait_says_none_was_seen(dash, deck):
+    job, _ = deck.enqueue("demo.noop", {})
+    now = deck.clock()
+    assert [j.id for j in deck.store.claim("w1", now, limit=1)] == [job.id]
+    deck.store.complete(job.id, "w1", now)  # it ran before anyone looked: nothing was sampled waiting
+    html = dash.get("/").get_data(as_text=True)
+    axis = _latency_axis(html)
+    assert "no job seen waiting" in axis and "peak " not in axis and "no runs" not in axis
+    assert "peak 1/min" in html  # the throughput chart beside it has the run
+
+
+def test_the_latency_peak_is_the_longest_wait_seen_not_the_scale(dash, deck, clock):
+    deck.enqueue("demo.noop", {})
+    clock.advance(0.3)
+    axis = _latency_axis(dash.get("/").get_data(as_text=True))
+    assert "peak 300 ms" in axis and "1.0 s" not in axis

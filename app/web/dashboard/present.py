@@ -138,13 +138,17 @@ def throughput_chart(series: list[tuple[datetime, int, int]]) -> Chart:
 
 
 def latency_chart(history: list[tuple[datetime, float]], now: datetime) -> Chart:
-    """Queue latency over the last hour, one point per minute sampled."""
-    peak = max([v for _, v in history] + [1.0])
+    """Queue latency over the last hour, one point per minute sampled. Its
+    ``peak`` is the longest wait sampled (0 with no sample); the line is
+    drawn to a scale of at least one second, so waits of a few milliseconds
+    stay at the bottom instead of filling the chart."""
+    peak = max((v for _, v in history), default=0.0)
+    scale = max(peak, 1.0)
     start = now.timestamp() - 3600
     points = []
     for at, value in history:
         x = W * max(0.0, (at.timestamp() - start)) / 3600
-        y = H - (H - 4) * value / peak
+        y = H - (H - 4) * value / scale
         points.append(f"{x:.1f},{y:.1f}")
     if len(points) == 1:
         points.append(f"{W},{points[0].split(',')[1]}")
