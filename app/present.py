@@ -5,6 +5,7 @@ count a job's attempts or name its priority differently."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from jobdeck.core.states import CLAIMABLE, State, priority_label
@@ -24,6 +25,43 @@ def attempts_allowed(job: JobRecord) -> int:
     waiting = job.status in CLAIMABLE or (job.status is State.DISCARDED and job.attempt == job.retry_count)
     in_budget = job.retry_count + (0 if waiting else 1)
     return job.attempt - in_budget + job.max_retries + 1
+
+
+_NOTE = re.compile(r"\(not retried: ([\w.]{1,200}) is non-retryable\)")
+"""The last line the worker adds to the error of an attempt sent to dead
+with retries left (``jobdeck.worker.executors.not_retried_note``)."""
+_CLASS = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def not_retried(job: JobRecord) -> str | None:
+    """Why a dead job did not use the retries it had left, or None when it
+    is not dead or used them all: ``non-retryable InvalidField``. The reason
+    is the worker's note on the error, else the error's class (a
+    ``DeadLetter`` a handler raised says so in its own words), else that the
+    worker marked the failure non-retryable (an HTTP worker's
+    ``"retryable": false``)."""
+    if job.status is not State.DEAD or job.retry_count >= job.max_retries:
+        return None
+    error = (job.error or "").strip()
+    note = _NOTE.fullmatch(error.rsplit("\n", 1)[-1].strip())
+    if note:
+        return f"non-retryable {note.group(1)}"
+    head, sep, _ = error.split("\n", 1)[0].partition(": ")
+    if sep and len(head) <= 200 and _CLASS.fullmatch(head):
+        return f"non-retryable {head}"
+    return "marked non-retryable"
+
+
+def attempts_text(job: JobRecord, why: bool = True) -> str:
+    """Attempts made / allowed (``2/4``), as every front end shows them. A
+    dead job that had retries left reads ``1 of 4, not retried:
+    non-retryable InvalidField`` (without the reason when ``why`` is false):
+    "1/4" alone read as three retries still to come."""
+    allowed = attempts_allowed(job)
+    reason = not_retried(job)
+    if reason is None:
+        return f"{job.attempt}/{allowed}"
+    return f"{job.attempt} of {allowed}, not retried" + (f": {reason}" if why else "")
 
 
 def priority_text(priority: int) -> str:

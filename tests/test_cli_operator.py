@@ -191,6 +191,17 @@ def test_show_words_priority_and_attempts_like_the_job_page(run, live_deck: Jobd
     assert re.search(r"\n  attempts +1/1 made / allowed\n", run("show", str(dead)).stdout)
 
 
+def test_jobs_and_show_say_a_job_sent_to_dead_with_retries_left_was_not_retried(run, live_deck: Jobdeck) -> None:
+    job, _ = live_deck.enqueue("demo.fail", max_retries=3)
+    live_deck.store.claim("w1", live_deck.clock(), limit=1)
+    error = "InvalidField: amount: must be a number\n(not retried: InvalidField is non-retryable)"
+    live_deck.store.fail_many([Outcome(job.id, "w1", error=error, retryable=False)], live_deck.clock())
+    [row] = rows(run("jobs"))
+    assert row[4] == "1 of 4, not retried"  # not "1/4", three retries that never come
+    shown = run("show", str(job.id)).stdout
+    assert re.search(r"\n  attempts +1 of 4, not retried: non-retryable InvalidField\n", shown), shown
+
+
 def test_show_json_is_the_apis_shape(run, live_deck: Jobdeck) -> None:
     job_id = make_dead(live_deck, payload={"n": 1})
     result = run("show", str(job_id), "--json")

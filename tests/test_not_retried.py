@@ -62,6 +62,7 @@ def test_a_non_retryable_error_says_why_it_was_not_retried(make_deck, registry: 
     assert deck.store.get(plain.id).error == "KeyError: 'user_42'"
     page = make_dash_app(deck).test_client().get(f"/jobs/{listed.id}").get_data(as_text=True)
     assert "(not retried: KeyError is non-retryable)" in page  # the attempt's error, on the timeline
+    assert '<dd class="attempts">1 of 4, not retried: non-retryable KeyError</dd>' in page  # not "1/4"
 
 
 def test_no_note_when_no_retry_was_left_or_the_handler_chose_dead(make_deck, registry: Registry) -> None:

@@ -52,11 +52,11 @@ def its_time(job: JobRecord) -> datetime | None:
     return job.finished_at
 
 
-def attempts_text(job: JobRecord) -> str:
-    """Attempts made / allowed, counted as the dashboard counts them."""
-    from jobdeck.present import attempts_allowed
+def attempts_text(job: JobRecord, why: bool = False) -> str:
+    """Attempts made / allowed, counted and worded as the dashboard does."""
+    from jobdeck.present import attempts_text as text
 
-    return f"{job.attempt}/{attempts_allowed(job)}"
+    return text(job, why=why)
 
 
 def error_text(job: JobRecord, first_line_only: bool = False) -> str:
@@ -84,13 +84,13 @@ def job_table(rows: list[JobRecord], now: datetime) -> list[str]:
 
 def job_page(job: JobRecord, attempts: list[AttemptRecord], now: datetime, tracebacks: bool) -> list[str]:
     """``show``'s text: a field per line, then the attempts, oldest first."""
-    from jobdeck.present import priority_text
+    from jobdeck.present import not_retried, priority_text
 
     fields = [
         ("status", shown_status(job, now) + (f" (due {when(job.available_at)})" if job.status in CLAIMABLE else "")),
         ("type", shown(job.type)), ("queue", shown(job.queue)),
         ("priority", priority_text(job.priority)),
-        ("attempts", f"{attempts_text(job)} made / allowed"),
+        ("attempts", attempts_text(job, why=True) if not_retried(job) else f"{attempts_text(job)} made / allowed"),
         ("key", shown(job.idempotency_key or "-")),
         *([("unique", shown(job.unique_key) + ("" if job.holds_unique_key(now) else " (released)"))]
           if job.unique_key else []),

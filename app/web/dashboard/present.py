@@ -10,7 +10,7 @@ from typing import Any
 
 from flask import Flask
 from jobdeck.core.states import priority_label
-from jobdeck.present import attempts_allowed
+from jobdeck.present import attempts_allowed, attempts_text, not_retried
 from markupsafe import Markup
 
 
@@ -77,7 +77,10 @@ def register(app: Flask) -> None:
         number=number,
         priority_label=priority_label,
     )
-    app.jinja_env.globals.update(relative=relative, when=when, attempts_allowed=attempts_allowed)
+    app.jinja_env.globals.update(
+        relative=relative, when=when, attempts_allowed=attempts_allowed, attempts_text=attempts_text,
+        not_retried=not_retried,
+    )  # fmt: skip
 
 
 # -- charts ------------------------------------------------------------------------
