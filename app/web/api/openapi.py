@@ -34,13 +34,27 @@ from jobdeck.web.api.jobs import bp
 from jobdeck.web.api.openapi_common import FORBIDDEN, FULL, UNAUTHORIZED, UNAVAILABLE
 from jobdeck.web.api.openapi_schemas import schemas
 
+TAGS = [
+    {"name": "jobs", "description": "Enqueue, read and act on jobs: their logs, artifacts, effects and errors"},
+    {"name": "worker", "description": "The protocol of a worker in any language: claim, heartbeat, complete, fail"},
+    {"name": "workflows", "description": "Jobs that wait for other jobs"},
+    {"name": "batches", "description": "Jobs whose callbacks run once all of them ended"},
+    {"name": "queues", "description": "Queues: their load and limits; pause and resume"},
+    {"name": "schedules", "description": "Recurring jobs: from config and made at runtime"},
+    {"name": "process", "description": "This process: health, metrics and this document"},
+]
+"""Every operation has one of these tags (a generated client's module) and an
+``operationId`` (its function), tests/test_openapi.py checks."""
+
 
 def document(types: Sequence[str] = ()) -> dict[str, Any]:
     """The document; ``types`` are the job types this deployment accepts
-    (registered handlers and ``external_types``), published as an enum."""
+    (registered handlers and ``external_types``), given as examples of
+    ``NewJob.type``, which stays a plain string."""
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {"title": "Jobdeck API", "version": "1"},
+        "tags": TAGS,
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": schemas(types),
@@ -48,11 +62,14 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
         "security": [{"bearer": []}],
         "paths": openapi_jobs.paths(),
     }
-    schedule = openapi_schedules.schedule_schema(openapi_queues.SCHEDULE)
-    doc["paths"].update(openapi_queues.paths(schedule))
-    for path, ops in openapi_schedules.paths(schedule).items():
+    components = doc["components"]["schemas"]
+    for part in (openapi_jobs, openapi_queues, openapi_snooze, openapi_effects, openapi_artifacts, openapi_errors):
+        components.update(part.SCHEMAS)
+    components.update(openapi_schedules.schemas(openapi_queues.SCHEDULE))
+    components.update(openapi_logs.SCHEMAS)
+    doc["paths"].update(openapi_queues.paths())
+    for path, ops in openapi_schedules.paths().items():
         doc["paths"].setdefault(path, {}).update(ops)
-    doc["components"]["schemas"]["FlowLimit"] = openapi_queues.FLOW_LIMIT
     doc["paths"].update(openapi_effects.paths())
     doc["paths"].update(openapi_artifacts.paths())
     doc["paths"].update(openapi_errors.paths())

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobdeck.jobs.artifacts import MAX_NAME_BYTES
-from jobdeck.web.api.openapi_common import ERRORS, JOB_ID, NO_JOB, answer
+from jobdeck.web.api.openapi_common import ERRORS, JOB_ID, NO_JOB, answer, ref
 
 ARTIFACT = {
     "type": "object",
@@ -28,21 +28,26 @@ _NAME = {
 }
 
 
+SCHEMAS: dict[str, Any] = {
+    "Artifact": ARTIFACT,
+    "ArtifactList": {
+        "type": "object",
+        "required": ["artifacts"],
+        "properties": {"artifacts": {"type": "array", "items": ref("Artifact")}},
+    },
+}
+
+
 def paths() -> dict[str, Any]:
     return {
         "/api/jobs/{job_id}/artifacts": {
             "get": {
+                "operationId": "listArtifacts",
+                "tags": ["jobs"],
                 "summary": "The files the job's handler kept (ctx.artifact), by name, without their bytes",
                 "parameters": [JOB_ID],
                 "responses": {
-                    "200": answer(
-                        {
-                            "type": "object",
-                            "required": ["artifacts"],
-                            "properties": {"artifacts": {"type": "array", "items": ARTIFACT}},
-                        },
-                        "Artifacts, by name",
-                    ),
+                    "200": answer(ref("ArtifactList"), "Artifacts, by name"),
                     "401": ERRORS["401"],
                     **NO_JOB,
                 },
@@ -50,6 +55,8 @@ def paths() -> dict[str, Any]:
         },
         "/api/jobs/{job_id}/artifacts/{name}": {
             "get": {
+                "operationId": "downloadArtifact",
+                "tags": ["jobs"],
                 "summary": "Download one artifact: its bytes, with its content type and file name",
                 "description": (
                     "Sent with `Content-Disposition: attachment` (RFC 6266, the name also as `filename*`) "
@@ -63,8 +70,8 @@ def paths() -> dict[str, Any]:
                         "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
                     },
                     "401": ERRORS["401"],
-                    "404": answer({"$ref": "#/components/schemas/Error"}, "Unknown job, or no artifact of that name"),
-                    "422": answer({"$ref": "#/components/schemas/Error"}, "A name no artifact can have"),
+                    "404": answer(ref("Error"), "Unknown job, or no artifact of that name"),
+                    "422": answer(ref("Error"), "A name no artifact can have"),
                 },
             }
         },

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobdeck.core.states import EFFECT_RESOLUTIONS, EffectState
-from jobdeck.web.api.openapi_common import ERRORS, JOB_ID, TIME, answer, request_body
+from jobdeck.web.api.openapi_common import ERRORS, JOB_ID, TIME, answer, ref, request_body
 
 EFFECT = {
     "type": "object",
@@ -29,25 +29,38 @@ EFFECT = {
     },
 }
 _KEY = {"name": "key", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 255}}
-_MISSING = {"404": answer({"$ref": "#/components/schemas/Error"}, "Unknown job, or no such effect of the job")}
-_REFUSED = {"409": answer({"$ref": "#/components/schemas/Error"}, "The effect is not started (its outcome is known)")}
+_MISSING = {"404": answer(ref("Error"), "Unknown job, or no such effect of the job")}
+_REFUSED = {"409": answer(ref("Error"), "The effect is not started (its outcome is known)")}
+
+
+SCHEMAS: dict[str, Any] = {
+    "Effect": EFFECT,
+    "EffectList": {
+        "type": "object",
+        "required": ["effects"],
+        "properties": {"effects": {"type": "array", "items": ref("Effect")}},
+    },
+    "EffectResolution": {
+        "type": "object",
+        "required": ["outcome"],
+        "properties": {
+            "outcome": {"type": "string", "enum": sorted(s.value for s in EFFECT_RESOLUTIONS)},
+            "result": {"description": "with done: what the retry's ctx.effect returns"},
+        },
+    },
+}
 
 
 def paths() -> dict[str, Any]:
     return {
         "/api/jobs/{job_id}/effects": {
             "get": {
+                "operationId": "listEffects",
+                "tags": ["jobs"],
                 "summary": "The effects the job's attempts started (the effects ledger)",
                 "parameters": [JOB_ID],
                 "responses": {
-                    "200": answer(
-                        {
-                            "type": "object",
-                            "required": ["effects"],
-                            "properties": {"effects": {"type": "array", "items": EFFECT}},
-                        },
-                        "Effects, oldest first",
-                    ),  # fmt: skip
+                    "200": answer(ref("EffectList"), "Effects, oldest first"),
                     "401": ERRORS["401"],
                     **_MISSING,
                 },
@@ -55,19 +68,17 @@ def paths() -> dict[str, Any]:
         },
         "/api/jobs/{job_id}/effects/{key}/resolve": {
             "post": {
+                "operationId": "resolveEffect",
+                "tags": ["jobs"],
                 "summary": "Mark an unknown (started) effect done or not performed, then retry the job",
                 "parameters": [JOB_ID, _KEY],
-                "requestBody": request_body(
-                    {
-                        "type": "object",
-                        "required": ["outcome"],
-                        "properties": {
-                            "outcome": {"type": "string", "enum": sorted(s.value for s in EFFECT_RESOLUTIONS)},
-                            "result": {"description": "with done: what the retry's ctx.effect returns"},
-                        },
-                    }
-                ),
-                "responses": {"200": answer(EFFECT, "The effect as it now stands"), **ERRORS, **_MISSING, **_REFUSED},
+                "requestBody": request_body(ref("EffectResolution")),
+                "responses": {
+                    "200": answer(ref("Effect"), "The effect as it now stands"),
+                    **ERRORS,
+                    **_MISSING,
+                    **_REFUSED,
+                },
             }
         },
     }

@@ -7,7 +7,7 @@ from typing import Any
 
 from jobdeck.store.models import ERROR_STATES
 from jobdeck.store.reads import MAX_ERROR_GROUPS
-from jobdeck.web.api.openapi_common import ERRORS, UNAUTHORIZED, answer
+from jobdeck.web.api.openapi_common import UNAUTHORIZED, answer, ref
 
 _TIME = {"type": "string", "format": "date-time"}
 
@@ -34,10 +34,26 @@ GROUP = {
 }
 
 
+SCHEMAS: dict[str, Any] = {
+    "ErrorState": {"type": "string", "enum": ERROR_STATES, "description": "The state an error group's jobs are in"},
+    "ErrorGroup": GROUP,
+    "ErrorGroups": {
+        "type": "object",
+        "required": ["status", "groups"],
+        "properties": {
+            "status": ref("ErrorState"),
+            "groups": {"type": "array", "items": ref("ErrorGroup"), "maxItems": MAX_ERROR_GROUPS},
+        },
+    },
+}
+
+
 def paths() -> dict[str, Any]:
     return {
         "/api/errors": {
             "get": {
+                "operationId": "listErrorGroups",
+                "tags": ["jobs"],
                 "summary": f"Dead (or failed) jobs grouped by type and error fingerprint, largest first "
                 f"(at most {MAX_ERROR_GROUPS} groups)",
                 "parameters": [
@@ -45,23 +61,13 @@ def paths() -> dict[str, Any]:
                         "name": "status",
                         "in": "query",
                         "required": False,
-                        "schema": {"type": "string", "enum": ERROR_STATES, "default": "dead"},
+                        "schema": {**ref("ErrorState"), "default": "dead"},
                     }
                 ],
                 "responses": {
-                    "200": answer(
-                        {
-                            "type": "object",
-                            "required": ["status", "groups"],
-                            "properties": {
-                                "status": {"type": "string", "enum": ERROR_STATES},
-                                "groups": {"type": "array", "items": GROUP, "maxItems": MAX_ERROR_GROUPS},
-                            },
-                        },
-                        "Error groups",
-                    ),
+                    "200": answer(ref("ErrorGroups"), "Error groups"),
                     **UNAUTHORIZED,
-                    "422": answer(ERRORS["422"]["content"]["application/json"]["schema"], "An unknown `status`"),
+                    "422": answer(ref("Error"), "An unknown `status`"),
                 },
             }
         }

@@ -16,7 +16,11 @@ def install(doc: dict[str, Any]) -> None:
     page bounded by bytes may leave out (``null``, named in ``omitted``);
     ``GET /api/jobs`` lists them."""
     listed = copy.deepcopy(doc["components"]["schemas"]["Job"])
-    listed["properties"]["payload"] = {"type": ["object", "null"], "description": "null when named in `omitted`"}
+    listed["properties"]["payload"] = {
+        "type": ["object", "null"],
+        "additionalProperties": True,
+        "description": "null when named in `omitted`",
+    }
     listed["properties"]["omitted"] = {
         "type": "array",
         "items": {"enum": list(SIZED)},
@@ -31,5 +35,4 @@ def install(doc: dict[str, Any]) -> None:
         "holds at least one job. A payload, result or error over `max_list_bytes` by itself is left out (null) "
         "and named in the job's `omitted`."
     )
-    page = listing["responses"]["200"]["content"]["application/json"]["schema"]
-    page["properties"]["jobs"]["items"] = ref("ListedJob")
+    doc["components"]["schemas"]["JobPage"]["properties"]["jobs"]["items"] = ref("ListedJob")

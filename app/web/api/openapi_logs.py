@@ -9,43 +9,66 @@ from typing import Any
 from jobdeck.core.validation import INT64_MAX
 from jobdeck.jobs.joblogs import LEVELS, MAX_LINE_CHARS, MAX_LINES_PER_BEAT, TRUNCATED
 from jobdeck.web.api.logs import MAX_PAGE
-from jobdeck.web.api.openapi_common import ERRORS, JOB_ID, NO_JOB, WORKER_ID, answer
+from jobdeck.web.api.openapi_common import ERRORS, JOB_ID, NO_JOB, answer, ref
 
-LINE = {
-    "type": "object",
-    "required": ["id", "attempt", "seq", "at", "level", "message"],
-    "properties": {
-        "id": {"type": "integer", "description": "the line's place in the job's log; page on with `after`"},
-        "attempt": {"type": "integer", "minimum": 1},
-        "seq": {"type": "integer", "minimum": 1, "description": "the line's number in its attempt"},
-        "at": {"type": "string", "format": "date-time"},
-        "level": {
-            "type": "string",
-            "enum": [*LEVELS, TRUNCATED],
-            "description": f"`{TRUNCATED}` marks the one line an attempt gets when it went past `[logs]`'s caps",
+SCHEMAS: dict[str, Any] = {
+    "LogLine": {
+        "type": "object",
+        "required": ["id", "attempt", "seq", "at", "level", "message"],
+        "properties": {
+            "id": {"type": "integer", "description": "the line's place in the job's log; page on with `after`"},
+            "attempt": {"type": "integer", "minimum": 1},
+            "seq": {"type": "integer", "minimum": 1, "description": "the line's number in its attempt"},
+            "at": {"type": "string", "format": "date-time"},
+            "level": {
+                "type": "string",
+                "enum": [*LEVELS, TRUNCATED],
+                "description": f"`{TRUNCATED}` marks the one line an attempt gets when it went past `[logs]`'s caps",
+            },
+            "message": {"type": "string", "maxLength": MAX_LINE_CHARS},
         },
-        "message": {"type": "string", "maxLength": MAX_LINE_CHARS},
     },
-}
-SENT_LINE = {
-    "type": "object",
-    "required": ["message"],
-    "additionalProperties": False,
-    "properties": {
-        "level": {"type": "string", "enum": [*LEVELS, "warn"], "default": "info"},
-        "message": {
-            "type": "string",
-            "description": f"kept like a `ctx.log` line: NUL written as `\\x00`, cut at {MAX_LINE_CHARS} characters",
+    "NewLogLine": {
+        "type": "object",
+        "description": "A line a worker logged, sent with a heartbeat, complete, fail or snooze",
+        "required": ["message"],
+        "additionalProperties": False,
+        "properties": {
+            "level": {"type": "string", "enum": [*LEVELS, "warn"], "default": "info"},
+            "message": {
+                "type": "string",
+                "description": f"kept like a `ctx.log` line: NUL written as `\\x00`, cut at {MAX_LINE_CHARS} "
+                "characters",
+            },
+            "at": {
+                "type": "string",
+                "format": "date-time",
+                "description": "when it was logged; default: the beat's time",
+            },
         },
-        "at": {"type": "string", "format": "date-time", "description": "when it was logged; default: the beat's time"},
     },
-}
-SUMMARY = {
-    "type": "object",
-    "required": ["lines", "url"],
-    "properties": {
-        "lines": {"type": "integer", "minimum": 0, "description": "lines kept, every attempt's"},
-        "url": {"type": "string", "description": "GET it for the lines"},
+    "LogSummary": {
+        "type": "object",
+        "required": ["lines", "url"],
+        "properties": {
+            "lines": {"type": "integer", "minimum": 0, "description": "lines kept, every attempt's"},
+            "url": {"type": "string", "description": "GET it for the lines"},
+        },
+    },
+    "LogPage": {
+        "type": "object",
+        "required": ["logs", "next_after"],
+        "properties": {
+            "logs": {"type": "array", "items": ref("LogLine")},
+            "next_after": {
+                "type": ["integer", "null"],
+                "description": "pass as `after` for the next page; null when this was the last",
+            },
+        },
+    },
+    "JobDetail": {
+        "description": "A job with its attempts and the summary of its log",
+        "allOf": [ref("Job"), {"type": "object", "required": ["logs"], "properties": {"logs": ref("LogSummary")}}],
     },
 }
 
@@ -64,6 +87,8 @@ def paths() -> dict[str, Any]:
     return {
         "/api/jobs/{job_id}/logs": {
             "get": {
+                "operationId": "getJobLogs",
+                "tags": ["jobs"],
                 "summary": "What the job's handler logged (ctx.log, captured logging, heartbeat lines), per attempt",
                 "description": (
                     "Lines in the order they were stored. Page on with `after` = `next_after` while it is "
@@ -76,20 +101,7 @@ def paths() -> dict[str, Any]:
                     _param("limit", 1, MAX_PAGE, f"at most this many lines (default {MAX_PAGE})"),
                 ],
                 "responses": {
-                    "200": answer(
-                        {
-                            "type": "object",
-                            "required": ["logs", "next_after"],
-                            "properties": {
-                                "logs": {"type": "array", "items": LINE},
-                                "next_after": {
-                                    "type": ["integer", "null"],
-                                    "description": "pass as `after` for the next page; null when this was the last",
-                                },
-                            },
-                        },
-                        "The lines",
-                    ),
+                    "200": answer(ref("LogPage"), "The lines"),
                     "401": ERRORS["401"],
                     "422": answer({"$ref": "#/components/schemas/Error"}, "A query parameter out of range"),
                     **NO_JOB,
@@ -100,37 +112,26 @@ def paths() -> dict[str, Any]:
 
 
 def amend(doc: dict[str, Any]) -> None:
-    """The heartbeat's ``logs`` and ``logs_kept``, and the job's ``logs``."""
-    beat = doc["paths"]["/api/jobs/{job_id}/heartbeat"]["post"]
-    beat["requestBody"]["content"]["application/json"]["schema"] = {
-        "type": "object",
-        "required": ["worker_id"],
-        "properties": {
-            "worker_id": WORKER_ID,
-            "logs": {
-                "type": "array",
-                "maxItems": MAX_LINES_PER_BEAT,
-                "items": SENT_LINE,
-                "description": "lines logged since the last beat, kept in the attempt's log under `[logs]`'s caps",
-            },
-        },
+    """The ``logs`` of the heartbeat, complete, fail and snooze bodies, the
+    heartbeat's ``logs_kept``, and the job with its ``logs`` summary."""
+    schemas = doc["components"]["schemas"]
+    schemas["HeartbeatRequest"]["properties"]["logs"] = {
+        "type": "array",
+        "maxItems": MAX_LINES_PER_BEAT,
+        "items": ref("NewLogLine"),
+        "description": "lines logged since the last beat, kept in the attempt's log under `[logs]`'s caps",
     }
-    for action in ("complete", "fail", "snooze"):
-        body = doc["paths"][f"/api/jobs/{{job_id}}/{action}"]["post"]["requestBody"]["content"]["application/json"]
-        body["schema"]["properties"]["logs"] = {
+    for body in ("CompleteRequest", "FailRequest", "SnoozeRequest"):
+        schemas[body]["properties"]["logs"] = {
             "type": "array",
             "maxItems": MAX_LINES_PER_BEAT,
-            "items": SENT_LINE,
+            "items": ref("NewLogLine"),
             "description": "the attempt's last lines, kept before the outcome, as with the heartbeat",
         }
-    beat_answer = beat["responses"]["200"]["content"]["application/json"]["schema"]["allOf"][1]
-    beat_answer["properties"]["logs_kept"] = {
+    schemas["HeartbeatAnswer"]["allOf"][1]["properties"]["logs_kept"] = {
         "type": "integer",
         "minimum": 0,
         "description": "with `logs`: how many of them were kept (the rest went past a cap)",
     }
     shown = doc["paths"]["/api/jobs/{job_id}"]["get"]["responses"]["200"]
-    job = shown["content"]["application/json"]["schema"]
-    shown["content"]["application/json"]["schema"] = {
-        "allOf": [job, {"type": "object", "required": ["logs"], "properties": {"logs": SUMMARY}}]
-    }
+    shown["content"]["application/json"]["schema"] = ref("JobDetail")

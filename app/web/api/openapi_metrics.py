@@ -10,6 +10,8 @@ def paths() -> dict[str, Any]:
     return {
         "/metrics": {
             "get": {
+                "operationId": "getMetrics",
+                "tags": ["process"],
                 "summary": "Prometheus metrics (text exposition format 0.0.4)",
                 "description": "Jobs per state and queue, runs per type and outcome (counters that never go "
                 "down), run-time histograms, queue latency, live workers, schedules' last success. "

@@ -1,5 +1,6 @@
 """OpenAPI paths of the queue and schedule controls (``/api/queues``,
-``/api/schedules``), merged into ``jobdeck.web.api.openapi.document``."""
+``/api/schedules``) and the queue's and schedule's schemas, merged into
+``jobdeck.web.api.openapi.document``."""
 
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ SCHEDULE = {
         "enabled": {"type": "boolean"},
         "paused": {"type": "boolean"},
         "next_run": _TIME,
-        "runs": {"type": "array", "items": RUN, "description": "most recent first"},
+        "runs": {"type": "array", "items": ref("ScheduleRun"), "description": "most recent first"},
     },
 }
 _UNKNOWN = {"404": answer(ref("Error"), "No such schedule")}
@@ -89,64 +90,73 @@ _ACTION_ERRORS = {**UNAUTHORIZED, **UNSUPPORTED}
 """An action without a body: a body, if any, must still be JSON (415)."""
 
 
-def paths(schedule: dict[str, Any] = SCHEDULE) -> dict[str, Any]:
-    def queue_action(summary: str) -> dict[str, Any]:
-        return {"post": {"summary": summary, "parameters": [_QUEUE_NAME],
-                         "responses": {"200": answer(QUEUE, "The queue"), **_ACTION_ERRORS,
+SCHEMAS: dict[str, Any] = {
+    "Queue": QUEUE,
+    "FlowLimit": FLOW_LIMIT,
+    "QueueList": {
+        "type": "object",
+        "required": ["queues", "limits"],
+        "properties": {
+            "queues": {"type": "array", "items": ref("Queue")},
+            "limits": {"type": "array", "items": ref("FlowLimit")},
+        },
+    },
+    "ScheduleRun": RUN,
+    "ScheduleList": {
+        "type": "object",
+        "required": ["schedules"],
+        "properties": {"schedules": {"type": "array", "items": ref("Schedule")}},
+    },
+}
+"""The schemas of these paths; ``Schedule`` is ``SCHEDULE`` completed by ``openapi_schedules``."""
+
+
+def paths() -> dict[str, Any]:
+    def queue_action(operation_id: str, summary: str) -> dict[str, Any]:
+        return {"post": {"operationId": operation_id, "tags": ["queues"], "summary": summary,
+                         "parameters": [_QUEUE_NAME],
+                         "responses": {"200": answer(ref("Queue"), "The queue"), **_ACTION_ERRORS,
                                        "422": ERRORS["422"]}}}  # fmt: skip
 
-    def schedule_action(summary: str) -> dict[str, Any]:
-        return {"post": {"summary": summary, "parameters": [_NAME],
-                         "responses": {"200": answer(schedule, "The schedule"), **_ACTION_ERRORS, **_UNKNOWN}}}  # fmt: skip
+    def schedule_action(operation_id: str, summary: str) -> dict[str, Any]:
+        return {"post": {"operationId": operation_id, "tags": ["schedules"], "summary": summary,
+                         "parameters": [_NAME],
+                         "responses": {"200": answer(ref("Schedule"), "The schedule"), **_ACTION_ERRORS,
+                                       **_UNKNOWN}}}  # fmt: skip
 
     return {
         "/api/queues": {
             "get": {
+                "operationId": "listQueues",
+                "tags": ["queues"],
                 "summary": "Queues with waiting or running jobs, paused or limited",
-                "responses": {
-                    "200": answer(
-                        {
-                            "type": "object",
-                            "required": ["queues", "limits"],
-                            "properties": {
-                                "queues": {"type": "array", "items": QUEUE},
-                                "limits": {"type": "array", "items": ref("FlowLimit")},
-                            },
-                        },
-                        "Queues",
-                    ),
-                    **UNAUTHORIZED,
-                },
+                "responses": {"200": answer(ref("QueueList"), "Queues"), **UNAUTHORIZED},
             }
         },
-        "/api/queues/{name}/pause": queue_action("Pause a queue: nothing more is claimed from it; running jobs finish"),
-        "/api/queues/{name}/resume": queue_action("Resume a paused queue"),
+        "/api/queues/{name}/pause": queue_action(
+            "pauseQueue", "Pause a queue: nothing more is claimed from it; running jobs finish"
+        ),
+        "/api/queues/{name}/resume": queue_action("resumeQueue", "Resume a paused queue"),
         "/api/schedules": {
             "get": {
+                "operationId": "listSchedules",
+                "tags": ["schedules"],
                 "summary": "Schedules (from config and made at runtime, and removed ones with history), their "
                 "next and recent runs and their health",
-                "responses": {
-                    "200": answer(
-                        {
-                            "type": "object",
-                            "required": ["schedules"],
-                            "properties": {"schedules": {"type": "array", "items": schedule}},
-                        },
-                        "Schedules",
-                    ),
-                    **UNAUTHORIZED,
-                },
+                "responses": {"200": answer(ref("ScheduleList"), "Schedules"), **UNAUTHORIZED},
             }
         },
         "/api/schedules/{name}/run": {
             "post": {
+                "operationId": "runSchedule",
+                "tags": ["schedules"],
                 "summary": "Run now: enqueue one job of the schedule at once",
                 "parameters": [_NAME],
                 "responses": {"201": answer(ref("Job"), "The job"), **_ACTION_ERRORS, **_UNKNOWN},
             }
         },
-        "/api/schedules/{name}/pause": schedule_action("Pause a schedule (recorded in the audit log)"),
+        "/api/schedules/{name}/pause": schedule_action("pauseSchedule", "Pause a schedule (recorded in the audit log)"),
         "/api/schedules/{name}/resume": schedule_action(
-            "Resume a schedule; fire times missed while paused are not replayed"
+            "resumeSchedule", "Resume a schedule; fire times missed while paused are not replayed"
         ),
     }

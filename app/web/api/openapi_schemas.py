@@ -11,16 +11,47 @@ from jobdeck.core.validation import MAX_JSON_DEPTH, MAX_PRIORITY, MAX_QUEUE_CHAR
 from jobdeck.jobs.intake import MAX_DELAY_SECONDS, MAX_KEY_CHARS, MAX_RETRIES
 from jobdeck.jobs.waiting import WAITING_CODES
 from jobdeck.store.models import OUTCOMES
-from jobdeck.web.api.openapi_common import STATUS, TIME, ref, text
+from jobdeck.web.api.openapi_common import JOB_STATE, STATUS, TIME, nullable, ref, text
+
+
+def job_type(types: Sequence[str] = ()) -> dict[str, Any]:
+    """``NewJob.type``: a plain bounded string, never an enum, so a client
+    generated today still enqueues a type registered tomorrow; the types this
+    deployment accepts now are its ``examples``."""
+    schema: dict[str, Any] = {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_TYPE_CHARS,
+        "description": "A registered handler's name or one of `external_types` (422 otherwise); "
+        "`examples` lists the types this deployment accepts now",
+    }
+    if types:
+        schema["examples"] = sorted(types)
+    return schema
 
 
 def schemas(types: Sequence[str] = ()) -> dict[str, Any]:
-    """``types`` are the job types this deployment accepts, published as an
-    enum of ``NewJob.type``; without them any bounded name is documented."""
-    job_type: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": MAX_TYPE_CHARS}
-    if types:
-        job_type = {"type": "string", "enum": sorted(types)}
+    """``types`` are the job types this deployment accepts, given as
+    ``NewJob.type``'s examples."""
     return {
+        "JobState": JOB_STATE,
+        "PriorityLabel": {"type": "string", "enum": list(PRIORITY_LABELS)},
+        "Priority": {
+            "description": "An integer, or a label in any case: "
+            + ", ".join(f"{k} {v}" for k, v in PRIORITY_LABELS.items()),
+            "anyOf": [
+                {"type": "integer", "minimum": -MAX_PRIORITY, "maximum": MAX_PRIORITY},
+                ref("PriorityLabel"),
+                {"type": "string", "pattern": f"^{PRIORITY_NUMBER.pattern}$"},
+            ],
+        },
+        "WaitingReason": {
+            "type": "object",
+            "description": "Why a pending or failed job is not running yet (app/jobs/waiting.py: the code's "
+            "details beside code and a plain-text message)",
+            "required": ["code", "message"],
+            "properties": {"code": {"enum": list(WAITING_CODES)}, "message": {"type": "string"}},
+        },
         "Error": {
             "type": "object",
             "required": ["error"],
@@ -48,7 +79,7 @@ def schemas(types: Sequence[str] = ()) -> dict[str, Any]:
                 "outcome": {"type": "string", "enum": list(OUTCOMES)},
                 "error": {"type": ["string", "null"]},
                 "traceback": {"type": ["string", "null"]},
-                "payload": {"type": ["object", "null"]},
+                "payload": {"type": ["object", "null"], "additionalProperties": True},
                 "snooze_seconds": {
                     "type": ["number", "null"],
                     "description": "how long a `snoozed` attempt put its job off",
@@ -75,9 +106,9 @@ def schemas(types: Sequence[str] = ()) -> dict[str, Any]:
                 "id": {"type": "integer"},
                 "type": {"type": "string"},
                 "queue": {"type": "string"},
-                "payload": {"type": "object"},
+                "payload": {"type": "object", "additionalProperties": True},
                 "priority": {"type": "integer"},
-                "priority_label": {"type": "string", "enum": list(PRIORITY_LABELS)},
+                "priority_label": ref("PriorityLabel"),
                 "status": STATUS,
                 "scheduled": {"type": "boolean", "description": "pending and not yet due"},
                 "attempt": {"type": "integer"},
@@ -97,11 +128,8 @@ def schemas(types: Sequence[str] = ()) -> dict[str, Any]:
                 "finished_at": TIME,
                 "attempts": {"type": "array", "items": ref("Attempt")},
                 "waiting_reason": {
-                    "type": ["object", "null"],
-                    "description": "why a pending or failed job is not running yet (app/jobs/waiting.py: the code's "
-                    "details beside code and a plain-text message); null when nothing holds it back",
-                    "required": ["code", "message"],
-                    "properties": {"code": {"enum": list(WAITING_CODES)}, "message": {"type": "string"}},
+                    **nullable("WaitingReason"),
+                    "description": "why a pending or failed job is not running yet; null when nothing holds it back",
                 },
             },
         },
@@ -110,21 +138,14 @@ def schemas(types: Sequence[str] = ()) -> dict[str, Any]:
             "required": ["type"],
             "additionalProperties": False,
             "properties": {
-                "type": job_type,
+                "type": job_type(types),
                 "payload": {
                     "type": "object",
+                    "additionalProperties": True,
                     "description": f"At most `max_payload_bytes` as compact UTF-8 JSON (413 past it), "
                     f"at most {MAX_JSON_DEPTH} levels deep, finite numbers only",
                 },
-                "priority": {
-                    "description": "An integer, or a label in any case: "
-                    + ", ".join(f"{k} {v}" for k, v in PRIORITY_LABELS.items()),
-                    "anyOf": [
-                        {"type": "integer", "minimum": -MAX_PRIORITY, "maximum": MAX_PRIORITY},
-                        {"type": "string", "enum": list(PRIORITY_LABELS)},
-                        {"type": "string", "pattern": f"^{PRIORITY_NUMBER.pattern}$"},
-                    ],
-                },
+                "priority": ref("Priority"),
                 "max_retries": {"type": "integer", "minimum": 0, "maximum": MAX_RETRIES},
                 "idempotency_key": text(MAX_KEY_CHARS),
                 "run_at": {
@@ -191,16 +212,11 @@ def schemas(types: Sequence[str] = ()) -> dict[str, Any]:
             "properties": {
                 "payload": {
                     "type": "object",
+                    "additionalProperties": True,
                     "description": "Replaces the payload (same limits as an enqueue); the attempts that "
                     "ran keep the old one",
                 },
-                "priority": {
-                    "anyOf": [
-                        {"type": "integer", "minimum": -MAX_PRIORITY, "maximum": MAX_PRIORITY},
-                        {"type": "string", "enum": list(PRIORITY_LABELS)},
-                        {"type": "string", "pattern": f"^{PRIORITY_NUMBER.pattern}$"},
-                    ]
-                },
+                "priority": ref("Priority"),
                 "queue": text(MAX_QUEUE_CHARS),
                 "run_at": {
                     "type": "string",

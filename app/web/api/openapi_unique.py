@@ -25,47 +25,46 @@ UNIQUE = {
     "description": "Make this job unique (README: Unique jobs): `true` for the defaults, `false` to turn off "
     "the type's `unique`, or the options. A duplicate answers 200 with the kept job and `duplicate: true`. "
     "Not with idempotency_key.",
-    "anyOf": [
-        {"type": "boolean"},
-        {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "by": {
-                    "type": "array",
-                    "minItems": 1,
-                    "maxItems": MAX_BY,
-                    "uniqueItems": True,
-                    "items": {"type": "string", "minLength": 1, "maxLength": _FIELD_CHARS},
-                    "default": list(DEFAULT_BY),
-                    "description": "The fields of the key: type, queue, payload, or payload.<path> (1-8 "
-                    "segments of A-Z a-z 0-9 _ -) naming a string, number, boolean or null in the payload "
-                    "(422 otherwise)",
-                },
-                "period": {**_SECONDS, "description": "Seconds from the first enqueue; left out: no end"},
-                "states": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": {"enum": list(STATE_BITS)},
-                    "default": list(DEFAULT_STATES),
-                    "description": "The states the kept job holds its key in; scheduled is pending and not yet due",
-                },
-                "on_duplicate": {"enum": list(ON_DUPLICATE), "default": "keep"},
-                "debounce": {**_SECONDS, "description": "Run the kept job this long after the latest enqueue"},
-            },
+    "anyOf": [{"type": "boolean"}, {"$ref": "#/components/schemas/UniqueOptions"}],
+}
+UNIQUE_OPTIONS = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "by": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_BY,
+            "uniqueItems": True,
+            "items": {"type": "string", "minLength": 1, "maxLength": _FIELD_CHARS},
+            "default": list(DEFAULT_BY),
+            "description": "The fields of the key: type, queue, payload, or payload.<path> (1-8 "
+            "segments of A-Z a-z 0-9 _ -) naming a string, number, boolean or null in the payload "
+            "(422 otherwise)",
         },
-    ],
+        "period": {**_SECONDS, "description": "Seconds from the first enqueue; left out: no end"},
+        "states": {
+            "type": "array",
+            "minItems": 1,
+            "items": {"enum": list(STATE_BITS)},
+            "default": list(DEFAULT_STATES),
+            "description": "The states the kept job holds its key in; scheduled is pending and not yet due",
+        },
+        "on_duplicate": {"enum": list(ON_DUPLICATE), "default": "keep"},
+        "debounce": {**_SECONDS, "description": "Run the kept job this long after the latest enqueue"},
+    },
 }
 
 
 def install(doc: dict[str, Any]) -> None:
     schemas = doc["components"]["schemas"]
+    schemas["UniqueOptions"] = UNIQUE_OPTIONS
     schemas["NewJob"]["properties"]["unique"] = UNIQUE
     job = schemas["Job"]["properties"]
     job["unique_key"] = {"type": ["string", "null"], "description": "The unique key, if enqueued unique"}
     job["duplicate"] = {
-        "const": True,
-        "description": "Only in an enqueue's 200: a job held the unique key; this is that job",
+        "type": "boolean",
+        "description": "Only in an enqueue's 200, and then true: a job held the unique key; this is that job",
     }
     job["replaced"] = {
         "type": "boolean",

@@ -8,7 +8,17 @@ from typing import Any
 from jobdeck.core.validation import INT64_MAX
 from jobdeck.jobs.workflows import MAX_NAME_CHARS, REFUSED_OPTIONS
 from jobdeck.store.graph import CALLBACKS, ON_DEPENDENCY_FAILURE
-from jobdeck.web.api.openapi_common import ERRORS, STATUS, TIME, UNAUTHORIZED, answer, ref, request_body, text
+from jobdeck.web.api.openapi_common import (
+    ERRORS,
+    STATUS,
+    TIME,
+    UNAUTHORIZED,
+    answer,
+    nullable,
+    ref,
+    request_body,
+    text,
+)
 from jobdeck.web.api.workflows import MAX_PAGE
 
 _ID = {"type": "integer", "minimum": 1, "maximum": INT64_MAX}
@@ -18,12 +28,14 @@ _PAGE = [
     {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}},
     {"name": "before", "in": "query", "schema": _ID, "description": "`next_before` of the previous page"},
 ]
-_POLICY = {
+POLICY = {
+    "type": "string",
     "enum": list(ON_DEPENDENCY_FAILURE),
     "description": "When a dependency ends dead, cancelled or discarded: cancel the dependents (default), "
     "or hold them blocked until a person retries it",
 }
-_COUNTS = {"type": "object", "additionalProperties": {"type": "integer"}, "description": "Its jobs by state"}
+_POLICY = ref("DependencyFailurePolicy")
+_COUNTS = {**ref("JobCounts"), "description": "Its jobs by state"}
 _NO_WORKFLOW = {"404": answer(ref("Error"), "Unknown workflow")}
 _NO_BATCH = {"404": answer(ref("Error"), "Unknown batch")}
 _CLOSED = {"409": answer(ref("Error"), "The batch is closed")}
@@ -62,7 +74,7 @@ WORKFLOW_JOB = {
         "attempt": {"type": "integer"},
         "max_retries": {"type": "integer"},
         "deps_left": {"type": ["integer", "null"], "description": "its dependencies not yet completed"},
-        "on_dependency_failure": {**_POLICY, "enum": [*ON_DEPENDENCY_FAILURE, None]},
+        "on_dependency_failure": {**nullable("DependencyFailurePolicy"), "description": "its own, if set"},
         "available_at": TIME,
         "claimed_at": TIME,
         "finished_at": TIME,
@@ -78,7 +90,11 @@ BATCH = {
             "enum": ["open", "running", "fired"],
             "description": "open: jobs can be added; running: closed; fired: its callbacks were enqueued",
         },
-        "callbacks": {"type": "object", "description": "The callback jobs by name, as checked"},
+        "callbacks": {
+            "type": "object",
+            "additionalProperties": True,
+            "description": "The callback jobs by name, as checked",
+        },
         "counts": _COUNTS,
         "total": {"type": "integer"},
         "done": {"type": "integer"},
@@ -87,6 +103,7 @@ BATCH = {
         "fired_at": TIME,
         "outcome": {
             "type": ["object", "null"],
+            "additionalProperties": True,
             "description": "Once fired: the counts it fired on and the callback job ids by name",
         },
     },
@@ -115,27 +132,87 @@ _CALLBACK = {
     ],
     "description": "A job type, or a job (no idempotency_key or unique); enqueued once with `payload.batch`",
 }
-_MOVED = {
-    "type": "object",
-    "required": ["moved", "workflow"],
-    "properties": {"moved": {"type": "array", "items": {"type": "integer"}}, "workflow": WORKFLOW},
-}
 
 
-def _page(key: str, item: dict[str, Any]) -> dict[str, Any]:
+def _page(key: str, item: str) -> dict[str, Any]:
     return {
         "type": "object",
         "required": [key, "next_before"],
-        "properties": {key: {"type": "array", "items": item}, "next_before": {"type": ["integer", "null"]}},
+        "properties": {key: {"type": "array", "items": ref(item)}, "next_before": {"type": ["integer", "null"]}},
     }
 
 
-def _action(summary: str) -> dict[str, Any]:
+SCHEMAS: dict[str, Any] = {
+    "DependencyFailurePolicy": POLICY,
+    "JobCounts": {"type": "object", "additionalProperties": {"type": "integer"}, "description": "Jobs by state"},
+    "Workflow": WORKFLOW,
+    "WorkflowJob": WORKFLOW_JOB,
+    "WorkflowEdge": {
+        "type": "object",
+        "required": ["job", "depends_on"],
+        "properties": {"job": {"type": "integer"}, "depends_on": {"type": "integer"}},
+    },
+    "WorkflowDetail": {
+        "allOf": [
+            ref("Workflow"),
+            {
+                "type": "object",
+                "required": ["jobs", "edges"],
+                "properties": {
+                    "jobs": {"type": "array", "items": ref("WorkflowJob")},
+                    "edges": {"type": "array", "items": ref("WorkflowEdge")},
+                },
+            },
+        ]
+    },
+    "WorkflowPage": _page("workflows", "Workflow"),
+    "WorkflowMoved": {
+        "type": "object",
+        "required": ["moved", "workflow"],
+        "properties": {"moved": {"type": "array", "items": {"type": "integer"}}, "workflow": ref("Workflow")},
+    },
+    "NewWorkflow": _NEW_WORKFLOW,
+    "Batch": BATCH,
+    "BatchPage": _page("batches", "Batch"),
+    "NewBatch": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"name": {**_NAME, "type": ["string", "null"]}} | {name: _CALLBACK for name in CALLBACKS},
+    },
+    "NewBatchJobs": {
+        "type": "object",
+        "required": ["jobs"],
+        "additionalProperties": False,
+        "properties": {
+            "jobs": {
+                "type": "array",
+                "minItems": 1,
+                "items": ref("BatchJob"),
+                "description": "At most `[workflows] max_jobs`",
+            }
+        },
+    },
+    "BatchJobIds": {
+        "type": "object",
+        "required": ["ids"],
+        "properties": {"ids": {"type": "array", "items": {"type": "integer"}}},
+    },
+}
+"""The schemas of these paths; ``install`` adds those derived from ``NewJob``."""
+
+
+def _action(operation_id: str, summary: str) -> dict[str, Any]:
     return {
         "post": {
+            "operationId": operation_id,
+            "tags": ["workflows"],
             "summary": summary,
             "parameters": [_WORKFLOW_ID],
-            "responses": {"200": answer(_MOVED, "The jobs moved, and the workflow now"), **ERRORS, **_NO_WORKFLOW},
+            "responses": {
+                "200": answer(ref("WorkflowMoved"), "The jobs moved, and the workflow now"),
+                **ERRORS,
+                **_NO_WORKFLOW,
+            },
         }
     }
 
@@ -144,8 +221,10 @@ def paths() -> dict[str, Any]:
     return {
         "/api/workflows": {
             "post": {
+                "operationId": "enqueueWorkflow",
+                "tags": ["workflows"],
                 "summary": "Enqueue a workflow: jobs that wait for other jobs, inserted in one transaction",
-                "requestBody": request_body(_NEW_WORKFLOW),
+                "requestBody": request_body(ref("NewWorkflow")),
                 "responses": {
                     "201": answer(ref("EnqueuedWorkflow"), "Created: every job's id by its name"),
                     "200": answer(ref("EnqueuedWorkflow"), "`key` named a workflow enqueued before: its jobs"),
@@ -155,10 +234,12 @@ def paths() -> dict[str, Any]:
                 },
             },
             "get": {
+                "operationId": "listWorkflows",
+                "tags": ["workflows"],
                 "summary": "List workflows, newest first (keyset pagination)",
                 "parameters": [*_PAGE, {"name": "name", "in": "query", "schema": text(MAX_NAME_CHARS, 0)}],
                 "responses": {
-                    "200": answer(_page("workflows", WORKFLOW), "A page of workflows"),
+                    "200": answer(ref("WorkflowPage"), "A page of workflows"),
                     **UNAUTHORIZED,
                     "422": ERRORS["422"],
                 },
@@ -166,34 +247,13 @@ def paths() -> dict[str, Any]:
         },
         "/api/workflows/{workflow_id}": {
             "get": {
+                "operationId": "getWorkflow",
+                "tags": ["workflows"],
                 "summary": "A workflow with its jobs and its edges",
                 "parameters": [_WORKFLOW_ID],
                 "responses": {
                     "200": answer(
-                        {
-                            "allOf": [
-                                WORKFLOW,
-                                {
-                                    "type": "object",
-                                    "required": ["jobs", "edges"],
-                                    "properties": {
-                                        "jobs": {"type": "array", "items": WORKFLOW_JOB},
-                                        "edges": {
-                                            "type": "array",
-                                            "items": {
-                                                "type": "object",
-                                                "required": ["job", "depends_on"],
-                                                "properties": {
-                                                    "job": {"type": "integer"},
-                                                    "depends_on": {"type": "integer"},
-                                                },
-                                            },
-                                        },
-                                    },
-                                },
-                            ]
-                        },
-                        "The workflow; its jobs in id order, each a node of the graph",
+                        ref("WorkflowDetail"), "The workflow; its jobs in id order, each a node of the graph"
                     ),
                     **UNAUTHORIZED,
                     **_NO_WORKFLOW,
@@ -201,30 +261,26 @@ def paths() -> dict[str, Any]:
             }
         },
         "/api/workflows/{workflow_id}/retry": _action(
-            "Retry the failed part of a workflow (its failed, dead and discarded jobs); audit-logged"
+            "retryWorkflow", "Retry the failed part of a workflow (its failed, dead and discarded jobs); audit-logged"
         ),
         "/api/workflows/{workflow_id}/cancel": _action(
-            "Cancel the rest of a workflow (running jobs cooperatively); audit-logged"
+            "cancelWorkflow", "Cancel the rest of a workflow (running jobs cooperatively); audit-logged"
         ),
         "/api/batches": {
             "post": {
+                "operationId": "openBatch",
+                "tags": ["batches"],
                 "summary": "Open a batch: jobs added to it run independently; its callbacks run once all ended",
-                "requestBody": request_body(
-                    {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {"name": {**_NAME, "type": ["string", "null"]}}
-                        | {name: _CALLBACK for name in CALLBACKS},
-                    },
-                    required=False,
-                ),
-                "responses": {"201": answer(BATCH, "Opened"), **ERRORS},
+                "requestBody": request_body(ref("NewBatch"), required=False),
+                "responses": {"201": answer(ref("Batch"), "Opened"), **ERRORS},
             },
             "get": {
+                "operationId": "listBatches",
+                "tags": ["batches"],
                 "summary": "List batches, newest first (keyset pagination)",
                 "parameters": _PAGE,
                 "responses": {
-                    "200": answer(_page("batches", BATCH), "A page of batches"),
+                    "200": answer(ref("BatchPage"), "A page of batches"),
                     **UNAUTHORIZED,
                     "422": ERRORS["422"],
                 },
@@ -232,39 +288,22 @@ def paths() -> dict[str, Any]:
         },
         "/api/batches/{batch_id}": {
             "get": {
+                "operationId": "getBatch",
+                "tags": ["batches"],
                 "summary": "A batch: its state, counts, and once fired, when and its outcome",
                 "parameters": [_BATCH_ID],
-                "responses": {"200": answer(BATCH, "The batch"), **UNAUTHORIZED, **_NO_BATCH},
+                "responses": {"200": answer(ref("Batch"), "The batch"), **UNAUTHORIZED, **_NO_BATCH},
             }
         },
         "/api/batches/{batch_id}/jobs": {
             "post": {
+                "operationId": "addBatchJobs",
+                "tags": ["batches"],
                 "summary": "Enqueue jobs into an open batch, in one transaction",
                 "parameters": [_BATCH_ID],
-                "requestBody": request_body(
-                    {
-                        "type": "object",
-                        "required": ["jobs"],
-                        "additionalProperties": False,
-                        "properties": {
-                            "jobs": {
-                                "type": "array",
-                                "minItems": 1,
-                                "items": ref("BatchJob"),
-                                "description": "At most `[workflows] max_jobs`",
-                            }
-                        },
-                    }
-                ),
+                "requestBody": request_body(ref("NewBatchJobs")),
                 "responses": {
-                    "201": answer(
-                        {
-                            "type": "object",
-                            "required": ["ids"],
-                            "properties": {"ids": {"type": "array", "items": {"type": "integer"}}},
-                        },
-                        "The new jobs' ids, in the order given",
-                    ),
+                    "201": answer(ref("BatchJobIds"), "The new jobs' ids, in the order given"),
                     **ERRORS,
                     **_NO_BATCH,
                     **_CLOSED,
@@ -274,10 +313,12 @@ def paths() -> dict[str, Any]:
         },
         "/api/batches/{batch_id}/close": {
             "post": {
+                "operationId": "closeBatch",
+                "tags": ["batches"],
                 "summary": "Close a batch: no more jobs; its last job's end fires the callbacks",
                 "parameters": [_BATCH_ID],
                 "responses": {
-                    "200": answer(BATCH, "The batch, closed (fired if all ended)"),
+                    "200": answer(ref("Batch"), "The batch, closed (fired if all ended)"),
                     **ERRORS,
                     **_NO_BATCH,
                     **_CLOSED,
@@ -293,6 +334,7 @@ def install(doc: dict[str, Any]) -> None:
     ``openapi_unique.install``), and the job's workflow fields."""
     doc["paths"].update(paths())
     schemas = doc["components"]["schemas"]
+    schemas.update(SCHEMAS)
     new_job = schemas["NewJob"]
     job_fields = {k: v for k, v in new_job["properties"].items() if k not in REFUSED_OPTIONS}
     schemas["BatchJob"] = {**new_job, "properties": job_fields}
