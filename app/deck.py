@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from jobdeck import actions
 from jobdeck.core.clock import RESCUE_SKEW_FRACTION, DatabaseClock, HostClock
 from jobdeck.core.config import Config, artifact_max_bytes, log_limits
+from jobdeck.core.errors import InvalidField, ItemRefused, JobdeckError
 from jobdeck.health import Health
 from jobdeck.jobs.flow import Flow, parse_flow
 from jobdeck.jobs.handlers import Registry
@@ -401,6 +402,24 @@ class Jobdeck:
 
         self.store.batch(batch_id)
         return Batch(self, batch_id)
+
+    def enqueue_each(self, items: Sequence[Any]) -> list[Enqueued]:
+        """Enqueue at most ``max_bulk_jobs`` jobs in one transaction, each
+        checked as ``enqueue`` checks one and answered as one is (created,
+        duplicate), in order: ``POST /api/jobs/bulk`` and ``jobdeck enqueue
+        --file``. One refused job refuses them all (``ItemRefused`` naming its
+        index); nothing is inserted."""
+        limit = self.config.max_bulk_jobs
+        if not 1 <= len(items) <= limit:
+            raise InvalidField("jobs", f"1 to {limit} jobs in one call (max_bulk_jobs), not {len(items)}")
+        now = self.clock()
+        news = []
+        for i, item in enumerate(items):
+            try:
+                news.append(self.new_job(item, now))
+            except JobdeckError as exc:
+                raise ItemRefused(i, exc) from None
+        return self.store.enqueue_each(news, now)
 
     def enqueue_many(self, items: Sequence[Mapping[str, Any]]) -> list[int]:
         """Enqueue many jobs in one transaction (each item as for the API)."""

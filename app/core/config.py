@@ -92,6 +92,17 @@ class Config:
     sent whole with the job (API, job page); a larger one fails the attempt
     (not retried; 413 for an HTTP worker) with a message pointing at
     ``ctx.artifact`` for large outputs."""
+    max_bulk_jobs: int = 1000
+    """The most jobs one bulk enqueue carries (``POST /api/jobs/bulk``,
+    ``jobdeck enqueue --file``); more is refused, nothing inserted. All of
+    them are inserted in one transaction, which holds SQLite's write lock
+    while it runs: at most 100,000."""
+    max_bulk_bytes: int = 8388608
+    """The largest request body ``POST /api/jobs/bulk`` accepts, in bytes
+    (413 past it; never less than one enqueue's own cap, three times
+    ``max_payload_bytes`` plus 64 KiB). Each of its jobs is held to
+    ``max_payload_bytes`` as well. Only that path reads a body this large;
+    every other request keeps one enqueue's cap."""
     default_max_retries: int = 3
     backoff_base: float = 1.0
     backoff_cap: float = 3600.0
@@ -182,6 +193,8 @@ def is_loopback_host(host: str | None) -> bool:
     return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
+MAX_BULK_JOBS = 100_000
+"""The highest ``max_bulk_jobs`` accepted."""
 HTTP_SERVERS = ("waitress", "granian")
 """What ``http_server`` (``jobdeck serve --server``) accepts."""
 
@@ -191,7 +204,7 @@ ENV_KEYS = (
     "http_connection_limit", "http_channel_timeout", "http_body_timeout",
     "sqlite_synchronous", "handler_modules", "external_types", "demo",
     "api_token", "secret_key", "secure_cookies", "max_payload_bytes", "max_result_bytes", "max_list_bytes",
-    "default_max_retries",
+    "max_bulk_jobs", "max_bulk_bytes", "default_max_retries",
     "poll_interval", "heartbeat_interval", "stall_timeout", "sweep_interval",
     "clock_skew_warn", "clock_check_interval", "shutdown_grace", "claim_batch",
     "auto_migrate", "max_abandoned_threads", "exit_when_unhealthy", "sqlite_busy_timeout",
@@ -300,14 +313,17 @@ def validate(config: Config) -> None:
     positive("workers", allow_zero=True)
     positive("default_max_retries", allow_zero=True)
     for key in ("http_threads", "http_connection_limit", "http_channel_timeout", "http_body_timeout",
-                "max_payload_bytes", "max_result_bytes", "max_list_bytes", "backoff_base", "backoff_cap", "poll_interval",
-                "heartbeat_interval", "stall_timeout", "sweep_interval", "claim_batch",
+                "max_payload_bytes", "max_result_bytes", "max_list_bytes", "max_bulk_jobs", "max_bulk_bytes",
+                "backoff_base", "backoff_cap", "poll_interval", "heartbeat_interval", "stall_timeout",
+                "sweep_interval", "claim_batch",
                 "max_abandoned_threads", "sqlite_busy_timeout", "clock_skew_warn",
                 "clock_check_interval"):  # fmt: skip
         positive(key)
     positive("shutdown_grace", allow_zero=True)
     positive("request_lock_timeout", allow_zero=True)
     positive("request_statement_timeout", allow_zero=True)
+    if config.max_bulk_jobs > MAX_BULK_JOBS:
+        raise ConfigError(f"max_bulk_jobs: must be at most {MAX_BULK_JOBS}, got {config.max_bulk_jobs}")
     if config.claim_batch > 1000:
         raise ConfigError(f"claim_batch: must be at most 1000, got {config.claim_batch}")
     if config.sqlite_synchronous.upper() not in {"FULL", "NORMAL"}:

@@ -115,6 +115,30 @@ class PayloadTooLarge(JobdeckError):
         super().__init__(f"payload is {size} bytes; the limit is {limit} bytes")
 
 
+class ItemRefused(JobdeckError):
+    """One job of a bulk enqueue refused, and with it the whole call
+    (nothing is inserted): the job's own refusal (its status: 422 for an
+    invalid field, 413 for a payload too large, 409 for a conflicting
+    idempotency key), its field named under the job's place in the list,
+    ``jobs[3].payload``, and ``index`` 3. The CLI names the file's line instead."""
+
+    def __init__(self, index: int, refused: JobdeckError) -> None:
+        self.index = index
+        self.refused = refused
+        self.status_code = refused.status_code
+        inner = getattr(refused, "field", None) or ("payload" if isinstance(refused, PayloadTooLarge) else None)
+        if isinstance(refused, IdempotencyConflict):
+            inner = "idempotency_key"
+        self.inner_field = None if inner == "body" else inner
+        """The field within the job (None: the job itself is not an object)."""
+        self.reason = str(refused).removeprefix(f"{inner}: ") if inner else str(refused)
+        self.field = f"jobs[{index}]" + (f".{self.inner_field}" if self.inner_field else "")
+        super().__init__(f"{self.field}: {self.reason}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.refused.to_dict(), "error": str(self), "field": self.field, "index": self.index}
+
+
 # -- the effects ledger (``ctx.effect``) ----------------------------------------
 
 

@@ -49,17 +49,18 @@ and no one searches jobs with a paragraph."""
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
 
 
-def loads(text: str | bytes, field: str = "") -> Any:
-    """Parse JSON text and apply ``check_json``. Raises ``json.JSONDecodeError``
-    (a ``ValueError``) when the text is not JSON, for the caller to word, and
-    ``InvalidField`` when it is JSON this service does not accept."""
+def loads(text: str | bytes, field: str = "", depth: int = MAX_JSON_DEPTH) -> Any:
+    """Parse JSON text and apply ``check_json`` (``depth``: the nesting
+    allowed). Raises ``json.JSONDecodeError`` (a ``ValueError``) when the
+    text is not JSON, for the caller to word, and ``InvalidField`` when it
+    is JSON this service does not accept."""
     try:
         value = json.loads(text, parse_int=_parse_json_int)
     except RecursionError:
         raise InvalidField(field or "body", f"nested deeper than {MAX_JSON_DEPTH} levels") from None
     except _IntTooLong:
         raise InvalidField(field or "body", f"holds an integer of more than {MAX_JSON_INT_DIGITS} digits") from None
-    check_json(value, field)
+    check_json(value, field, depth)
     return value
 
 
@@ -79,11 +80,13 @@ def _parse_json_int(text: str) -> int:
     return int(text)
 
 
-def check_json(value: Any, field: str = "") -> None:
-    """Refuse a JSON value nested deeper than ``MAX_JSON_DEPTH``, holding a
-    non-finite number, or a string (or key) that is not valid Unicode. The
-    error names where: ``payload.items[3].price``; with ``field`` empty (a
-    whole request body) the top-level key alone.
+def check_json(value: Any, field: str = "", depth: int = MAX_JSON_DEPTH) -> None:
+    """Refuse a JSON value nested deeper than ``MAX_JSON_DEPTH`` levels,
+    holding a non-finite number, or a string (or key) that is not valid
+    Unicode. The error names where: ``payload.items[3].price``; with
+    ``field`` empty (a whole request body) the top-level key alone.
+    ``depth`` counts the levels of a wrapper too: a bulk enqueue's body holds
+    each job two levels down, and each job is held to ``MAX_JSON_DEPTH``.
 
     Iterative, so a deep value from a Python caller cannot exhaust the stack
     here either; a path is built only for containers, and scalars are checked
@@ -93,8 +96,8 @@ def check_json(value: Any, field: str = "") -> None:
         return
     stack: list[tuple[Any, int, str]] = [(value, 1, field)]
     while stack:
-        item, depth, where = stack.pop()
-        if depth > MAX_JSON_DEPTH:
+        item, level, where = stack.pop()
+        if level > depth:
             raise InvalidField(_shown(where), f"nested deeper than {MAX_JSON_DEPTH} levels")
         if isinstance(item, dict):
             for key, child in item.items():
@@ -103,14 +106,14 @@ def check_json(value: Any, field: str = "") -> None:
                 _check_unicode(key, where or "body")
                 path = f"{where}.{key}" if where else key
                 if isinstance(child, dict | list):
-                    stack.append((child, depth + 1, path))
+                    stack.append((child, level + 1, path))
                 else:
                     _check_scalar(child, path)
         else:
             for index, child in enumerate(item):
                 path = f"{where or 'body'}[{index}]"
                 if isinstance(child, dict | list):
-                    stack.append((child, depth + 1, path))
+                    stack.append((child, level + 1, path))
                 else:
                     _check_scalar(child, path)
 
@@ -296,6 +299,13 @@ def max_body_bytes(max_payload_bytes: int) -> int:
     times the limit plus 64 KiB admits every payload under it, and still
     bounds what a request makes the server read."""
     return 3 * max_payload_bytes + 64 * 1024
+
+
+def max_bulk_body_bytes(max_bulk_bytes: int, max_payload_bytes: int) -> int:
+    """The cap on a bulk enqueue's raw body: ``max_bulk_bytes``, and never
+    less than one enqueue's (``max_body_bytes``), so a bulk of one job is
+    never refused where the job alone is taken."""
+    return max(max_bulk_bytes, max_body_bytes(max_payload_bytes))
 
 
 MAX_PRIORITY = 1_000_000

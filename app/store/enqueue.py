@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from itertools import chain
 from typing import Any
 
-from jobdeck.core.errors import IdempotencyConflict
+from jobdeck.core.errors import IdempotencyConflict, ItemRefused
 from jobdeck.core.states import State
 from jobdeck.store import statements
 from jobdeck.store.engine import promptly
@@ -194,6 +194,57 @@ class Enqueueing(Transactions):
             self._notify_other_processes(conn)
         self._notify_enqueued()
         return ids
+
+    def enqueue_each(self, news: Sequence[NewJob], now: datetime) -> list[Enqueued]:
+        """Insert many jobs in one transaction, each answered as ``enqueue``
+        answers one: a taken idempotency key gives its job back (``created``
+        False), a held unique key the kept job (``duplicate``). A key given
+        twice in the call is the first one's request again. In order, one
+        ``Enqueued`` per job; a key that belongs to another type or payload
+        is an ``ItemRefused`` naming the job's index, and nothing is
+        inserted. The unique jobs go last, in key order, as in
+        ``_enqueue_many_unique``."""
+        if not news:
+            return []
+        if all(n.unique is None and n.idempotency_key is None for n in news):
+            stamp = self._t(now)
+            ids = self._insert_plain([self._row(n, now, stamp, self.sqlite) for n in news], stamp)
+            return [Enqueued(inserted(i, self._row(n, now, now, False)), True) for i, n in zip(ids, news, strict=True)]
+        done: list[Enqueued | None] = [None] * len(news)
+        stamp = self._t(now)
+        first: dict[str, int] = {}
+        """Each key's first job in the call."""
+        with self.write() as conn:
+            for i, new in enumerate(news):
+                if new.unique is not None:
+                    continue
+                key = new.idempotency_key
+                try:
+                    if key is not None and key in first:
+                        earlier = done[first[key]]
+                        assert earlier is not None
+                        _check_same(earlier.job, new)
+                        done[i] = Enqueued(earlier.job, False)
+                        continue
+                    values = self._row(new, now, stamp, self.sqlite)
+                    found = (
+                        self._run(conn, statements.enqueue("row"), values).one()
+                        if key is None
+                        else self._enqueue_keyed(conn, new, values)
+                    )
+                except IdempotencyConflict as exc:
+                    raise ItemRefused(i, exc) from None
+                done[i] = (
+                    Enqueued(found, False) if isinstance(found, JobRecord) else Enqueued(self._record(found), True)
+                )
+                if key is not None:
+                    first[key] = i
+            for _, i in sorted((n.unique.key, i) for i, n in enumerate(news) if n.unique is not None):
+                job, created, changed = enqueue_unique(conn, self.dialect, news[i], payload_json(news[i]), now)
+                done[i] = Enqueued(job, created, duplicate=not created, changed=changed)
+            self._notify_other_processes(conn)
+        self._notify_enqueued()
+        return [e for e in done if e is not None]
 
     def enqueue_plain(self, jobs: Sequence[PlainJob], now: datetime) -> list[int]:
         """Insert jobs without idempotency keys, due now, from what the deck's

@@ -9,7 +9,8 @@ Here the body is read on granian's event loop, where a connection waiting
 for bytes costs a coroutine, not a thread. A body that has not arrived
 ``http_body_timeout`` seconds after the headers is answered 408 and its
 connection closed; a declared body over the app's limit
-(``MAX_CONTENT_LENGTH``) is not read at all, and the app answers 413 from
+(``MAX_CONTENT_LENGTH``, or a larger one for the paths of ``larger_bodies``:
+``jobdeck.web.body_limits``) is not read at all, and the app answers 413 from
 its ``Content-Length``. Only a whole request reaches a thread, so however
 many clients are slow, the threads serve the others.
 
@@ -33,7 +34,7 @@ import logging
 import queue
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 log = logging.getLogger("jobdeck.http")
@@ -56,6 +57,7 @@ class BufferedWsgi:
         threads: int,
         body_timeout: float,
         max_body: int,
+        larger_bodies: Mapping[str, int] | None = None,
         serving: Callable[[asyncio.AbstractEventLoop], None] | None = None,
     ):
         self.app = app
@@ -63,8 +65,10 @@ class BufferedWsgi:
         """Called with granian's loop when granian is about to run it."""
         self.body_timeout = body_timeout
         self.max_body = max_body
+        self.larger_bodies = dict(larger_bodies or {})
+        """Paths whose body may pass ``max_body``, and their caps (the bulk enqueue's)."""
         self._threads = threads
-        self._requests: queue.SimpleQueue[tuple[Any, Any, bytes | None, asyncio.Future[None]] | None] = (
+        self._requests: queue.SimpleQueue[tuple[Any, Any, bytes | None, int, asyncio.Future[None]] | None] = (
             queue.SimpleQueue()
         )
         self._answered: list[asyncio.Future[None]] = []
@@ -108,30 +112,31 @@ class BufferedWsgi:
         500 for a request whose coroutine ends unanswered)."""
         headers = scope.headers
         declared = headers.get("content-length")
+        cap = self.larger_bodies.get(scope.path, self.max_body)
         body: bytes | None = b""
         if (declared is not None and declared != "0") or "transfer-encoding" in headers:
-            if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+            if declared is not None and declared.isdigit() and int(declared) > cap:
                 body = None  # not read: the app answers 413 from the declared length
             else:
                 try:
                     async with asyncio.timeout(self.body_timeout):
-                        body = await self._read(protocol)
+                        body = await self._read(protocol, cap)
                 except TimeoutError:
                     message = f"the request body did not arrive within {self.body_timeout:g} s (http_body_timeout)"
                     protocol.response_bytes(408, _JSON_CLOSE, _error(message))
                     return
         assert self._loop is not None
         answered: asyncio.Future[None] = self._loop.create_future()
-        self._requests.put((scope, protocol, body, answered))
+        self._requests.put((scope, protocol, body, cap, answered))
         await answered
 
     def _serve(self) -> None:
         """One of the threads: answer queued requests, each from the thread
         (the response leaves at once, without waiting for the loop)."""
         while (request := self._requests.get()) is not None:
-            scope, protocol, body, answered = request
+            scope, protocol, body, cap, answered = request
             try:
-                status, headers, content = self._call(self._environ(scope, body))
+                status, headers, content = self._call(self._environ(scope, body, cap))
             except Exception:
                 log.exception("%s %s: the WSGI call failed", scope.method, scope.path)
                 status, headers, content = 500, _JSON_CLOSE, _error("internal error")
@@ -153,19 +158,19 @@ class BufferedWsgi:
             if not future.done():
                 future.set_result(None)
 
-    async def _read(self, protocol: Any) -> bytes | None:
-        """The whole body, or None once it exceeds ``max_body`` (a chunked
+    async def _read(self, protocol: Any, cap: int) -> bytes | None:
+        """The whole body, or None once it exceeds ``cap`` (a chunked
         body declares no length)."""
         chunks: list[bytes] = []
         size = 0
         async for chunk in protocol:
             size += len(chunk)
-            if size > self.max_body:
+            if size > cap:
                 return None
             chunks.append(chunk)
         return b"".join(chunks)
 
-    def _environ(self, scope: Any, body: bytes | None) -> dict[str, Any]:
+    def _environ(self, scope: Any, body: bytes | None, cap: int) -> dict[str, Any]:
         headers = scope.headers
         declared = headers.get("content-length")
         environ = dict(self._base)
@@ -181,7 +186,7 @@ class BufferedWsgi:
         )
         environ["wsgi.url_scheme"] = scope.scheme
         if body is None:  # too large, not read
-            environ["CONTENT_LENGTH"] = declared or str(self.max_body + 1)
+            environ["CONTENT_LENGTH"] = declared or str(cap + 1)
             environ["wsgi.input"] = io.BytesIO()
         else:
             environ["wsgi.input"] = io.BytesIO(body)

@@ -15,9 +15,10 @@ from flask import Flask, jsonify, render_template, request
 from htmx_flask import Htmx
 from jobdeck.core.config import Config, load
 from jobdeck.core.errors import JobdeckError
-from jobdeck.core.validation import fits_id, max_body_bytes
+from jobdeck.core.validation import fits_id
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import Registry
+from jobdeck.web.body_limits import body_cap, too_large
 from jobdeck.web.converters import IdConverter, NamePathConverter
 from sqlalchemy import exc as sa_exc
 from werkzeug.exceptions import HTTPException, NotFound
@@ -45,7 +46,7 @@ def create_app(
     app.url_map.converters["int"] = IdConverter  # before any route: ids beyond BIGINT match none
     app.url_map.converters["path"] = NamePathConverter  # names with a line break reach their views
     app.config["SECRET_KEY"] = config.secret_key or secrets.token_hex(32)
-    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes(config.max_payload_bytes)
+    app.config["MAX_CONTENT_LENGTH"] = body_cap(config)
     app.extensions["jobdeck"] = deck
     app.wsgi_app = _under_request_timeouts(app.wsgi_app, deck)  # type: ignore[method-assign]
     Htmx(app)
@@ -116,9 +117,7 @@ def _register_errors(app: Flask) -> None:
         if _wants_json():
             message = exc.description or exc.name
             if exc.code == 413:  # the limit follows max_payload_bytes (a workflow of many jobs meets it first)
-                message = (
-                    f"request body too large: at most {app.config['MAX_CONTENT_LENGTH']} bytes (max_payload_bytes)"
-                )
+                message = too_large(request.max_content_length or 0, request.path)
             return jsonify({"error": message}), exc.code
         return exc
 

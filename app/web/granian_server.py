@@ -162,6 +162,7 @@ def _load(config: Config, deadline: Any, stops: Any, _target: str) -> Any:
     dies with the supervisor (``_die_with_parent``)."""
     from jobdeck import create_app
     from jobdeck.runtime import Runtime
+    from jobdeck.web.body_limits import larger_bodies
     from jobdeck.web.buffered_wsgi import BufferedWsgi
 
     with contextlib.suppress(OSError):
@@ -179,6 +180,7 @@ def _load(config: Config, deadline: Any, stops: Any, _target: str) -> Any:
         threads=config.http_threads,
         body_timeout=config.http_body_timeout,
         max_body=app.config["MAX_CONTENT_LENGTH"],
+        larger_bodies=larger_bodies(config),
         serving=partial(_serving, stops),
     )
 

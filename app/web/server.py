@@ -24,6 +24,7 @@ runs inside the loop, between two polls, never as an exception.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -32,10 +33,11 @@ import time
 from typing import Any
 
 from jobdeck.core.config import Config
-from jobdeck.core.validation import max_body_bytes
+from jobdeck.web.body_limits import body_cap, larger_bodies, too_large
 from waitress import create_server, wasyncore
 from waitress.channel import HTTPChannel
 from waitress.parser import HTTPRequestParser, ParsingError
+from waitress.utilities import RequestEntityTooLarge
 
 log = logging.getLogger("jobdeck.http")
 
@@ -73,8 +75,12 @@ def connection_limit(config: Config) -> int:
 
 
 class _Parser(HTTPRequestParser):  # type: ignore[misc]
-    """waitress's parser, which notes when a request's first byte came and
-    refuses two framings of one body."""
+    """waitress's parser, which notes when a request's first byte came,
+    refuses two framings of one body, and holds a path of ``larger_bodies``
+    (``jobdeck.web.body_limits``) to that path's cap instead of the server's."""
+
+    adj: Any
+    error: Any
 
     def __init__(self, adj: Any) -> None:
         super().__init__(adj)
@@ -85,6 +91,23 @@ class _Parser(HTTPRequestParser):  # type: ignore[misc]
         framed = self.chunked or "TRANSFER_ENCODING" in self.headers
         if framed and "CONTENT_LENGTH" in self.headers:
             raise ParsingError("Content-Length and Transfer-Encoding together")
+        # A path allowed a larger body (the bulk enqueue) reads up to its own
+        # cap; waitress checks the body against ``self.adj`` from here on.
+        self.adj = getattr(self.adj, "larger_bodies", {}).get(self.path, self.adj)
+
+    def received(self, data: bytes) -> int:
+        consumed: int = super().received(data)
+        if type(self.error) is RequestEntityTooLarge:  # declared, or a chunked body past the cap
+            self.error = _TooLarge(too_large(self.adj.max_request_body_size - 1, self.path))
+        return consumed
+
+
+class _TooLarge(RequestEntityTooLarge):  # type: ignore[misc]
+    """waitress's 413 in the app's JSON and words (``too_large``), not its text."""
+
+    def to_response(self, ident: str | None = None) -> tuple[str, list[tuple[str, str]], bytes]:
+        body = (json.dumps({"error": self.body}) + "\n").encode()
+        return f"{self.code} {self.reason}", [("Content-Type", "application/json")], body
 
 
 class _Channel(HTTPChannel):  # type: ignore[misc]
@@ -114,6 +137,14 @@ class _Channel(HTTPChannel):  # type: ignore[misc]
             self.close_when_flushed = True
 
 
+def _with_body_cap(adj: Any, cap: int) -> Any:
+    """waitress's settings ``adj`` with another body cap (it refuses a body
+    of ``max_request_body_size`` bytes or more)."""
+    larger = copy.copy(adj)
+    larger.max_request_body_size = cap + 1
+    return larger
+
+
 class HttpServer:
     """waitress on a thread of its own, stopped from any other thread."""
 
@@ -127,13 +158,16 @@ class HttpServer:
             threads=config.http_threads,
             connection_limit=connection_limit(config),
             # waitress's own default is 1 GB, spooled to a file before the app refuses it
-            max_request_body_size=max_body_bytes(config.max_payload_bytes) + 1,
+            max_request_body_size=body_cap(config) + 1,
             channel_timeout=timeout,
             cleanup_interval=max(1, min(30, timeout // 2, math.floor(body_timeout / 4))),
             asyncore_use_poll=True,
             ident="jobdeck",
         )
         self.server.channel_class = _Channel
+        self.server.adj.larger_bodies = {
+            path: _with_body_cap(self.server.adj, cap) for path, cap in larger_bodies(config).items()
+        }
         idle_sweep = self.server.maintenance
 
         def maintenance(now: float) -> None:

@@ -12,6 +12,7 @@ from jobdeck.core.errors import InvalidField, JobdeckError, TransitionRefused
 from jobdeck.core.states import State
 from jobdeck.core.validation import (
     INT64_MAX,
+    MAX_JSON_DEPTH,
     MAX_QUEUE_CHARS,
     MAX_SEARCH_CHARS,
     MAX_TYPE_CHARS,
@@ -66,7 +67,7 @@ def require_json_body() -> None:
 bp.before_request(require_json_body)
 
 
-def _body() -> dict[str, Any]:
+def _body(depth: int = MAX_JSON_DEPTH) -> dict[str, Any]:
     """The request's JSON object: 400 if malformed, 422 if not an object or
     not acceptable JSON (``jobdeck.core.validation.loads``: depth, finite numbers,
     valid Unicode)."""
@@ -74,7 +75,7 @@ def _body() -> dict[str, Any]:
     if not data_bytes:
         return {}
     try:
-        data = loads(data_bytes)
+        data = loads(data_bytes, depth=depth)
     except ValueError:
         raise MalformedJSON() from None
     if not isinstance(data, dict):

@@ -18,6 +18,7 @@ from flask import current_app, jsonify, request
 from jobdeck.deck import Jobdeck
 from jobdeck.web.api import (
     openapi_artifacts,
+    openapi_bulk,
     openapi_effects,
     openapi_errors,
     openapi_jobs,
@@ -75,6 +76,7 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
     doc["paths"].update(openapi_errors.paths())
     doc["paths"].update(openapi_snooze.paths())
     openapi_unique.install(doc)
+    openapi_bulk.install(doc)
     openapi_workflows.install(doc)
     doc["paths"].update(openapi_metrics.paths())
     doc["paths"].update(openapi_logs.paths())
