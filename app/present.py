@@ -65,6 +65,8 @@ def attempts_text(job: JobRecord, why: bool = True) -> str:
 
 
 def priority_text(priority: int) -> str:
-    """``0 (default)``, or the label and the number (``high (10)``), as
-    the job page's Priority field reads: 0 is the default, not "low"."""
-    return f"{priority_label(priority)} ({priority})" if priority else "0 (default)"
+    """The label and the number (``high (20)``), as the job page's Priority
+    field reads: the API's ``priority_label``, one word everywhere. The
+    default, 0, is ``low (0, the default)``: the lowest named level, where
+    every job starts unless it is given one."""
+    return f"{priority_label(priority)} ({priority}{', the default' if priority == 0 else ''})"

@@ -185,7 +185,7 @@ def test_show_words_priority_and_attempts_like_the_job_page(run, live_deck: Jobd
     plain, _ = live_deck.enqueue("demo.noop", max_retries=3)
     urgent, _ = live_deck.enqueue("demo.noop", priority="high")
     dead = make_dead(live_deck)
-    assert re.search(r"\n  priority +0 \(default\)\n", run("show", str(plain.id)).stdout)
+    assert re.search(r"\n  priority +low \(0, the default\)\n", run("show", str(plain.id)).stdout)  # the API's word
     assert re.search(r"\n  priority +high \(\d+\)\n", run("show", str(urgent.id)).stdout)
     assert re.search(r"\n  attempts +0/4 made / allowed\n", run("show", str(plain.id)).stdout)
     assert re.search(r"\n  attempts +1/1 made / allowed\n", run("show", str(dead)).stdout)

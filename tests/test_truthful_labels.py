@@ -9,6 +9,7 @@ import re
 
 from dashboard_support import make_dead
 from jobdeck.store import Outcome
+from jobdeck.web.serialize import job_json
 
 
 def test_a_dead_jobs_page_says_why_it_has_no_result(dash, deck):
@@ -105,3 +106,14 @@ def test_a_dead_job_that_used_its_retries_reads_made_and_allowed(dash, deck, clo
     assert deck.store.get(job.id).status.value == "dead"
     assert attempts_field(dash, job.id) == '2/2 <span class="muted">made / allowed</span>'
     assert ">2/2</td>" in attempts_cell(dash, job.id)
+
+
+def test_the_default_priority_has_the_apis_word_on_the_job_page(dash, deck):
+    plain, _ = deck.enqueue("demo.noop", {})
+    urgent, _ = deck.enqueue("demo.noop", {}, priority="high")
+    for job, field in ((plain, 'low <span class="muted">(0, the default)</span>'),
+                       (urgent, 'high <span class="muted">(20)</span>')):  # fmt: skip
+        html = dash.get(f"/jobs/{job.id}").get_data(as_text=True)
+        assert re.search(r"<dt>Priority</dt><dd[^>]*>(.*?)</dd>", html).group(1) == field
+        assert field.startswith(job_json(job, deck.clock())["priority_label"] + " ")
+    assert deck.enqueue("demo.noop", {}, priority="low")[0].priority == 0  # and the word is taken on input
