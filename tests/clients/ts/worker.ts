@@ -1,0 +1,120 @@
+// A worker and producer in TypeScript, written against the types that
+// openapi-typescript generated from a live /api/openapi.json (./jobdeck.d.ts),
+// calling through openapi-fetch. tests/test_generated_clients.py generates the
+// types, type-checks this file with tsc (a document change that breaks the
+// types fails there), runs it against a live server, and checks the database.
+//
+// Runs: enqueue (and the same unique job again: a duplicate) -> claim ->
+// heartbeat with a log line -> complete; a job with max_retries 1: claim ->
+// fail -> claim again once due -> fail -> dead; a bulk enqueue of two jobs ->
+// claim both -> complete. Prints one JSON line: the ids, for the test to check.
+
+import createClient from "openapi-fetch";
+import type { components, paths } from "./jobdeck.js";
+
+type Job = components["schemas"]["Job"];
+// Node's own, declared here rather than with @types/node, which would more
+// than double tsc's time for these two names (fetch and its types: lib DOM).
+declare const process: { env: Record<string, string | undefined>; exit(code: number): never };
+
+const BASE = process.env.JOBDECK_URL ?? "http://127.0.0.1:8000";
+const TOKEN = process.env.JOBDECK_API_TOKEN ?? "";
+const WORKER = "ts-worker";
+const api = createClient<paths>({ baseUrl: BASE, headers: { Authorization: `Bearer ${TOKEN}` } });
+
+function check(condition: boolean, what: string): asserts condition {
+  if (!condition) throw new Error(what);
+}
+
+function said(answer: { response: Response; error?: unknown }): string {
+  return `answered ${answer.response.status} ${JSON.stringify(answer.error ?? "")}`;
+}
+
+async function claimOne(type: string): Promise<Job | null> {
+  const claim = await api.POST("/api/jobs/claim", { body: { worker_id: WORKER, types: [type] } });
+  check(claim.response.status === 200 && claim.data !== undefined, `claim ${said(claim)}`);
+  check(!Array.isArray(claim.data), "a claim without limit answers one job or null");
+  return claim.data;
+}
+
+async function claimDue(type: string, seconds: number): Promise<Job> {
+  const deadline = Date.now() + seconds * 1000;
+  for (;;) {
+    const job = await claimOne(type);
+    if (job) return job;
+    check(Date.now() < deadline, `no ${type} job came due within ${seconds} s`);
+    await new Promise((resolve) => setTimeout(resolve, 20)); // a poll with a deadline
+  }
+}
+
+async function complete(job: Job, result: unknown): Promise<Job> {
+  const done = await api.POST("/api/jobs/{job_id}/complete", {
+    params: { path: { job_id: job.id } },
+    body: { worker_id: WORKER, result },
+  });
+  check(done.data?.status === "completed", `complete ${said(done)}`);
+  return done.data;
+}
+
+async function fail(job: Job, error: string): Promise<Job> {
+  const failed = await api.POST("/api/jobs/{job_id}/fail", {
+    params: { path: { job_id: job.id } },
+    body: { worker_id: WORKER, error, retryable: true, logs: [{ level: "error", message: error }] },
+  });
+  check(failed.data !== undefined, `fail ${said(failed)}`);
+  return failed.data;
+}
+
+async function workedJob(): Promise<number> {
+  const job = { type: "ext.resize", payload: { image: "cat.png" }, priority: "high", unique: true } as const;
+  const created = await api.POST("/api/jobs", { body: job });
+  check(created.response.status === 201 && created.data !== undefined, `enqueue ${said(created)}`);
+  const again = await api.POST("/api/jobs", { body: job });
+  check(again.response.status === 200 && again.data?.duplicate === true, `a unique job twice ${said(again)}`);
+  check(again.data.id === created.data.id, "the duplicate answers the kept job");
+
+  const claimed = await claimOne("ext.resize");
+  check(claimed?.id === created.data.id && claimed.status === "running", "claim the job enqueued");
+  const beat = await api.POST("/api/jobs/{job_id}/heartbeat", {
+    params: { path: { job_id: claimed.id } },
+    body: { worker_id: WORKER, logs: [{ level: "info", message: "resizing cat.png" }] },
+  });
+  check(beat.data?.cancel === false && beat.data.logs_kept === 1, `heartbeat ${said(beat)}`);
+  await complete(claimed, { width: 64, height: 64 });
+
+  const shown = await api.GET("/api/jobs/{job_id}", { params: { path: { job_id: claimed.id } } });
+  check(shown.data?.status === "completed" && shown.data.logs.lines === 1, `get ${said(shown)}`);
+  return claimed.id;
+}
+
+async function deadJob(): Promise<number> {
+  const created = await api.POST("/api/jobs", { body: { type: "ext.flaky", max_retries: 1 } });
+  check(created.response.status === 201 && created.data !== undefined, `enqueue ${said(created)}`);
+  const claim = await api.POST("/api/jobs/claim", { body: { worker_id: WORKER, types: ["ext.flaky"], limit: 1 } });
+  check(Array.isArray(claim.data) && claim.data.length === 1, `a claim with limit answers a list ${said(claim)}`);
+  const first = claim.data[0];
+  check(first.id === created.data.id, "claim the job enqueued");
+
+  const failed = await fail(first, "the resizer timed out");
+  check(failed.status === "failed" && failed.retry_count === 1, `first failure: ${failed.status}`);
+  const retried = await claimDue("ext.flaky", 10);
+  check(retried.id === first.id && retried.attempt === 2, "the retry is the same job's second attempt");
+  const dead = await fail(retried, "the resizer timed out again");
+  check(dead.status === "dead", `second failure with max_retries 1: ${dead.status}`);
+
+  const shown = await api.GET("/api/jobs/{job_id}", { params: { path: { job_id: first.id } } });
+  const outcomes = (shown.data?.attempts ?? []).map((attempt) => attempt.outcome);
+  check(JSON.stringify(outcomes) === '["failed","failed"]', `attempts: ${JSON.stringify(outcomes)}`);
+  return first.id;
+}
+
+async function main(): Promise<void> {
+  const worked = await workedJob();
+  const dead = await deadJob();
+  console.log(JSON.stringify({ worked, dead }));
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});
