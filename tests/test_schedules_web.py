@@ -45,7 +45,7 @@ def test_page_shows_words_next_run_and_runs_and_acts_with_csrf(sched_client, clo
     assert r.status_code == 303 and r.headers["Location"].endswith("/schedules")
     page = client.get("/schedules").get_data(as_text=True)
     job = deck.store.list_jobs(_all(), clock.now)[0]
-    assert f"sales-report: enqueued job #{job.id}" in page
+    assert f'sales-report</bdi>: enqueued <a href="/jobs/{job.id}">job #{job.id}</a>' in page
     assert f'href="/jobs/{job.id}">#{job.id}</a>' in page and 'badge-pending">Pending' in page
     client.post("/schedules/tick/pause", data={"csrf_token": token(page)})
     listed = check(client.get("/api/schedules"), "/api/schedules", "get")

@@ -238,14 +238,26 @@ def test_run_now_enqueues_the_workflow_from_the_page_with_csrf(make_config: Any,
         [wf] = deck.store.list_workflows()
         assert wf.key == f"schedule:sales:manual:{T.isoformat()}" and wf.total == 3
         first = min(deck.store.workflow(wf.id).jobs, key=lambda j: j.id)
-        assert f"sales: enqueued job #{first.id}" in client.get("/schedules").get_data(as_text=True)
+        page = client.get("/schedules").get_data(as_text=True)
+        # It names the workflow it started, a link to it, not its first job.
+        assert (
+            f'sales</bdi>: started workflow <a href="/workflows/{wf.id}"><bdi>nightly-sales</bdi> #{wf.id}</a>' in page
+        )
+        assert "enqueued job" not in page
+        last = page.split('class="last-run"')[1].split("</td>")[0]
+        assert f'href="/workflows/{wf.id}"' in last and f'href="/jobs/{first.id}"' not in last
         [run] = deck.schedules.overview(T)[0]["runs"]
         assert run["manual"] and run["job_id"] == first.id and run["workflow_id"] == wf.id
         api = client.get("/api/schedules").get_json()["schedules"][0]
         assert (api["workflow"], api["type"]) == ("nightly-sales", None)
+        clock.now = T.replace(second=59)
+        r = client.post("/schedules/sales/run", data={"csrf_token": token}, headers={"HX-Request": "true"})
+        second = max(w.id for w in deck.store.list_workflows())
+        flash = r.get_data(as_text=True).split('id="flash"')[1]
+        assert f'started workflow <a href="/workflows/{second}"><bdi>nightly-sales</bdi> #{second}</a>' in flash
         clock.now = FIRED
         job = deck.schedules.run_now("sales", FIRED, "test")
-        assert job.workflow_id is not None and job.workflow_id != wf.id and _count(deck, workflows) == 2
+        assert job.workflow_id is not None and job.workflow_id not in (wf.id, second) and _count(deck, workflows) == 3
     finally:
         deck.store.engine.dispose()
 

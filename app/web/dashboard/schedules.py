@@ -22,6 +22,7 @@ from typing import Any
 from flask import Blueprint, abort, current_app, flash, jsonify, redirect, render_template, url_for
 from jobdeck.core.validation import MAX_QUEUE_CHARS, check_text
 from jobdeck.deck import Jobdeck
+from jobdeck.store import JobRecord
 from jobdeck.store.artifacts import last_completed_artifacts
 from jobdeck.store.reads import running_by_type
 from jobdeck.store.upkeep import HEALTH_WINDOWS, type_health
@@ -30,6 +31,7 @@ from jobdeck.web.dashboard.auth import current_user, require_operator
 from jobdeck.web.dashboard.replies import flash_response, is_htmx
 from jobdeck.web.dashboard.tabs import BY_SLUG
 from jobdeck.web.serialize import iso
+from markupsafe import Markup
 
 bp = Blueprint("schedules", __name__)
 api_bp = Blueprint("api_schedules", __name__, url_prefix="/api/schedules")
@@ -99,12 +101,24 @@ def act(name: str, action: str) -> Any:
         abort(404, f"no schedule named {name!r}")
     now = deck.clock()
     if action == "run":
-        job = schedules.run_now(name, now, _actor())
-        message = f"{name}: enqueued job #{job.id}"
+        message = _started(name, schedules.run_now(name, now, _actor()))
     else:
         schedules.set_paused(name, action == "pause", now, _actor())
         message = f"{name}: {'paused' if action == 'pause' else 'resumed'}"
     return _answer("schedules.index", "_schedules_live.html", _schedules(), message)
+
+
+def _started(name: str, job: JobRecord) -> Markup:
+    """Run now's message, a link to what it started: the job, or for a
+    workflow schedule the workflow (``run_now`` answers with its first job,
+    whose number named a job the operator never asked for)."""
+    if job.workflow_id is None:
+        href = url_for("dashboard.job", job_id=job.id)
+        return Markup('<bdi>{}</bdi>: enqueued <a href="{}">job #{}</a>').format(name, href, job.id)
+    href = url_for("workflows.workflow", workflow_id=job.workflow_id)
+    return Markup('<bdi>{}</bdi>: started workflow <a href="{}"><bdi>{}</bdi> #{}</a>').format(
+        name, href, _deck().schedules.get(name).workflow, job.workflow_id
+    )
 
 
 # -- queues -------------------------------------------------------------------------
