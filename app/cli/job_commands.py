@@ -3,36 +3,58 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 from jobdeck.cli.base import CREATE_HELP, main, operator_deck, shown
 from jobdeck.cli.text import SCHEDULED, job_page, job_table, status_names, when
 from jobdeck.core.states import State
+from jobdeck.core.validation import max_body_bytes
 
 if TYPE_CHECKING:
     from jobdeck.store import JobFilter
 
 
-@main.command(short_help="Enqueue a job and print it as JSON.")
-@click.argument("job_type")
-@click.option("--payload", default="{}", help="The payload as a JSON object.")
+@main.command(short_help="Enqueue a job, or the jobs of a JSON Lines file, and print them as JSON.")
+@click.argument("job_type", required=False)
+@click.option("--payload", help="The payload as a JSON object.")
 @click.option("--priority", help="An integer or low|medium|high|critical.")
 @click.option("--delay", type=float, help="Seconds from now.")
 @click.option("--key", help="Idempotency key.")
 @click.option("--queue", help="Queue name.")
 @click.option("--max-retries", type=int)
+@click.option(
+    "--file",
+    "jobs_file",
+    type=click.File("rb"),
+    help="Enqueue the jobs of this file instead, one JSON object a line with the fields of POST /api/jobs "
+    "(- for stdin): all of them in one transaction, or none.",
+)
 @click.option("--demo", is_flag=True, help="Accept the demo job types.")
 @click.option("--create", is_flag=True, help=CREATE_HELP)
-def enqueue(job_type: str, payload: str, priority: str | None, delay: float | None, key: str | None,
-            queue: str | None, max_retries: int | None, demo: bool, create: bool) -> None:  # fmt: skip
-    """Enqueue a job and print it as JSON."""
+def enqueue(job_type: str | None, payload: str | None, priority: str | None, delay: float | None, key: str | None,
+            queue: str | None, max_retries: int | None, jobs_file: BinaryIO | None, demo: bool,
+            create: bool) -> None:  # fmt: skip
+    """Enqueue a job and print it as JSON. With --file, enqueue every job of
+    a JSON Lines file as POST /api/jobs/bulk does: each checked as one, all
+    in one transaction or none (an error names the line), and print one
+    line per job: its id, whether it was created, whether it is a duplicate."""
     from jobdeck.core.errors import InvalidField, JobdeckError, UnknownType
     from jobdeck.core.validation import loads
     from jobdeck.web.serialize import job_json
 
+    if jobs_file is not None:
+        single = {"TYPE": job_type, "--payload": payload, "--priority": priority, "--delay": delay, "--key": key,
+                  "--queue": queue, "--max-retries": max_retries}  # fmt: skip
+        given = [name for name, value in single.items() if value is not None]
+        if given:
+            raise click.UsageError(f"--file takes every field from its lines; leave out {', '.join(given)}")
+        _enqueue_file(jobs_file, demo, create)
+        return
+    if job_type is None:
+        raise click.UsageError("give a job TYPE, or --file with the jobs")
     try:
-        data = loads(payload, "payload")
+        data = loads(payload or "{}", "payload")
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--payload") from None
     except InvalidField as exc:
@@ -47,8 +69,7 @@ def enqueue(job_type: str, payload: str, priority: str | None, delay: float | No
             )  # fmt: skip
             job, created = enqueued
         except UnknownType as exc:
-            needs_demo = job_type.startswith("demo.") and not deck.config.demo
-            raise click.ClickException(f"{exc} (the demo types need --demo)" if needs_demo else str(exc)) from None
+            raise click.ClickException(_unknown_type(str(exc), job_type, deck.config.demo)) from None
         except JobdeckError as exc:
             raise click.ClickException(str(exc)) from None
         click.echo(json.dumps(job_json(job, deck.clock()), indent=2))
@@ -56,6 +77,73 @@ def enqueue(job_type: str, payload: str, priority: str | None, delay: float | No
         click.echo(f"a duplicate: job {job.id} holds the unique key {job.unique_key}; this is that job", err=True)
     elif not created:
         click.echo(f"idempotency key {key!r} already existed: this is the existing job", err=True)
+
+
+def _unknown_type(message: str, job_type: Any, demo: bool) -> str:
+    needs_demo = isinstance(job_type, str) and job_type.startswith("demo.") and not demo
+    return f"{message} (the demo types need --demo)" if needs_demo else message
+
+
+def _enqueue_file(jobs_file: BinaryIO, demo: bool, create: bool) -> None:
+    """``enqueue --file``: read the lines (``read_jobs``), then enqueue them
+    all through ``Jobdeck.enqueue_each``, the bulk API's way."""
+    from jobdeck.core.errors import InvalidField, ItemRefused, JobdeckError, UnknownType
+
+    with operator_deck(demo=demo, create=create) as deck:
+        items, lines = read_jobs(jobs_file, deck.config.max_bulk_jobs, max_body_bytes(deck.config.max_payload_bytes))
+        if not items:
+            raise click.ClickException("no jobs in the file: give one JSON object a line")
+        try:
+            enqueued = deck.enqueue_each(items)
+        except ItemRefused as exc:
+            where = f"line {lines[exc.index]}: " + (f"{exc.inner_field}: " if exc.inner_field else "")
+            reason = exc.reason
+            if isinstance(exc.refused, UnknownType):
+                reason = _unknown_type(exc.reason, items[exc.index].get("type"), deck.config.demo)
+            raise click.ClickException(f"{where}{reason}; nothing was enqueued") from None
+        except (InvalidField, JobdeckError) as exc:
+            raise click.ClickException(f"{exc}; nothing was enqueued") from None
+    for e in enqueued:
+        answer = {"id": e.job.id, "created": e.created, "duplicate": e.duplicate, "replaced": e.changed}
+        click.echo(json.dumps(answer))
+    there = sum(not e.created for e in enqueued)
+    already = f"; {there} already there (by key or unique key)" if there else ""
+    click.echo(f"enqueued {len(enqueued) - there} of {len(enqueued)} jobs{already}", err=True)
+
+
+def read_jobs(stream: BinaryIO, most: int, line_bytes: int) -> tuple[list[Any], list[int]]:
+    """The jobs of a JSON Lines stream and the line number of each (blank
+    lines are skipped). Each line is parsed as ``POST /api/jobs`` parses its
+    body, and is at most that body's cap (``line_bytes``); more than
+    ``most`` jobs stop the reading: both bound what a stream makes this read."""
+    from jobdeck.core.errors import InvalidField
+    from jobdeck.core.validation import loads
+
+    items: list[Any] = []
+    lines: list[int] = []
+    number = 0
+    while chunk := stream.readline(line_bytes + 3):
+        number += 1
+        text = chunk.rstrip(b"\r\n")
+        if len(text) > line_bytes:
+            raise click.ClickException(
+                f"line {number}: longer than {line_bytes} bytes, the cap of one job's JSON "
+                "(three times max_payload_bytes plus 64 KiB); nothing was enqueued"
+            )
+        if not text.strip():
+            continue
+        if len(items) == most:
+            raise click.ClickException(
+                f"line {number}: more than {most} jobs in the file (max_bulk_jobs): split it; nothing was enqueued"
+            )
+        try:
+            items.append(loads(text))
+        except InvalidField as exc:
+            raise click.ClickException(f"line {number}: {exc}; nothing was enqueued") from None
+        except ValueError as exc:
+            raise click.ClickException(f"line {number}: not valid JSON ({exc}); nothing was enqueued") from None
+        lines.append(number)
+    return items, lines
 
 
 def job_filter(status: str | None, job_type: str | None, queue: str | None, limit: int = 50) -> JobFilter:
