@@ -12,7 +12,8 @@ here wrote, each running a worker loop against a real server.
 
 Each loop: enqueue, and a duplicate of a unique job -> claim -> heartbeat with
 a log line -> complete; a job with ``max_retries`` 1: claim -> fail -> claim
-once due -> fail -> dead. The database, read apart from the client, must agree.
+once due -> fail -> dead; a bulk enqueue of two jobs -> claim both -> complete.
+The database, read apart from the client, must agree.
 """
 
 from __future__ import annotations
@@ -112,18 +113,24 @@ def test_a_generated_python_client_runs_the_worker_loop(live: Live, tmp_path: Pa
         timeout=180,
     )  # fmt: skip
     with _imported(tmp_path, PACKAGE) as package:
-        worked, dead = _python_loop(package, live.url)
-    assert (_status(live, worked), _status(live, dead)) == ("completed", "dead")
-    assert [str(a.outcome) for a in live.deck.store.attempts_of(dead)] == ["failed", "failed"]
+        ids = _python_loop(package, live.url)
+    _check_database(live, ids)
 
 
-def _python_loop(package: ModuleType, url: str) -> tuple[int, int]:
+def _check_database(live: Live, ids: dict[str, Any]) -> None:
+    assert (_status(live, ids["worked"]), _status(live, ids["dead"])) == ("completed", "dead")
+    assert [str(a.outcome) for a in live.deck.store.attempts_of(ids["dead"])] == ["failed", "failed"]
+    assert len(ids["bulk"]) == 2 and [_status(live, job_id) for job_id in ids["bulk"]] == ["completed"] * 2
+
+
+def _python_loop(package: ModuleType, url: str) -> dict[str, Any]:
     """The loop, with the generated client's own functions and models."""
 
     def module(name: str) -> Any:
         return importlib.import_module(f"{package.__name__}.{name}")
 
     enqueue_job, get_job = module("api.jobs.enqueue_job"), module("api.jobs.get_job")
+    enqueue_jobs = module("api.jobs.enqueue_jobs")
     claim_jobs, heartbeat = module("api.worker.claim_jobs"), module("api.worker.heartbeat")
     complete_job, fail_job = module("api.worker.complete_job"), module("api.worker.fail_job")
     models = module("models")
@@ -178,8 +185,21 @@ def _python_loop(package: ModuleType, url: str) -> tuple[int, int]:
     assert isinstance(retried, models.Job) and retried.id == flaky.id and retried.attempt == 2, retried
     dead = fail_job.sync(job_id=flaky.id, client=client, body=models.FailRequest(worker_id=me, error="timed out again"))
     assert isinstance(dead, models.Job) and dead.status == models.JobState.DEAD, dead
+
+    # a bulk enqueue -> claim both -> complete
+    images = [models.NewJobPayload.from_dict({"image": name}) for name in ("a.png", "b.png")]
+    bulk = enqueue_jobs.sync_detailed(
+        client=client, body=models.NewJobs(jobs=[models.NewJob(type_="ext.resize", payload=p) for p in images])
+    )
+    assert bulk.status_code == 201 and isinstance(bulk.parsed, models.EnqueuedJobs), bulk.content
+    assert [(j.created, j.duplicate) for j in bulk.parsed.jobs] == [(True, False)] * 2
+    batch = claim("ext.resize", limit=2)
+    assert sorted(j.id for j in batch) == sorted(j.id for j in bulk.parsed.jobs), batch
+    for job in batch:
+        answer = complete_job.sync(job_id=job.id, client=client, body=models.CompleteRequest(worker_id=me))
+        assert isinstance(answer, models.Job) and answer.status == models.JobState.COMPLETED, answer
     client.get_httpx_client().close()
-    return claimed.id, flaky.id
+    return {"worked": claimed.id, "dead": flaky.id, "bulk": [j.id for j in bulk.parsed.jobs]}
 
 
 # -- TypeScript: openapi-typescript, openapi-fetch, tsc --------------------------------------------
@@ -209,5 +229,4 @@ def test_a_generated_typescript_client_runs_the_worker_loop(live: Live, tmp_path
 
     env = {**os.environ, "JOBDECK_URL": live.url, "JOBDECK_API_TOKEN": TOKEN}
     ids = json.loads(_run([node, "out/worker.js"], cwd=tmp_path, timeout=120, env=env).splitlines()[-1])
-    assert (_status(live, ids["worked"]), _status(live, ids["dead"])) == ("completed", "dead")
-    assert [str(a.outcome) for a in live.deck.store.attempts_of(ids["dead"])] == ["failed", "failed"]
+    _check_database(live, ids)

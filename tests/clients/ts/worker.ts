@@ -108,10 +108,26 @@ async function deadJob(): Promise<number> {
   return first.id;
 }
 
+async function bulkJobs(): Promise<number[]> {
+  const jobs = ["a.png", "b.png"].map((image) => ({ type: "ext.resize", payload: { image } }));
+  const bulk = await api.POST("/api/jobs/bulk", { body: { jobs } });
+  check(bulk.response.status === 201 && bulk.data !== undefined, `bulk enqueue ${said(bulk)}`);
+  const ids = bulk.data.jobs.map((job) => job.id);
+  check(bulk.data.jobs.every((job) => job.created && !job.duplicate), "both jobs created");
+
+  const claim = await api.POST("/api/jobs/claim", { body: { worker_id: WORKER, types: ["ext.resize"], limit: 2 } });
+  check(Array.isArray(claim.data), `a claim with limit answers a list ${said(claim)}`);
+  const claimed = claim.data.map((job) => job.id).sort((a, b) => a - b);
+  check(JSON.stringify(claimed) === JSON.stringify([...ids].sort((a, b) => a - b)), `claimed ${claimed}`);
+  for (const job of claim.data) await complete(job, null);
+  return ids;
+}
+
 async function main(): Promise<void> {
   const worked = await workedJob();
   const dead = await deadJob();
-  console.log(JSON.stringify({ worked, dead }));
+  const bulk = await bulkJobs();
+  console.log(JSON.stringify({ worked, dead, bulk }));
 }
 
 main().catch((error: unknown) => {
