@@ -32,7 +32,14 @@ from jobdeck.jobs.handlers import registry as default_registry
 from jobdeck.jobs.intake import Intake
 from jobdeck.jobs.queues import QueueControls, parse_limits
 from jobdeck.jobs.unique import Unique, parse_unique_types
-from jobdeck.jobs.workflows import parse_config_workflows, parse_workflow
+from jobdeck.jobs.workflows import (
+    Batch,
+    Workflow,
+    enqueue_configured,
+    open_batch,
+    parse_config_workflows,
+    parse_workflow,
+)
 from jobdeck.maintenance.alerts import Alerts, parse_alerts
 from jobdeck.maintenance.cron import Periodic, Targets, parse_schedules
 from jobdeck.maintenance.runtime_schedules import RuntimeSchedules
@@ -47,7 +54,6 @@ from jobdeck.store.timekeeping import database_time
 
 if TYPE_CHECKING:
     from flask import Flask
-    from jobdeck.jobs.workflows import Batch, Workflow
     from jobdeck.runtime import Runtime
     from jobdeck.store.graph import EnqueuedWorkflow
 
@@ -365,22 +371,16 @@ class Jobdeck:
     def workflow(self, name: str, *, on_dependency_failure: str = "cancel", key: str | None = None) -> Workflow:
         """Build a workflow: ``.add(name, type, payload, depends_on=[...])``
         per job, then ``.enqueue()`` inserts it whole (``jobdeck.jobs.workflows``)."""
-        from jobdeck.jobs.workflows import Workflow
-
         return Workflow(self, name, on_dependency_failure=on_dependency_failure, key=key)
 
     def enqueue_workflow(self, data: Mapping[str, Any], *, key: str | None = None) -> EnqueuedWorkflow:
         """Check and enqueue a workflow as the API gives it (``jobdeck.jobs.workflows.parse_workflow``)."""
-        from jobdeck.jobs.workflows import parse_workflow
-
         return self.store.enqueue_workflows([parse_workflow(self, data, key=key)], self.clock())[0]
 
     def enqueue_named_workflow(self, name: str, *, key: str | None = None) -> EnqueuedWorkflow:
         """Enqueue the workflow declared as ``[workflows.NAME]`` in the config;
         a second call with the same ``key`` returns the first one's jobs."""
-        from jobdeck.jobs.workflows import enqueue_configured
-
-        return enqueue_configured(self, name, key)
+        return enqueue_configured(self, self.configured_workflows, name, key)
 
     def batch(
         self,
@@ -391,15 +391,11 @@ class Jobdeck:
         name: str | None = None,
     ) -> Batch:
         """Open a batch; each callback is a job type or ``{type, payload, ...}`` (``jobdeck.jobs.workflows``)."""
-        from jobdeck.jobs.workflows import open_batch
-
         callbacks = {"on_complete": on_complete, "on_success": on_success, "on_dead": on_dead}
         return open_batch(self, name, callbacks)
 
     def open_batch(self, batch_id: int) -> Batch:
         """A batch opened before (by any process), to add jobs to or close."""
-        from jobdeck.jobs.workflows import Batch
-
         self.store.batch(batch_id)
         return Batch(self, batch_id)
 

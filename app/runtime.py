@@ -8,13 +8,20 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from jobdeck.core.clock import DatabaseClock, Reading
+from jobdeck.core.config import non_retryable
 from jobdeck.deck import Jobdeck
+from jobdeck.jobs.snooze import max_snoozes
 from jobdeck.maintenance.clock_check import ClockCheck
 from jobdeck.store.timekeeping import record_clock_offset
+from jobdeck.worker.commit_watch import watcher_for
+from jobdeck.worker.listener import listener_for
 from jobdeck.worker.pool import WorkerPool
+from jobdeck.worker.settings import PoolSettings
 
 if TYPE_CHECKING:
     from flask import Flask
@@ -27,6 +34,44 @@ non-zero, so a supervisor restarts the process."""
 
 _active: Runtime | None = None
 _active_lock = threading.Lock()
+
+
+def pool_for(
+    deck: Jobdeck,
+    threads: int | None = None,
+    *,
+    worker_id: str | None = None,
+    batch: int | None = None,
+    poll_interval: float | None = None,
+    heartbeat_interval: float | None = None,
+    queues: list[str] | None = None,
+    on_unhealthy: Callable[[str], None] | None = None,
+) -> WorkerPool:
+    """A worker pool on the deck's store, clock and handlers, with the
+    config's settings (``threads`` and the other numbers given here override
+    them); it reports to the deck's health while it runs."""
+    cfg = deck.config
+    controls = deck.queues
+    registry = deck.registry
+    settings = PoolSettings(
+        spool_folder=Path(cfg.instance_path) / "acks",
+        threads=cfg.workers if threads is None else threads,
+        batch=batch or cfg.claim_batch,
+        poll_interval=poll_interval or cfg.poll_interval,
+        heartbeat_interval=heartbeat_interval or cfg.heartbeat_interval,
+        stall_timeout=cfg.stall_timeout,
+        shutdown_grace=cfg.shutdown_grace,
+        max_abandoned_threads=cfg.max_abandoned_threads,
+        max_result_bytes=cfg.max_result_bytes,
+        log_limits=deck.log_limits,
+        non_retryable=lambda job_type: non_retryable(cfg, job_type),
+        max_snoozes=lambda job_type: max_snoozes(cfg, registry, job_type),
+        limits_hold_back=lambda: bool(controls.limits) or any(lim.concurrency for lim in controls.flow.limits),
+    )
+    return WorkerPool(
+        deck.store, deck.clock, registry, settings,
+        worker_id=worker_id, queues=queues, health=deck.health, on_unhealthy=on_unhealthy,
+    )  # fmt: skip
 
 
 class Service(Protocol):
@@ -42,14 +87,14 @@ class Runtime:
         self.exit_status = 0
         """Non-zero once the process should exit to be restarted (the CLI exits with it)."""
         on_unhealthy = self._exit_to_restart if deck.config.exit_when_unhealthy else None
-        self.pool: WorkerPool | None = WorkerPool(deck, threads, on_unhealthy=on_unhealthy) if threads > 0 else None
+        self.pool: WorkerPool | None = pool_for(deck, threads, on_unhealthy=on_unhealthy) if threads > 0 else None
         self.services: list[Service] = []
         if self.pool is not None:
-            from jobdeck.worker.commit_watch import watcher_for
-            from jobdeck.worker.listener import listener_for
-
             # Wake on other processes' jobs: LISTEN on PostgreSQL, PRAGMA data_version on SQLite.
-            listener = listener_for(deck, self.pool.wake) or watcher_for(deck, self.pool)
+            wake = self.pool.wake
+            listener = listener_for(deck.store, wake) or watcher_for(
+                deck.store, wake, types=deck.registry.names, queues=self.pool.queues, clock=deck.clock
+            )
             if listener is not None:
                 self.services.append(listener)
         if isinstance(deck.clock, DatabaseClock):

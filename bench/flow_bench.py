@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import NOOP, Counter, make_deck
-from bench.jobdeck_bench import worker_pool_class
+from bench.jobdeck_bench import pool_maker
 
 FLOW = {"concurrency": 1, "concurrency_key": "payload.k", "rate": "100000/1s"}
 
@@ -37,7 +37,7 @@ def drain_keyed(
             deck.enqueue_many([{"type": NOOP, "payload": {"k": i % keys}} for i in range(start, min(n, start + 5000))])
         if deck.store.dialect == "postgresql":
             _analyze(deck)
-        pool = worker_pool_class()(deck, threads)
+        pool = pool_maker()(deck, threads)
         t0 = time.perf_counter()
         pool.start()
         if not counter.done.wait(timeout=max(120.0, n / 100)):

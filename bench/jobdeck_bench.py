@@ -21,10 +21,18 @@ def _completed(deck: Any) -> int:
     return int(deck.store.counts(deck.clock())["completed"])
 
 
-def worker_pool_class() -> Any:
-    """``WorkerPool`` from the ``app`` on the path: ``jobdeck.worker.pool`` now,
-    ``jobdeck.worker`` before the layout moved (``bench/compare.py`` runs these
+def pool_maker() -> Any:
+    """What builds a pool from a deck and a thread count, from the ``app`` on
+    the path: ``jobdeck.runtime.pool_for`` now, the ``WorkerPool`` class
+    (``jobdeck.worker.pool``, or ``jobdeck.worker`` before the layout moved)
+    before the pool took narrow parts (``bench/compare.py`` runs these
     scenarios against older checkouts too)."""
+    try:
+        from jobdeck.runtime import pool_for
+
+        return pool_for
+    except ImportError:
+        pass
     try:
         from jobdeck.worker.pool import WorkerPool
     except ImportError:
@@ -40,7 +48,7 @@ def drain(workdir: Path, n: int, synchronous: str = "FULL", threads: int = 4, **
     deck = make_deck(workdir / "drain.db", synchronous, threads, handler=lambda p, c: counter.hit(), **overrides)
     try:
         _fill(deck, n)
-        pool = worker_pool_class()(deck, threads)
+        pool = pool_maker()(deck, threads)
         t0 = time.perf_counter()
         pool.start()
         if not counter.done.wait(timeout=max(60.0, n / 500)):
@@ -107,7 +115,7 @@ def latency_inproc(workdir: Path, n: int, synchronous: str = "FULL", threads: in
         ready.set()
 
     deck = make_deck(workdir / "lat.db", synchronous, threads, handler=handler)
-    pool = worker_pool_class()(deck, threads)
+    pool = pool_maker()(deck, threads)
     pool.start()
     try:
         samples: list[float] = []

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import NOOP, Counter, machine, make_deck, median
-from bench.jobdeck_bench import worker_pool_class
+from bench.jobdeck_bench import pool_maker
 
 CHUNK = 1000
 """Workflows (or plain jobs) per enqueue call: the fill is quick and not timed."""
@@ -63,7 +63,7 @@ def _drain(
         fill(deck)
         if deck.store.dialect == "postgresql":
             _analyze(deck)
-        pool = worker_pool_class()(deck, threads)
+        pool = pool_maker()(deck, threads)
         t0 = time.perf_counter()
         pool.start()
         if not counter.done.wait(timeout=max(120.0, jobs / 100)):

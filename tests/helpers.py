@@ -28,11 +28,11 @@ def force_state(deck: Jobdeck, job_id: int, state: State, worker_id: str | None 
 def settle_failures(deck: Jobdeck, *job_ids: int) -> dict[int, State]:
     """Run a real pool until every job has failed once (``failed`` or
     ``dead``); their states."""
-    from jobdeck.worker.pool import WorkerPool
+    from jobdeck.runtime import pool_for
 
     from tests.conftest import wait_for
 
-    pool = WorkerPool(deck, 2)
+    pool = pool_for(deck, 2)
     pool.start()
     try:
         wait_for(

@@ -14,8 +14,8 @@ import pytest
 from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
 from jobdeck.maintenance.alerts import ALERT_TYPE
+from jobdeck.runtime import pool_for
 from jobdeck.store import Outcome
-from jobdeck.worker.pool import WorkerPool
 
 
 class Hook:
@@ -76,7 +76,7 @@ def kill(deck, clock, n=1, job_type="demo.fail"):
 
 def run_alerts(deck, clock) -> list:
     """Run every due alert job through a worker pool's own steps."""
-    pool = WorkerPool(deck, 1, worker_id="alerts")
+    pool = pool_for(deck, 1, worker_id="alerts")
     while pool.fetch_once(clock.now):
         pass
     while not pool.holdings.work.empty():

@@ -14,9 +14,9 @@ from jobdeck import create_app
 from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import JobContext
+from jobdeck.runtime import pool_for
 from jobdeck.store import Outcome
 from jobdeck.store.artifacts import get_artifact
-from jobdeck.worker.pool import WorkerPool
 from openapi_check import check
 from werkzeug.security import generate_password_hash
 
@@ -259,7 +259,7 @@ def test_a_real_worker_runs_demo_report_and_its_csv_downloads_byte_for_byte(make
     )
     assert r.status_code == 201, r.get_data(as_text=True)
     job_id = r.get_json()["id"]
-    pool = WorkerPool(deck, 1, queues=["reports"])
+    pool = pool_for(deck, 1, queues=["reports"])
     pool.start()
     try:
         wait_for(lambda: deck.store.get(job_id).status is State.COMPLETED, message="demo.report completes")

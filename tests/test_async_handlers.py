@@ -10,7 +10,7 @@ import pytest
 from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import JobContext
-from jobdeck.worker.pool import WorkerPool
+from jobdeck.runtime import pool_for
 
 from tests.conftest import wait_for
 
@@ -30,7 +30,7 @@ def test_an_async_handler_runs_to_its_end_and_its_errors_fail_the_attempt(live_d
 
     ok = live_deck.enqueue("async.fetch", {"url": "https://example.test/a"}).job
     bad = live_deck.enqueue("async.fetch", {"url": "https://example.test/b", "fail": True}).job
-    pool = WorkerPool(live_deck, 2)
+    pool = pool_for(live_deck, 2)
     pool.start()
     try:
         wait_for(lambda: live_deck.store.get(ok.id).status is State.COMPLETED, message="the async job completes")

@@ -16,9 +16,9 @@ from jobdeck.core.states import EffectState, State
 from jobdeck.deck import Jobdeck
 from jobdeck.demo import FakeGateway
 from jobdeck.jobs.handlers import JobContext, Registry
+from jobdeck.runtime import pool_for
 from jobdeck.store.ledger import storable
 from jobdeck.store.models import demo_charges
-from jobdeck.worker.pool import WorkerPool
 from sqlalchemy import func, select
 
 from tests.conftest import wait_for
@@ -154,7 +154,7 @@ def test_the_worker_sends_an_unknown_outcome_to_dead_despite_retries(make_deck, 
 
     deck = make_deck(backoff_base=0.01)
     job, _ = deck.enqueue("test.charge")
-    pool = WorkerPool(deck, 1)
+    pool = pool_for(deck, 1)
     pool.start()
     try:
         wait_for(lambda: deck.store.get(job.id).status is State.DEAD, message="the job to go dead")

@@ -270,7 +270,7 @@ def test_a_handler_that_gets_a_429_holds_its_key_in_a_real_pool(make_config, reg
     """A real pool and handler: the first call for account a answers 429, so
     the handler closes the key for 60 s; account b's jobs keep flowing, a's
     wait, the 429'd one too (snoozed until the key reopens, no retry used)."""
-    from jobdeck.worker.pool import WorkerPool
+    from jobdeck.runtime import pool_for
 
     seen: list[str] = []
 
@@ -283,7 +283,7 @@ def test_a_handler_that_gets_a_429_holds_its_key_in_a_real_pool(make_config, reg
     deck = Jobdeck(make_config(types={"flow.call": {"rate": "1000/1s", "rate_key": "payload.account"}}), registry)
     deck.init_db()
     first, _ = deck.enqueue("flow.call", {"account": "a"})
-    pool = WorkerPool(deck, 2)
+    pool = pool_for(deck, 2)
     pool.start()
     try:
         wait_for(lambda: deck.store.attempts_of(first.id), message="the 429'd attempt ends")
@@ -303,13 +303,13 @@ def test_a_handler_429_in_the_pool_snoozes_its_job_until_the_limit_reopens(make_
     """``ctx.rate_limited`` is a snooze: the job waits as long as the limit is
     closed, without using up a retry, and its attempt says why."""
     from jobdeck.core.states import AttemptOutcome
-    from jobdeck.worker.pool import WorkerPool
+    from jobdeck.runtime import pool_for
 
     registry.handler("t.throttled")(lambda payload, ctx: ctx.rate_limited(30))
     clock = Clock()
     deck = make_deck(clock, types={"t.throttled": {"rate": "100/1s", "rate_key": "payload.account"}})
     job, _ = deck.enqueue("t.throttled", {"account": "a"}, max_retries=0)
-    pool = WorkerPool(deck, 1)
+    pool = pool_for(deck, 1)
     assert pool.fetch_once() == 1
     pool.run_job(pool.holdings.work.get_nowait())
     assert pool.flush_acks_once() == 1

@@ -19,6 +19,7 @@ from jobdeck.core.config import ConfigError
 from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.joblogs import TRUNCATED, LogLimits, LogLine
+from jobdeck.runtime import pool_for
 from jobdeck.store.joblogs import append_lines, count_lines, lines_of
 from jobdeck.store.models import job_logs
 from jobdeck.store.upkeep import prune_finished
@@ -40,7 +41,7 @@ def _messages(deck: Jobdeck, job_id: int, attempt: int | None = None) -> list[tu
 
 @contextmanager
 def _pool(deck: Jobdeck, threads: int = 2) -> Iterator[WorkerPool]:
-    pool = WorkerPool(deck, threads)
+    pool = pool_for(deck, threads)
     pool.start()
     try:
         yield pool

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from jobdeck.core.clock import since_boot
+from jobdeck.runtime import pool_for
 from jobdeck.store.models import workers
 from jobdeck.worker.pool import WorkerPool
 from sqlalchemy import select
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.backends
 def pool(make_deck: Any) -> WorkerPool:
     """A pool registered but not started: no beat lands but the test's own."""
     deck = make_deck(heartbeat_interval=0.5, stall_timeout=4.0)
-    made = WorkerPool(deck, 1)
+    made = pool_for(deck, 1)
     deck.store.register_worker(made.worker_id, "host-a", 4242, 1, deck.clock())
     return made
 

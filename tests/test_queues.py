@@ -10,8 +10,8 @@ from jobdeck import create_app
 from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import Registry
+from jobdeck.runtime import pool_for
 from jobdeck.store.audit import list_audit
-from jobdeck.worker.pool import WorkerPool
 
 from tests.conftest import wait_for
 from tests.openapi_check import check
@@ -74,7 +74,7 @@ def test_type_and_queue_limits_hold_across_two_pools(make_config):
     decks = [Jobdeck(config, registry) for _ in range(2)]
     decks[0].init_db()
     decks[0].enqueue_many([{"type": "t.card"}] * 12 + [{"type": "t.mail"}] * 4)
-    pools = [WorkerPool(d, 4) for d in decks]
+    pools = [pool_for(d, 4) for d in decks]
     for p in pools:
         p.start()
     try:
@@ -110,7 +110,7 @@ def test_a_slot_a_limit_frees_is_refilled_without_waiting_for_the_poll(make_conf
     deck = Jobdeck(make_config(types={"t.card": options}, poll_interval=30.0), registry)
     deck.init_db()
     deck.enqueue_many([{"type": "t.card", "payload": {"account": "a"}}] * 20)
-    pool = WorkerPool(deck, 4)
+    pool = pool_for(deck, 4)
     pool.start()
     try:
         wait_for(

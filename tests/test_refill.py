@@ -13,6 +13,7 @@ import pytest
 from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.queues import Limits, QueueControls
+from jobdeck.runtime import pool_for
 from jobdeck.store import Outcome
 from jobdeck.worker.pool import WorkerPool
 
@@ -99,7 +100,7 @@ def test_concurrent_refills_claim_each_job_exactly_once(deck: Jobdeck, make_deck
 def test_a_pool_stopped_mid_drain_loses_nothing(live_deck: Jobdeck) -> None:
     n = 1500
     live_deck.enqueue_many([{"type": "demo.noop"}] * n)
-    pool = WorkerPool(live_deck, 4)
+    pool = pool_for(live_deck, 4)
     pool.start()
     try:
         wait_for(lambda: live_deck.store.counts(live_deck.clock())[State.COMPLETED.value] >= 200, timeout=20)
@@ -130,7 +131,7 @@ def _hold(pool: WorkerPool, deck: Jobdeck, n: int) -> list[int]:
 def test_jobs_held_for_the_next_claim_are_given_back_at_stop(live_deck: Jobdeck) -> None:
     """Held jobs are neither queued nor started: stop releases them with the
     queued ones (pending, no attempt counted), never leaves them running."""
-    pool = WorkerPool(live_deck, 2, queues=[ELSEWHERE])
+    pool = pool_for(live_deck, 2, queues=[ELSEWHERE])
     pool.start()
     try:
         ids = _hold(pool, live_deck, 3)
@@ -146,7 +147,7 @@ def test_jobs_held_for_the_next_claim_are_given_back_at_stop(live_deck: Jobdeck)
 def test_held_jobs_run_when_the_next_batch_has_no_completion(live_deck: Jobdeck) -> None:
     """The next acknowledgement may hold only failures (no refill, no claim
     statement): the held jobs are queued at its end all the same."""
-    pool = WorkerPool(live_deck, 2, queues=[ELSEWHERE])
+    pool = pool_for(live_deck, 2, queues=[ELSEWHERE])
     pool.start()
     try:
         ids = _hold(pool, live_deck, 3)
@@ -167,7 +168,7 @@ def test_held_jobs_run_when_the_next_batch_has_no_completion(live_deck: Jobdeck)
 
 
 def test_an_unhealthy_pool_gives_back_held_jobs_with_its_queued_ones(live_deck: Jobdeck) -> None:
-    pool = WorkerPool(live_deck, 2, queues=[ELSEWHERE])
+    pool = pool_for(live_deck, 2, queues=[ELSEWHERE])
     pool.start()
     try:
         ids = _hold(pool, live_deck, 2)
@@ -186,7 +187,7 @@ def test_held_jobs_start_while_another_process_holds_the_write_lock(live_deck: J
     process's transaction."""
     started = threading.Event()
     registry.handler("t.started")(lambda payload, ctx: started.set())
-    pool = WorkerPool(live_deck, 2, queues=[ELSEWHERE])
+    pool = pool_for(live_deck, 2, queues=[ELSEWHERE])
     pool.start()
     other = sqlite3.connect(str(live_deck.store.engine.url.database), isolation_level=None)
     try:

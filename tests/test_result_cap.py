@@ -13,7 +13,7 @@ from jobdeck import create_app
 from jobdeck.core.config import ConfigError, load
 from jobdeck.core.states import State
 from jobdeck.jobs.handlers import Registry
-from jobdeck.worker.pool import WorkerPool
+from jobdeck.runtime import pool_for
 
 from tests.conftest import wait_for
 
@@ -28,7 +28,7 @@ class Huge:
 
 
 def _settled(deck: Any, *job_ids: int) -> dict[int, State]:
-    pool = WorkerPool(deck, 2)
+    pool = pool_for(deck, 2)
     pool.start()
     try:
         done = (State.COMPLETED, State.DEAD)

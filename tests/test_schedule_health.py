@@ -215,9 +215,9 @@ def test_a_process_dying_between_the_alert_and_the_flip_loses_nothing_and_sends_
 def _deliver(deck: Jobdeck, clock) -> list[tuple[str, State]]:
     """Run the due alert jobs through a worker pool's own steps (the alert
     queue only); the (event, state) of each schedule health message after."""
-    from jobdeck.worker.pool import WorkerPool
+    from jobdeck.runtime import pool_for
 
-    pool = WorkerPool(deck, 1, worker_id="alerter", queues=["jobdeck"])
+    pool = pool_for(deck, 1, worker_id="alerter", queues=["jobdeck"])
     while pool.fetch_once(clock.now):
         while not pool.holdings.work.empty():
             pool.run_job(pool.holdings.work.get_nowait())

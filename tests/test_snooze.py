@@ -18,6 +18,7 @@ from jobdeck.core.states import AttemptOutcome, State
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import JobContext, Registry, Snooze
 from jobdeck.jobs.snooze import DEFAULT_MAX_SNOOZES, MAX_SNOOZE_SECONDS, InvalidSnooze, check_seconds, max_snoozes
+from jobdeck.runtime import pool_for
 from jobdeck.store import NewJob, Outcome
 from jobdeck.store.models import attempts, jobs, workers
 from jobdeck.store.overview import throughput
@@ -209,7 +210,7 @@ def test_the_pool_snoozes_a_returned_or_raised_snooze(
     clock = Clock()
     deck = make_deck(clock=clock)
     job, _ = deck.enqueue(job_type, {"s": 30}, max_retries=0)
-    pool = WorkerPool(deck, 1)
+    pool = pool_for(deck, 1)
     _run_one(deck, pool)
     after = deck.store.get(job.id)
     assert (after.status, after.retry_count, after.available_at) == (State.PENDING, 0, clock() + timedelta(seconds=30))
@@ -235,7 +236,7 @@ def test_a_bad_snooze_fails_the_attempt_with_a_clear_error(
     _handlers(registry)
     deck = make_deck(clock=Clock())
     job, _ = deck.enqueue(job_type, payload, max_retries=1)
-    pool = WorkerPool(deck, 1)
+    pool = pool_for(deck, 1)
     _run_one(deck, pool)
     after = deck.store.get(job.id)
     assert after.status is State.FAILED and after.retry_count == 1
@@ -245,7 +246,7 @@ def test_a_bad_snooze_fails_the_attempt_with_a_clear_error(
 
 def test_real_threads_run_a_snoozed_job_again_after_its_delay(live_deck: Jobdeck) -> None:
     job, _ = live_deck.enqueue("demo.snooze", {"seconds": 0.4, "times": 2}, max_retries=0)
-    pool = WorkerPool(live_deck, 2)
+    pool = pool_for(live_deck, 2)
     pool.start()
     try:
         wait_for(lambda: live_deck.store.get(job.id).status is State.COMPLETED, message="snoozed twice, then done")

@@ -21,9 +21,9 @@ from jobdeck import create_app
 from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import JobContext, Registry
+from jobdeck.runtime import pool_for
 from jobdeck.store import storage
 from jobdeck.store.faults import DISK_FULL, READ_ONLY, outage_of
-from jobdeck.worker.pool import WorkerPool
 
 from tests.conftest import wait_for
 from tests.outage_support import Limits
@@ -135,7 +135,7 @@ def test_an_outcome_that_cannot_be_written_is_retried_until_it_lands_and_claims_
     deck = make_deck(stall_timeout=2.0)
     limits = Limits(deck)
     job, _ = deck.enqueue("test.gated", {})
-    pool = WorkerPool(deck, 2, poll_interval=0.05)
+    pool = pool_for(deck, 2, poll_interval=0.05)
     pool.start()
     try:
         wait_for(lambda: deck.store.get(job.id).status is State.RUNNING, message="the job to run")
@@ -163,7 +163,7 @@ def test_a_stop_during_the_outage_keeps_the_outcome_for_the_next_pool(
     deck = make_deck()
     limits = Limits(deck)
     job, _ = deck.enqueue("test.gated", {})
-    first = WorkerPool(deck, 1, poll_interval=0.05)
+    first = pool_for(deck, 1, poll_interval=0.05)
     first.start()
     try:
         wait_for(lambda: deck.store.get(job.id).status is State.RUNNING, message="the job to run")
@@ -182,7 +182,7 @@ def test_a_stop_during_the_outage_keeps_the_outcome_for_the_next_pool(
     assert len(kept) == 1 and kept[0].read_bytes().strip(b"\0"), "the outcome is kept on disk"
     assert deck.store.get(job.id).status is State.RUNNING
     limits.read_only = False
-    second = WorkerPool(make_deck(), 1, poll_interval=0.05)
+    second = pool_for(make_deck(), 1, poll_interval=0.05)
     second.start()
     try:
         wait_for(lambda: deck.store.get(job.id).status is State.COMPLETED, message="the kept outcome to land")

@@ -13,9 +13,9 @@ from jobdeck.core.config import ConfigError
 from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
 from jobdeck.maintenance.thresholds import THRESHOLD_TYPE
+from jobdeck.runtime import pool_for
 from jobdeck.store import JobFilter, Outcome
 from jobdeck.store.thresholds import threshold_states
-from jobdeck.worker.pool import WorkerPool
 
 from tests.conftest import wait_for
 from tests.test_alerts import Hook, free_port
@@ -40,7 +40,7 @@ def sent(hook: Hook) -> list[dict]:
 
 def deliver(deck, clock) -> list:
     """Run the due alert jobs through a worker pool's own steps (the alert queue only)."""
-    pool = WorkerPool(deck, 1, worker_id="alerter", queues=["jobdeck"])
+    pool = pool_for(deck, 1, worker_id="alerter", queues=["jobdeck"])
     while pool.fetch_once(clock.now):  # one pool thread: a job per round
         while not pool.holdings.work.empty():
             pool.run_job(pool.holdings.work.get_nowait())
@@ -359,7 +359,7 @@ def test_with_concurrency_one_a_message_in_flight_still_arrives_first(make_deck,
     hook = GatedHook(port)
     try:
         assert a.thresholds.check_once(clock.now) == [("no_live_workers:reports", True)]
-        pool_a = WorkerPool(a, 1, worker_id="alerter-a", queues=["jobdeck"])
+        pool_a = pool_for(a, 1, worker_id="alerter-a", queues=["jobdeck"])
         assert pool_a.fetch_once(clock.now) == 1
         posting = threading.Thread(target=lambda: pool_a.run_job(pool_a.holdings.work.get_nowait()))
         posting.start()
@@ -367,7 +367,7 @@ def test_with_concurrency_one_a_message_in_flight_still_arrives_first(make_deck,
         b.store.register_worker("reports", "h", 1, 1, clock.now, queues=["reports"])
         clock.advance(1)
         assert b.thresholds.check_once(clock.now) == [("no_live_workers:reports", False)]
-        pool_b = WorkerPool(b, 1, worker_id="alerter-b", queues=["jobdeck"])
+        pool_b = pool_for(b, 1, worker_id="alerter-b", queues=["jobdeck"])
         assert pool_b.fetch_once(clock.now) == 0  # the firing message is still running
         hook.gate.set()
         posting.join(10)

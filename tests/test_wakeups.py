@@ -7,7 +7,7 @@ import pytest
 from jobdeck.core.states import State
 from jobdeck.core.wakeups import Event
 from jobdeck.deck import Jobdeck
-from jobdeck.worker.pool import WorkerPool
+from jobdeck.runtime import pool_for
 
 from tests.conftest import wait_for
 
@@ -46,7 +46,7 @@ def test_the_pool_listens_to_the_store_only_while_it_runs(live_deck: Jobdeck, ba
     """An enqueue in this process reaches the pool through the store's
     ``claimable`` event (no poll: poll_interval is a minute); a stopped pool
     is no longer called."""
-    pool = WorkerPool(live_deck, 1, poll_interval=60)
+    pool = pool_for(live_deck, 1, poll_interval=60)
     assert pool.wake not in live_deck.store.claimable.listeners
     pool.start()
     try:

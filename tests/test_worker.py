@@ -8,6 +8,7 @@ import pytest
 from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import JobContext, Registry
+from jobdeck.runtime import pool_for
 from jobdeck.store.models import demo_charges, demo_outbox
 from jobdeck.worker.pool import WorkerPool
 from sqlalchemy import func, select
@@ -22,7 +23,7 @@ def _status(deck: Jobdeck, job_id: int) -> State:
 
 
 def _pool(deck: Jobdeck, threads: int = 2, **kw) -> WorkerPool:
-    pool = WorkerPool(deck, threads, **kw)
+    pool = pool_for(deck, threads, **kw)
     pool.start()
     return pool
 
@@ -208,7 +209,7 @@ def test_prefetched_jobs_are_shed_when_slow_jobs_hold_every_thread(make_deck, re
 
     deck = make_deck()
     pool = _pool(deck, threads=1)
-    other = WorkerPool(make_deck(), 1)
+    other = pool_for(make_deck(), 1)
     try:
         # Many fast jobs teach the pool to prefetch deeply...
         deck.enqueue_many([{"type": "demo.noop"} for _ in range(300)])
@@ -236,7 +237,7 @@ def test_prefetch_is_two_batches_on_sqlite_and_four_on_postgres_within_50_ms_of_
     the acker completes, and with two it waited for each completion to free
     room. Slower jobs: the prefetch stays what starts within about 50 ms."""
     deck = make_deck()
-    pool = WorkerPool(deck, 4, batch=10)
+    pool = pool_for(deck, 4, batch=10)
     assert pool.holdings.capacity() == 4  # nothing ran yet: no prefetch
     pool.holdings.avg_duration = 1e-5
     assert pool.holdings.capacity() == 4 + (2 if deck.store.sqlite else 4) * 10

@@ -12,6 +12,7 @@ from jobdeck.core.errors import Cancelled
 from jobdeck.core.states import AttemptOutcome, State
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import JobContext, Registry
+from jobdeck.runtime import pool_for
 from jobdeck.worker.pool import WorkerPool
 
 from tests.conftest import wait_for
@@ -33,7 +34,7 @@ def test_a_cooperative_handler_stops_at_once_and_the_job_ends_cancelled(make_dec
 
     deck = make_deck()
     job, _ = deck.enqueue("test.waits")
-    pool = WorkerPool(deck, 1, heartbeat_interval=60)  # no beat: this process's cancel alone must reach it
+    pool = pool_for(deck, 1, heartbeat_interval=60)  # no beat: this process's cancel alone must reach it
     pool.start()
     try:
         wait_for(lambda: _started(pool, job.id), message="handler started")
@@ -56,7 +57,7 @@ def test_another_process_cancel_reaches_the_handler_by_the_heartbeat(make_deck, 
 
     deck, other = make_deck(), make_deck()
     job, _ = deck.enqueue("test.sleeps")
-    pool = WorkerPool(deck, 1, heartbeat_interval=0.2)
+    pool = pool_for(deck, 1, heartbeat_interval=0.2)
     pool.start()
     try:
         wait_for(lambda: _started(pool, job.id), message="handler started")
@@ -78,7 +79,7 @@ def test_a_handler_that_ignores_the_cancel_is_cancelled_at_its_timeout(make_deck
 
     deck = make_deck()
     job, _ = deck.enqueue("test.deaf")
-    pool = WorkerPool(deck, 1)
+    pool = pool_for(deck, 1)
     pool.start()
     try:
         wait_for(lambda: _started(pool, job.id), message="handler started")
@@ -101,7 +102,7 @@ def test_a_held_job_cancelled_before_it_starts_never_runs(make_deck, registry: R
         ran.append(ctx.job_id)
 
     deck = make_deck()
-    pool = WorkerPool(deck, 1)
+    pool = pool_for(deck, 1)
     job, _ = deck.enqueue("test.counted")
     (claimed,) = deck.store.claim(pool.worker_id, deck.clock(), limit=1)
     deck.cancel(job.id, actor="tester")
@@ -124,7 +125,7 @@ def test_check_cancelled_raises_only_once_cancelled(deck: Jobdeck) -> None:
 def test_demo_sleep_honours_the_cancel(make_deck) -> None:
     deck = make_deck()
     job, _ = deck.enqueue("demo.sleep", {"seconds": 30})
-    pool = WorkerPool(deck, 1)
+    pool = pool_for(deck, 1)
     pool.start()
     try:
         wait_for(lambda: _started(pool, job.id), message="demo.sleep started")

@@ -125,7 +125,7 @@ def api(client: Any, method: str, url: str, body: Any = None, status: int | tupl
 def _run_jobs(deck: Jobdeck, client: Any, made: Deployment) -> None:
     """Jobs a real pool runs to the end: completed, dead, with logs,
     effects and artifacts; a workflow and a batch that finish."""
-    from jobdeck.worker.pool import WorkerPool
+    from jobdeck.runtime import pool_for
 
     ids = deck.enqueue_many([{"type": "demo.noop", "payload": {"n": n}} for n in range(1500)])
     dead = deck.enqueue_many(
@@ -149,7 +149,7 @@ def _run_jobs(deck: Jobdeck, client: Any, made: Deployment) -> None:
     api(client, "POST", f"/api/batches/{batch['id']}/close")
     every = [*ids, *dead, *(j["id"] for j in reports + charges), *emails, *sleeps, *batch_jobs["ids"]]
     every += list(workflow["jobs"].values())
-    pool = WorkerPool(deck, 2)
+    pool = pool_for(deck, 2)
     pool.start()
     try:
         try:

@@ -35,17 +35,19 @@ added, by any process (``deck.open_batch(id).add(...)``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
 
-from jobdeck.core.config import ConfigError
+from jobdeck.core.clock import Clock
+from jobdeck.core.config import Config, ConfigError
 from jobdeck.core.errors import InvalidField, JobdeckError
 from jobdeck.core.states import Transition
 from jobdeck.core.validation import check_text, hidden_problem
+from jobdeck.store import NewJob, Store
 from jobdeck.store.audit import Tally, open_bulk
 from jobdeck.store.graph import CALLBACKS, ON_DEPENDENCY_FAILURE, EnqueuedWorkflow, NewWorkflow, Step
 
 if TYPE_CHECKING:
-    from jobdeck.deck import Jobdeck
     from jobdeck.store.graph import BatchRecord
 
 MAX_NAME_CHARS = 200
@@ -55,6 +57,23 @@ _STEP_FIELDS = frozenset({"name", "depends_on", "on_dependency_failure"})
 _WORKFLOW_FIELDS = frozenset({"name", "jobs", "on_dependency_failure", "key"})
 REFUSED_OPTIONS = ("idempotency_key", "unique")
 """Job options a workflow step may not carry: a workflow is made once by its own ``key``."""
+
+
+class Enqueuer(Protocol):
+    """What workflows and batches use of a deck (``jobdeck.deck.Jobdeck`` is
+    one): its config (``[workflows]``), its store and clock, and its check
+    of each job (``new_job``, as for a single enqueue)."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    def new_job(self, data: Mapping[str, Any], now: datetime) -> NewJob: ...
 
 
 RESERVED_KEY_PREFIX = "schedule:"
@@ -81,7 +100,7 @@ def _policy(value: Any, field: str, default: str) -> str:
     return str(value)
 
 
-def parse_workflow(deck: Jobdeck, data: Any, *, key: str | None = None) -> NewWorkflow:
+def parse_workflow(deck: Enqueuer, data: Any, *, key: str | None = None) -> NewWorkflow:
     """Check a workflow as the API and the config give it
     (``{name, jobs: [{name, type, payload, depends_on, ...}], on_dependency_failure, key}``):
     every field is checked, every job as ``POST /api/jobs`` checks it, and
@@ -178,7 +197,7 @@ def _cycle(by_name: Mapping[str, Step], waiting: Mapping[str, int]) -> list[str]
     return [*seen[seen.index(node) :], node]
 
 
-def max_jobs(deck: Jobdeck) -> int:
+def max_jobs(deck: Enqueuer) -> int:
     value = deck.config.extra.get("workflows", {}).get("max_jobs", DEFAULT_MAX_JOBS)
     return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else DEFAULT_MAX_JOBS
 
@@ -187,7 +206,7 @@ class Workflow:
     """A workflow being built (``Jobdeck.workflow``); ``enqueue`` checks and
     inserts it whole, in one transaction."""
 
-    def __init__(self, deck: Jobdeck, name: str, *, on_dependency_failure: str = "cancel", key: str | None = None):
+    def __init__(self, deck: Enqueuer, name: str, *, on_dependency_failure: str = "cancel", key: str | None = None):
         self.deck = deck
         self.data: dict[str, Any] = {"name": name, "jobs": [], "on_dependency_failure": on_dependency_failure}
         if key is not None:
@@ -224,7 +243,7 @@ class Workflow:
 CALLBACK_FIELDS = frozenset({"type", "payload", "queue", "priority", "max_retries"})
 
 
-def parse_callback(deck: Jobdeck, value: Any, field: str) -> dict[str, Any] | None:
+def parse_callback(deck: Enqueuer, value: Any, field: str) -> dict[str, Any] | None:
     """A batch callback: a job type, or ``{type, payload, queue, priority,
     max_retries}``. It is enqueued once by the batch, so a type's ``unique``
     does not apply to it, and its payload may not hold ``batch`` (the
@@ -254,7 +273,7 @@ class Batch:
     enqueues into it at once; ``close`` (or leaving ``with``) says no more
     will come, after which the end of its last job fires its callbacks."""
 
-    def __init__(self, deck: Jobdeck, batch_id: int) -> None:
+    def __init__(self, deck: Enqueuer, batch_id: int) -> None:
         self.deck = deck
         self.id = batch_id
 
@@ -283,7 +302,7 @@ class Batch:
         self.close()
 
 
-def open_batch(deck: Jobdeck, name: str | None, callbacks: Mapping[str, Any]) -> Batch:
+def open_batch(deck: Enqueuer, name: str | None, callbacks: Mapping[str, Any]) -> Batch:
     if name is not None:
         _name(name, "name")
     unknown = sorted(set(callbacks) - set(CALLBACKS))
@@ -305,7 +324,7 @@ class UnknownWorkflow(JobdeckError):
         super().__init__(f"no workflow named {name!r} in the config ([workflows.NAME])")
 
 
-def parse_config_workflows(deck: Jobdeck) -> dict[str, dict[str, Any]]:
+def parse_config_workflows(deck: Enqueuer) -> dict[str, dict[str, Any]]:
     """The ``[workflows.NAME]`` tables, each checked as ``POST /api/workflows``
     checks a body (``parse_workflow``) so that a bad one stops start-up with a
     ConfigError naming it, not the first schedule that fires it at 2 a.m.
@@ -344,15 +363,18 @@ def parse_config_workflows(deck: Jobdeck) -> dict[str, dict[str, Any]]:
     return found
 
 
-def enqueue_configured(deck: Jobdeck, name: str, key: str | None = None) -> EnqueuedWorkflow:
-    """Enqueue the config's workflow ``name`` once per ``key`` (``Jobdeck.enqueue_named_workflow``)."""
-    data = deck.configured_workflows.get(name)
+def enqueue_configured(
+    deck: Enqueuer, workflows: Mapping[str, dict[str, Any]], name: str, key: str | None = None
+) -> EnqueuedWorkflow:
+    """Enqueue the config's workflow ``name`` (of ``workflows``, from
+    ``parse_config_workflows``) once per ``key`` (``Jobdeck.enqueue_named_workflow``)."""
+    data = workflows.get(name)
     if data is None:
         raise UnknownWorkflow(name)
     return deck.store.enqueue_workflows([parse_workflow(deck, data, key=key)], deck.clock())[0]
 
 
-def act_on_workflow(deck: Jobdeck, workflow_id: int, transition: Transition, actor: str, verb: str) -> list[int]:
+def act_on_workflow(deck: Enqueuer, workflow_id: int, transition: Transition, actor: str, verb: str) -> list[int]:
     """Retry the failed part of a workflow (``Transition.RETRY``) or cancel
     the rest (``Transition.CANCEL``), as one bulk action: its audit entry is
     opened with the jobs it applies to, and counts what moved in the move's

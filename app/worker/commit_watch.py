@@ -26,13 +26,9 @@ import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
 
+from jobdeck.store import Store
 from jobdeck.store.watch import claimable_due, data_version
-
-if TYPE_CHECKING:
-    from jobdeck.deck import Jobdeck
-    from jobdeck.worker.pool import WorkerPool
 
 log = logging.getLogger("jobdeck.commit_watch")
 
@@ -115,12 +111,20 @@ class CommitWatcher:
         return claimable_due(conn, now or self.clock(), types, self.queues)
 
 
-def watcher_for(deck: Jobdeck, pool: WorkerPool) -> CommitWatcher | None:
-    """The watcher a process runs beside its pool; None off SQLite or for an
-    in-memory database (no other connection can commit to it)."""
-    if deck.store.dialect != "sqlite":
+def watcher_for(
+    store: Store,
+    wake: Callable[[], None],
+    *,
+    types: Callable[[], Sequence[str]],
+    queues: Sequence[str] | None,
+    clock: Callable[[], datetime],
+) -> CommitWatcher | None:
+    """The watcher a process runs beside its pool (waking it with ``wake`` for
+    a due job of ``types`` in ``queues``); None off SQLite or for an in-memory
+    database (no other connection can commit to it)."""
+    if store.dialect != "sqlite":
         return None
-    path = deck.store.engine.url.database
+    path = store.engine.url.database
     if not path or path == ":memory:" or path.startswith("file:"):
         return None
-    return CommitWatcher(path, pool.wake, types=deck.registry.names, queues=pool.queues, clock=deck.clock)
+    return CommitWatcher(path, wake, types=types, queues=queues, clock=clock)

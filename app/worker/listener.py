@@ -21,13 +21,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from jobdeck.store import Store
 from jobdeck.store.postgres import CHANNEL, listen_sql
 from sqlalchemy.engine import URL, make_url
-
-if TYPE_CHECKING:
-    from jobdeck.deck import Jobdeck
 
 log = logging.getLogger("jobdeck.notify")
 
@@ -122,8 +120,8 @@ class Listener:
                 self.on_notify()
 
 
-def listener_for(deck: Jobdeck, wake: Callable[[], None]) -> Listener | None:
-    """The listener a process runs beside its pool; None off PostgreSQL."""
-    if deck.store.dialect != "postgresql":
+def listener_for(store: Store, wake: Callable[[], None]) -> Listener | None:
+    """The listener a process runs beside its pool, waking it with ``wake``; None off PostgreSQL."""
+    if store.dialect != "postgresql":
         return None
-    return Listener(conninfo(deck.store.engine.url), wake)
+    return Listener(conninfo(store.engine.url), wake)

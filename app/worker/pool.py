@@ -24,15 +24,13 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 
 from jobdeck.core import forks
-from jobdeck.core.clock import since_boot
-from jobdeck.core.config import non_retryable
+from jobdeck.core.clock import Clock, since_boot
 from jobdeck.core.crashpoints import crash_point
-from jobdeck.deck import Jobdeck
-from jobdeck.jobs.snooze import max_snoozes
-from jobdeck.store import JobRecord
+from jobdeck.health import Health
+from jobdeck.jobs.handlers import Registry
+from jobdeck.store import JobRecord, Store
 from jobdeck.store.faults import Outage, is_transient
 from jobdeck.worker.acks import Acker
 from jobdeck.worker.executors import Executors, not_retried_note
@@ -53,40 +51,28 @@ def new_worker_id() -> str:
 
 
 class WorkerPool:
+    """A pool built from the narrow things it uses: the store, the clock, the
+    handler registry and its ``PoolSettings``; ``health`` (the deck's, when
+    given) hears of a wedged pool while it runs. ``jobdeck.runtime.pool_for``
+    builds one from a deck's config."""
+
     def __init__(
         self,
-        deck: Jobdeck,
-        threads: int | None = None,
+        store: Store,
+        clock: Clock,
+        registry: Registry,
+        settings: PoolSettings,
         *,
         worker_id: str | None = None,
-        batch: int | None = None,
-        poll_interval: float | None = None,
-        heartbeat_interval: float | None = None,
         queues: list[str] | None = None,
+        health: Health | None = None,
         on_unhealthy: Callable[[str], None] | None = None,
     ) -> None:
-        cfg = deck.config
-        controls = deck.queues
-        settings = PoolSettings(
-            spool_folder=Path(cfg.instance_path) / "acks",
-            threads=cfg.workers if threads is None else threads,
-            batch=batch or cfg.claim_batch,
-            poll_interval=poll_interval or cfg.poll_interval,
-            heartbeat_interval=heartbeat_interval or cfg.heartbeat_interval,
-            stall_timeout=cfg.stall_timeout,
-            shutdown_grace=cfg.shutdown_grace,
-            max_abandoned_threads=cfg.max_abandoned_threads,
-            max_result_bytes=cfg.max_result_bytes,
-            log_limits=deck.log_limits,
-            non_retryable=lambda job_type: non_retryable(cfg, job_type),
-            max_snoozes=lambda job_type: max_snoozes(cfg, deck.registry, job_type),
-            limits_hold_back=lambda: bool(controls.limits) or any(lim.concurrency for lim in controls.flow.limits),
-        )
-        self.deck = deck
-        self.store = store = deck.store
-        self.clock = clock = deck.clock
-        self.registry = registry = deck.registry
+        self.store = store
+        self.clock = clock
+        self.registry = registry
         self.settings = settings
+        self.health = health
         self.threads = settings.threads
         self.worker_id = worker_id = worker_id or new_worker_id()
         self.queues = queues
@@ -189,7 +175,8 @@ class WorkerPool:
             self._threads.append(t)
         for _ in range(self.threads):
             self.executors.spawn()
-        self.deck.health.register(self.unhealthy_reason)
+        if self.health is not None:
+            self.health.register(self.unhealthy_reason)
         log.info("worker pool %s started with %d threads", self.worker_id, self.threads,
                  extra={"event": "worker.started", "worker_id": self.worker_id, "threads": self.threads})  # fmt: skip
 
@@ -259,7 +246,8 @@ class WorkerPool:
             log.error("worker pool %s stopped without writing its last state (%s)", self.worker_id, first_line(exc))
         self.acker.keep_unlanded()
         self.wakeups.unsubscribe(self.wake)
-        self.deck.health.unregister(self.unhealthy_reason)
+        if self.health is not None:
+            self.health.unregister(self.unhealthy_reason)
         forks.pool_stopped()
         self._stopped.set()
         log.info(

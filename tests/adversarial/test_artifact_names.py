@@ -18,10 +18,10 @@ from jobdeck import create_app
 from jobdeck.core.states import State
 from jobdeck.jobs.artifacts import InvalidArtifact, check_name
 from jobdeck.jobs.handlers import JobContext
+from jobdeck.runtime import pool_for
 from jobdeck.store.artifacts import artifacts_of, get_artifact
 from jobdeck.store.models import job_artifacts
 from jobdeck.web.api.artifacts import content_disposition
-from jobdeck.worker.pool import WorkerPool
 from sqlalchemy import func, select
 
 from tests.conftest import wait_for
@@ -104,7 +104,7 @@ def test_a_handler_that_stores_a_hostile_artifact_fails_with_the_message(live_de
         ctx.artifact("../../etc/cron.d/evil", "* * * * * root sh")
 
     job, _ = live_deck.enqueue("test.hostile", {})
-    pool = WorkerPool(live_deck, 1)
+    pool = pool_for(live_deck, 1)
     pool.start()
     try:
         wait_for(lambda: live_deck.store.get(job.id).status is State.DEAD, message="the hostile job fails")
@@ -123,7 +123,7 @@ def test_over_the_limit_the_attempt_fails_with_the_limit_in_its_message(make_dec
         ctx.artifact("big.bin", b"\x00" * 1025)
 
     job, _ = deck.enqueue("test.big", {})
-    pool = WorkerPool(deck, 1)
+    pool = pool_for(deck, 1)
     pool.start()
     try:
         wait_for(lambda: deck.store.get(job.id).status is State.DEAD, message="the big job fails")

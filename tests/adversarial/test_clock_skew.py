@@ -270,14 +270,14 @@ class Movable:
 
 def _live_pool_and_sweeper(make_deck, sweeper_clock, pool_clock, tmp_path):
     """A pool running three long jobs, and a second deck whose sweeper judges them."""
-    from jobdeck.worker.pool import WorkerPool
+    from jobdeck.runtime import pool_for
 
     settings = {"stall_timeout": 4.0, "heartbeat_interval": 0.5}
     pool_deck = make_deck(clock=pool_clock, **settings)
     sweeper = make_deck(clock=sweeper_clock, **settings)
     runs = tmp_path / "runs.jsonl"
     ids = pool_deck.enqueue_many([{"type": skew_handlers.HOLD, "payload": {"seconds": 30, "log": str(runs)}}] * 3)
-    pool = WorkerPool(pool_deck, 3)
+    pool = pool_for(pool_deck, 3)
     pool.start()
     wait_for(lambda: len(skew_handlers.read(runs)) == 3, timeout=20, message="three jobs running")
     return pool, sweeper, ids

@@ -19,6 +19,7 @@ from jobdeck import create_app
 from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.joblogs import MAX_LINE_CHARS, TRUNCATED
+from jobdeck.runtime import pool_for
 from jobdeck.store.joblogs import lines_of
 from jobdeck.worker.pool import WorkerPool
 
@@ -37,7 +38,7 @@ class Unprintable:
 
 @contextmanager
 def _pool(deck: Jobdeck) -> Iterator[WorkerPool]:
-    pool = WorkerPool(deck, 2)
+    pool = pool_for(deck, 2)
     pool.start()
     try:
         yield pool
@@ -146,8 +147,8 @@ import os, sys, time
 from jobdeck.core.config import load
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import Registry
+from jobdeck.runtime import pool_for
 from jobdeck.store.joblogs import lines_of
-from jobdeck.worker.pool import WorkerPool
 
 url, instance = sys.argv[1], sys.argv[2]
 config = load(path=None, env={}, overrides={"database_url": url, "instance_path": instance, "workers": 0,
@@ -165,7 +166,7 @@ def crash(payload, ctx):
     os._exit(3)  # the process dies: no end-of-attempt flush
 
 deck = Jobdeck(config, registry)
-WorkerPool(deck, 1).start()
+pool_for(deck, 1).start()
 time.sleep(60)
 """
 

@@ -12,7 +12,7 @@ from typing import Any
 from jobdeck import create_app
 from jobdeck.core.states import State
 from jobdeck.jobs.handlers import Registry
-from jobdeck.worker.pool import WorkerPool
+from jobdeck.runtime import pool_for
 from sqlalchemy import text
 
 from tests.conftest import wait_for
@@ -25,7 +25,7 @@ def test_a_fifty_megabyte_result_is_refused_and_never_sent(make_deck: Any, regis
     registry.handler("t.export")(lambda payload, ctx: "x" * FIFTY_MB)
     deck = make_deck()
     job_id = deck.enqueue("t.export", max_retries=3)[0].id
-    pool = WorkerPool(deck, 1)
+    pool = pool_for(deck, 1)
     pool.start()
     try:
         wait_for(lambda: deck.store.get(job_id).status is State.DEAD, 60, message="the job to be refused")

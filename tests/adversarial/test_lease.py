@@ -18,8 +18,8 @@ from datetime import timedelta
 import pytest
 from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
+from jobdeck.runtime import pool_for
 from jobdeck.worker.lease import LEASE_LOST
-from jobdeck.worker.pool import WorkerPool
 
 from tests import skew_handlers
 from tests.adversarial.outages import Outage
@@ -41,7 +41,7 @@ def test_a_pool_cut_off_for_half_the_stall_timeout_stops_its_handlers_and_takes_
     deck.init_db()
     runs = tmp_path / "runs.jsonl"
     job = deck.enqueue(skew_handlers.HOLD, {"seconds": 60, "later": 0, "log": str(runs)}).job
-    pool = WorkerPool(deck, 1)
+    pool = pool_for(deck, 1)
     pool.start()
     try:
         wait_for(lambda: skew_handlers.read(runs), timeout=20, message="the handler started")
@@ -85,7 +85,7 @@ def test_a_job_claimed_under_the_pools_id_that_never_reached_it_is_given_back(li
     dropped: two beats later the job is given back and the pool runs it."""
     skew_handlers.register(registry)
     runs = tmp_path / "runs.jsonl"
-    pool = WorkerPool(live_deck, 1)
+    pool = pool_for(live_deck, 1)
     pool.start()
     try:
         # Due in 2 s, claimed now from 3 s ahead: the pool's own fetcher cannot have it first.

@@ -33,7 +33,7 @@ from jobdeck.core.config import load
 from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import JobContext, Registry
-from jobdeck.worker.pool import WorkerPool
+from jobdeck.runtime import pool_for
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
@@ -211,7 +211,7 @@ def test_an_acknowledgement_that_meets_a_full_disk_lands_after_it(tmp_path: Path
     with schema() as (_, url):
         deck = deck_on(url, tmp_path, registry)
         job, _ = deck.enqueue("test.gated", {})
-        pool = WorkerPool(deck, 1)
+        pool = pool_for(deck, 1)
         pool.start()
         try:
             wait_for(lambda: deck.store.get(job.id).status is State.RUNNING, message="the job to run")

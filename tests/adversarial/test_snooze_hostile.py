@@ -17,7 +17,7 @@ from jobdeck.core.validation import MAX_JSON_DEPTH
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import Registry, Snooze
 from jobdeck.jobs.snooze import MAX_REASON_CHARS
-from jobdeck.worker.pool import WorkerPool
+from jobdeck.runtime import pool_for
 
 from tests.conftest import Clock, wait_for
 
@@ -89,7 +89,7 @@ def test_hostile_handler_snoozes_are_stored_readably(make_deck: Any, registry: R
     clock = Clock()
     deck = make_deck(clock=clock)
     job, _ = deck.enqueue(job_type, max_retries=0)
-    pool = WorkerPool(deck, 1)
+    pool = pool_for(deck, 1)
     assert pool.fetch_once() == 1
     pool.run_job(pool.holdings.work.get_nowait())
     pool.flush_acks_once()
@@ -107,7 +107,7 @@ def test_a_pool_keeps_running_after_hostile_snoozes(live_deck: Jobdeck, registry
     _hostile_handlers(registry)
     registry.handler("t.nan")(lambda p, ctx: ctx.snooze(float("nan")))
     ids = [live_deck.enqueue(t, max_retries=0)[0].id for t in ("t.nan", "t.nul", "t.unprintable")]
-    pool = WorkerPool(live_deck, 1)
+    pool = pool_for(live_deck, 1)
     pool.start()
     try:
         wait_for(lambda: all(live_deck.store.attempts_of(i) for i in ids), message="each attempt recorded")

@@ -18,6 +18,7 @@ from jobdeck import create_app
 from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import JobContext, Registry
+from jobdeck.runtime import pool_for
 from jobdeck.store import NewJob
 from jobdeck.worker.leasing import BEATS_IN_FLIGHT
 from jobdeck.worker.pool import STOP_MARGIN, WorkerPool
@@ -40,7 +41,7 @@ def pools() -> Iterator[Callable[..., WorkerPool]]:
     started: list[WorkerPool] = []
 
     def start(deck: Jobdeck, threads: int = 2, **kw: Any) -> WorkerPool:
-        pool = WorkerPool(deck, threads, **kw)
+        pool = pool_for(deck, threads, **kw)
         pool.start()
         started.append(pool)
         return pool
@@ -167,7 +168,7 @@ def test_stop_ends_when_the_database_is_down(
         deck = make_deck(database_url=outage.url, sqlite_busy_timeout=busy)
         job, _ = deck.enqueue("test.gated")
         unstarted, _ = deck.enqueue("test.gated")
-        pool = WorkerPool(deck, 1)
+        pool = pool_for(deck, 1)
         pool.holdings.avg_duration = 0.001  # fast jobs so far: it prefetches, so one job waits unstarted
         pool.start()
         assert entered.wait(10)
@@ -326,7 +327,7 @@ def test_an_unhealthy_pool_gives_back_the_jobs_it_has_not_started(
     hung threads) releases them for a healthy process."""
     deck = make_deck(max_abandoned_threads=2)
     ids = [deck.enqueue("demo.noop", {"n": i})[0].id for i in range(5)]
-    pool = WorkerPool(deck, 2)
+    pool = pool_for(deck, 2)
     pool.holdings.avg_duration = 0.001  # fast jobs so far: the pool prefetches beyond its threads
     assert pool.fetch_once() == 5
     release = threading.Event()
