@@ -101,7 +101,7 @@ def act(name: str, action: str) -> Any:
         abort(404, f"no schedule named {name!r}")
     now = deck.clock()
     if action == "run":
-        message = _started(name, schedules.run_now(name, now, _actor()))
+        message: str = _started(name, schedules.run_now(name, now, _actor()))
     else:
         schedules.set_paused(name, action == "pause", now, _actor())
         message = f"{name}: {'paused' if action == 'pause' else 'resumed'}"
