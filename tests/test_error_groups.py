@@ -1,7 +1,9 @@
 """Failed and dead jobs grouped by type and error fingerprint, on both
 databases: the fail statement (and the rescue, which runs it) stores the
 fingerprint, the grouping read counts it, a group is one more filter of
-``JobFilter`` for the bulk actions, and migration 0012 backfills old rows."""
+``JobFilter`` for the bulk actions, and migration 0012 backfills old rows.
+A group's "First seen" is when its jobs first failed with its error, kept
+across retries (migration 0026)."""
 
 from __future__ import annotations
 
@@ -82,6 +84,47 @@ def test_groups_count_and_order_by_size_with_first_last_seen_and_sample(deck, cl
     assert (retrying.fingerprint, retrying.count, retrying.sample_error) == ("KeyError: '?'", 1, "KeyError: 'user_5'")
 
 
+def fail_again(deck: Jobdeck, ids: list[int], error: str, *, retryable: bool = False) -> None:
+    """Claim the jobs ``ids`` (due now) and fail each once more with ``error``."""
+    now = deck.clock()
+    claimed = deck.store.claim("w2", now, limit=len(ids))
+    assert sorted(j.id for j in claimed) == sorted(ids)
+    deck.store.fail_many(
+        [Outcome(j.id, "w2", attempt=j.attempt, error=error, retryable=retryable) for j in claimed], now
+    )
+
+
+def test_first_seen_is_kept_when_the_group_is_retried_and_fails_the_same_way(deck, clock):
+    t0 = clock()
+    keys = fail_jobs(deck, "demo.fail", ["KeyError: 'user_42'", "KeyError: 'user_77'"])
+    clock.advance(240)
+    assert sorted(deck.store.retry_ids(keys, clock())) == sorted(keys)  # a person's retry of the whole group
+    fail_again(deck, keys, "KeyError: 'user_3'")
+    [group] = error_groups(deck.store, State.DEAD)
+    assert (group.fingerprint, group.count) == ("KeyError: '?'", 2)
+    assert group.first_seen == t0 and group.last_seen == t0 + timedelta(seconds=240)
+
+
+def test_first_seen_is_kept_across_the_jobs_own_retries(deck, clock):
+    t0 = clock()
+    [job_id] = fail_jobs(deck, "demo.flaky", ["OSError: disk 3 full"], retryable=True)
+    clock.advance(3600)  # past the backoff
+    fail_again(deck, [job_id], "OSError: disk 4 full", retryable=True)
+    [group] = error_groups(deck.store, State.FAILED)
+    assert (group.count, group.first_seen, group.last_seen) == (1, t0, t0 + timedelta(seconds=3600))
+
+
+def test_a_new_error_on_the_same_job_starts_its_own_first_seen(deck, clock):
+    [job_id] = fail_jobs(deck, "demo.flaky", ["OSError: disk 3 full"], retryable=True)
+    clock.advance(3600)
+    fail_again(deck, [job_id], "ValueError: row 7 is bad", retryable=True)
+    clock.advance(3600)
+    fail_again(deck, [job_id], "ValueError: row 8 is bad", retryable=True)
+    [group] = error_groups(deck.store, State.FAILED)
+    assert group.fingerprint == "ValueError: row ? is bad"
+    assert group.first_seen == clock() - timedelta(seconds=3600) and group.last_seen == clock()
+
+
 def test_groups_are_bounded_and_an_empty_state_has_none(deck):
     assert error_groups(deck.store, State.DEAD) == []
     fail_jobs(deck, "demo.fail", [f"E{i}: x" for i in range(5)])
@@ -130,6 +173,27 @@ def test_migration_backfills_failed_and_dead_jobs_from_their_error(engine_url_de
     assert [fingerprint_of(deck, i) for i in dead] == ["KeyError: '?'"] * 2
     assert fingerprint_of(deck, failed[0]) == "RuntimeError: card ? declined"
     assert fingerprint_of(deck, done) is None
+    assert migrate.differences(deck.store.engine) == []
+
+
+def test_migration_0026_starts_error_since_at_the_last_failure(engine_url_deck, clock):
+    deck = engine_url_deck
+    t0 = clock()
+    dead = fail_jobs(deck, "demo.fail", ["KeyError: 'user_42'"])
+    clock.advance(60)
+    failed = fail_jobs(deck, "demo.flaky", ["OSError: disk 3 full"], retryable=True)
+    [done] = deck.store.enqueue_many([NewJob(type="demo.noop")], deck.clock())
+    migrate.downgrade(deck.store.engine, "0025")
+    with deck.store.read() as conn:
+        columns = list(conn.execute(text("SELECT * FROM jobs WHERE 1 = 0")).keys())
+    assert "error_since" not in columns
+
+    migrate.upgrade(deck.store.engine)
+
+    with deck.store.read() as conn:
+        since = dict(conn.execute(select(jobs.c.id, jobs.c.error_since)).all())
+    assert since == {dead[0]: t0, failed[0]: t0 + timedelta(seconds=60), done: None}
+    assert [g.first_seen for g in error_groups(deck.store, State.DEAD)] == [t0]
     assert migrate.differences(deck.store.engine) == []
 
 

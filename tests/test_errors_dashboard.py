@@ -11,6 +11,7 @@ import re
 import pytest
 from dashboard_support import make_dash_app, post
 from jobdeck.core.states import State
+from jobdeck.store import Outcome
 from jobdeck.store.audit import list_audit
 from test_error_groups import fail_jobs
 from werkzeug.security import generate_password_hash
@@ -67,6 +68,23 @@ def test_retry_all_in_a_group_confirms_batches_audits_and_leaves_the_other_group
     assert (entry.action, entry.count) == ("retry all", 3) and f"error={KEYS}" in entry.detail
     after = htmllib.unescape(dash.get("/fragments/errors/dead").get_data(as_text=True))
     assert KEYS not in after and "Retry all 1 in this group" in after
+
+
+def test_first_seen_survives_a_retry_all_that_fails_the_same_way(dash, deck, clock):
+    t0 = clock()
+    keys, _ = _groups(deck)
+    clock.advance(240)
+    vals = {"tab": "dead", "type": "demo.fail", "error": KEYS, "up_to": max(keys), "total": 3, "done": 0}
+    assert "3 of 3 retried" in post(dash, "/actions/matching/retry", vals).get_data(as_text=True)
+    now = clock()
+    claimed = deck.store.claim("w2", now, limit=3)
+    deck.store.fail_many(
+        [Outcome(j.id, "w2", attempt=j.attempt, error="KeyError: 'user_1'", retryable=False) for j in claimed], now
+    )
+    page = htmllib.unescape(dash.get("/errors/dead").get_data(as_text=True))
+    card = page[page.index(KEYS) :]
+    seen = re.search(r'First seen <span title="([^"]+)">([^<]+)</span> · last seen <span title="[^"]+">([^<]+)<', card)
+    assert seen.groups() == (t0.strftime("%Y-%m-%d %H:%M:%S UTC"), "4 min 0 s ago", "now")
 
 
 def test_discard_all_in_a_group(dash, deck):

@@ -228,7 +228,9 @@ def fail(retryable: bool) -> Prepared:
     """running -> failed (retry_count + 1, due at ``retry_at``) while retries
     are left, else -> dead. A non-retryable error goes to dead whatever the
     budget; a job cancelled while it ran goes to cancelled, never retried.
-    Fenced by (id, attempt, worker). Values: ``FAIL_FIELDS``."""
+    The error's fingerprint is stored, and ``error_since`` kept while it
+    stays the same (set to now when it changes), so a group's "First seen"
+    survives its retries. Fenced by (id, attempt, worker). Values: ``FAIL_FIELDS``."""
     ended = _cancelled_or(State.DEAD)
     if retryable:
         left = and_(jobs.c.retry_count < jobs.c.max_retries, ~cancel_requested())
@@ -244,6 +246,8 @@ def fail(retryable: bool) -> Prepared:
         values = {"status": ended, "finished_at": NOW}
     values.update(error=bindparam("why"), updated_at=NOW)
     values["error_fingerprint"] = bindparam("fingerprint")  # the errors view's group (jobdeck.core.fingerprint)
+    same_error = and_(jobs.c.error_fingerprint == bindparam("fingerprint"), jobs.c.error_since.is_not(None))
+    values["error_since"] = case((same_error, jobs.c.error_since), else_=NOW)  # kept across retries
     stmt = update(jobs).where(*_held_attempt(Transition.FAIL)).values(values).returning(*JOB_COLUMNS)
     order = FAIL_FIELDS if retryable else tuple(f for f in FAIL_FIELDS if f != "retry_at")
     return Prepared(stmt, order)

@@ -249,7 +249,10 @@ class ErrorGroup:
     stored none (a rolling deploy), which form one group."""
     count: int
     first_seen: datetime
-    """The earliest last failure (``updated_at``) of a job in the group."""
+    """When a job of the group first failed with its error (the earliest
+    ``error_since``), kept across retries: a retry of the group that fails
+    the same way leaves it alone. A job failed before revision 0026 and not
+    since counts from its last failure."""
     last_seen: datetime
     sample_id: int
     """The newest job in the group."""
@@ -271,7 +274,7 @@ def error_groups(store: Store, state: State, limit: int = MAX_ERROR_GROUPS) -> l
             jobs.c.type,
             jobs.c.error_fingerprint,
             func.count(),
-            func.min(jobs.c.updated_at),
+            func.min(func.coalesce(jobs.c.error_since, jobs.c.updated_at)),
             func.max(jobs.c.updated_at),
             newest,
         )  # fmt: skip

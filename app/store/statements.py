@@ -49,7 +49,9 @@ from sqlalchemy.sql.elements import BindParameter, ColumnElement
 JOB_COLUMNS = tuple(jobs.c)
 CLAIM_SETS = ("status", "claimed_at", "heartbeat_at", "worker_id", "progress", "progress_message", "updated_at")
 """The columns a claim sets to values the claimer already holds (``_claimed_values``)."""
-CLAIM_COLUMNS = tuple(c for c in jobs.c if c.name not in CLAIM_SETS and c.name != "error_fingerprint")
+CLAIM_COLUMNS = tuple(
+    c for c in jobs.c if c.name not in CLAIM_SETS and c.name not in ("error_fingerprint", "error_since")
+)
 """What a claim returns: the rest of a ``JobRecord`` (``records.claimed_records``
 fills in the ``CLAIM_SETS``). Seven columns fewer a
 claimed row: a tenth of the claim's time on SQLite."""

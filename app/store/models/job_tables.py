@@ -113,6 +113,12 @@ class Job(Base):
     on_dependency_failure: Mapped[str | None] = mapped_column(String(8))
     """``cancel`` (the default) or ``hold``: what a dependency ending dead,
     cancelled or discarded does to this blocked job."""
+    error_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    """When the job first failed with the error it holds (its
+    ``error_fingerprint``), set by the fail statement and kept while its
+    failures keep that fingerprint, across retries (a person's too): the
+    Errors page's "First seen" of a group is the earliest of its jobs'
+    (revision 0026, last, so rows decoded by position keep their order)."""
 
     __table_args__ = (
         CheckConstraint(f"status IN ({_state_list})", name="ck_jobs_status"),
@@ -142,15 +148,17 @@ class Job(Base):
         # replaced that one, and dropped the running/worker index: running
         # jobs are few, so the status index finds them as fast).
         Index("ix_jobs_type_id", "type", "id"),
-        # The errors view's GROUP BY, read from the index alone (revision 0012).
-        # Partial: only failed and dead jobs are in it, so the claim and the
-        # completion of a job that never failed never touch it.
+        # The errors view's GROUP BY, read from the index alone (revision 0012;
+        # error_since since 0026). Partial: only failed and dead jobs are in
+        # it, so the claim and the completion of a job that never failed never
+        # touch it.
         Index(
             "ix_jobs_error_groups",
             "status",
             "type",
             "error_fingerprint",
             "updated_at",
+            "error_since",
             sqlite_where=_error_index_where,
             postgresql_where=_error_index_where,
         ),

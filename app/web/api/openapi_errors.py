@@ -22,7 +22,10 @@ GROUP = {
             "UUIDs, hex ids and numbers masked as `?`; null for jobs failed before fingerprints were stored",
         },
         "count": {"type": "integer", "minimum": 1},
-        "first_seen": {**_TIME, "description": "the earliest last failure of a job in the group"},
+        "first_seen": {
+            **_TIME,
+            "description": "when a job of the group first failed with its error, kept across retries",
+        },
         "last_seen": {**_TIME, "description": "the latest failure of a job in the group"},
         "sample": {
             "type": "object",
