@@ -202,8 +202,13 @@ class Enqueueing(Transactions):
         twice in the call is the first one's request again. In order, one
         ``Enqueued`` per job; a key that belongs to another type or payload
         is an ``ItemRefused`` naming the job's index, and nothing is
-        inserted. The unique jobs go last, in key order, as in
-        ``_enqueue_many_unique``."""
+        inserted.
+
+        The jobs without a key go in first, in order; then those with an
+        idempotency key, in key order, then the unique ones, in unique key
+        order: two calls on PostgreSQL that share keys then wait for each
+        other's keys in one order, never in a deadlock (which the database
+        would break by failing one, and health would report as an outage)."""
         if not news:
             return []
         if all(n.unique is None and n.idempotency_key is None for n in news):
@@ -212,33 +217,34 @@ class Enqueueing(Transactions):
             return [Enqueued(inserted(i, self._row(n, now, now, False)), True) for i, n in zip(ids, news, strict=True)]
         done: list[Enqueued | None] = [None] * len(news)
         stamp = self._t(now)
-        first: dict[str, int] = {}
-        """Each key's first job in the call."""
+        first: dict[str, JobRecord] = {}
+        """Each idempotency key's job, as its first job in the call found or made it."""
+        order = sorted(
+            (i for i, n in enumerate(news) if n.unique is None),
+            key=lambda i: (news[i].idempotency_key is not None, news[i].idempotency_key or "", i),
+        )
         with self.write() as conn:
-            for i, new in enumerate(news):
-                if new.unique is not None:
-                    continue
+            for i in order:
+                new = news[i]
                 key = new.idempotency_key
                 try:
-                    if key is not None and key in first:
-                        earlier = done[first[key]]
-                        assert earlier is not None
-                        _check_same(earlier.job, new)
-                        done[i] = Enqueued(earlier.job, False)
+                    if key and key in first:
+                        _check_same(first[key], new)
+                        done[i] = Enqueued(first[key], False)
                         continue
                     values = self._row(new, now, stamp, self.sqlite)
                     found = (
-                        self._run(conn, statements.enqueue("row"), values).one()
-                        if key is None
-                        else self._enqueue_keyed(conn, new, values)
+                        self._enqueue_keyed(conn, new, values)
+                        if key
+                        else self._run(conn, statements.enqueue("row"), values).one()
                     )
                 except IdempotencyConflict as exc:
                     raise ItemRefused(i, exc) from None
-                done[i] = (
-                    Enqueued(found, False) if isinstance(found, JobRecord) else Enqueued(self._record(found), True)
-                )
-                if key is not None:
-                    first[key] = i
+                existed = isinstance(found, JobRecord)
+                job = found if existed else self._record(found)
+                done[i] = Enqueued(job, not existed)
+                if key:
+                    first[key] = job
             for _, i in sorted((n.unique.key, i) for i, n in enumerate(news) if n.unique is not None):
                 job, created, changed = enqueue_unique(conn, self.dialect, news[i], payload_json(news[i]), now)
                 done[i] = Enqueued(job, created, duplicate=not created, changed=changed)

@@ -12,7 +12,8 @@ connection closed; a declared body over the app's limit
 (``MAX_CONTENT_LENGTH``, or a larger one for the paths of ``larger_bodies``:
 ``jobdeck.web.body_limits``) is not read at all, and the app answers 413 from
 its ``Content-Length``. Only a whole request reaches a thread, so however
-many clients are slow, the threads serve the others.
+many clients are slow, the threads serve the others; a body that breaks
+off (its client killed mid-upload) never reaches the app (``_read``).
 
 A request carrying both ``Content-Length`` and ``Transfer-Encoding`` never
 reaches the app with both: granian (hyper) frames it by the
@@ -41,6 +42,12 @@ log = logging.getLogger("jobdeck.http")
 
 Headers = list[tuple[str, str]]
 _JSON_CLOSE: Headers = [("content-type", "application/json"), ("connection", "close")]
+
+
+class BodyCut(Exception):
+    """The request body ended before it was whole: answered 400, never run."""
+
+    message = "the request body ended before it was whole (the connection closed mid-body): nothing was done"
 
 
 def _error(message: str) -> bytes:
@@ -121,9 +128,14 @@ class BufferedWsgi:
                 try:
                     async with asyncio.timeout(self.body_timeout):
                         body = await self._read(protocol, cap)
+                    if body is not None and declared is not None and declared.isdigit() and len(body) != int(declared):
+                        raise BodyCut
                 except TimeoutError:
                     message = f"the request body did not arrive within {self.body_timeout:g} s (http_body_timeout)"
                     protocol.response_bytes(408, _JSON_CLOSE, _error(message))
+                    return
+                except BodyCut:
+                    protocol.response_bytes(400, _JSON_CLOSE, _error(BodyCut.message))
                     return
         assert self._loop is not None
         answered: asyncio.Future[None] = self._loop.create_future()
@@ -159,15 +171,29 @@ class BufferedWsgi:
                 future.set_result(None)
 
     async def _read(self, protocol: Any, cap: int) -> bytes | None:
-        """The whole body, or None once it exceeds ``cap`` (a chunked
-        body declares no length)."""
+        """The whole body, or None once it exceeds ``cap`` (a chunked body
+        declares no length); ``BodyCut`` when it ended before it was whole.
+
+        granian's iterator does not raise when the body breaks off (the
+        client closed or reset the connection mid-body, a chunked body
+        without its last chunk): it yields an empty chunk for the error,
+        then the empty chunk that ends every body, and stops. A body cut
+        short is never the app's to run (its cut may fall where the JSON
+        parses, in trailing white space). Trailers also come as an empty
+        chunk, so a chunked body with trailers is refused too."""
         chunks: list[bytes] = []
         size = 0
+        empty = 0
         async for chunk in protocol:
+            if not chunk:
+                empty += 1
+                continue
             size += len(chunk)
             if size > cap:
                 return None
             chunks.append(chunk)
+        if empty > 1:
+            raise BodyCut
         return b"".join(chunks)
 
     def _environ(self, scope: Any, body: bytes | None, cap: int) -> dict[str, Any]:

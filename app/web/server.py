@@ -41,6 +41,9 @@ from waitress.utilities import RequestEntityTooLarge
 
 log = logging.getLogger("jobdeck.http")
 
+CHUNK_FRAMING = 64 * 1024
+"""What a chunked body's framing may add to twice its cap (waitress counts
+the framing; the cap is on the bytes): more framing than that is a 413."""
 FD_RESERVE = 128
 """Descriptors kept for everything but HTTP connections: database
 connections, log files, the wake-up sockets, the listening socket."""
@@ -76,8 +79,9 @@ def connection_limit(config: Config) -> int:
 
 class _Parser(HTTPRequestParser):  # type: ignore[misc]
     """waitress's parser, which notes when a request's first byte came,
-    refuses two framings of one body, and holds a path of ``larger_bodies``
-    (``jobdeck.web.body_limits``) to that path's cap instead of the server's."""
+    refuses two framings of one body, and holds each body to its path's cap
+    (``jobdeck.web.body_limits``: the bulk enqueue's is larger), counting a
+    chunked body's bytes, not its framing, as the app and granian do."""
 
     adj: Any
     error: Any
@@ -85,20 +89,26 @@ class _Parser(HTTPRequestParser):  # type: ignore[misc]
     def __init__(self, adj: Any) -> None:
         super().__init__(adj)
         self.began = time.monotonic()
+        self.body_cap = adj.max_request_body_size - 1
+        """The bytes this request's body may have (its path's cap, once the headers are in)."""
 
     def parse_header(self, header_plus: bytes) -> None:
         super().parse_header(header_plus)
         framed = self.chunked or "TRANSFER_ENCODING" in self.headers
         if framed and "CONTENT_LENGTH" in self.headers:
             raise ParsingError("Content-Length and Transfer-Encoding together")
-        # A path allowed a larger body (the bulk enqueue) reads up to its own
-        # cap; waitress checks the body against ``self.adj`` from here on.
-        self.adj = getattr(self.adj, "larger_bodies", {}).get(self.path, self.adj)
+        self.body_cap = getattr(self.adj, "larger_bodies", {}).get(self.path, self.body_cap)
+        if self.chunked:  # waitress counts the chunks' framing against the cap: allow for it, count the bytes below
+            self.adj = _with_body_cap(self.adj, 2 * self.body_cap + CHUNK_FRAMING)
+        elif self.body_cap != self.adj.max_request_body_size - 1:
+            self.adj = _with_body_cap(self.adj, self.body_cap)
 
     def received(self, data: bytes) -> int:
         consumed: int = super().received(data)
-        if type(self.error) is RequestEntityTooLarge:  # declared, or a chunked body past the cap
-            self.error = _TooLarge(too_large(self.adj.max_request_body_size - 1, self.path))
+        over = self.chunked and self.error is None and self.body_rcv is not None and len(self.body_rcv) > self.body_cap
+        if over or type(self.error) is RequestEntityTooLarge:  # declared, or a chunked body past the cap
+            self.error = _TooLarge(too_large(self.body_cap, self.path))
+            self.completed = True
         return consumed
 
 
@@ -165,9 +175,7 @@ class HttpServer:
             ident="jobdeck",
         )
         self.server.channel_class = _Channel
-        self.server.adj.larger_bodies = {
-            path: _with_body_cap(self.server.adj, cap) for path, cap in larger_bodies(config).items()
-        }
+        self.server.adj.larger_bodies = larger_bodies(config)
         idle_sweep = self.server.maintenance
 
         def maintenance(now: float) -> None:
