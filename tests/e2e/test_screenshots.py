@@ -1,7 +1,8 @@
 """The README's screenshots, reproducible: a live Jobdeck with realistic demo
 data (the last hour's per-minute counters as the roll-up would have written
 them, schedules that fired over the last hour, a gone worker, a paused
-queue), each main page saved to test-results/screenshots/. With
+queue, a workflow waiting on its first step and a finished one, a batch),
+each main page saved to test-results/screenshots/. With
 JOBDECK_UPDATE_SCREENSHOTS=1 the overview, schedules and phone shots are
 also copied to static/screenshots/ for the README. The phone shots (390 px,
 the first screen only) keep the committed PNGs small."""
@@ -66,8 +67,29 @@ def _fire_schedules(deck, now: datetime) -> None:
     periodic.run_now("nightly-sales-report", now, "alice")
 
 
+def _workflows_and_batches(deck) -> None:
+    """A workflow whose first step runs for a while, the rest blocked behind
+    it (the overview's Blocked card); one that ran to the end; and a closed
+    batch of welcome emails with its callback."""
+    monthly = deck.workflow("monthly-close")
+    monthly.add("extract-ledger", "demo.sleep", {"seconds": 30})
+    monthly.add("reconcile", "demo.noop", {"period": "2026-11"}, depends_on=["extract-ledger"])
+    monthly.add("publish-report", "demo.report", {"name": "close-2026-11", "rows": 20}, depends_on=["reconcile"])
+    monthly.enqueue()
+    nightly = deck.workflow("nightly-sales")
+    for region in ("eu", "us", "apac"):
+        nightly.add(f"extract-{region}", "demo.noop", {"region": region})
+    nightly.add(
+        "report", "demo.report", {"name": "sales", "rows": 40}, depends_on=["extract-eu", "extract-us", "extract-apac"]
+    )
+    nightly.enqueue()
+    batch = deck.batch(name="welcome-emails", on_complete="demo.noop")
+    batch.add_many([{"type": "demo.noop", "payload": {"user_id": f"u{i}"}} for i in range(12)])
+    batch.close()
+
+
 def test_readme_screenshots(make_live, page, dialogs):
-    live = make_live(workers=4, schedules=SCHEDULES)
+    live = make_live(workers=5, schedules=SCHEDULES)
     deck = live.deck
     now = datetime.now(UTC)
     _seed_counters(deck, now)
@@ -84,15 +106,21 @@ def test_readme_screenshots(make_live, page, dialogs):
     items += [{"type": "demo.report", "payload": {"name": f"monthly-{i}", "rows": 100}, "delay_seconds": 3600 + i * 60}
               for i in range(3)]  # fmt: skip
     deck.enqueue_many(items)
+    _workflows_and_batches(deck)
 
     def settled() -> bool:
         c = deck.store.counts(datetime.now(UTC))
-        return c["failed"] == 0 and c["pending"] == 24 and c["running"] == 2
+        return c["failed"] == 0 and c["pending"] == 24 and c["running"] == 3 and c["blocked"] == 2
 
     wait_for(settled, timeout=30, message="the demo jobs never settled")
     page.set_viewport_size({"width": 1400, "height": 900})
     shots = {"overview": "/", "schedules": "/schedules", "queues": "/queues", "workers": "/workers",
-             "dead-letter": "/jobs/dead", "running": "/jobs/running"}  # fmt: skip
+             "dead-letter": "/jobs/dead", "running": "/jobs/running", "workflows": "/workflows",
+             "batches": "/batches", "errors": "/errors/dead"}  # fmt: skip
+    page.goto(live.url + "/")
+    for link in ("Workflows", "Batches"):  # what the README's picture lacked before
+        expect(page.locator(".mainnav")).to_contain_text(link)
+    expect(page.locator(".stat-blocked .stat-value")).to_have_text("2")
     for name, path in shots.items():
         page.goto(live.url + path)
         expect(page.locator("main h1")).to_be_visible()
