@@ -14,20 +14,18 @@ makes this process unhealthy).
 
 from __future__ import annotations
 
-import json
-import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from jobdeck import actions
-from jobdeck.core.clock import RESCUE_SKEW_FRACTION, DatabaseClock, HostClock
-from jobdeck.core.config import Config, artifact_max_bytes, log_limits
+from jobdeck.core.clock import Clock, DatabaseClock, default_clock
+from jobdeck.core.config import Config, artifact_max_bytes, load, log_limits
 from jobdeck.core.errors import InvalidField, ItemRefused, JobdeckError
 from jobdeck.health import Health
 from jobdeck.jobs.flow import Flow, parse_flow
-from jobdeck.jobs.handlers import Registry
+from jobdeck.jobs.handlers import Registry, import_modules
 from jobdeck.jobs.handlers import registry as default_registry
 from jobdeck.jobs.intake import Intake
 from jobdeck.jobs.queues import QueueControls, parse_limits
@@ -47,8 +45,8 @@ from jobdeck.maintenance.schedule_health import ScheduleHealth
 from jobdeck.maintenance.thresholds import ThresholdAlerts, parse_thresholds
 from jobdeck.maintenance.upkeep import Maintenance, parse_retention
 from jobdeck.store import JobRecord, NewJob, Store
-from jobdeck.store.engine import make_engine
 from jobdeck.store.lifecycle import Edited, JobChanges, Seen
+from jobdeck.store.opening import open_store
 from jobdeck.store.records import Enqueued
 from jobdeck.store.timekeeping import database_time
 
@@ -56,48 +54,6 @@ if TYPE_CHECKING:
     from flask import Flask
     from jobdeck.runtime import Runtime
     from jobdeck.store.graph import EnqueuedWorkflow
-
-Clock = Callable[[], datetime]
-
-
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-"""Built once: ``json.dumps`` with options builds an encoder per call. It
-refuses NaN and Infinity, which are not JSON and break strict clients."""
-
-log = logging.getLogger("jobdeck")
-
-MAX_KEY_CHARS = 255
-MAX_RETRIES = 1000
-"""The most retries a job can ask for."""
-MAX_DELAY_SECONDS = 10 * 365 * 86400
-"""The latest a job can be delayed to: ten years."""
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def _store_of(config: Config) -> Store:
-    """The store on the configured database. On PostgreSQL the HTTP
-    requests get an engine of their own whose sessions carry the request
-    timeouts (``Store.bound_requests``), with ``http_threads`` of the pool
-    (the rest serve the workers and maintenance)."""
-    url = config.resolved_database_url()
-    requests = config.http_threads if url.startswith("postgresql") else 0
-    idle = max(10.0, config.stall_timeout)
-    store = Store(
-        make_engine(
-            url,
-            synchronous=config.sqlite_synchronous,
-            pool_size=max(5, config.workers + config.http_threads + 4 - requests),
-            busy_timeout=config.sqlite_busy_timeout,
-            idle_in_transaction=idle,
-        )
-    )
-    if requests:
-        timeouts = (config.request_lock_timeout, config.request_statement_timeout)
-        store.bound_requests(make_engine(url, pool_size=requests, idle_in_transaction=idle, timeouts=timeouts))
-    return store
 
 
 class Jobdeck:
@@ -111,7 +67,7 @@ class Jobdeck:
         self.config = config
         self.registry = registry if registry is not None else default_registry
         owned = store is None
-        self.store = store if store is not None else _store_of(config)
+        self.store = store if store is not None else open_store(config)
         try:
             self._build(config, clock)
         except BaseException:
@@ -120,7 +76,11 @@ class Jobdeck:
             raise
 
     def _build(self, config: Config, clock: Clock | None) -> None:
-        self.clock: Clock = self._clock_for(clock)
+        if clock is None:
+            clock = default_clock(
+                sqlite=self.store.sqlite, stall_timeout=config.stall_timeout, warn_after=config.clock_skew_warn
+            )
+        self.clock: Clock = clock
         """What every time this deck writes or compares comes from (``jobdeck.core.clock``)."""
         self.store.backoff = self.backoff
         self.store.artifact_max_bytes = artifact_max_bytes(config)
@@ -128,8 +88,6 @@ class Jobdeck:
         """``[types."T"] unique`` (``jobdeck.jobs.unique``), checked at start-up."""
         self.log_limits = log_limits(config)
         """``[logs]``: the caps and flush interval of per-job logs (``jobdeck.jobs.joblogs``)."""
-
-        # Imported here: the parts import this module for Jobdeck and its parsers.
 
         if config.demo:
             from jobdeck.demo import add_demo_config
@@ -171,7 +129,7 @@ class Jobdeck:
         self.maintenance: Maintenance = Maintenance(
             self.store, self.clock, config.stall_timeout, parse_retention(config)
         )
-        self._warn_unknown_types()
+        self.intake.warn_unknown_types()
         self._runtime: Runtime | None = None
         self._built_in = os.getpid()
         if isinstance(self.clock, DatabaseClock) and not self.store.sqlite:
@@ -193,8 +151,6 @@ class Jobdeck:
         overrides; its ``handler_modules`` imported and, with ``init_db``, the
         schema brought up to date. Starts nothing: a producer only enqueues,
         ``init_app`` mounts the web, ``start`` runs workers and the scheduler."""
-        from jobdeck.core.config import load
-
         return cls.of(load(path, env, overrides), registry, init_db=init_db)
 
     @classmethod
@@ -202,8 +158,6 @@ class Jobdeck:
         """The deck of a loaded config: its ``handler_modules`` imported, the
         demo's types registered with ``demo``, and with ``init_db`` the schema
         brought up to date. What ``create_app`` and ``jobdeck worker`` build on."""
-        from jobdeck.jobs.handlers import import_modules
-
         registry = registry if registry is not None else default_registry
         import_modules(config.handler_modules)
         if config.demo:
@@ -267,18 +221,6 @@ class Jobdeck:
         if isinstance(self.clock, DatabaseClock):
             self.clock.measure()
 
-    def _clock_for(self, clock: Clock | None) -> Clock:
-        """The injected clock as it is; by default this host's clock on
-        SQLite (one host, one clock) and the database's on PostgreSQL, each
-        watching for steps larger than a quarter of ``stall_timeout``. A
-        ``DatabaseClock`` given is bound to this deck's database."""
-        step_limit = self.config.stall_timeout * RESCUE_SKEW_FRACTION
-        if clock is None:
-            if self.store.sqlite:
-                return HostClock(step_limit=step_limit)
-            clock = DatabaseClock(warn_after=self.config.clock_skew_warn, step_limit=step_limit)
-        return clock
-
     # -- policy -------------------------------------------------------------
 
     def backoff(self, job_type: str, retry_count: int) -> float:
@@ -299,22 +241,6 @@ class Jobdeck:
     def payload_json(self, payload: Any) -> str:
         """Check and serialize a payload (``Intake.payload_json``)."""
         return self.intake.payload_json(payload)
-
-    def _warn_unknown_types(self) -> None:
-        """A ``[types."X"]`` table whose X no handler here registers and
-        ``external_types`` does not list is most likely a typo: its options
-        (limits, unique, snoozes, log capture) would silently never apply.
-        Said at start-up; not refused, as another process may run that
-        type's handler."""
-        types = self.config.extra.get("types")
-        for name in sorted(types) if isinstance(types, dict) else ():
-            if not self.known_type(name):
-                log.warning(
-                    '[types."%s"]: no handler for this type is registered here and external_types does not list it;'
-                    " check the name (known: %s)",
-                    name,
-                    ", ".join(self.type_names()[:20]) or "none",
-                )
 
     # -- operator actions -----------------------------------------------------
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from jobdeck.core.clock import DatabaseClock, Reading
-from jobdeck.core.config import non_retryable
+from jobdeck.core.config_tables import non_retryable
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.snooze import max_snoozes
 from jobdeck.maintenance.clock_check import ClockCheck

@@ -15,7 +15,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
 import jobdeck.core.clock  # noqa: E402
-import jobdeck.deck  # noqa: E402
 
 SKEW = timedelta(seconds=float(sys.argv[1]))
 
@@ -25,7 +24,6 @@ def skewed_now() -> datetime:
 
 
 jobdeck.core.clock.host_now = skewed_now
-jobdeck.deck.utcnow = skewed_now
 
 if __name__ == "__main__":
     from jobdeck.cli import main

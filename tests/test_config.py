@@ -78,7 +78,7 @@ def test_an_option_no_part_reads_is_refused_not_ignored(tmp_path, text, message)
 
 def test_the_option_lists_are_what_the_code_reads() -> None:
     """The refusal above names every key some part reads, and only those."""
-    from jobdeck.core.config import QUEUE_OPTIONS, TYPE_OPTIONS
+    from jobdeck.core.config_tables import QUEUE_OPTIONS, TYPE_OPTIONS
 
     from tests.test_docs_reference import _option_reads
 

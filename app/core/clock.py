@@ -256,6 +256,17 @@ class DatabaseClock:
         self._warned = off > self.warn_after
 
 
+def default_clock(*, sqlite: bool, stall_timeout: float, warn_after: float) -> Clock:
+    """A deck's clock when none is injected: this host's on SQLite (one host,
+    one clock), the database's on PostgreSQL (warning when the host is off
+    it by more than ``warn_after`` seconds), each watching for steps larger
+    than a quarter of ``stall_timeout``."""
+    step_limit = stall_timeout * RESCUE_SKEW_FRACTION
+    if sqlite:
+        return HostClock(step_limit=step_limit)
+    return DatabaseClock(warn_after=warn_after, step_limit=step_limit)
+
+
 def offset_of(clock: Clock) -> float | None:
     """The measured offset of a deck's clock, or None (SQLite, an injected clock, not yet measured)."""
     return clock.offset if isinstance(clock, DatabaseClock) else None

@@ -7,6 +7,7 @@ rules, no store and no clock: each call is given its ``now``."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
@@ -42,6 +43,9 @@ MAX_DELAY_SECONDS = 10 * 365 * 86400
 """The latest a job can be delayed to: ten years."""
 
 
+log = logging.getLogger("jobdeck")
+
+
 class Intake:
     """Checks what a caller asks to enqueue or edit, naming the field it refuses."""
 
@@ -67,6 +71,22 @@ class Intake:
     def known_type(self, name: str) -> bool:
         """Registered here or an external type, under either spelling (``spellings``)."""
         return any(n in self.registry or n in self.config.external_types for n in spellings(name))
+
+    def warn_unknown_types(self) -> None:
+        """A ``[types."X"]`` table whose X no handler here registers and
+        ``external_types`` does not list is most likely a typo: its options
+        (limits, unique, snoozes, log capture) would silently never apply.
+        Said at start-up; not refused, as another process may run that
+        type's handler."""
+        types = self.config.extra.get("types")
+        for name in sorted(types) if isinstance(types, dict) else ():
+            if not self.known_type(name):
+                log.warning(
+                    '[types."%s"]: no handler for this type is registered here and external_types does not list it;'
+                    " check the name (known: %s)",
+                    name,
+                    ", ".join(self.type_names()[:20]) or "none",
+                )
 
     def job_changes(self, data: Mapping[str, Any]) -> JobChanges:
         """Validate an edit like an enqueue: any of ``payload``, ``priority``,

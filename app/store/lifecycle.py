@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from jobdeck.core.config import DEFAULT_ARTIFACT_BYTES
+from jobdeck.core.config_tables import DEFAULT_ARTIFACT_BYTES
 from jobdeck.core.errors import JobMovedOn, JobNotFound, RunNowRefused, TransitionRefused
 from jobdeck.core.states import CLAIMABLE, SOURCES, State, Transition
 from jobdeck.store import operator_statements, statements
