@@ -119,3 +119,41 @@ def test_the_shared_action_writes_the_refusal_before_raising_it(deck: Jobdeck) -
         ("someone", "discard", 1),
         ("someone", "discard", 0),
     ]
+
+
+def test_all_matching_is_one_bulk_action_alike_from_the_dashboard_and_the_cli(
+    deck: Jobdeck, dash: Any, tmp_path: Path
+) -> None:
+    """The dashboard's "all N matching" and the CLI's ``--all`` both go
+    through ``actions.move_matching``: one entry each, opened with its total,
+    counting what moved, finished; only the actor and the words differ."""
+    from jobdeck.core.states import State
+    from jobdeck.store.reads import newest_id
+
+    env = jobdeck_env(tmp_path)
+    run = {
+        "dashboard": lambda: post(dash, "/actions/matching/retry",
+                                  {"tab": "dead", "up_to": newest_id(deck.store), "total": 3}, htmx=False),
+        "cli": lambda: CliRunner().invoke(main, ["retry", "--all", "--status", "dead", "--yes"], env=env),
+    }  # fmt: skip
+    seen = {}
+    for name, act in run.items():
+        start = _last_id(deck)
+        dead = [make_dead(deck) for _ in range(3)]
+        act()
+        assert {deck.store.get(i).status for i in dead} == {State.PENDING}, name
+        (entry,) = [e for e in list_audit(deck.store, limit=1000)[0] if e.id > start]
+        assert entry.actor == ACTORS[name]
+        seen[name] = (entry.action, entry.job_id, entry.count, entry.total, entry.finished_at is not None)
+        deck.store.discard_ids(dead, deck.clock())  # out of the next front end's claim
+    assert seen["dashboard"] == seen["cli"] == ("retry all", None, 3, 3, True)
+
+
+def test_only_retry_discard_and_cancel_have_a_bulk_form(deck: Jobdeck) -> None:
+    from jobdeck.core.states import Transition
+    from jobdeck.store.audit import Tally, open_bulk
+
+    entry = open_bulk(deck.store, "someone", "run now", deck.clock(), total=1, detail="one")
+    job, _ = deck.enqueue("demo.noop", {}, delay_seconds=600)
+    with pytest.raises(ValueError, match="run_now has no bulk form"):
+        actions.move_ids(deck.store, Transition.RUN_NOW, [job.id], deck.clock(), Tally(entry))

@@ -316,20 +316,21 @@ def test_discard_all_asks_first_and_does_nothing_when_told_no(run, live_deck: Jo
     )
 
 
-def test_all_matching_names_each_job_that_moved_on_and_exits_1(live_deck: Jobdeck, capsys) -> None:
+def test_all_matching_names_each_job_that_moved_on_and_exits_1(live_deck: Jobdeck, capsys, monkeypatch) -> None:
     """A job that leaves the matching state between the batch's read and its
     move (another operator retried it) is left alone and named."""
     ids = dead_jobs(live_deck, "demo.fail", 3)
     retry = next(a for a in cli.JOB_ACTIONS if a.name == "retry")
-    assert retry.many is not None
-    real_move = retry.many
+    assert retry.matching
+    real_move = live_deck.store.retry_ids
 
-    def someone_else_first(deck: Jobdeck, batch: list[int], now: Any, tally: Any) -> list[int]:
-        deck.store.retry(ids[1], now)
-        return real_move(deck, batch, now, tally)
+    def someone_else_first(batch: list[int], now: Any, tally: Any) -> list[int]:
+        live_deck.store.retry(ids[1], now)
+        return real_move(batch, now, tally)
 
+    monkeypatch.setattr(live_deck.store, "retry_ids", someone_else_first)
     f = cli.job_filter("dead", "demo.fail", None)
-    refused = cli.act_on_matching(retry, someone_else_first, live_deck, f, "dead jobs", yes=True)
+    refused = cli.act_on_matching(retry, live_deck, f, "dead jobs", yes=True)
     assert refused == 1
     err = capsys.readouterr().err
     assert f"refused: job {ids[1]} moved on meanwhile; left alone\n" in err and "retried 2 of 3" in err

@@ -19,7 +19,6 @@ from jobdeck.core.states import ALL_STATES, SOURCES, State, Transition
 if TYPE_CHECKING:
     from jobdeck.deck import Jobdeck
     from jobdeck.store import JobFilter, JobRecord, Store
-    from jobdeck.store.audit import Tally
 
 
 ACTOR = "cli"
@@ -29,7 +28,7 @@ ACTOR = "cli"
 @dataclass(frozen=True)
 class JobAction:
     """One operator command over jobs: by id (``jobdeck retry 12 13``) and,
-    with ``many``, over everything a filter matches (``--all``). The
+    with ``matching``, over everything a filter matches (``--all``). The
     commands are built from ``JOB_ACTIONS``, so a new action is one entry."""
 
     name: str
@@ -38,10 +37,9 @@ class JobAction:
     one: Callable[[Jobdeck, int], JobRecord]
     """Move one job and write its audit entry; raises ``TransitionRefused``
     (it moved on) or ``JobNotFound``."""
-    many: Callable[[Jobdeck, list[int], datetime, Tally], list[int]] | None = None
-    """Move a batch of ids at once, returning those moved (the rest had
-    moved on), counted into the bulk action's audit entry (``Tally``) in
-    the batch's own transaction. None: ids only."""
+    matching: bool = False
+    """Whether it also moves everything a filter matches (``--all``), by
+    ``jobdeck.actions.move_matching`` as the dashboard's "all N matching" does."""
 
 
 def audited(verb: str, move: Callable[[Store, int, datetime], JobRecord]) -> Callable[[Jobdeck, int], JobRecord]:
@@ -61,12 +59,10 @@ def shared(act: Callable[[Store, int, str, datetime], JobRecord]) -> Callable[[J
 
 
 JOB_ACTIONS: tuple[JobAction, ...] = (
-    JobAction("retry", "retried", Transition.RETRY, shared(actions.retry),
-              lambda deck, ids, now, tally: deck.store.retry_ids(ids, now, tally)),
-    JobAction("discard", "discarded", Transition.DISCARD, shared(actions.discard),
-              lambda deck, ids, now, tally: deck.store.discard_ids(ids, now, tally)),
+    JobAction("retry", "retried", Transition.RETRY, shared(actions.retry), matching=True),
+    JobAction("discard", "discarded", Transition.DISCARD, shared(actions.discard), matching=True),
     JobAction("cancel", "cancelled", Transition.CANCEL, shared(actions.cancel)),
-)  # fmt: skip
+)
 
 
 def act_on_ids(action: JobAction, deck: Jobdeck, job_ids: Iterable[int]) -> int:
@@ -93,19 +89,15 @@ def outcome(action: JobAction, job: JobRecord) -> str:
     return f"{action.name} requested" if job.status is State.RUNNING else action.past
 
 
-Move = Callable[["Jobdeck", list[int], datetime, "Tally"], list[int]]
-
-
-def act_on_matching(action: JobAction, move: Move, deck: Jobdeck, f: JobFilter, what: str, yes: bool) -> int:
+def act_on_matching(action: JobAction, deck: Jobdeck, f: JobFilter, what: str, yes: bool) -> int:
     """Every job ``f`` matches in a source state of the action, as the
-    dashboard's "all N matching" does it: the jobs up to today's newest id
-    (later ones are left alone), in batches of ``BATCH``, one short
-    transaction each, newest first, each counting what it moved into the
-    action's audit entry in that transaction (``jobdeck.store.audit``), and a
+    dashboard's "all N matching" does it (``jobdeck.actions.move_matching``):
+    the jobs up to today's newest id (later ones are left alone), in batches
+    of ``BATCH``, one short transaction each, newest first, each counting
+    what it moved into the action's audit entry in that transaction, and a
     progress line per batch. Returns how many moved on meanwhile (each is
     named on a line of its own)."""
-    from jobdeck.store.audit import Tally, finish_bulk, open_bulk
-    from jobdeck.store.reads import BATCH, count_matching, newest_id, next_batch
+    from jobdeck.store.reads import count_matching, newest_id
 
     store, states = deck.store, SOURCES[action.transition]
     up_to = newest_id(store)
@@ -115,23 +107,21 @@ def act_on_matching(action: JobAction, move: Move, deck: Jobdeck, f: JobFilter, 
         return 0
     if not yes:
         click.confirm(f"{action.name.capitalize()} {total} {what}?", abort=True, err=True)
-    entry = open_bulk(store, ACTOR, f"{action.name} all", deck.clock(), total=total, detail=f"all {what}")
+    entry = actions.open_matching(store, action.transition, ACTOR, deck.clock(), total=total, detail=f"all {what}")
     done = refused = 0
     below = up_to + 1
     while True:
-        batch = next_batch(store, f, deck.clock(), states, below)
-        if not batch:
-            finish_bulk(store, entry, deck.clock())
+        step = actions.move_matching(store, action.transition, f, entry, below, deck.clock())
+        if not step.ids:
             break
-        moved = move(deck, batch, deck.clock(), Tally(entry, last=len(batch) < BATCH))
-        for job_id in sorted(set(batch) - set(moved), reverse=True):
+        for job_id in step.moved_on:
             click.echo(f"refused: job {job_id} moved on meanwhile; left alone", err=True)
-        refused += len(batch) - len(moved)
-        done += len(moved)
+        refused += len(step.moved_on)
+        done += len(step.moved)
         click.echo(f"{action.past} {done} of {total}", err=True)
-        if len(batch) < BATCH:
+        if step.finished:
             break
-        below = min(batch)
+        below = step.below
     click.echo(f"{done} jobs {action.past}")
     return refused
 
@@ -157,19 +147,19 @@ def add_job_command(action: JobAction, group: click.Group = main) -> None:
     """``jobdeck <action> ID...``, and ``--all`` when the action has a batch form."""
     sources = SOURCES[action.transition]
     choices = status_names(sources)
-    many = action.many
+    matching = action.matching
 
     def run(job_ids: tuple[int, ...], all_matching: bool = False, status: str | None = None,
             job_type: str | None = None, queue: str | None = None, yes: bool = False) -> None:  # fmt: skip
         if all_matching == bool(job_ids):
-            raise click.UsageError("give job ids, or --all with --status" if many else "give job ids")
+            raise click.UsageError("give job ids, or --all with --status" if matching else "give job ids")
         if all_matching and status is None:
             raise click.UsageError(f"--all needs --status (one of {', '.join(choices)})")
         refuse_filters_with_ids(all_matching, status=status, type=job_type, queue=queue)
         f = job_filter(status, job_type, queue) if all_matching else None
         with operator_deck() as deck:
-            if many is not None and f is not None and status is not None:
-                refused = act_on_matching(action, many, deck, f, described(status, job_type, queue), yes)
+            if matching and f is not None and status is not None:
+                refused = act_on_matching(action, deck, f, described(status, job_type, queue), yes)
             else:
                 refused = act_on_ids(action, deck, job_ids)
         if refused:
@@ -177,14 +167,14 @@ def add_job_command(action: JobAction, group: click.Group = main) -> None:
 
     allowed = " or ".join(s.value for s in ALL_STATES if s in sources)
     run.__doc__ = (
-        f"{action.name.capitalize()} jobs by id" + (", or --all jobs matching a status (and type, queue)" if many else "")
+        f"{action.name.capitalize()} jobs by id" + (", or --all jobs matching a status (and type, queue)" if matching else "")
         + f". Only {allowed} jobs can be {action.past}: a job that moved on is refused with a line saying so,"
         " and the exit status is 1. Audit-logged as done by 'cli'."
     )  # fmt: skip
     params: list[Callable[[Callable[..., None]], Callable[..., None]]] = [
         click.argument("job_ids", nargs=-1, metavar="[ID]...", callback=job_ids_argument)
     ]
-    if many is not None:
+    if matching:
         params += [
             click.option("--all", "all_matching", is_flag=True, help="Every job matching --status (--type, --queue)."),
             click.option("--status", type=click.Choice(choices), help="With --all: the jobs in this state."),
@@ -195,7 +185,7 @@ def add_job_command(action: JobAction, group: click.Group = main) -> None:
     command: Callable[..., None] = run
     for param in reversed(params):
         command = param(command)
-    short = f"{action.name.capitalize()} jobs by id" + (", or --all matching a filter." if many else ".")
+    short = f"{action.name.capitalize()} jobs by id" + (", or --all matching a filter." if matching else ".")
     group.command(action.name, short_help=short)(command)
 
 

@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from jobdeck import actions
 from jobdeck.core.clock import Clock
 from jobdeck.core.config import Config, ConfigError
 from jobdeck.core.errors import InvalidField, JobdeckError
@@ -383,5 +384,4 @@ def act_on_workflow(deck: Enqueuer, workflow_id: int, transition: Transition, ac
     now = deck.clock()
     members = deck.store.workflow_members(workflow_id, transition)
     entry = open_bulk(deck.store, actor, verb, now, total=len(members), detail=f"workflow {workflow_id}")
-    move = deck.store.retry_ids if transition is Transition.RETRY else deck.store.cancel_ids
-    return move(members, now, Tally(entry, last=True))
+    return actions.move_ids(deck.store, transition, members, now, Tally(entry, last=True))

@@ -27,9 +27,9 @@ from jobdeck.core.errors import (
 from jobdeck.core.states import EFFECT_RESOLUTIONS, SOURCES, EffectState, State, Transition
 from jobdeck.core.validation import loads, parse_int, parse_priority, parse_time
 from jobdeck.store import JobRecord
-from jobdeck.store.audit import Tally, audit_entry, finish_bulk, open_bulk
+from jobdeck.store.audit import Tally, audit_entry, open_bulk
 from jobdeck.store.lifecycle import Seen
-from jobdeck.store.reads import BATCH, iter_batches, next_batch
+from jobdeck.store.reads import iter_batches
 from jobdeck.web.dashboard.auth import current_user, require_operator
 from jobdeck.web.dashboard.replies import deck, flash_response, is_htmx, snapshots
 from jobdeck.web.dashboard.tabs import BY_SLUG, TRANSITIONS, ListArgs, Tab, tab_or_404
@@ -219,14 +219,12 @@ def selected(action: str) -> Any:
         return flash_response(f"At most {MAX_SELECTED} jobs at once; use “all matching”.", "error", 422)
     d = deck()
     now = d.clock()
-    move = {Transition.RETRY: d.store.retry_ids, Transition.DISCARD: d.store.discard_ids,
-            Transition.CANCEL: d.store.cancel_ids}[transition]  # fmt: skip
     entry = open_bulk(d.store, _actor(), f"{action} selected", now, total=len(ids),
                       detail=f"selected {len(ids)} in {tab.label}")  # fmt: skip
     batches = list(iter_batches(ids))
     moved: list[int] = []
     for i, batch in enumerate(batches):
-        moved.extend(move(batch, now, Tally(entry, last=i == len(batches) - 1)))
+        moved.extend(operate.move_ids(d.store, transition, batch, now, Tally(entry, last=i == len(batches) - 1)))
     skipped = len(ids) - len(moved)
     snapshots().invalidate()
     message = f"{len(moved)} of {len(ids)} selected jobs {_selected_past(action, tab)}."
@@ -269,7 +267,7 @@ def matching(action: str) -> Any:
     now = d.clock()
     if entry is None:
         what = f"all matching in {tab.label}" + (f" ({args.describe()})" if args.filtered else "")
-        entry, done = open_bulk(d.store, _actor(), f"{action} all", now, total=total, detail=what), 0
+        entry, done = operate.open_matching(d.store, transition, _actor(), now, total=total, detail=what), 0
     else:
         record = audit_entry(d.store, entry)
         if record is None or record.actor != _actor() or record.action != f"{action} all" or record.total is None:
@@ -277,16 +275,10 @@ def matching(action: str) -> Any:
         if record.finished_at is not None:
             return flash_response(f"That bulk action has finished: {record.count} jobs {PAST[action]}.", "info", 409)
         total, done = record.total, record.count
-    move = d.store.retry_ids if transition is Transition.RETRY else d.store.discard_ids
     while True:
-        batch = next_batch(d.store, args.job_filter(tab, paged=False), now, SOURCES[transition], below)
-        finished = len(batch) < BATCH
-        # The batch and its count in the audit entry commit together: a kill leaves both or neither.
-        moved = move(batch, now, Tally(entry, last=finished)) if batch else []
-        if not batch:
-            finish_bulk(d.store, entry, now)
-        done += len(moved)
-        below = min(batch) if batch else below
+        step = operate.move_matching(d.store, transition, args.job_filter(tab, paged=False), entry, below, now)
+        done += len(step.moved)
+        below, finished = step.below, step.finished
         if finished or is_htmx():  # without htmx there is no next request to carry on
             break
     snapshots().invalidate()
