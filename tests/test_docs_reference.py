@@ -131,6 +131,7 @@ def accepted_config() -> dict[str, set[str]]:
     from jobdeck.maintenance.alerts import AlertSettings
     from jobdeck.maintenance.thresholds import ThresholdSettings
     from jobdeck.maintenance.upkeep import Retention
+    from jobdeck.web import tokens
     from jobdeck.web.dashboard import settings
 
     fields = lambda cls: {f.name for f in dataclasses.fields(cls)}  # noqa: E731
@@ -148,6 +149,7 @@ def accepted_config() -> dict[str, set[str]]:
         "`[alerts.thresholds]`": fields(ThresholdSettings),
         "`[dashboard]`": _string_sets(settings.load_settings),
         "`[users.NAME]`": _string_sets(settings.load_users),
+        "`[api_tokens.NAME]`": _string_sets(tokens.load_tokens),
         "`[artifacts]`": _string_sets(config_module.artifact_max_bytes),
         "`[logs]`": _string_sets(config_module.log_limits),
     }

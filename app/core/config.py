@@ -52,6 +52,7 @@ _FIELDS = {f.name: f for f in dataclasses.fields(Config) if f.name != "extra"}
 # Tables owned by other parts of Jobdeck; kept as-is in ``Config.extra``.
 EXTRA_TABLES = (
     "schedules", "queues", "types", "alerts", "retention", "dashboard", "users", "artifacts", "logs", "workflows",
+    "api_tokens",
 )  # fmt: skip
 
 

@@ -18,8 +18,10 @@ from jobdeck.core.errors import JobdeckError
 from jobdeck.core.validation import fits_id
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import Registry
+from jobdeck.web import api_requests
 from jobdeck.web.body_limits import body_cap, too_large
 from jobdeck.web.converters import IdConverter, NamePathConverter
+from jobdeck.web.tokens import load_tokens
 from sqlalchemy import exc as sa_exc
 from werkzeug.exceptions import HTTPException, NotFound
 
@@ -48,6 +50,7 @@ def create_app(
     app.config["SECRET_KEY"] = config.secret_key or secrets.token_hex(32)
     app.config["MAX_CONTENT_LENGTH"] = body_cap(config)
     app.extensions["jobdeck"] = deck
+    app.extensions["jobdeck_tokens"] = load_tokens(config)
     app.wsgi_app = _under_request_timeouts(app.wsgi_app, deck)  # type: ignore[method-assign]
     Htmx(app)
 
@@ -69,6 +72,7 @@ def create_app(
 
     dashboard.init_app(app)
     _register_errors(app)
+    api_requests.install(app)
     app.after_request(_security_headers)
     if config.secure_cookies:
         app.after_request(_strict_transport)

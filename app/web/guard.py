@@ -2,12 +2,16 @@
 (open loopback deployments only) anyone on this machine, but never a
 stranger's web page.
 
-The rules, in order, for every API route but ``/api/health`` and
-``/api/openapi.json``:
+The rules, in order, for every API route but the public ones
+(``/api/health`` and ``/api/openapi.json``: ``jobdeck.web.scopes``):
 
-1. A valid ``Authorization: Bearer <api_token>`` may do anything. A browser
-   cannot attach it cross-site (the header forces a CORS preflight that
-   Jobdeck never grants), so such calls need no origin check.
+1. A valid ``Authorization: Bearer <token>`` is the token's: the legacy
+   ``api_token`` may do anything; a named token (``jobdeck.web.tokens``) may
+   do what its scopes grant (``jobdeck.web.scopes``: 403 naming the scope it
+   lacks otherwise), and a confined ``work`` token finds no job outside its
+   types and queues (404). An invalid token is 401. A browser cannot attach
+   a token cross-site (the header forces a CORS preflight that Jobdeck
+   never grants), so such calls need no origin check.
 2. A state-changing call (anything but GET/HEAD/OPTIONS) without the token
    is refused with 403 when a browser says it comes from another origin:
    ``Sec-Fetch-Site`` other than ``same-origin`` or ``none`` (so another
@@ -21,7 +25,8 @@ The rules, in order, for every API route but ``/api/health`` and
    without a session the answer is 401. So a viewer cannot do through the
    API what the dashboard refuses; scripts use the token. Mounted in a host
    Flask app (``jobdeck.embed``), the host's ``current_role`` is the role here.
-4. With an ``api_token`` configured and no users, the token is required (401).
+4. With a token configured (``api_token`` or ``[api_tokens]``) and no
+   users, a token is required (401).
 5. With neither (an open deployment), the call proceeds if it comes from
    this machine (a loopback client address) and is addressed to it (a
    loopback ``Host`` or one in ``allowed_hosts``), and is refused with 403
@@ -33,30 +38,42 @@ The rules, in order, for every API route but ``/api/health`` and
 
 from __future__ import annotations
 
-import hmac
 from typing import Any
 from urllib.parse import urlsplit
 
-from flask import current_app, jsonify, request
+from flask import current_app, g, jsonify, request
 from jobdeck.core.config import is_loopback_host
+from jobdeck.core.errors import JobdeckError, JobNotFound
+from jobdeck.web import scopes
 from jobdeck.web.dashboard.auth import current_user, settings
 from jobdeck.web.hosts import rebinding_problem
+from jobdeck.web.tokens import INVALID_LABEL, SESSION_LABEL, ApiTokens, Principal, ScopeRefused
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SAME_ORIGIN_FETCH_SITES = frozenset({"same-origin", "none"})
 
 
-def authenticate(public_endpoints: set[str]) -> Any:
-    """before_request of every API blueprint: None to proceed, else the refusal."""
-    if request.endpoint in public_endpoints:
+def authenticate() -> Any:
+    """before_request of every API blueprint and ``/metrics``: None to
+    proceed, else the refusal. What is public is the scope table's word."""
+    needed = scopes.needed(request.method, request.url_rule.rule if request.url_rule else None)
+    if needed == scopes.PUBLIC:
         return None
-    token: str = current_app.extensions["jobdeck"].config.api_token
+    tokens = api_tokens()
     header = request.headers.get("Authorization", "")
-    if token and header:
+    if tokens.configured and header:
         scheme, _, given = header.partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode()):
-            return None
-        return _unauthorized("missing or invalid bearer token")
+        principal = tokens.identify(given.strip()) if scheme.lower() == "bearer" else None
+        if principal is None:
+            g.jobdeck_caller = INVALID_LABEL
+            return _unauthorized("missing or invalid bearer token")
+        g.jobdeck_principal = principal
+        g.jobdeck_caller = principal.label
+        try:
+            _check_scope(principal, needed)
+        except (ScopeRefused, JobNotFound) as refused:  # JSON, /metrics too
+            return _refuse_with(refused)
+        return None
     changes_state = request.method not in SAFE_METHODS
     if changes_state:
         problem = cross_site_problem()
@@ -66,10 +83,11 @@ def authenticate(public_endpoints: set[str]) -> Any:
         user = current_user()
         if user is None:
             return _unauthorized("sign in to the dashboard or send the bearer token")
+        g.jobdeck_caller = SESSION_LABEL
         if changes_state and not user.can_act:
             return _refuse("your role is viewer: you can look, but only operators can act", 403)
         return None
-    if token:
+    if tokens.configured:
         return _unauthorized("missing or invalid bearer token")
     if not is_loopback_host(request.remote_addr):
         return _refuse(OPEN_REMOTE_MESSAGE, 403)
@@ -77,6 +95,45 @@ def authenticate(public_endpoints: set[str]) -> Any:
     if problem:
         return _refuse(problem, 403)
     return None
+
+
+def _check_scope(principal: Principal, needed: tuple[str, ...] | None) -> None:
+    """Refuse (403) an operation outside the token's scopes, and (404) a job
+    outside a confined work token's types and queues, before the view runs."""
+    if not principal.named or request.method == "OPTIONS":
+        return
+    granted = [s for s in needed or () if s in principal.scopes]
+    if not granted:
+        raise ScopeRefused(principal, needed or ())
+    job_id = (request.view_args or {}).get("job_id")
+    if principal.confined and job_id is not None:
+        job = current_app.extensions["jobdeck"].store.get(job_id)
+        if not principal.sees(job.type, job.queue):
+            raise JobNotFound(job_id)
+
+
+def api_tokens() -> ApiTokens:
+    """The app's tokens (``create_app`` loads them from the config)."""
+    tokens: ApiTokens = current_app.extensions["jobdeck_tokens"]
+    return tokens
+
+
+def principal() -> Principal | None:
+    """The bearer token's principal of this request (None: a session, or open access)."""
+    found: Principal | None = g.get("jobdeck_principal")
+    return found
+
+
+def actor() -> str:
+    """Who the audit log says acted through the API: ``token:NAME`` for a named token, else ``api``."""
+    p = principal()
+    return p.actor if p is not None else "api"
+
+
+def worker_id(given: str, max_chars: int) -> str:
+    """The worker id an HTTP worker works under (``Principal.worker_id``)."""
+    p = principal()
+    return p.worker_id(given, max_chars) if p is not None else given
 
 
 OPEN_REMOTE_MESSAGE = "this Jobdeck has no api_token and no users configured: it answers only clients on this machine"
@@ -95,6 +152,12 @@ def cross_site_problem() -> str | None:
     if origin == "null" or urlsplit(origin).netloc.lower() != request.host.lower():
         return f"cross-origin request refused (Origin: {origin[:200]}); send the bearer token"
     return None
+
+
+def _refuse_with(error: JobdeckError) -> Any:
+    response = jsonify(error.to_dict())
+    response.status_code = error.status_code
+    return response
 
 
 def _refuse(message: str, status: int) -> Any:

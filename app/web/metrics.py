@@ -16,6 +16,9 @@ reads, none of them a pass over the jobs table):
   ``jobdeck_queue_workers_live{queue}``, ``jobdeck_workers_live``,
   ``jobdeck_schedule_last_success_timestamp_seconds{schedule}`` and
   ``jobdeck_stats_rolled_up_timestamp_seconds``.
+- ``jobdeck_api_requests_total{token,code}`` (counter): API requests this
+  process answered, by token name (``jobdeck.web.api_requests``: names from
+  the config only, so the label's values are bounded).
 
 Counters are monotonic across scrapes and processes: they are the all-time
 sums in ``stats_totals``, which the maintenance roll-up adds each closed
@@ -52,6 +55,7 @@ from jobdeck.store.metrics import (
     schedule_names,
     type_totals,
 )
+from jobdeck.web import api_requests
 from jobdeck.web.guard import authenticate
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -126,6 +130,18 @@ class JobdeckCollector:
 
         yield from self._runs(store)
         yield from self._schedules(deck, store)
+        yield self._requests()
+
+    def _requests(self) -> Metric:
+        requests = CounterMetricFamily(
+            "jobdeck_api_requests",
+            "API requests this process answered, by the token that made them (a name from [api_tokens], or "
+            "api_token, session, invalid, anonymous) and the HTTP status.",
+            labels=["token", "code"],
+        )
+        for (token, code), n in sorted(api_requests.counts_of(self.app).items()):
+            requests.add_metric([token, code], n)
+        return requests
 
     def _clocks(self, deck: Any, pools: list[Any]) -> Iterator[Metric]:
         """PostgreSQL: how far each host's clock is off the database's (``jobdeck.core.clock``)."""
@@ -202,7 +218,7 @@ def _registry() -> CollectorRegistry:
 
 @bp.before_request
 def _authenticate() -> Any:
-    return authenticate(set())
+    return authenticate()
 
 
 @bp.get("/metrics")

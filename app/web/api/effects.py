@@ -6,7 +6,8 @@ unknown one.
                                                 -> the effect; then retry the job
 
 Same bearer token and body rules as the rest of ``/api``; each resolve is
-recorded in the audit log as done by ``api``, like the API's retry.
+recorded in the audit log as done by the token (``token:NAME``, or ``api``),
+like the API's retry.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from jobdeck import actions
 from jobdeck.core.errors import InvalidField
 from jobdeck.core.states import EFFECT_RESOLUTIONS, EffectState
 from jobdeck.deck import Jobdeck
+from jobdeck.web import guard
 from jobdeck.web.api import jobs as api
 
 bp = Blueprint("api_effects", __name__, url_prefix="/api/jobs")
@@ -62,5 +64,7 @@ def resolve(job_id: int, key: str) -> Any:
     if "result" in data and outcome is not EffectState.DONE:
         raise InvalidField("result", "only a done effect has a result")
     _job(deck, job_id)
-    record = actions.resolve_effect(deck.store, job_id, key, outcome, "api", deck.clock(), result=data.get("result"))
+    record = actions.resolve_effect(
+        deck.store, job_id, key, outcome, guard.actor(), deck.clock(), result=data.get("result")
+    )
     return jsonify(record.to_dict())

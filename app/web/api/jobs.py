@@ -30,12 +30,14 @@ from jobdeck.store.joblogs import append_lines, count_lines
 from jobdeck.store.lifecycle import Seen
 from jobdeck.store.listing import list_within
 from jobdeck.store.upkeep import HEALTH_WINDOWS, type_health
+from jobdeck.web import guard
 from jobdeck.web.guard import authenticate
 from jobdeck.web.serialize import enqueue_waiting, iso, job_json
 
 bp = Blueprint("api", __name__, url_prefix="/api")
 
-PUBLIC_ENDPOINTS = {"api.openapi", "api.health"}
+MAX_WORKER_ID = 200
+"""The ``worker_id`` column; a named token's prefix counts in it."""
 MAX_ERROR_CHARS = 65536
 """A failure's message or traceback as an external worker reports it."""
 
@@ -49,7 +51,7 @@ def _deck() -> Jobdeck:
 def _authenticate() -> Any:
     """Token, session role, and the cross-site refusal: ``jobdeck.web.guard``.
     The queues and schedules blueprints install this same function."""
-    return authenticate(PUBLIC_ENDPOINTS)
+    return authenticate()
 
 
 def require_json_body() -> None:
@@ -98,10 +100,13 @@ class UnsupportedMediaType(JobdeckError):
 
 
 def _worker_id(data: dict[str, Any]) -> str:
+    """The worker id the request works under: as given, or with a named
+    token ``NAME/given`` (``jobdeck.web.tokens``), so its attempts name the
+    token and no other token can act for it."""
     worker_id = data.get("worker_id")
     if not isinstance(worker_id, str) or not worker_id:
-        raise InvalidField("worker_id", "required, a string of at most 200 characters")
-    return check_text(worker_id, "worker_id", 200)
+        raise InvalidField("worker_id", f"required, a string of at most {MAX_WORKER_ID} characters")
+    return guard.worker_id(check_text(worker_id, "worker_id", MAX_WORKER_ID), MAX_WORKER_ID)
 
 
 def _str_list(data: dict[str, Any], field: str) -> list[str] | None:
@@ -156,6 +161,9 @@ def claim() -> Any:
     worker_id = _worker_id(data)
     types = _str_list(data, "types")
     queues = _str_list(data, "queues")
+    caller = guard.principal()
+    if caller is not None:
+        types, queues = caller.claim_filter(types, queues)
     limit = data.get("limit")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100):
         raise InvalidField("limit", "must be an integer from 1 to 100")
@@ -287,7 +295,7 @@ def edit(job_id: int) -> Any:
         job = deck.store.get(job_id)
         seen = Seen(job.status, job.attempt, parse_time(seen_at, "updated_at"))
     now = deck.clock()
-    edited = actions.edit(deck.store, job_id, deck.job_changes(data), "api", now, seen)
+    edited = actions.edit(deck.store, job_id, deck.job_changes(data), guard.actor(), now, seen)
     return jsonify(job_json(edited.after, now))
 
 
@@ -371,7 +379,7 @@ def cancel(job_id: int) -> Any:
     deck = _deck()
     _body()
     now = deck.clock()
-    job = actions.cancel(deck.store, job_id, "api", now)
+    job = actions.cancel(deck.store, job_id, guard.actor(), now)
     if job.status is State.RUNNING:
         return jsonify(
             {**job_json(job, now), "cancel_requested": True, "cancel_requested_at": iso(job.cancel_requested_at)}
@@ -380,10 +388,10 @@ def cancel(job_id: int) -> Any:
 
 
 def _operator_action(job_id: int, action: str) -> Any:
-    """Retry or discard one job, recorded in the audit log as done by ``api``
-    (a refusal too, as from the dashboard and the CLI: ``jobdeck.actions``)."""
+    """Retry or discard one job, recorded in the audit log as done by the
+    token (``token:NAME``, or ``api``: ``guard.actor``) (a refusal too, as from the dashboard and the CLI: ``jobdeck.actions``)."""
     deck = _deck()
     _body()
     now = deck.clock()
-    job = (actions.retry if action == "retry" else actions.discard)(deck.store, job_id, "api", now)
+    job = (actions.retry if action == "retry" else actions.discard)(deck.store, job_id, guard.actor(), now)
     return jsonify(job_json(job, now))

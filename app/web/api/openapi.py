@@ -16,6 +16,7 @@ from typing import Any
 
 from flask import current_app, jsonify, request
 from jobdeck.deck import Jobdeck
+from jobdeck.web import scopes
 from jobdeck.web.api import (
     openapi_artifacts,
     openapi_bulk,
@@ -48,6 +49,15 @@ TAGS = [
 ``operationId`` (its function), tests/test_openapi.py checks."""
 
 
+BEARER = {
+    "type": "http",
+    "scheme": "bearer",
+    "description": "A named token from `[api_tokens.NAME]` (`jobdeck token create`), which may call the "
+    "operations of its scopes (`enqueue`, `work`, `read`, `operate`: each operation's `x-scopes` and "
+    "`security` name the scopes that grant it; 403 otherwise), or the legacy `api_token`, which may call all.",
+}
+
+
 def document(types: Sequence[str] = ()) -> dict[str, Any]:
     """The document; ``types`` are the job types this deployment accepts
     (registered handlers and ``external_types``), given as examples of
@@ -57,7 +67,7 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
         "info": {"title": "Jobdeck API", "version": "1"},
         "tags": TAGS,
         "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {"bearer": BEARER},
             "schemas": schemas(types),
         },
         "security": [{"bearer": []}],
@@ -82,23 +92,24 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
     doc["paths"].update(openapi_logs.paths())
     openapi_logs.amend(doc)
     openapi_lists.install(doc)
+    scopes.install(doc)
     _common_answers(doc)
     return doc
 
 
 def _common_answers(doc: dict[str, Any]) -> None:
-    """What any operation can answer: an outage (503) or a full disk (507),
-    a refused cross-site POST (403), a missing token (401) unless public."""
+    """What any operation can answer: an outage (503) or a full disk (507);
+    unless public, a missing token (401) and a refusal (403: a scope the
+    token lacks, a refused cross-site POST, a viewer's session)."""
     for path, operations in doc["paths"].items():
         if path == "/api/openapi.json":
             continue
-        for method, operation in operations.items():
+        for operation in operations.values():
             operation["responses"].setdefault("503", UNAVAILABLE)
             operation["responses"].setdefault("507", FULL)
-            if method == "post":
-                operation["responses"].setdefault("403", FORBIDDEN)
             if operation.get("security") != []:
                 operation["responses"].setdefault("401", UNAUTHORIZED["401"])
+                operation["responses"].setdefault("403", FORBIDDEN)
 
 
 @bp.get("/openapi.json", endpoint="openapi")

@@ -46,7 +46,8 @@ UNAUTHORIZED = {
 UNSUPPORTED = {"415": answer(ref("Error"), "A request body that is not `application/json`")}
 FORBIDDEN = answer(
     ref("Error"),
-    "Refused: a browser's cross-site call without the bearer token, or a dashboard viewer's session",
+    "Refused: the token lacks the operation's scope (named in `scope`), a claim named a type or queue "
+    "outside the token's, a browser's cross-site call without a bearer token, or a dashboard viewer's session",
 )
 UNAVAILABLE = answer(
     ref("Error"),

@@ -59,6 +59,7 @@ def schemas(types: Sequence[str] = ()) -> dict[str, Any]:
                 "error": {"type": "string", "description": "What was wrong, in words"},
                 "field": {"type": "string", "description": "The request field at fault"},
                 "job_id": {"type": "integer", "description": "The job concerned (a conflict)"},
+                "scope": {"type": "string", "description": "The scope the token lacks (403)"},
                 "status": {"type": "string", "description": "That job's state (a refused transition)"},
                 "cause": {
                     "type": "string",

@@ -17,6 +17,7 @@ from flask import Blueprint, current_app, jsonify
 from jobdeck.core.errors import InvalidField
 from jobdeck.core.validation import check_text
 from jobdeck.deck import Jobdeck
+from jobdeck.web import guard
 from jobdeck.web.api import jobs as api
 
 bp = Blueprint("api_queues", __name__, url_prefix="/api/queues")
@@ -45,10 +46,10 @@ def index() -> Any:
 @bp.post("/<path:name>/pause")
 def pause(name: str) -> Any:
     deck = _deck()
-    return jsonify(deck.queues.set_paused(_name(name), True, deck.clock(), "api"))
+    return jsonify(deck.queues.set_paused(_name(name), True, deck.clock(), guard.actor()))
 
 
 @bp.post("/<path:name>/resume")
 def resume(name: str) -> Any:
     deck = _deck()
-    return jsonify(deck.queues.set_paused(_name(name), False, deck.clock(), "api"))
+    return jsonify(deck.queues.set_paused(_name(name), False, deck.clock(), guard.actor()))

@@ -17,7 +17,7 @@
 These are routes of the ``api`` blueprint (``jobdeck.web.api.jobs``), added
 when this package is imported: its token check, cross-site refusal, JSON-body
 rule and CSRF exemption are theirs. Retry and cancel are recorded in the
-audit log as done by ``api``, like a job's.
+audit log as done by the token (``token:NAME``, or ``api``), like a job's.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from jobdeck.deck import Jobdeck
 from jobdeck.jobs.workflows import MAX_NAME_CHARS, REFUSED_OPTIONS, act_on_workflow, max_jobs
 from jobdeck.store.graph import CALLBACKS
 from jobdeck.store.records import NewJob
+from jobdeck.web import guard
 from jobdeck.web.api import jobs as api
 from jobdeck.web.serialize import batch_json, workflow_graph_json, workflow_json
 
@@ -83,7 +84,7 @@ def retry_workflow(workflow_id: int) -> Any:
     """Retry the failed part; dependents held by ``hold`` run once it completes."""
     deck = _deck()
     api._body()
-    moved = act_on_workflow(deck, workflow_id, Transition.RETRY, "api", "retry")
+    moved = act_on_workflow(deck, workflow_id, Transition.RETRY, guard.actor(), "retry")
     return _moved(deck, workflow_id, moved)
 
 
@@ -93,7 +94,7 @@ def cancel_workflow(workflow_id: int) -> Any:
     cooperatively (they end cancelled when their attempt ends)."""
     deck = _deck()
     api._body()
-    moved = act_on_workflow(deck, workflow_id, Transition.CANCEL, "api", "cancel")
+    moved = act_on_workflow(deck, workflow_id, Transition.CANCEL, guard.actor(), "cancel")
     return _moved(deck, workflow_id, moved)
 
 

@@ -19,6 +19,7 @@ from jobdeck.core.errors import InvalidField, JobdeckError
 from jobdeck.core.validation import loads
 from jobdeck.deck import Jobdeck
 from jobdeck.store.runtime_schedules import get_runtime_schedule
+from jobdeck.web import guard
 from jobdeck.web.api import jobs as api
 from jobdeck.web.dashboard.auth import require_operator
 from jobdeck.web.dashboard.schedules import _actor, _json
@@ -49,21 +50,21 @@ def _shown(name: str) -> dict[str, Any]:
 @api_bp.post("")
 def api_create() -> Any:
     deck = _deck()
-    schedule = deck.runtime_schedules.create(api._body(), "api", deck.clock())
+    schedule = deck.runtime_schedules.create(api._body(), guard.actor(), deck.clock())
     return jsonify(_shown(schedule.name)), 201
 
 
 @api_bp.put("/<path:name>")
 def api_update(name: str) -> Any:
     deck = _deck()
-    deck.runtime_schedules.update(name, api._body(), "api", deck.clock())
+    deck.runtime_schedules.update(name, api._body(), guard.actor(), deck.clock())
     return jsonify(_shown(name))
 
 
 @api_bp.delete("/<path:name>")
 def api_delete(name: str) -> Any:
     deck = _deck()
-    deck.runtime_schedules.delete(name, "api", deck.clock())
+    deck.runtime_schedules.delete(name, guard.actor(), deck.clock())
     return jsonify({"deleted": name})
 
 

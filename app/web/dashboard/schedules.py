@@ -26,6 +26,7 @@ from jobdeck.store import JobRecord
 from jobdeck.store.artifacts import last_completed_artifacts
 from jobdeck.store.reads import running_by_type
 from jobdeck.store.upkeep import HEALTH_WINDOWS, type_health
+from jobdeck.web import guard
 from jobdeck.web.api import jobs as api
 from jobdeck.web.dashboard.auth import current_user, require_operator
 from jobdeck.web.dashboard.replies import flash_response, is_htmx
@@ -175,7 +176,7 @@ def api_run(name: str) -> Any:
     from jobdeck.web.serialize import job_json
 
     deck = _deck()
-    job = deck.schedules.run_now(name, deck.clock(), "api")
+    job = deck.schedules.run_now(name, deck.clock(), guard.actor())
     return jsonify(job_json(job, deck.clock())), 201
 
 
@@ -192,5 +193,5 @@ def api_resume(name: str) -> Any:
 def _api_set_paused(name: str, paused: bool) -> Any:
     deck = _deck()
     schedules = deck.schedules
-    schedules.set_paused(name, paused, deck.clock(), "api")
+    schedules.set_paused(name, paused, deck.clock(), guard.actor())
     return jsonify(next(_json(s) for s in schedules.overview(deck.clock()) if s["name"] == name))
