@@ -239,7 +239,9 @@ def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDECK_")}
     # The commands' python3 and jobdeck are this interpreter's, activated or not.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    # Not the checkout: there its folder app/ imports as ``app``, and an example written
+    # ``from app import ...`` would pass here and fail for every user of the installed package.
+    env.pop("PYTHONPATH", None)
     return {**env, **extra}
 
 
