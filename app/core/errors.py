@@ -78,6 +78,30 @@ class NotHeld(JobdeckError):
         self.job_id = job_id
 
 
+class StaleAttempt(NotHeld):
+    """The worker holds the job, but on a later attempt than the one it
+    names: the attempt it reports on is over (it was rescued or released,
+    and the same worker claimed the job again)."""
+
+    def __init__(self, job_id: int, attempt: int, current: int) -> None:
+        JobdeckError.__init__(self, f"job {job_id} is on attempt {current}; attempt {attempt} is over")
+        self.job_id = job_id
+
+
+class AttemptOver(TransitionRefused):
+    """An HTTP worker's effect step for a job that is not running: the
+    attempt it names is over (refused as a late complete is, with 409)."""
+
+    def __init__(self, job_id: int, state: State | str) -> None:
+        JobdeckError.__init__(
+            self, f"job {job_id} is {State(state).value}; only a running job's attempt can start an effect"
+        )
+        self.job_id = job_id
+        self.state = State(state)
+        self.transition = Transition.HEARTBEAT
+        """The same fence as a heartbeat's: running, held by the worker."""
+
+
 class IdempotencyConflict(JobdeckError):
     status_code = 409
 
@@ -204,6 +228,39 @@ class EffectNotFound(JobdeckError):
 
     def __init__(self, key: str) -> None:
         super().__init__(f"effect {key!r} does not exist")
+
+
+class UnknownEffect(JobdeckError):
+    """An HTTP worker started an effect whose outcome is unknown (an earlier
+    attempt started it and never said how it ended): its attempt was failed
+    at once, not retryable, as a Python handler's is by
+    ``EffectOutcomeUnknown``, and the job is dead (or cancelled, if a cancel
+    was requested) for a person to resolve the effect."""
+
+    status_code = 409
+
+    def __init__(self, unknown: EffectOutcomeUnknown, job_id: int, state: State | str, effect: dict[str, Any]) -> None:
+        super().__init__(f"{unknown}; job {job_id} is {State(state).value}")
+        self.job_id = job_id
+        self.state = State(state)
+        self.effect = effect
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": str(self), "job_id": self.job_id, "status": self.state.value, "effect": self.effect}
+
+
+class EffectStepRefused(JobdeckError):
+    """Done or withdraw from an attempt that does not hold the effect (it
+    was started by another attempt, or is in a state the step cannot leave)."""
+
+    status_code = 409
+
+    def __init__(self, key: str, state: str, message: str) -> None:
+        super().__init__(f"effect {key!r} is {state}{message}")
+        self.state = state
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": str(self), "state": self.state}
 
 
 class ArtifactNotFound(JobdeckError):

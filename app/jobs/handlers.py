@@ -29,12 +29,11 @@ from jobdeck.core.errors import (
     DeadLetter,
     EffectInProgress,
     EffectNotPerformed,
-    EffectOutcomeUnknown,
     InvalidField,
 )
-from jobdeck.core.states import EffectState
 from jobdeck.core.validation import MAX_QUEUE_CHARS, MAX_TYPE_CHARS
 from jobdeck.core.validation import check_name as checked_name
+from jobdeck.jobs import effects
 from jobdeck.jobs.artifacts import (
     ArtifactData,
     InvalidArtifact,
@@ -43,6 +42,7 @@ from jobdeck.jobs.artifacts import (
     default_content_type,
     read_data,
 )
+from jobdeck.jobs.effects import Decision
 from jobdeck.jobs.joblogs import AttemptLog, JobLog
 from jobdeck.jobs.snooze import Snooze
 from jobdeck.store import artifacts as artifact_store
@@ -299,31 +299,35 @@ class JobContext:
         ``EFFECT_WAIT`` seconds for its outcome.
         """
         call: Callable[[], Any] = (lambda: fn(key)) if replay_safe else fn
-        ledger = self.store.ledger
         waited_until = time.monotonic() + self.EFFECT_WAIT
         pause = 0.02
         while True:
-            start = ledger.start(key, self.job_id, self.attempt, self.worker_id, self._clock())
-            seen = start.record
-            if start.mine:
+            begun = effects.begin(
+                self.store.ledger,
+                key,
+                self.job_id,
+                self.attempt,
+                self.worker_id,
+                self._clock(),
+                replay_safe=replay_safe,
+            )
+            seen = begun.record
+            if begun.decision is Decision.PERFORM:
+                if begun.replayed is not None:
+                    was = begun.replayed.attempt
+                    self.log.warning("effect %s: outcome of attempt %s unknown; replaying (replay-safe)", key, was)
                 return self._perform(key, call)
-            if seen.state is EffectState.DONE:
+            if begun.decision is Decision.SKIP:
                 self.log.info("effect %s already done (job %s attempt %s); skipping", key, seen.job_id, seen.attempt)
                 return seen.result
-            own = seen.job_id == self.job_id
-            if start.holder_running and not (own and seen.attempt == self.attempt):
-                if time.monotonic() >= waited_until:
-                    raise EffectInProgress(
-                        f"effect {key} is being performed by attempt {seen.attempt} of job {seen.job_id}"
-                    )
-                time.sleep(pause)  # a handler thread waiting on another process's commit; nothing to wake it
-                pause = min(0.5, pause * 2)
-                continue
-            if not replay_safe:
-                raise EffectOutcomeUnknown(key, seen.job_id, seen.attempt, own)
-            if ledger.take_over(seen, self.job_id, self.attempt, self.worker_id, self._clock()):
-                self.log.warning("effect %s: outcome of attempt %s unknown; replaying (replay-safe)", key, seen.attempt)
-                return self._perform(key, call)
+            if begun.decision is Decision.UNKNOWN:
+                raise begun.unknown_error(self.job_id)
+            if time.monotonic() >= waited_until:
+                raise EffectInProgress(
+                    f"effect {key} is being performed by attempt {seen.attempt} of job {seen.job_id}"
+                )
+            time.sleep(pause)  # a handler thread waiting on another process's commit; nothing to wake it
+            pause = min(0.5, pause * 2)
 
     def _perform(self, key: str, call: Callable[[], Any]) -> Any:
         ledger = self.store.ledger

@@ -11,12 +11,22 @@ that reaches the same key meets the same row (``jobdeck.core.states.EffectState`
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from jobdeck.core.errors import EffectNotFound, EffectResolveRefused
+from jobdeck.core.errors import (
+    AttemptOver,
+    EffectNotFound,
+    EffectResolveRefused,
+    JobNotFound,
+    NotHeld,
+    StaleAttempt,
+)
 from jobdeck.core.states import EFFECT_RESOLUTIONS, EffectState, State
+from jobdeck.store import attempt_statements
 from jobdeck.store.models import effects, jobs
 from jobdeck.store.statements import dialect_insert
 from sqlalchemy import Connection, select, update
@@ -111,6 +121,26 @@ class Ledger:
         self.store = store
         """Its transactions only: the ledger is part of the ``Store`` that holds it."""
 
+    @contextmanager
+    def held(self, job_id: int, attempt: int, worker_id: str) -> Iterator[None]:
+        """One write transaction for an HTTP worker's effect step, refused
+        unless its attempt still holds the job: running, at ``attempt``, by
+        ``worker_id``. The job's row stays locked (PostgreSQL; on SQLite the
+        write lock is held) to the commit, so no rescue or cancel lands
+        between the check and the steps; the ledger's and the store's
+        statements made inside join the transaction."""
+        with self.store._one_transaction() as conn:
+            row = conn.execute(attempt_statements.current(lock=True), {"ids": [job_id]}).first()
+            if row is None:
+                raise JobNotFound(job_id)
+            if row.status != State.RUNNING.value:
+                raise AttemptOver(job_id, row.status)
+            if row.worker_id != worker_id:
+                raise NotHeld(job_id, worker_id, row.worker_id)
+            if row.attempt != attempt:
+                raise StaleAttempt(job_id, attempt, row.attempt)
+            yield
+
     def start(self, key: str, job_id: int, attempt: int, worker_id: str, now: datetime) -> Start:
         """Record ``key`` started by this attempt, unless a row exists that is
         not ``not_performed``; then report that row instead. One statement
@@ -144,9 +174,12 @@ class Ledger:
         row = conn.execute(select(jobs.c.status, jobs.c.attempt).where(jobs.c.id == record.job_id)).first()
         return row is not None and row.status == State.RUNNING.value and row.attempt == record.attempt
 
-    def take_over(self, seen: EffectRecord, job_id: int, attempt: int, worker_id: str, now: datetime) -> bool:
+    def take_over(
+        self, seen: EffectRecord, job_id: int, attempt: int, worker_id: str, now: datetime
+    ) -> EffectRecord | None:
         """A replay-safe effect left ``started`` by ``seen``'s attempt is
-        started again by this one; refused if anything moved meanwhile."""
+        started again by this one (the row as it now stands); None, refused,
+        if anything moved meanwhile."""
         stmt = (
             update(effects)
             .where(
@@ -156,12 +189,17 @@ class Ledger:
                 _same(effects.c.attempt, seen.attempt),
             )
             .values(job_id=job_id, attempt=attempt, worker_id=worker_id, started_at=now)
+            .returning(*effects.c)
         )
         with self.store.write() as conn:
-            return bool(conn.execute(stmt).rowcount)
+            row = conn.execute(stmt).first()
+        return None if row is None else EffectRecord.from_row(row)
 
-    def finish(self, key: str, job_id: int, attempt: int, result_json: str, now: datetime) -> bool:
-        """started -> done with the result, by the attempt that started it.
+    def finish(
+        self, key: str, job_id: int, attempt: int, result_json: str, now: datetime, worker_id: str | None = None
+    ) -> bool:
+        """started -> done with the result, by the attempt that started it
+        (and, given ``worker_id``, only by that worker: an HTTP worker's).
         Also from ``not_performed``: a late finish (a timed-out thread, a
         person's guess) is the truth about the effect and wins."""
         stmt = (
@@ -171,15 +209,17 @@ class Ledger:
                 effects.c.job_id == job_id,
                 effects.c.attempt == attempt,
                 effects.c.state.in_([_STARTED, EffectState.NOT_PERFORMED.value]),
+                *_by(worker_id),
             )
             .values(state=EffectState.DONE.value, result=result_json, finished_at=now)
         )
         with self.store.write() as conn:
             return bool(conn.execute(stmt).rowcount)
 
-    def withdraw(self, key: str, job_id: int, attempt: int, now: datetime) -> bool:
+    def withdraw(self, key: str, job_id: int, attempt: int, now: datetime, worker_id: str | None = None) -> bool:
         """started -> not_performed: the effect's function said it did not
-        happen (``EffectNotPerformed``), so the next attempt performs it."""
+        happen (``EffectNotPerformed``), so the next attempt performs it.
+        Given ``worker_id``, only by that worker (an HTTP worker's)."""
         stmt = (
             update(effects)
             .where(
@@ -187,6 +227,7 @@ class Ledger:
                 effects.c.job_id == job_id,
                 effects.c.attempt == attempt,
                 effects.c.state == _STARTED,
+                *_by(worker_id),
             )
             .values(state=EffectState.NOT_PERFORMED.value, finished_at=now)
         )
@@ -233,6 +274,10 @@ class Ledger:
                 select(*effects.c).where(effects.c.job_id == job_id).order_by(effects.c.created_at, effects.c.key)
             ).all()
         return [EffectRecord.from_row(r) for r in rows]
+
+
+def _by(worker_id: str | None) -> list[Any]:
+    return [] if worker_id is None else [effects.c.worker_id == worker_id]
 
 
 def _same(column: Any, value: Any) -> Any:

@@ -8,7 +8,8 @@ is refused to every named token (403), and tests/test_api_tokens.py, which
 walks the URL map, fails until it is added.
 
 - ``enqueue``: add jobs (one, bulk, workflows, batches).
-- ``work``: the worker protocol (claim, heartbeat, complete, fail, snooze),
+- ``work``: the worker protocol (claim, heartbeat, complete, fail, snooze,
+  an effect's start, finish and withdraw),
   and reading a job of its own types and queues with its log, artifacts and
   effects (the rows marked ``READ, WORK``).
 - ``read``: every other GET, ``/metrics`` too.
@@ -43,6 +44,9 @@ OPERATIONS: dict[str, tuple[str, ...]] = {
     "POST /api/jobs/<int:job_id>/complete": (WORK,),
     "POST /api/jobs/<int:job_id>/fail": (WORK,),
     "POST /api/jobs/<int:job_id>/snooze": (WORK,),
+    "POST /api/jobs/<int:job_id>/effects/<path:key>/start": (WORK,),
+    "POST /api/jobs/<int:job_id>/effects/<path:key>/finish": (WORK,),
+    "POST /api/jobs/<int:job_id>/effects/<path:key>/withdraw": (WORK,),
     "GET /api/jobs/<int:job_id>": (READ, WORK),
     "GET /api/jobs/<int:job_id>/logs": (READ, WORK),
     "GET /api/jobs/<int:job_id>/artifacts": (READ, WORK),

@@ -34,6 +34,7 @@ ENQUEUE = "app/store/enqueue.py"
 FINISH = "app/store/finish.py"
 CONTROLS = "app/store/controls.py"
 QUEUES = "app/jobs/queues.py"
+LEDGER = "app/store/ledger.py"
 
 
 @dataclass(frozen=True)
@@ -330,6 +331,17 @@ MUTATIONS: list[Mutation] = [
         '("queue", [])',
         "queue policy: the limit does not count the jobs already running",
     ),
+    # -- the effects ledger's HTTP steps (tests/store/test_driver_effects.py)
+    Mutation(LEDGER, "            if row.status != State.RUNNING.value:\n", "            if False:\n",
+             "effect start (HTTP): drop the running check of the attempt's fence"),
+    Mutation(LEDGER, "            if row.worker_id != worker_id:\n", "            if False:\n",
+             "effect start (HTTP): drop the worker check of the attempt's fence"),
+    Mutation(LEDGER, "            if row.attempt != attempt:\n", "            if False:\n",
+             "effect start (HTTP): drop the attempt check of the attempt's fence"),
+    Mutation(LEDGER, "NOT_PERFORMED.value]),\n                *_by(worker_id),\n", "NOT_PERFORMED.value]),\n",
+             "effect finish (HTTP): drop the worker_id fence"),
+    Mutation(LEDGER, "effects.c.state == _STARTED,\n                *_by(worker_id),\n",
+             "effects.c.state == _STARTED,\n", "effect withdraw (HTTP): drop the worker_id fence"),
 ]  # fmt: skip
 
 

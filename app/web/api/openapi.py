@@ -37,8 +37,13 @@ from jobdeck.web.api.openapi_common import FORBIDDEN, FULL, UNAUTHORIZED, UNAVAI
 from jobdeck.web.api.openapi_schemas import schemas
 
 TAGS = [
-    {"name": "jobs", "description": "Enqueue, read and act on jobs: their logs, artifacts, effects and errors"},
+    {"name": "jobs", "description": "Enqueue, read and act on jobs: their logs, artifacts and errors"},
     {"name": "worker", "description": "The protocol of a worker in any language: claim, heartbeat, complete, fail"},
+    {
+        "name": "effects",
+        "description": "The effects ledger: a worker's side effects, at most once (start, finish, withdraw), "
+        "and an operator's word on an unknown one",
+    },
     {"name": "workflows", "description": "Jobs that wait for other jobs"},
     {"name": "batches", "description": "Jobs whose callbacks run once all of them ended"},
     {"name": "queues", "description": "Queues: their load and limits; pause and resume"},
