@@ -23,6 +23,16 @@ completed charge has its charge and its effect ``done``, and a charge whose
 outcome is unknown is dead with "effect charge:... was started by attempt N
 and its outcome is unknown" (unless replay-safe: then it completed, charged
 once, the gateway deduplicating by the ledger's key).
+
+6. ``http effect`` (``test_an_http_worker_killed_between_start_and_finish``):
+   a worker in another process that speaks only the HTTP protocol
+   (``http_effect_worker.py``) starts two charges' effects, makes the
+   charges, and is SIGKILLed before it finishes them. The next attempt's
+   start finds each outcome unknown: the charge that is not replay-safe
+   goes to dead with the same words as a Python handler's, the replay-safe
+   one is charged again through the gateway's key (no second charge) and
+   completes. A person resolves the dead one through the API, retries it,
+   and the retry skips the charge.
 """
 
 from __future__ import annotations
@@ -54,7 +64,7 @@ from jobdeck.store.models import demo_charges, effects, jobs
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from tests.adversarial.cli_process import children, exited
+from tests.adversarial.cli_process import JobdeckProcess, children, exited, write_config
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.backends
@@ -431,3 +441,106 @@ def test_crash_matrix(
             f"({tally.keyed} through the gateway's key), {tally.unknown_dead} unknown outcomes dead "
             f"({tally.unknown_charged} of them charged before the kill); {time.monotonic() - started:.1f} s"
         )
+
+
+# -- 6. an HTTP worker killed between an effect's start and its finish -------------------------
+
+HTTP_WORKER = Path(__file__).with_name("http_effect_worker.py")
+
+
+def _post(url: str, body: dict[str, Any]) -> Any:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)
+
+
+def _http_worker(url: str, gateway: Path, mode: str, n: int, log: Path) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBDECK_")}
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, str(HTTP_WORKER), url, str(gateway), mode, str(n)], env=env, stdout=out,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def _charges(gateway: Path) -> Counter[str]:
+    return Counter(json.loads(line)["order"] for line in gateway.read_text().splitlines())
+
+
+def test_an_http_worker_killed_between_start_and_finish(db_url: str, tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path, database_url=db_url, demo=False, workers=0, external_types=["ext.charge"],
+        stall_timeout=STALL_TIMEOUT, sweep_interval=0.3, backoff_base=0.05, backoff_cap=0.2,
+    )  # fmt: skip
+    serve = JobdeckProcess(tmp_path, config, "serve")
+    engine = make_engine(db_url, pool_size=2)
+    store = Store(engine)
+    gateway = tmp_path / "gateway.jsonl"
+    logs = [tmp_path / f"http-worker-{n}.log" for n in range(3)]
+    workers: list[subprocess.Popen[bytes]] = []
+    try:
+        serve.wait_serving()
+        jobs_of = [
+            {"type": "ext.charge", "payload": {"order": "o-1"}, "max_retries": RETRIES},
+            {"type": "ext.charge", "payload": {"order": "o-2", "replay_safe": True}, "max_retries": RETRIES},
+        ]
+        plain, safe = (j["id"] for j in _post(f"{serve.url}/api/jobs/bulk", {"jobs": jobs_of})["jobs"])
+
+        # The worker starts both effects, charges both, and dies before finishing either.
+        holder = _http_worker(serve.url, gateway, "hold", 2, logs[0])
+        workers.append(holder)
+        wait_for(lambda: "holding" in logs[0].read_text() or holder.poll() is not None, 60, message="the charges")
+        assert holder.poll() is None, logs[0].read_text()
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=10)
+        assert _charges(gateway) == {"o-1": 1, "o-2": 1}
+        assert {store.ledger.get(f"charge:{o}").state for o in ("o-1", "o-2")} == {EffectState.STARTED}
+
+        # The sweep rescues both; the next worker's starts find the outcomes unknown.
+        worker = _http_worker(serve.url, gateway, "work", 2, logs[1])
+        workers.append(worker)
+        assert worker.wait(timeout=120) == 0, logs[1].read_text()
+        dead, done = store.get(plain), store.get(safe)
+        message = "effect charge:o-1 was started by attempt 1 and its outcome is unknown"
+        assert (dead.status, dead.error) == (State.DEAD, f"EffectOutcomeUnknown: {message}"), dead
+        assert [str(a.outcome) for a in store.attempts_of(plain)] == ["stalled", "failed"]
+        assert done.status is State.COMPLETED and done.result == {"charge_id": "ch_o-2_2", "replayed": True}, done
+        assert [str(a.outcome) for a in store.attempts_of(safe)] == ["stalled", "completed"]
+        assert store.ledger.get("charge:o-1").state is EffectState.STARTED
+        safe_effect = store.ledger.get("charge:o-2")
+        assert (safe_effect.state, safe_effect.attempt) == (EffectState.DONE, 2)
+        assert _charges(gateway) == {"o-1": 1, "o-2": 1}, "a charge was made twice"
+
+        # A person checks the gateway (charged), says so, and retries: the retry skips the charge.
+        resolved = _post(
+            f"{serve.url}/api/jobs/{plain}/effects/charge:o-1/resolve",
+            {"outcome": "done", "result": {"charge_id": "ch_o-1_1", "replayed": False}},
+        )
+        assert (resolved["state"], resolved["resolved_by"]) == ("done", "api"), resolved
+        _post(f"{serve.url}/api/jobs/{plain}/retry", {})
+        again = _http_worker(serve.url, gateway, "work", 1, logs[2])
+        workers.append(again)
+        assert again.wait(timeout=120) == 0, logs[2].read_text()
+        assert logs[2].read_text().startswith(f"skip {plain} "), logs[2].read_text()
+        final = store.get(plain)
+        assert final.status is State.COMPLETED and final.result == {"charge_id": "ch_o-1_1", "replayed": False}
+        assert _charges(gateway) == {"o-1": 1, "o-2": 1}
+    except AssertionError as exc:
+        tails = "\n".join(f"--- {log.name}\n{log.read_text()[-2000:]}" for log in logs if log.exists())
+        raise AssertionError(f"{exc}\n{tails}\n--- serve\n{serve.out()[-3000:]}") from None
+    finally:
+        for proc in workers:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        _stop(serve)
+        engine.dispose()
+
+
+def _stop(serve: JobdeckProcess) -> None:
+    if serve.proc.poll() is None:
+        serve.signal(signal.SIGTERM)
+        try:
+            serve.wait_exit(20)
+        except subprocess.TimeoutExpired:
+            serve.kill()
