@@ -11,9 +11,11 @@ here wrote, each running a worker loop against a real server.
   or npm, or without the registry, the test fails: it never skips.
 
 Each loop: enqueue, and a duplicate of a unique job -> claim -> heartbeat with
-a log line -> complete; a job with ``max_retries`` 1: claim -> fail -> claim
-once due -> fail -> dead; a bulk enqueue of two jobs -> claim both -> complete.
-The database, read apart from the client, must agree.
+a log line -> an effect started (perform) and finished with its result ->
+complete; a job with ``max_retries`` 1: claim -> an effect performed ->
+fail -> claim once due -> the effect skipped, with its stored result ->
+fail -> dead; a bulk enqueue of two jobs -> claim both -> complete. The
+database, read apart from the client, must agree.
 """
 
 from __future__ import annotations
@@ -121,6 +123,11 @@ def _check_database(live: Live, ids: dict[str, Any]) -> None:
     assert (_status(live, ids["worked"]), _status(live, ids["dead"])) == ("completed", "dead")
     assert [str(a.outcome) for a in live.deck.store.attempts_of(ids["dead"])] == ["failed", "failed"]
     assert len(ids["bulk"]) == 2 and [_status(live, job_id) for job_id in ids["bulk"]] == ["completed"] * 2
+    ledger = live.deck.store.ledger
+    worked = ledger.get(f"thumbnail:{ids['worked']}")
+    assert (worked.state, worked.job_id, worked.attempt, worked.result) == ("done", ids["worked"], 1, {"bytes": 2048})
+    notified = ledger.get(f"notify:{ids['dead']}")
+    assert (notified.state, notified.attempt, notified.result) == ("done", 1, {"message_id": "m-1"}), notified
 
 
 def _python_loop(package: ModuleType, url: str) -> dict[str, Any]:
@@ -133,6 +140,7 @@ def _python_loop(package: ModuleType, url: str) -> dict[str, Any]:
     enqueue_jobs = module("api.jobs.enqueue_jobs")
     claim_jobs, heartbeat = module("api.worker.claim_jobs"), module("api.worker.heartbeat")
     complete_job, fail_job = module("api.worker.complete_job"), module("api.worker.fail_job")
+    start_effect, finish_effect = module("api.effects.start_effect"), module("api.effects.finish_effect")
     models = module("models")
     client = module("client").AuthenticatedClient(base_url=url, token=TOKEN, raise_on_unexpected_status=True)
     me = "python-worker"
@@ -145,7 +153,21 @@ def _python_loop(package: ModuleType, url: str) -> dict[str, Any]:
         assert answer.status_code == 200, answer.content
         return answer.parsed
 
-    # enqueue (a unique job, twice) -> claim -> heartbeat -> complete
+    def effect(job: Any, key: str, result: Any) -> tuple[str, Any]:
+        """Start ``key`` for the job's attempt; perform it (here: ``result``)
+        and finish it when told to; returns the decision and the result."""
+        step = {"worker_id": me, "attempt": job.attempt}
+        begun = start_effect.sync(job_id=job.id, key=key, client=client, body=models.EffectStartRequest(**step))
+        assert isinstance(begun, models.EffectStart) and begun.effect.key == key, begun
+        if begun.decision == models.EffectStartDecision.SKIP:
+            return "skip", begun.effect.result
+        assert begun.decision == models.EffectStartDecision.PERFORM and begun.replayed is False, begun
+        body = models.EffectFinishRequest(**step, result=result)
+        finished = finish_effect.sync(job_id=job.id, key=key, client=client, body=body)
+        assert isinstance(finished, models.Effect) and finished.state == models.EffectState.DONE, finished
+        return "perform", finished.result
+
+    # enqueue (a unique job, twice) -> claim -> heartbeat -> effect -> complete
     new = models.NewJob(
         type_="ext.resize",
         payload=models.NewJobPayload.from_dict({"image": "cat.png"}),
@@ -165,6 +187,7 @@ def _python_loop(package: ModuleType, url: str) -> dict[str, Any]:
         body=models.HeartbeatRequest(worker_id=me, logs=[models.NewLogLine(message="resizing cat.png")]),
     )
     assert isinstance(beat, models.HeartbeatAnswer) and beat.cancel is False and beat.logs_kept == 1, beat
+    assert effect(claimed, f"thumbnail:{claimed.id}", {"bytes": 2048}) == ("perform", {"bytes": 2048})
     done = complete_job.sync(
         job_id=claimed.id, client=client, body=models.CompleteRequest(worker_id=me, result={"width": 64})
     )
@@ -177,12 +200,15 @@ def _python_loop(package: ModuleType, url: str) -> dict[str, Any]:
     assert isinstance(flaky, models.Job) and flaky.max_retries == 1, flaky
     first = claim("ext.flaky", limit=1)
     assert isinstance(first, list) and [j.id for j in first] == [flaky.id], first
+    notify = f"notify:{flaky.id}"
+    assert effect(first[0], notify, {"message_id": "m-1"}) == ("perform", {"message_id": "m-1"})
     failed = fail_job.sync(
         job_id=flaky.id, client=client, body=models.FailRequest(worker_id=me, error="timed out", retryable=True)
     )
     assert isinstance(failed, models.Job) and failed.status == models.JobState.FAILED and failed.retry_count == 1
     retried = wait_for(lambda: claim("ext.flaky"), timeout=10, message="the failed job to come due again")
     assert isinstance(retried, models.Job) and retried.id == flaky.id and retried.attempt == 2, retried
+    assert effect(retried, notify, {"message_id": "m-2"}) == ("skip", {"message_id": "m-1"})
     dead = fail_job.sync(job_id=flaky.id, client=client, body=models.FailRequest(worker_id=me, error="timed out again"))
     assert isinstance(dead, models.Job) and dead.status == models.JobState.DEAD, dead
 

@@ -97,6 +97,7 @@ def schemas(types: Sequence[str] = ()) -> dict[str, Any]:
                 "priority",
                 "priority_label",
                 "status",
+                "attempt",
                 "retry_count",
                 "max_retries",
                 "available_at",
@@ -112,7 +113,11 @@ def schemas(types: Sequence[str] = ()) -> dict[str, Any]:
                 "priority_label": ref("PriorityLabel"),
                 "status": STATUS,
                 "scheduled": {"type": "boolean", "description": "pending and not yet due"},
-                "attempt": {"type": "integer"},
+                "attempt": {
+                    "type": "integer",
+                    "description": "The latest claim's attempt number (0 before the first): a worker names it "
+                    "in an effect's start, finish and withdraw",
+                },
                 "retry_count": {"type": "integer"},
                 "max_retries": {"type": "integer"},
                 "idempotency_key": {"type": ["string", "null"]},

@@ -5,9 +5,11 @@
 // types fails there), runs it against a live server, and checks the database.
 //
 // Runs: enqueue (and the same unique job again: a duplicate) -> claim ->
-// heartbeat with a log line -> complete; a job with max_retries 1: claim ->
-// fail -> claim again once due -> fail -> dead; a bulk enqueue of two jobs ->
-// claim both -> complete. Prints one JSON line: the ids, for the test to check.
+// heartbeat with a log line -> an effect started and finished -> complete; a
+// job with max_retries 1: claim -> an effect performed -> fail -> claim again
+// once due -> the effect skipped, with its stored result -> fail -> dead; a
+// bulk enqueue of two jobs -> claim both -> complete. Prints one JSON line:
+// the ids, for the test to check.
 
 import createClient from "openapi-fetch";
 import type { components, paths } from "./jobdeck.js";
@@ -65,6 +67,23 @@ async function fail(job: Job, error: string): Promise<Job> {
   return failed.data;
 }
 
+// Start the effect `key` for the job's attempt; perform it (here: return
+// `result`) and finish it when told to. Returns the decision and the result.
+async function effect(job: Job, key: string, result: unknown): Promise<[string, unknown]> {
+  const step = { worker_id: WORKER, attempt: job.attempt };
+  const path = { job_id: job.id, key };
+  const begun = await api.POST("/api/jobs/{job_id}/effects/{key}/start", { params: { path }, body: step });
+  check(begun.data !== undefined && begun.data.effect.key === key, `start ${said(begun)}`);
+  if (begun.data.decision === "skip") return ["skip", begun.data.effect.result];
+  check(begun.data.decision === "perform" && !begun.data.replayed, `start: ${begun.data.decision}`);
+  const done = await api.POST("/api/jobs/{job_id}/effects/{key}/finish", {
+    params: { path },
+    body: { ...step, result },
+  });
+  check(done.data?.state === "done", `finish ${said(done)}`);
+  return ["perform", done.data.result];
+}
+
 async function workedJob(): Promise<number> {
   const job = { type: "ext.resize", payload: { image: "cat.png" }, priority: "high", unique: true } as const;
   const created = await api.POST("/api/jobs", { body: job });
@@ -80,6 +99,8 @@ async function workedJob(): Promise<number> {
     body: { worker_id: WORKER, logs: [{ level: "info", message: "resizing cat.png" }] },
   });
   check(beat.data?.cancel === false && beat.data.logs_kept === 1, `heartbeat ${said(beat)}`);
+  const [decision, stored] = await effect(claimed, `thumbnail:${claimed.id}`, { bytes: 2048 });
+  check(decision === "perform" && JSON.stringify(stored) === '{"bytes":2048}', `effect: ${decision}`);
   await complete(claimed, { width: 64, height: 64 });
 
   const shown = await api.GET("/api/jobs/{job_id}", { params: { path: { job_id: claimed.id } } });
@@ -94,11 +115,16 @@ async function deadJob(): Promise<number> {
   check(Array.isArray(claim.data) && claim.data.length === 1, `a claim with limit answers a list ${said(claim)}`);
   const first = claim.data[0];
   check(first.id === created.data.id, "claim the job enqueued");
+  const notify = `notify:${first.id}`;
+  const [performed] = await effect(first, notify, { message_id: "m-1" });
+  check(performed === "perform", `the first attempt's effect: ${performed}`);
 
   const failed = await fail(first, "the resizer timed out");
   check(failed.status === "failed" && failed.retry_count === 1, `first failure: ${failed.status}`);
   const retried = await claimDue("ext.flaky", 10);
   check(retried.id === first.id && retried.attempt === 2, "the retry is the same job's second attempt");
+  const [skipped, kept] = await effect(retried, notify, { message_id: "m-2" });
+  check(skipped === "skip" && JSON.stringify(kept) === '{"message_id":"m-1"}', `the retry's effect: ${skipped}`);
   const dead = await fail(retried, "the resizer timed out again");
   check(dead.status === "dead", `second failure with max_retries 1: ${dead.status}`);
 
