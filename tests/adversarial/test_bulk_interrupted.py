@@ -137,8 +137,11 @@ def test_a_killed_bulk_action_counts_exactly_what_it_moved_and_says_it_was_cut_s
     rng = random.Random(29)
     caught = kills = 0
     figures: list[str] = []
+    last: Shown | None = None
     for _ in range(KILLS):
-        server = serve()
+        server = serve()  # a new process: it shows the last action cut short, then runs the next
+        if last is not None:
+            last.check(server.url)
         begun_before = len(bulk_entries(deck))
         browser = Browser(server.url)
         driver = threading.Thread(target=_quietly(browser.run), name="bulk-browser", daemon=True)
@@ -161,33 +164,48 @@ def test_a_killed_bulk_action_counts_exactly_what_it_moved_and_says_it_was_cut_s
         )  # fmt: skip
         if len(entries) == begun_before:
             figures.append("none (killed before the action began)")
+            last = None
             continue
-        entry_id, count = entries[-1]
-        with deck.store.read() as conn:
-            finished, total = conn.execute(
-                text("SELECT finished_at, total FROM audit_log WHERE id = :i"), {"i": entry_id}
-            ).one()
-        figures.append(f"{count:,}")
-
-        reader = serve()
-        audit_page = requests.get(f"{reader.url}/audit", timeout=10).text
-        row = re.search(rf'<tr id="audit-{entry_id}"[^>]*data-bulk="(\w+)".*?</tr>', audit_page, re.DOTALL)
-        assert row, f"the audit log shows no progress for bulk action {entry_id}"
-        if finished is None:
-            shown = f"interrupted after {count:,} of {total:,}"
-            assert row.group(1) == "interrupted" and shown in row.group(0), row.group(0)
-            jobs_page = requests.get(f"{reader.url}/jobs/dead", timeout=10).text
-            assert 'id="bulk-interrupted"' in jobs_page and shown in jobs_page, "the jobs page does not say so"
-        else:
-            assert row.group(1) == "finished" and f"{count:,} of {total:,}" in row.group(0)
-        kill_hard(reader)
+        last = Shown.read(deck, *entries[-1])
+        figures.append(f"{last.count:,}")
         if moved == JOBS:
             break
+    if last is not None:
+        reader = serve()
+        last.check(reader.url)
     print(
         f"{backend}: {kills} SIGKILLs of jobdeck serve mid 'retry all matching' over {JOBS:,} dead jobs; "
         f"{caught} at a moment the killer saw a batch before its count; moved per action {', '.join(figures)}; "
         "audit count = jobs moved after every kill; each cut-short action shown as interrupted"
     )
+
+
+class Shown:
+    """A bulk action as the database left it after a kill, and what a new
+    process must show of it."""
+
+    def __init__(self, entry_id: int, count: int, finished: Any, total: int) -> None:
+        self.entry_id, self.count, self.finished, self.total = entry_id, count, finished, total
+
+    @classmethod
+    def read(cls, deck: Jobdeck, entry_id: int, count: int) -> Shown:
+        with deck.store.read() as conn:
+            finished, total = conn.execute(
+                text("SELECT finished_at, total FROM audit_log WHERE id = :i"), {"i": entry_id}
+            ).one()
+        return cls(entry_id, count, finished, total)
+
+    def check(self, url: str) -> None:
+        audit_page = requests.get(f"{url}/audit", timeout=10).text
+        row = re.search(rf'<tr id="audit-{self.entry_id}"[^>]*data-bulk="(\w+)".*?</tr>', audit_page, re.DOTALL)
+        assert row, f"the audit log shows no progress for bulk action {self.entry_id}"
+        if self.finished is None:
+            shown = f"interrupted after {self.count:,} of {self.total:,}"
+            assert row.group(1) == "interrupted" and shown in row.group(0), row.group(0)
+            jobs_page = requests.get(f"{url}/jobs/dead", timeout=10).text
+            assert 'id="bulk-interrupted"' in jobs_page and shown in jobs_page, "the jobs page does not say so"
+        else:
+            assert row.group(1) == "finished" and f"{self.count:,} of {self.total:,}" in row.group(0)
 
 
 def _quietly(fn: Callable[[], Any]) -> Callable[[], None]:
