@@ -122,6 +122,7 @@ def test_postgres_claim_uses_the_partial_claim_indexes(deck, clock):
 
 
 @postgres_only
+@pytest.mark.slow
 def test_notify_wakes_the_pool_of_another_process_and_survives_reconnects(
     make_config, registry, other_process_store, pg_schema
 ):

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench import jobdeck_bench as jb
 from bench import raw, workflow_bench
 from bench.report import table
 from bench.run import TINY, jobdeck_scenarios
+
+pytestmark = pytest.mark.slow  # other processes and builds: left out of the quick tier
 
 
 def test_jobdeck_scenarios_run_and_render(tmp_path: Path) -> None:

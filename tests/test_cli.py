@@ -19,6 +19,8 @@ from jobdeck.cli import main
 
 from tests.conftest import wait_for
 
+pytestmark = pytest.mark.slow  # other processes and builds: left out of the quick tier
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -34,6 +34,7 @@ def jobdeck(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_the_copy_says_how_far_it_got_and_what_it_counted(
     tmp_path: Path, sqlite_template: Path, pg_target: str
 ) -> None:
@@ -61,6 +62,7 @@ def test_a_refused_copy_exits_1_with_the_reason(tmp_path: Path) -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_a_target_with_other_data_exits_1(tmp_path: Path, sqlite_template: Path, pg_target: str) -> None:
     first = support.small(tmp_path, sqlite_template, jobs=3)
     assert jobdeck("db", "copy", "--from", first, "--to", pg_target).returncode == 0

@@ -448,6 +448,7 @@ def test_run_from_another_folder_jobs_makes_no_empty_database(tmp_path: Path) ->
     assert not wanted.exists()
 
 
+@pytest.mark.slow
 def test_only_create_makes_a_new_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     wanted = tmp_path / "instance" / "jobdeck.db"

@@ -336,6 +336,7 @@ def test_a_pool_that_still_beats_is_refused(tmp_path: Path, small_deployment: Ca
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_a_copy_goes_back_from_postgresql_to_sqlite(
     tmp_path: Path, small_deployment: Callable[..., str], pg_target: str
 ) -> None:

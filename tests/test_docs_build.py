@@ -11,6 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # other processes and builds: left out of the quick tier
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -45,6 +45,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # other processes and builds: left out of the quick tier
+
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 RUN = {"python", "pycon", "toml", "sh"}

@@ -12,6 +12,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import pytest
 from jobdeck.docs import DOCS_PORT, DOCS_URL, checkout_docs, where
 
 from tests.conftest import wait_for
@@ -19,6 +20,7 @@ from tests.conftest import wait_for
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_serve_prints_where_the_docs_are(tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -321,6 +321,7 @@ print(deck.store.get(job.id).status.value, os.waitstatus_to_exitcode(status))
 """
 
 
+@pytest.mark.slow
 def test_start_in_a_forked_process_drops_the_inherited_connections(db_url, tmp_path):
     """gunicorn --preload with a post_fork hook, in a real subprocess that forks."""
     import subprocess

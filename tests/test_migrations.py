@@ -101,6 +101,7 @@ def test_head_is_alembics_head_and_the_start_up_check_reads_it(engine):
     assert schema.at_head(engine) and migrate.current(engine) == {schema.HEAD}
 
 
+@pytest.mark.slow
 def test_a_model_change_without_revision_is_detected(engine):
     migrate.upgrade(engine)
     with engine.begin() as conn:
@@ -122,6 +123,7 @@ def _fill_at_baseline(engine, clock) -> tuple[Store, dict[int, State], dict[int,
     return store, before, attempts_before
 
 
+@pytest.mark.slow
 def test_upgrade_from_the_previous_revision_keeps_every_job(engine, clock):
     store, before, attempts_before = _fill_at_baseline(engine, clock)
     assert migrate.current(engine) == {migrate.BASELINE}
@@ -142,6 +144,7 @@ def test_upgrade_from_the_previous_revision_keeps_every_job(engine, clock):
     assert sorted(j.id for j in claimed) == sorted(due)
 
 
+@pytest.mark.slow
 def test_a_database_made_before_migrations_is_adopted(engine, clock):
     """A database created by create_all (no alembic_version) is stamped at the
     baseline and upgraded; nothing is recreated, nothing is lost."""
@@ -154,6 +157,7 @@ def test_a_database_made_before_migrations_is_adopted(engine, clock):
     assert _states(Store(engine)) == before
 
 
+@pytest.mark.slow
 def test_downgrade_and_upgrade_again(engine, clock):
     migrate.upgrade(engine)
     before = _fill(Store(engine), clock)
@@ -179,6 +183,7 @@ def test_auto_migrate_off_refuses_an_old_schema(make_config, registry, engine):
         deck.store.engine.dispose()
 
 
+@pytest.mark.slow
 def test_concurrent_upgrades_migrate_once(db_url):
     """Several hosts starting together: one migrates, the others find it done."""
     engines = [make_engine(db_url, pool_size=1) for _ in range(4)]

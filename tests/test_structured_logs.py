@@ -72,6 +72,7 @@ def test_dead_jobs_alerts_and_audit_carry_their_fields(make_deck, clock):
     assert all(r["time"].endswith("Z") for r in records)
 
 
+@pytest.mark.slow
 def test_a_worker_process_logs_json_lines(make_config, tmp_path):
     config = make_config(workers=1)
     env = {**os.environ, "JOBDECK_DATABASE_URL": config.database_url, "JOBDECK_LOG_FORMAT": "json",

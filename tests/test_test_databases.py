@@ -67,6 +67,7 @@ def test_a_schema_given_back_is_reset_to_what_a_fresh_migration_gives(schemas):
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_a_schema_whose_catalog_changed_is_dropped_not_handed_out(schemas):
     first = schemas.take()
     engine = make_engine(schema_url(first), pool_size=1)

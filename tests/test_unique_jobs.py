@@ -314,6 +314,7 @@ print(json.dumps(out), flush=True)
 """
 
 
+@pytest.mark.slow
 def test_fifty_racing_enqueues_in_three_processes_make_exactly_one_job(deck: Jobdeck, db_url: str) -> None:
     counts = [17, 17, 16]
     procs = [
@@ -422,6 +423,7 @@ def test_an_operators_retry_back_into_the_states_keeps_the_key(deck: Jobdeck) ->
     assert again.duplicate and again.job.id == first.job.id, "pending again before anyone took the key"
 
 
+@pytest.mark.slow
 def test_the_sql_and_the_job_page_agree_on_who_holds_a_key(deck: Jobdeck, clock: Clock) -> None:
     """``jobdeck.store.unique.holding`` (what frees a key) and
     ``JobRecord.holds_unique_key`` (what the job page says), over every

@@ -284,6 +284,7 @@ def test_a_demo_config_with_its_own_workflows_table_keeps_the_demo_workflow(make
         deck.store.engine.dispose()
 
 
+@pytest.mark.slow
 def test_a_scheduled_demo_style_workflow_runs_to_the_end_on_a_real_pool(make_deck: Any) -> None:
     """The demo's handlers with a real worker pool and scheduler: the build
     runs after its extracts and reads their results."""

@@ -422,6 +422,7 @@ def test_retention_keeps_the_jobs_of_a_batch_that_has_not_fired(deck: Jobdeck, c
     assert _count(deck, batches) == 0
 
 
+@pytest.mark.slow
 def test_retention_goes_through_more_workflows_than_one_transaction_holds(deck: Jobdeck, clock: Clock) -> None:
     for i in range(150):
         deck.enqueue_workflow({"name": f"w{i}", "jobs": [{"name": "a", "type": "demo.noop"}]})

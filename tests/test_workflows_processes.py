@@ -27,7 +27,7 @@ from tests.conftest import wait_for
 from tests.worker_processes import start_workers, stop, write_config
 from tests.workflow_handlers import CALLBACK, STEP, read_log
 
-pytestmark = pytest.mark.backends
+pytestmark = [pytest.mark.backends, pytest.mark.slow]
 
 DIAMONDS = 50
 BATCH = 1000

@@ -13,6 +13,8 @@ from typing import Any
 
 from flask import Flask, jsonify, render_template, request
 from htmx_flask import Htmx
+from jinja2 import BytecodeCache
+from jinja2.bccache import Bucket
 from jobdeck.core.config import Config, load
 from jobdeck.core.errors import JobdeckError
 from jobdeck.core.validation import fits_id
@@ -45,6 +47,7 @@ def create_app(
     # A wheel carries templates/ and static/ inside the package; a checkout keeps them beside it.
     assets = _PACKAGE if (_PACKAGE / "templates").is_dir() else _PACKAGE.parent
     app = Flask("jobdeck", template_folder=assets / "templates", static_folder=assets / "static")
+    app.jinja_options = {**app.jinja_options, "bytecode_cache": _COMPILED_TEMPLATES}
     app.url_map.converters["int"] = IdConverter  # before any route: ids beyond BIGINT match none
     app.url_map.converters["path"] = NamePathConverter  # names with a line break reach their views
     app.config["SECRET_KEY"] = config.secret_key or secrets.token_hex(32)
@@ -77,6 +80,29 @@ def create_app(
     if config.secure_cookies:
         app.after_request(_strict_transport)
     return app
+
+
+class _CompiledTemplates(BytecodeCache):
+    """Each template compiled once per process, not once per app. Every app
+    this factory builds has its own Jinja environment, made with the same
+    options; compiling a page's templates costs tens of milliseconds, paid
+    again by each app (a host embedding several, the test suite's one per
+    test). Jinja checks each entry against its template's source before
+    using it, so an edited template is compiled afresh."""
+
+    def __init__(self) -> None:
+        self._code: dict[str, bytes] = {}
+
+    def load_bytecode(self, bucket: Bucket) -> None:
+        code = self._code.get(bucket.key)
+        if code is not None:
+            bucket.bytecode_from_string(code)
+
+    def dump_bytecode(self, bucket: Bucket) -> None:
+        self._code[bucket.key] = bucket.bytecode_to_string()
+
+
+_COMPILED_TEMPLATES = _CompiledTemplates()
 
 
 def _under_request_timeouts(wsgi_app: Any, deck: Jobdeck) -> Any:
