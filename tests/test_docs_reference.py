@@ -152,6 +152,7 @@ def accepted_config() -> dict[str, set[str]]:
         "`[api_tokens.NAME]`": _string_sets(tokens.load_tokens),
         "`[artifacts]`": _string_sets(config_module.artifact_max_bytes),
         "`[logs]`": _string_sets(config_module.log_limits),
+        "`[tracing]`": _string_sets(config_module.tracing_enabled),
     }
 
 

@@ -27,11 +27,12 @@ from jobdeck.core.config_tables import (
     check_non_retryable,
     check_option_names,
     log_limits,
+    tracing_enabled,
 )
 
 __all__ = [
     "ENV_KEYS", "EXTRA_TABLES", "HTTP_SERVERS", "Config", "ConfigError", "artifact_max_bytes", "is_loopback_host",
-    "load", "log_limits", "validate",
+    "load", "log_limits", "tracing_enabled", "validate",
 ]  # fmt: skip
 
 # Keys read from the environment as JOBDECK_<KEY upper-cased>.
@@ -52,7 +53,7 @@ _FIELDS = {f.name: f for f in dataclasses.fields(Config) if f.name != "extra"}
 # Tables owned by other parts of Jobdeck; kept as-is in ``Config.extra``.
 EXTRA_TABLES = (
     "schedules", "queues", "types", "alerts", "retention", "dashboard", "users", "artifacts", "logs", "workflows",
-    "api_tokens",
+    "api_tokens", "tracing",
 )  # fmt: skip
 
 
@@ -89,6 +90,9 @@ def load(
         name = f"JOBDECK_{key.upper()}"
         if name in env:
             values[key] = _coerce(key, env[name], from_env=True, source=name)
+    if "JOBDECK_TRACING" in env and isinstance(extra.get("tracing", {}), dict):
+        # [tracing] enabled: the one key of a table with a variable of its own
+        extra["tracing"] = {**extra.get("tracing", {}), "enabled": _env_bool("JOBDECK_TRACING", env["JOBDECK_TRACING"])}
     for key, value in (overrides or {}).items():
         if key in EXTRA_TABLES:
             extra[key] = value
@@ -99,6 +103,15 @@ def load(
     config = Config(**values, extra=extra)
     validate(config)
     return config
+
+
+def _env_bool(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off", ""}:
+        return False
+    raise ConfigError(f"{name}: expected true or false, got {value!r}")
 
 
 def _coerce(key: str, value: Any, *, from_env: bool, source: str | None = None) -> Any:
@@ -180,6 +193,7 @@ def validate(config: Config) -> None:
         )
     artifact_max_bytes(config)
     log_limits(config)
+    tracing_enabled(config)
     url = config.resolved_database_url()
     if not (url.startswith("sqlite") or url.startswith("postgresql")):
         raise ConfigError(f"database_url: only sqlite:// and postgresql+psycopg:// are supported, got {url!r}")

@@ -1,7 +1,7 @@
 """The checks and readers of the configuration's tables that the config
 itself vouches for at load (``jobdeck.core.config.validate``): the names and
 option keys of ``[queues.NAME]`` and ``[types."T"]``, ``non_retryable``,
-``max_snoozes``, ``[artifacts]`` and ``[logs]``. Tables that a part of Jobdeck
+``max_snoozes``, ``[artifacts]``, ``[logs]`` and ``[tracing]``. Tables that a part of Jobdeck
 owns (schedules, alerts, retention, ...) are checked by that part when the
 deck is built."""
 
@@ -195,3 +195,23 @@ def log_limits(config: Config) -> LogLimits:
             if isinstance(options, dict) and not isinstance(options.get("capture_logging", False), bool):
                 raise ConfigError(f"types.{name}.capture_logging: expected true or false")
     return limits_from(checked, types if isinstance(types, dict) else None)
+
+
+# -- [tracing] --------------------------------------------------------------------
+
+
+def tracing_enabled(config: Config) -> bool:
+    """``[tracing] enabled`` (or ``JOBDECK_TRACING=1``): OpenTelemetry spans
+    for each attempt (``jobdeck.tracing``). Off by default; the exporter,
+    endpoint, service name and sampling come from the standard ``OTEL_*``
+    environment variables, never from this table."""
+    table = config.extra.get("tracing", {})
+    if not isinstance(table, dict):
+        raise ConfigError("tracing: expected a table ([tracing])")
+    unknown = set(table) - {"enabled"}
+    if unknown:
+        raise ConfigError(f"tracing.{sorted(unknown)[0]}: unknown key (only enabled)")
+    enabled = table.get("enabled", False)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"tracing.enabled: expected true or false, got {enabled!r}")
+    return enabled

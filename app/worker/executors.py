@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from jobdeck.core import forks
 from jobdeck.core.errors import Cancelled, DeadLetter
@@ -23,6 +24,9 @@ from jobdeck.worker.lease import LEASE_LOST, Lease
 from jobdeck.worker.logs import AttemptLogs
 from jobdeck.worker.results import awaited, first_line, format_traceback, storable_result
 from jobdeck.worker.settings import PoolSettings
+
+if TYPE_CHECKING:
+    from jobdeck.tracing import AttemptSpan
 
 log = logging.getLogger("jobdeck.worker")
 
@@ -88,7 +92,15 @@ class Executors:
                 return  # a replacement thread took this one's place
 
     def run_job(self, job: JobRecord, thread: threading.Thread | None = None) -> Slot:
-        """Run one claimed job's handler and queue its outcome for the acker."""
+        """Run one claimed job's handler and queue its outcome for the acker,
+        in the attempt's span when tracing is on (``jobdeck.tracing``)."""
+        tracing = self.settings.tracing
+        if tracing is None:
+            return self._run(job, thread, None)
+        with tracing.attempt(job) as span:
+            return self._run(job, thread, span)
+
+    def _run(self, job: JobRecord, thread: threading.Thread | None, span: AttemptSpan | None) -> Slot:
         spec = self.registry.get(job.type)
         started = self.clock()
         mono = time.monotonic()
@@ -128,6 +140,8 @@ class Executors:
             if isinstance(exc, Snooze) and spec is not None:
                 failure = self._snoozed(outcome, exc, job.type)
             if failure is not None:
+                if span is not None:
+                    span.failed(failure)
                 outcome.error = first_line(failure)
                 outcome.traceback = format_traceback()
                 outcome.retryable = spec is not None and spec.retries(failure, self.settings.non_retryable(job.type))
@@ -136,6 +150,8 @@ class Executors:
         elapsed = time.monotonic() - mono
         stopped_for_lease = outcome.error is not None and slot.cancelled.reason == LEASE_LOST
         late = self.holdings.finish(slot, set_aside=stopped_for_lease)
+        if span is not None:
+            span.settle(job, outcome, late=late, set_aside=stopped_for_lease)
         if stopped_for_lease and not late:  # not a failure: given back once the lease is held again
             self.logs.flush_log(buffer)
             return slot

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from jobdeck.core.loglines import LogLimits
 from jobdeck.jobs.snooze import DEFAULT_MAX_SNOOZES
@@ -47,3 +48,5 @@ class PoolSettings:
     """A type's cap on snoozes in a row."""
     limits_hold_back: Callable[[], bool] = _no_limits
     """Whether a concurrency limit is configured: a job's end may then make another claimable."""
+    tracing: Any = None
+    """The attempts' tracer (``jobdeck.tracing.AttemptTracer``) when tracing is on; None: off."""

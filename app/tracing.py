@@ -1,0 +1,176 @@
+"""OpenTelemetry traces of job attempts, opt-in: ``[tracing] enabled = true``
+or ``JOBDECK_TRACING=1``, with the ``otel`` extra installed
+(``pip install 'jobdeck[otel]'``). Documented in ``docs/tracing.md``.
+
+Off, nothing here imports OpenTelemetry: ``tracer_for`` answers None after
+reading one config key, and the worker checks that None once per attempt.
+
+On, each attempt runs in a span ``job.run <type>`` (kind CONSUMER) with the
+messaging conventions' attributes and the job's own, its outcome, the
+exception of a failure and an event for a retry, a snooze or dead. The
+exporter, endpoint, service name, sampling and batching come from the
+standard ``OTEL_*`` environment variables; a host application that set its
+own ``TracerProvider`` first keeps it, used as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from jobdeck.core.config import Config, ConfigError, tracing_enabled
+from jobdeck.core.errors import Cancelled
+
+if TYPE_CHECKING:
+    from jobdeck.store import JobRecord, Outcome
+
+INSTRUMENTATION = "jobdeck"
+"""The tracer's (instrumentation scope's) name."""
+DEFAULT_SERVICE_NAME = "jobdeck"
+"""``service.name`` when neither ``OTEL_SERVICE_NAME`` nor ``OTEL_RESOURCE_ATTRIBUTES`` names one."""
+EXPORTERS = ("otlp", "console", "none")
+"""What ``OTEL_TRACES_EXPORTER`` may list when Jobdeck sets the provider up."""
+
+_setup_lock = threading.Lock()
+
+
+def tracer_for(config: Config) -> AttemptTracer | None:
+    """The attempts' tracer when tracing is on, else None (and nothing imported)."""
+    if not tracing_enabled(config):
+        return None
+    try:
+        from opentelemetry import trace
+    except ImportError:
+        raise ConfigError(
+            "tracing.enabled: OpenTelemetry is not installed; install the otel extra: pip install 'jobdeck[otel]'"
+        ) from None
+    ensure_provider()
+    return AttemptTracer(trace.get_tracer(INSTRUMENTATION))
+
+
+def ensure_provider() -> None:
+    """Set up the SDK's ``TracerProvider`` from the ``OTEL_*`` variables,
+    unless the host already set one (kept as it is) or ``OTEL_SDK_DISABLED``
+    is true (the API's no-op provider stays: nothing is recorded)."""
+    from opentelemetry import trace
+
+    with _setup_lock:
+        if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+            return  # the host's provider, or ours from an earlier deck in this process
+        if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+            return
+        try:
+            from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        except ImportError:
+            raise ConfigError(
+                "tracing.enabled: opentelemetry-sdk is not installed (and the host set no TracerProvider); "
+                "install the otel extra: pip install 'jobdeck[otel]'"
+            ) from None
+        resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
+        if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+            resource = resource.merge(Resource({"service.name": DEFAULT_SERVICE_NAME}))
+        provider = TracerProvider(resource=resource)  # the sampler: OTEL_TRACES_SAMPLER(_ARG)
+        for exporter in _exporters():
+            provider.add_span_processor(BatchSpanProcessor(exporter))  # batching: OTEL_BSP_*
+        trace.set_tracer_provider(provider)
+
+
+def _exporters() -> list[Any]:
+    """The exporters ``OTEL_TRACES_EXPORTER`` names (default ``otlp``: OTLP
+    over HTTP/protobuf, its endpoint, headers and timeout from the
+    ``OTEL_EXPORTER_OTLP_*`` variables)."""
+    names = [n.strip() for n in os.environ.get("OTEL_TRACES_EXPORTER", "otlp").split(",") if n.strip()]
+    unknown = [n for n in names if n not in EXPORTERS]
+    if unknown:
+        raise ConfigError(f"OTEL_TRACES_EXPORTER: {unknown[0]!r} is not one of {', '.join(EXPORTERS)}")
+    protocol = os.environ.get(
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    )
+    found: list[Any] = []
+    if "otlp" in names:
+        if protocol.strip() != "http/protobuf":
+            raise ConfigError(f"OTEL_EXPORTER_OTLP_PROTOCOL: only http/protobuf is supported, got {protocol!r}")
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        found.append(OTLPSpanExporter())
+    if "console" in names:
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        found.append(ConsoleSpanExporter())
+    return found
+
+
+class AttemptTracer:
+    """Starts each attempt's span (``jobdeck.worker.executors``)."""
+
+    def __init__(self, tracer: Any) -> None:
+        self.tracer = tracer
+
+    @contextmanager
+    def attempt(self, job: JobRecord) -> Iterator[AttemptSpan]:
+        """The attempt's span, current on the handler's thread while it runs
+        (so what the handler enqueues or calls is traced beneath it)."""
+        from opentelemetry import trace
+
+        span = self.tracer.start_span(
+            f"job.run {job.type}",
+            kind=trace.SpanKind.CONSUMER,
+            attributes={
+                "messaging.system": "jobdeck",
+                "messaging.operation.type": "process",
+                "messaging.operation.name": "run",
+                "messaging.destination.name": job.queue,
+                "messaging.message.id": str(job.id),
+                "jobdeck.job.id": job.id,
+                "jobdeck.job.type": job.type,
+                "jobdeck.job.queue": job.queue,
+                "jobdeck.job.attempt": job.attempt,
+                "jobdeck.job.priority": job.priority,
+            },
+        )
+        with trace.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
+            yield AttemptSpan(span)
+
+
+class AttemptSpan:
+    """One attempt's span, told how the attempt ended."""
+
+    def __init__(self, span: Any) -> None:
+        self.span = span
+        self.cancelled = False
+
+    def failed(self, exc: BaseException) -> None:
+        """The handler raised: the exception is recorded on the span."""
+        self.cancelled = isinstance(exc, Cancelled)
+        self.span.record_exception(exc)
+
+    def settle(self, job: JobRecord, outcome: Outcome, *, late: bool, set_aside: bool) -> None:
+        """The outcome as the worker reports it: ``jobdeck.job.outcome`` and
+        the span's status, and an event when the job is retried, snoozed or dead."""
+        from opentelemetry.trace import Status, StatusCode
+
+        if late:
+            name = "timed_out"  # refused: the monitor failed it (or released it) while the handler ran on
+        elif set_aside:
+            name = "released"  # its lease was lost: given back, not failed
+        elif outcome.snooze is not None:
+            name = "snoozed"
+            self.span.add_event("job.snoozed", {"jobdeck.snooze.seconds": outcome.snooze})
+        elif outcome.error is None:
+            name = "completed"
+        elif self.cancelled:
+            name = "cancelled"
+        elif outcome.retryable and job.retry_count < job.max_retries:
+            name = "failed"
+            self.span.add_event("job.retry", {"jobdeck.job.retry_count": job.retry_count + 1})
+        else:
+            name = "dead"
+            self.span.add_event("job.dead")
+        self.span.set_attribute("jobdeck.job.outcome", name)
+        if outcome.error is not None and name != "cancelled":
+            self.span.set_status(Status(StatusCode.ERROR, outcome.error.split("\n", 1)[0][:500]))

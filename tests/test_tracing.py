@@ -1,0 +1,304 @@
+"""Traces (``jobdeck.tracing``, docs/tracing.md): each attempt's span on a real
+worker pool, read back with the SDK's in-memory exporter; the config that
+turns tracing on; the provider set up from the ``OTEL_*`` variables; and,
+with tracing off, no OpenTelemetry module imported at all."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jobdeck.core.config import ConfigError, load
+from jobdeck.core.states import State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import JobContext, Registry, Snooze
+from jobdeck.runtime import pool_for
+from jobdeck.tracing import tracer_for
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from tests.conftest import wait_for
+
+ROOT = Path(__file__).resolve().parents[1]
+_HOST: dict[str, Any] = {}
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """The host application's provider (this test process's), exporting to
+    memory: Jobdeck must use it as it is. A provider is set once per process."""
+    if not _HOST:
+        provider = TracerProvider()
+        exporter = InMemorySpanExporter()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+        _HOST.update(provider=provider, exporter=exporter)
+    assert trace.get_tracer_provider() is _HOST["provider"], "another provider was set in this test process"
+    exporter: InMemorySpanExporter = _HOST["exporter"]
+    exporter.clear()
+    yield exporter
+    exporter.clear()
+
+
+def _handlers(registry: Registry) -> None:
+    calls: dict[str, int] = {}
+
+    @registry.handler("t.flaky", backoff_base=0.05, backoff_cap=0.1)
+    def flaky(payload: dict[str, Any], ctx: JobContext) -> str:
+        calls[payload["k"]] = calls.get(payload["k"], 0) + 1
+        if calls[payload["k"]] <= payload["fails"]:
+            raise ValueError(f"try {calls[payload['k']]} of {payload['k']}")
+        return "done"
+
+    @registry.handler("t.later")
+    def later(payload: dict[str, Any], ctx: JobContext) -> Any:
+        if calls.setdefault("later", 0) == 0:
+            calls["later"] = 1
+            return Snooze(0.05)
+        return None
+
+    @registry.handler("t.cancel")
+    def cancel(payload: dict[str, Any], ctx: JobContext) -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            ctx.check_cancelled()
+            time.sleep(0.01)
+
+
+def _run(deck: Jobdeck, job_ids: list[int], finished: set[State]) -> None:
+    pool = pool_for(deck, 2)
+    pool.start()
+    try:
+        wait_for(
+            lambda: all(deck.store.get(i).status in finished for i in job_ids), timeout=20, message="jobs finished"
+        )
+    finally:
+        pool.stop(grace=5)
+
+
+def _runs(exporter: InMemorySpanExporter, job_id: int) -> list[ReadableSpan]:
+    found = [s for s in exporter.get_finished_spans() if (s.attributes or {}).get("jobdeck.job.id") == job_id]
+    return sorted(found, key=lambda s: (s.attributes or {})["jobdeck.job.attempt"])
+
+
+pytestmark = pytest.mark.backends
+
+
+def test_each_attempt_is_a_span_with_the_messaging_attributes_and_its_outcome(
+    spans: InMemorySpanExporter, make_deck: Any, registry: Registry
+) -> None:
+    _handlers(registry)
+    deck = make_deck(tracing={"enabled": True})
+    ok, _ = deck.enqueue("t.flaky", {"k": "ok", "fails": 0}, queue="mail", priority=7)
+    retried, _ = deck.enqueue("t.flaky", {"k": "retried", "fails": 2}, max_retries=3)
+    dead, _ = deck.enqueue("t.flaky", {"k": "dead", "fails": 9}, max_retries=1)
+    snoozed, _ = deck.enqueue("t.later")
+    ids = [ok.id, retried.id, dead.id, snoozed.id]
+    _run(deck, ids, {State.COMPLETED, State.DEAD})
+
+    (run,) = _runs(spans, ok.id)
+    assert run.name == "job.run t.flaky" and run.kind is SpanKind.CONSUMER
+    assert dict(run.attributes or {}) == {
+        "messaging.system": "jobdeck",
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "run",
+        "messaging.destination.name": "mail",
+        "messaging.message.id": str(ok.id),
+        "jobdeck.job.id": ok.id,
+        "jobdeck.job.type": "t.flaky",
+        "jobdeck.job.queue": "mail",
+        "jobdeck.job.attempt": 1,
+        "jobdeck.job.priority": 7,
+        "jobdeck.job.outcome": "completed",
+    }
+    assert run.status.status_code is StatusCode.UNSET and not run.events
+
+    # Retries: one span per attempt, failed twice with the exception recorded, then completed.
+    runs = _runs(spans, retried.id)
+    assert [s.attributes["jobdeck.job.outcome"] for s in runs] == ["failed", "failed", "completed"]  # type: ignore[index]
+    for number, failed in enumerate(runs[:2], start=1):
+        assert failed.status.status_code is StatusCode.ERROR
+        assert failed.status.description == f"ValueError: try {number} of retried"
+        exception, retry = failed.events
+        assert exception.name == "exception" and exception.attributes is not None
+        assert exception.attributes["exception.type"] == "ValueError"
+        assert exception.attributes["exception.message"] == f"try {number} of retried"
+        assert "raise ValueError" in str(exception.attributes["exception.stacktrace"])
+        assert (retry.name, dict(retry.attributes or {})) == ("job.retry", {"jobdeck.job.retry_count": number})
+
+    runs = _runs(spans, dead.id)
+    assert [s.attributes["jobdeck.job.outcome"] for s in runs] == ["failed", "dead"]  # type: ignore[index]
+    assert [e.name for e in runs[1].events] == ["exception", "job.dead"]
+
+    runs = _runs(spans, snoozed.id)
+    assert [s.attributes["jobdeck.job.outcome"] for s in runs] == ["snoozed", "completed"]  # type: ignore[index]
+    assert [(e.name, dict(e.attributes or {})) for e in runs[0].events] == [
+        ("job.snoozed", {"jobdeck.snooze.seconds": 0.05})
+    ]
+    assert runs[0].status.status_code is StatusCode.UNSET
+
+    assert trace.get_tracer_provider() is _HOST["provider"], "the host's provider was replaced"
+
+
+def test_a_cancelled_attempt_is_not_an_error(spans: InMemorySpanExporter, make_deck: Any, registry: Registry) -> None:
+    _handlers(registry)
+    deck = make_deck(tracing={"enabled": True})
+    job, _ = deck.enqueue("t.cancel")
+    pool = pool_for(deck, 1)
+    pool.start()
+    try:
+        wait_for(lambda: deck.store.get(job.id).status is State.RUNNING, message="the handler runs")
+        deck.cancel(job.id, "test")
+        wait_for(lambda: deck.store.get(job.id).status is State.CANCELLED, message="cancelled")
+    finally:
+        pool.stop(grace=5)
+    (run,) = _runs(spans, job.id)
+    assert run.attributes["jobdeck.job.outcome"] == "cancelled"  # type: ignore[index]
+    assert run.status.status_code is StatusCode.UNSET
+    assert [e.name for e in run.events] == ["exception"]  # the Cancelled raised, for the record
+
+
+def test_a_handler_runs_inside_its_attempt_span(
+    spans: InMemorySpanExporter, make_deck: Any, registry: Registry
+) -> None:
+    seen: list[Any] = []
+
+    @registry.handler("t.inside")
+    def inside(payload: dict[str, Any], ctx: JobContext) -> None:
+        with trace.get_tracer("handler").start_as_current_span("charge card"):
+            seen.append(trace.get_current_span().get_span_context())
+
+    deck = make_deck(tracing={"enabled": True})
+    job, _ = deck.enqueue("t.inside")
+    _run(deck, [job.id], {State.COMPLETED})
+    (run,) = _runs(spans, job.id)
+    (child,) = [s for s in spans.get_finished_spans() if s.name == "charge card"]
+    assert child.parent is not None and child.parent.span_id == run.context.span_id
+    assert child.context.trace_id == run.context.trace_id == seen[0].trace_id
+
+
+def test_nothing_is_exported_with_tracing_off(spans: InMemorySpanExporter, make_deck: Any, registry: Registry) -> None:
+    _handlers(registry)
+    deck = make_deck()
+    assert tracer_for(deck.config) is None
+    job, _ = deck.enqueue("t.flaky", {"k": "off", "fails": 1}, max_retries=1)
+    _run(deck, [job.id], {State.COMPLETED})
+    assert spans.get_finished_spans() == ()
+
+
+# -- processes of their own: nothing imported when off, the OTEL_* set-up when on ----------------------
+
+_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, time
+    from jobdeck.core.config import load
+    from jobdeck.deck import Jobdeck
+    from jobdeck.jobs.handlers import Registry
+    from jobdeck.runtime import pool_for
+
+    registry = Registry()
+    registry.handler("t.ok")(lambda payload, ctx: {"ok": True})
+    registry.handler("t.bad")(lambda payload, ctx: 1 / 0)
+    deck = Jobdeck(load(path=None, env=None, overrides={"database_url": sys.argv[1], "instance_path": sys.argv[2],
+                                                          "workers": 0, "poll_interval": 0.05}), registry)
+    deck.init_db()
+    ids = [deck.enqueue("t.ok", {"n": 1})[0].id, deck.enqueue("t.bad", max_retries=0)[0].id]
+    ids += deck.enqueue_many([{"type": "t.ok", "payload": {"n": n}} for n in range(3)])
+    ids += [e.job.id for e in deck.enqueue_each([{"type": "t.ok"}, {"type": "t.ok", "priority": 2}])]
+    pool = pool_for(deck, 2)
+    pool.start()
+    deadline = time.monotonic() + 20
+    while not all(deck.store.get(i).status.value in ("completed", "dead") for i in ids):
+        assert time.monotonic() < deadline, "the jobs did not finish"
+        time.sleep(0.02)
+    pool.stop(grace=5)
+    loaded = sorted(m for m in sys.modules if m == "opentelemetry" or m.startswith("opentelemetry."))
+    print(json.dumps({"jobs": len(ids), "otel_modules": loaded}))
+    """
+)
+
+
+def _script(tmp_path: Path, db_url: str, **env: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "run_jobs.py"
+    script.write_text(_SCRIPT)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "JOBDECK_"))}
+    return subprocess.run(
+        [sys.executable, str(script), db_url, str(tmp_path / "instance")],
+        env={**clean, **env}, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+
+
+def test_tracing_off_imports_no_opentelemetry_module(tmp_path: Path, db_url: str) -> None:
+    done = _script(tmp_path, db_url)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"jobs": 7, "otel_modules": []}
+
+
+def test_tracing_on_sets_the_provider_up_from_the_otel_variables(tmp_path: Path, db_url: str) -> None:
+    done = _script(
+        tmp_path, db_url, JOBDECK_TRACING="1", OTEL_TRACES_EXPORTER="console", OTEL_SERVICE_NAME="billing-jobs"
+    )
+    assert done.returncode == 0, done.stderr
+    # The batch processor exports at exit, after the script's report.
+    report, exported = done.stdout.split("\n", 1)
+    assert json.loads(report)["otel_modules"], "tracing on, yet OpenTelemetry was never imported"
+    spans = [json.loads(chunk) for chunk in _json_objects(exported)]
+    names = sorted(s["name"] for s in spans)
+    assert names == ["job.run t.bad"] + ["job.run t.ok"] * 6
+    assert {s["resource"]["attributes"]["service.name"] for s in spans} == {"billing-jobs"}
+    (bad,) = [s for s in spans if s["name"] == "job.run t.bad"]
+    assert bad["status"]["status_code"] == "ERROR" and bad["attributes"]["jobdeck.job.outcome"] == "dead"
+    assert bad["events"][0]["attributes"]["exception.type"] == "ZeroDivisionError"
+
+
+def _json_objects(text: str) -> Iterator[str]:
+    """The console exporter's spans: pretty-printed JSON objects, one after another."""
+    decoder = json.JSONDecoder()
+    at = 0
+    while (start := text.find("{", at)) != -1:
+        _, end = decoder.raw_decode(text, start)
+        yield text[start:end]
+        at = end
+
+
+# -- the config --------------------------------------------------------------------------------
+
+
+def test_tracing_is_off_unless_the_table_or_the_variable_turns_it_on(tmp_path: Path) -> None:
+    base = {"instance_path": str(tmp_path)}
+    assert load(path=None, env={}, overrides=base).extra.get("tracing") is None
+    assert load(path=None, env={"JOBDECK_TRACING": "1"}, overrides=base).extra["tracing"] == {"enabled": True}
+    toml = tmp_path / "jobdeck.toml"
+    toml.write_text("[tracing]\nenabled = true\n")
+    assert load(path=toml, env={}, overrides=base).extra["tracing"] == {"enabled": True}
+    assert load(path=toml, env={"JOBDECK_TRACING": "off"}, overrides=base).extra["tracing"] == {"enabled": False}
+
+
+@pytest.mark.parametrize(
+    ("env", "table", "error"),
+    [
+        ({}, {"enabled": "yes"}, "tracing.enabled: expected true or false, got 'yes'"),
+        ({}, {"endpoint": "http://x"}, "tracing.endpoint: unknown key (only enabled)"),
+        ({}, "on", "tracing: expected a table ([tracing])"),
+        ({"JOBDECK_TRACING": "maybe"}, None, "JOBDECK_TRACING: expected true or false, got 'maybe'"),
+    ],
+)
+def test_a_bad_tracing_setting_is_refused_with_its_name(
+    tmp_path: Path, env: dict[str, str], table: Any, error: str
+) -> None:
+    overrides: dict[str, Any] = {"instance_path": str(tmp_path)}
+    if table is not None:
+        overrides["tracing"] = table
+    with pytest.raises(ConfigError, match="^" + error.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        load(path=None, env=env, overrides=overrides)
