@@ -49,6 +49,7 @@ from jobdeck.store.lifecycle import Edited, JobChanges, Seen
 from jobdeck.store.opening import open_store
 from jobdeck.store.records import Enqueued
 from jobdeck.store.timekeeping import database_time
+from jobdeck.tracing import AttemptTracer, tracer_for
 
 if TYPE_CHECKING:
     from flask import Flask
@@ -88,6 +89,8 @@ class Jobdeck:
         """``[types."T"] unique`` (``jobdeck.jobs.unique``), checked at start-up."""
         self.log_limits = log_limits(config)
         """``[logs]``: the caps and flush interval of per-job logs (``jobdeck.jobs.joblogs``)."""
+        self.tracing: AttemptTracer | None = tracer_for(config)
+        """OpenTelemetry when ``[tracing] enabled``, else None (``jobdeck.tracing``)."""
 
         if config.demo:
             from jobdeck.demo import add_demo_config
@@ -235,8 +238,12 @@ class Jobdeck:
         return self.intake.known_type(name)
 
     def new_job(self, data: Mapping[str, Any], now: datetime) -> NewJob:
-        """Validate an enqueue request (``Intake.new_job``)."""
-        return self.intake.new_job(data, now)
+        """Validate an enqueue request (``Intake.new_job``), in the trace
+        context current, with tracing on (``jobdeck.tracing``)."""
+        new = self.intake.new_job(data, now)
+        if self.tracing is not None:
+            new.traceparent = self.tracing.current_traceparent()
+        return new
 
     def payload_json(self, payload: Any) -> str:
         """Check and serialize a payload (``Intake.payload_json``)."""
@@ -348,5 +355,6 @@ class Jobdeck:
         now = self.clock()
         plain = self.intake.plain_jobs(items, now)
         if plain is not None:
-            return self.store.enqueue_plain(plain, now)
+            trace = self.tracing.current_traceparent() if self.tracing is not None else None
+            return self.store.enqueue_plain(plain, now, trace)
         return self.store.enqueue_many([self.new_job(item, now) for item in items], now)

@@ -18,7 +18,6 @@ from jobdeck.deck import Jobdeck
 from jobdeck.jobs.snooze import max_snoozes
 from jobdeck.maintenance.clock_check import ClockCheck
 from jobdeck.store.timekeeping import record_clock_offset
-from jobdeck.tracing import tracer_for
 from jobdeck.worker.commit_watch import watcher_for
 from jobdeck.worker.listener import listener_for
 from jobdeck.worker.pool import WorkerPool
@@ -68,7 +67,7 @@ def pool_for(
         non_retryable=lambda job_type: non_retryable(cfg, job_type),
         max_snoozes=lambda job_type: max_snoozes(cfg, registry, job_type),
         limits_hold_back=lambda: bool(controls.limits) or any(lim.concurrency for lim in controls.flow.limits),
-        tracing=tracer_for(cfg),
+        tracing=deck.tracing,
     )
     return WorkerPool(
         deck.store, deck.clock, registry, settings,

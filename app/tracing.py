@@ -106,19 +106,44 @@ def _exporters() -> list[Any]:
 
 
 class AttemptTracer:
-    """Starts each attempt's span (``jobdeck.worker.executors``)."""
+    """Reads the trace context at enqueue (``Jobdeck.new_job``) and starts
+    each attempt's span (``jobdeck.worker.executors``) as its child."""
 
     def __init__(self, tracer: Any) -> None:
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
         self.tracer = tracer
+        self.propagator = TraceContextTextMapPropagator()
+
+    def current_traceparent(self) -> str | None:
+        """The W3C ``traceparent`` to store on a job enqueued now: the current
+        span's (a request instrumented with OpenTelemetry, a handler's
+        attempt, the caller's own span), else, inside an HTTP request, the
+        request's ``traceparent`` header; None when neither is there. An
+        invalid header is ignored, as the W3C recommendation has it."""
+        from opentelemetry import trace
+
+        carrier: dict[str, str] = {}
+        if trace.get_current_span().get_span_context().is_valid:
+            self.propagator.inject(carrier)
+            return carrier.get("traceparent")
+        header = _request_traceparent()
+        if header is None:
+            return None
+        self.propagator.inject(carrier, context=self.propagator.extract({"traceparent": header}))
+        return carrier.get("traceparent")  # re-written from what parsed: nothing else is stored
 
     @contextmanager
     def attempt(self, job: JobRecord) -> Iterator[AttemptSpan]:
         """The attempt's span, current on the handler's thread while it runs
         (so what the handler enqueues or calls is traced beneath it)."""
         from opentelemetry import trace
+        from opentelemetry.context import Context
 
+        parent = self.propagator.extract({"traceparent": job.traceparent}) if job.traceparent else Context()
         span = self.tracer.start_span(
             f"job.run {job.type}",
+            context=parent,
             kind=trace.SpanKind.CONSUMER,
             attributes={
                 "messaging.system": "jobdeck",
@@ -174,3 +199,12 @@ class AttemptSpan:
         self.span.set_attribute("jobdeck.job.outcome", name)
         if outcome.error is not None and name != "cancelled":
             self.span.set_status(Status(StatusCode.ERROR, outcome.error.split("\n", 1)[0][:500]))
+
+
+def _request_traceparent() -> str | None:
+    """The ``traceparent`` header of the HTTP request being answered, if any."""
+    from flask import has_request_context, request
+
+    if not has_request_context():
+        return None
+    return request.headers.get("traceparent")

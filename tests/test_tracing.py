@@ -302,3 +302,75 @@ def test_a_bad_tracing_setting_is_refused_with_its_name(
         overrides["tracing"] = table
     with pytest.raises(ConfigError, match="^" + error.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         load(path=None, env=env, overrides=overrides)
+
+
+# -- the context travels with the job ----------------------------------------------------------
+
+_HEADER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+_TRACE_ID, _SPAN_ID = int("0af7651916cd43dd8448eb211c80319c", 16), int("b7ad6b7169203331", 16)
+
+
+def test_a_job_enqueued_in_a_span_runs_every_attempt_as_its_child(
+    spans: InMemorySpanExporter, make_deck: Any, registry: Registry
+) -> None:
+    _handlers(registry)
+    deck = make_deck(tracing={"enabled": True})
+    with trace.get_tracer("host app").start_as_current_span("POST /signup") as request_span:
+        job, _ = deck.enqueue("t.flaky", {"k": "signup", "fails": 2}, max_retries=2)
+        many = deck.enqueue_many([{"type": "t.flaky", "payload": {"k": f"m{n}", "fails": 0}} for n in range(2)])
+        each = [e.job.id for e in deck.enqueue_each([{"type": "t.flaky", "payload": {"k": "e", "fails": 0}}])]
+    stored = deck.store.get(job.id).traceparent
+    assert stored is not None and stored.startswith(
+        f"00-{request_span.get_span_context().trace_id:032x}-{request_span.get_span_context().span_id:016x}-"
+    )
+    _run(deck, [job.id, *many, *each], {State.COMPLETED})
+    runs = _runs(spans, job.id)
+    assert [s.attributes["jobdeck.job.outcome"] for s in runs] == ["failed", "failed", "completed"]  # type: ignore[index]
+    for job_id in (*many, *each):
+        runs += _runs(spans, job_id)
+    assert len(runs) == 6
+    context = request_span.get_span_context()
+    for run in runs:  # retries are sibling spans: each attempt a child of the enqueue's context
+        assert run.context.trace_id == context.trace_id
+        assert run.parent is not None and run.parent.span_id == context.span_id and run.parent.is_remote
+
+
+def test_an_http_enqueue_continues_the_traceparent_header(
+    spans: InMemorySpanExporter, make_deck: Any, registry: Registry
+) -> None:
+    from jobdeck import create_app
+
+    _handlers(registry)
+    deck = make_deck(tracing={"enabled": True})
+    client = create_app(deck=deck).test_client()
+    one = client.post("/api/jobs", json={"type": "t.flaky", "payload": {"k": "http", "fails": 1}}, headers={
+        "traceparent": _HEADER
+    })  # fmt: skip
+    bulk = client.post("/api/jobs/bulk", json={"jobs": [{"type": "t.flaky", "payload": {"k": "b", "fails": 0}}]},
+                       headers={"traceparent": _HEADER})  # fmt: skip
+    bad = client.post("/api/jobs", json={"type": "t.flaky", "payload": {"k": "bad", "fails": 0}}, headers={
+        "traceparent": "00-not-a-trace-01"
+    })  # fmt: skip
+    plain = client.post("/api/jobs", json={"type": "t.flaky", "payload": {"k": "plain", "fails": 0}})
+    assert [r.status_code for r in (one, bulk, bad, plain)] == [201] * 4
+    ids = [one.get_json()["id"], bulk.get_json()["jobs"][0]["id"], bad.get_json()["id"], plain.get_json()["id"]]
+    assert [deck.store.get(i).traceparent for i in ids] == [_HEADER, _HEADER, None, None]
+    _run(deck, ids, {State.COMPLETED})
+    followed = _runs(spans, ids[0]) + _runs(spans, ids[1])
+    assert len(followed) == 3  # a retry and a completion, and the bulk's job
+    for run in followed:
+        assert (run.context.trace_id, run.parent and run.parent.span_id) == (_TRACE_ID, _SPAN_ID)
+    for job_id in ids[2:]:  # an invalid header is ignored (W3C): a trace of its own
+        (run,) = _runs(spans, job_id)
+        assert run.parent is None and run.context.trace_id != _TRACE_ID
+
+
+def test_with_tracing_off_no_context_is_stored(make_deck: Any, registry: Registry) -> None:
+    from jobdeck import create_app
+
+    deck = make_deck()
+    client = create_app(deck=deck).test_client()
+    answer = client.post("/api/jobs", json={"type": "demo.noop"}, headers={"traceparent": _HEADER})
+    with trace.get_tracer("host app").start_as_current_span("a request"):
+        job, _ = deck.enqueue("demo.noop")
+    assert [deck.store.get(i).traceparent for i in (answer.get_json()["id"], job.id)] == [None, None]

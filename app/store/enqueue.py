@@ -252,12 +252,13 @@ class Enqueueing(Transactions):
         self._notify_enqueued()
         return [e for e in done if e is not None]
 
-    def enqueue_plain(self, jobs: Sequence[PlainJob], now: datetime) -> list[int]:
+    def enqueue_plain(self, jobs: Sequence[PlainJob], now: datetime, traceparent: str | None = None) -> list[int]:
         """Insert jobs without idempotency keys, due now, from what the deck's
         bulk enqueue checked (``Jobdeck.enqueue_many``); returns their ids in
-        order. The rows get the times here, like ``enqueue_many``'s."""
+        order. The rows get the times here, like ``enqueue_many``'s, and
+        ``traceparent``, the one trace context of the call (``jobdeck.tracing``)."""
         stamp = self._t(now)
-        tail = (None, stamp, stamp, stamp, None, None)  # no idempotency key, no flow keys
+        tail = (None, stamp, stamp, stamp, None, None, traceparent)  # no idempotency key, no flow keys
         return self._insert_plain([job + tail for job in jobs], stamp)
 
     def _insert_plain(self, rows: list[tuple[Any, ...]], stamp: Any) -> list[int]:
@@ -352,12 +353,13 @@ def inserted(job_id: int, values: tuple[Any, ...]) -> JobRecord:
     """The job an enqueue inserted from ``values`` (``statements.job_row``'s,
     times as datetimes) and ``statements.NEW_JOB``: what its ``RETURNING *``
     reads back, times in UTC as the database gives them."""
-    type_, queue, payload, priority, max_retries, key, at, created, updated, rate_key, concurrency_key = values
+    type_, queue, payload, priority, max_retries, key, at, created, updated, rate_key, concurrency_key, trace = values
     fixed = statements.NEW_JOB
     return JobRecord(
         job_id, type_, queue, loads(payload), priority, State(fixed["status"]), fixed["attempt"],
         fixed["retry_count"], max_retries, key, at.astimezone(UTC), None, None, None, None, None, None, None,
         created.astimezone(UTC), updated.astimezone(UTC), None, rate_key=rate_key, concurrency_key=concurrency_key,
+        traceparent=trace,
     )  # fmt: skip
 
 

@@ -62,6 +62,8 @@ class JobRecord:
     """Of ``payload``, ``result`` and ``error``, those a list bounded by
     bytes left out (``jobdeck.store.listing``): here ``{}`` or None, not the
     job's; the job read alone has them."""
+    traceparent: str | None = None
+    """The W3C trace context stored at enqueue with tracing on (``jobdeck.tracing``)."""
 
     @classmethod
     def from_row(cls, row: Any) -> JobRecord:
@@ -99,6 +101,7 @@ class JobRecord:
             step=m.get("step"),
             deps_left=m.get("deps_left"),
             on_dependency_failure=m.get("on_dependency_failure"),
+            traceparent=m.get("traceparent"),
         )
 
     @classmethod
@@ -109,6 +112,7 @@ class JobRecord:
         return _job_of((
             r[0], r[1], r[2], sqlite.loads(r[3]), r[4], sqlite.STATE_OF[r[5]], *r[6:15],
             None if r[15] is None else json.loads(r[15]), *r[16:22], *r[23:33],
+            *(((), r[34]) if len(r) > 34 else ()),
         ))  # fmt: skip
 
     @classmethod
@@ -121,6 +125,7 @@ class JobRecord:
             r[16], r[17], req(r[18]), req(r[19]), t(r[20]), t(r[21]),
             *((r[23], r[24], r[25], t(r[26]), r[27]) if len(r) > 27 else ()),
             *(r[28:33] if len(r) > 32 else ()),
+            *(((), r[34]) if len(r) > 34 else ()),
         ))  # fmt: skip
 
     def is_scheduled(self, now: datetime) -> bool:
@@ -178,7 +183,7 @@ def claimed_records(
             "rate_key": r[15], "concurrency_key": r[16], "unique_key": r[17],
             "unique_until": None if r[18] is None else p(r[18]), "unique_states": r[19],
             "workflow_id": r[20], "batch_id": r[21], "step": r[22], "deps_left": r[23],
-            "on_dependency_failure": r[24], "omitted": (),
+            "on_dependency_failure": r[24], "omitted": (), "traceparent": r[25],
         })  # fmt: skip
         out.append(job)
     return out
@@ -268,6 +273,8 @@ class NewJob:
     """The job's keys for the keyed flow limits (``jobdeck.jobs.flow.Flow.keys``)."""
     unique: UniqueClaim | None = None
     """A unique job's key and what a duplicate does (``jobdeck.jobs.unique``)."""
+    traceparent: str | None = None
+    """The W3C trace context to store with it (``jobdeck.tracing``); None with tracing off."""
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ def names(prefix: str, n: int | None) -> list[str]:
 
 JOB_FIELDS = (
     "type", "queue", "payload", "priority", "max_retries", "idempotency_key", "available_at", "created_at", "updated_at",
-    "rate_key", "concurrency_key",
+    "rate_key", "concurrency_key", "traceparent",
 )  # fmt: skip
 """The order of an enqueue's values (``job_row``), the table's: on SQLite the
 rows of a bulk insert go to the driver as they are. The rest of a new row
@@ -107,7 +107,7 @@ def job_row(new: Any, payload_json: str, now: Any, at: Any) -> tuple[Any, ...]:
     place they are built (``at``, ``now``: times as the dialect's path takes them)."""
     return (
         new.type, new.queue, payload_json, new.priority, new.max_retries, new.idempotency_key, at, now, now,
-        new.rate_key, new.concurrency_key,
+        new.rate_key, new.concurrency_key, new.traceparent,
     )  # fmt: skip
 
 

@@ -118,7 +118,11 @@ class Job(Base):
     ``error_fingerprint``), set by the fail statement and kept while its
     failures keep that fingerprint, across retries (a person's too): the
     Errors page's "First seen" of a group is the earliest of its jobs'
-    (revision 0026, last, so rows decoded by position keep their order)."""
+    (revision 0026, so rows decoded by position keep their order)."""
+    traceparent: Mapped[str | None] = mapped_column(String(55))
+    """The W3C trace context current when the job was enqueued, with tracing
+    on (``jobdeck.tracing``): each attempt's span is its child (revision
+    0027, last, so rows decoded by position keep their order)."""
 
     __table_args__ = (
         CheckConstraint(f"status IN ({_state_list})", name="ck_jobs_status"),
