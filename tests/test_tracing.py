@@ -374,3 +374,19 @@ def test_with_tracing_off_no_context_is_stored(make_deck: Any, registry: Registr
     with trace.get_tracer("host app").start_as_current_span("a request"):
         job, _ = deck.enqueue("demo.noop")
     assert [deck.store.get(i).traceparent for i in (answer.get_json()["id"], job.id)] == [None, None]
+
+
+def test_an_http_worker_claims_the_job_with_its_traceparent(
+    spans: InMemorySpanExporter, make_deck: Any, registry: Registry
+) -> None:
+    from jobdeck import create_app
+
+    deck = make_deck(tracing={"enabled": True}, external_types=["ext.resize"])
+    client = create_app(deck=deck).test_client()
+    traced = client.post("/api/jobs", json={"type": "ext.resize"}, headers={"traceparent": _HEADER}).get_json()
+    plain = client.post("/api/jobs", json={"type": "ext.resize", "priority": -1}).get_json()
+    assert (traced["traceparent"], plain["traceparent"]) == (_HEADER, None)
+    claimed = client.post("/api/jobs/claim", json={"worker_id": "go-1", "types": ["ext.resize"], "limit": 2})
+    assert claimed.status_code == 200
+    assert [(j["id"], j["traceparent"]) for j in claimed.get_json()] == [(traced["id"], _HEADER), (plain["id"], None)]
+    assert client.get(f"/api/jobs/{traced['id']}").get_json()["traceparent"] == _HEADER

@@ -61,6 +61,7 @@ def job_json(job: JobRecord, now: datetime, attempts: list[AttemptRecord] | None
         "workflow_id": job.workflow_id,
         "batch_id": job.batch_id,
         "step": job.step,
+        "traceparent": job.traceparent,
     }
     if job.omitted:  # a list bounded by bytes left these out (``jobdeck.store.listing``)
         data.update(dict.fromkeys(job.omitted), omitted=list(job.omitted))

@@ -132,6 +132,11 @@ def schemas(types: Sequence[str] = ()) -> dict[str, Any]:
                 "created_at": TIME,
                 "updated_at": TIME,
                 "finished_at": TIME,
+                "traceparent": {
+                    "type": ["string", "null"],
+                    "description": "The W3C trace context the job was enqueued in, with tracing on: a worker "
+                    "continues the trace with it (the parent of its attempt's span)",
+                },
                 "attempts": {"type": "array", "items": ref("Attempt")},
                 "waiting_reason": {
                     **nullable("WaitingReason"),
