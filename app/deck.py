@@ -14,6 +14,7 @@ makes this process unhealthy).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -119,6 +120,8 @@ class Jobdeck:
         targets = Targets(
             self.known_type, self.new_job, workflows, lambda name, key: parse_workflow(self, workflows[name], key=key)
         )
+        if self.tracing is not None:
+            targets = dataclasses.replace(targets, fire_span=self.tracing.fire)
         self.schedules: Periodic = Periodic(
             self.store, parse_schedules(config.extra.get("schedules"), targets), targets, config.poll_interval,
             health=lambda: self.schedule_health.view(),

@@ -19,6 +19,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from jobdeck.core.config import Config, ConfigError, tracing_enabled
@@ -132,6 +133,27 @@ class AttemptTracer:
             return None
         self.propagator.inject(carrier, context=self.propagator.extract({"traceparent": header}))
         return carrier.get("traceparent")  # re-written from what parsed: nothing else is stored
+
+    @contextmanager
+    def fire(self, schedule: str, at: datetime) -> Iterator[None]:
+        """A schedule's fire: a span ``schedule.fire <name>`` (PRODUCER) that
+        starts a trace of its own, current while the fire's job (or
+        workflow) is made, so its attempts are children of it."""
+        from opentelemetry import trace
+        from opentelemetry.context import Context
+
+        with self.tracer.start_as_current_span(
+            f"schedule.fire {schedule}",
+            context=Context(),
+            kind=trace.SpanKind.PRODUCER,
+            attributes={
+                "messaging.system": "jobdeck",
+                "messaging.operation.type": "create",
+                "jobdeck.schedule.name": schedule,
+                "jobdeck.schedule.fire_time": at.isoformat(),
+            },
+        ):
+            yield
 
     @contextmanager
     def attempt(self, job: JobRecord) -> Iterator[AttemptSpan]:

@@ -390,3 +390,61 @@ def test_an_http_worker_claims_the_job_with_its_traceparent(
     assert claimed.status_code == 200
     assert [(j["id"], j["traceparent"]) for j in claimed.get_json()] == [(traced["id"], _HEADER), (plain["id"], None)]
     assert client.get(f"/api/jobs/{traced['id']}").get_json()["traceparent"] == _HEADER
+
+
+# -- workflows, batches and schedules ----------------------------------------------------------
+
+
+def test_a_workflow_and_a_batch_share_the_trace_that_enqueued_them(
+    spans: InMemorySpanExporter, make_deck: Any, registry: Registry
+) -> None:
+    _handlers(registry)
+    deck = make_deck(tracing={"enabled": True})
+    with trace.get_tracer("host app").start_as_current_span("POST /orders") as request_span:
+        flow = deck.workflow("order")
+        flow.add("charge", "t.flaky", {"k": "charge", "fails": 0})
+        flow.add("ship", "t.flaky", {"k": "ship", "fails": 0}, depends_on=["charge"])
+        enqueued = flow.enqueue()
+        batch = deck.batch(name="mailing")
+        mail = batch.add("t.flaky", {"k": "mail", "fails": 0})
+    job_ids = [*enqueued.jobs.values(), mail]
+    _run(deck, job_ids, {State.COMPLETED})
+    runs = [run for job_id in job_ids for run in _runs(spans, job_id)]
+    assert len(runs) == 3
+    context = request_span.get_span_context()
+    for run in runs:
+        assert run.context.trace_id == context.trace_id and run.parent and run.parent.span_id == context.span_id
+
+
+def test_each_schedule_fire_starts_a_trace_of_its_own(
+    spans: InMemorySpanExporter, make_deck: Any, registry: Registry
+) -> None:
+    from datetime import UTC, datetime
+
+    from tests.conftest import Clock
+
+    clock = Clock()
+    entry = {"name": "tick", "cron": "* * * * *", "type": "demo.noop"}
+    deck = make_deck(clock=clock, tracing={"enabled": True}, schedules=[entry])
+    clock.now = datetime(2026, 1, 1, 12, 0, 30, tzinfo=UTC)
+    assert deck.schedules.enqueue_due_once(clock.now) == []  # first sight: starts from now
+    fired = []
+    with trace.get_tracer("host app").start_as_current_span("an unrelated span") as unrelated:
+        for minute in (1, 2):
+            clock.now = datetime(2026, 1, 1, 12, minute, 5, tzinfo=UTC)
+            fired += deck.schedules.enqueue_due_once(clock.now)
+    assert len(fired) == 2
+    fires = sorted(
+        (s for s in spans.get_finished_spans() if s.name == "schedule.fire tick"),
+        key=lambda s: str((s.attributes or {})["jobdeck.schedule.fire_time"]),
+    )
+    assert [(s.attributes or {})["jobdeck.schedule.fire_time"] for s in fires] == [
+        "2026-01-01T12:01:00+00:00",
+        "2026-01-01T12:02:00+00:00",
+    ]
+    assert all(s.parent is None and s.kind is SpanKind.PRODUCER for s in fires)
+    trace_ids = {s.context.trace_id for s in fires}
+    assert len(trace_ids) == 2 and unrelated.get_span_context().trace_id not in trace_ids
+    for job_id, fire in zip(sorted(fired), fires):
+        stored = deck.store.get(job_id).traceparent
+        assert stored is not None and stored.startswith(f"00-{fire.context.trace_id:032x}-{fire.context.span_id:016x}-")

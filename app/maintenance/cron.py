@@ -49,7 +49,7 @@ from jobdeck.maintenance.schedule_entries import (
     parse_schedules,
 )
 from jobdeck.store import JobRecord, NewJob, Store
-from jobdeck.store.graph import EnqueuedWorkflow
+from jobdeck.store.graph import EnqueuedWorkflow, NewWorkflow
 from jobdeck.store.schedules import (
     Fire,
     record_fires,
@@ -165,7 +165,7 @@ class Periodic:
         jobs = [(s, f) for s, f in fires if s.workflow is None]
         ids: list[int] = []
         if jobs:
-            news = [self.targets.new_job(s.job_data(fire_key(s.name, f)), now) for s, f in jobs]
+            news = [self._new_job(s, f, fire_key(s.name, f), now) for s, f in jobs]
             ids = self.store.enqueue_many(news, now)
         if len(jobs) < len(fires):
             ids += [first_job(w) for w in self._enqueue_workflows(fires[len(jobs) :], now)]
@@ -178,8 +178,16 @@ class Periodic:
         """One workflow per fire, keyed by the fire as a job would be: two
         processes firing the same time make one (the UNIQUE key decides,
         ``Graph.enqueue_workflows``)."""
-        news = [self.targets.new_workflow(str(s.workflow), fire_key(s.name, f)) for s, f in fires]
+        news = [self._new_workflow(s, f, fire_key(s.name, f)) for s, f in fires]
         return self.store.enqueue_workflows(news, now)
+
+    def _new_job(self, s: Schedule, fire: datetime, key: str, now: datetime) -> NewJob:
+        with self.targets.fire_span(s.name, fire):
+            return self.targets.new_job(s.job_data(key), now)
+
+    def _new_workflow(self, s: Schedule, fire: datetime, key: str) -> NewWorkflow:
+        with self.targets.fire_span(s.name, fire):
+            return self.targets.new_workflow(str(s.workflow), key)
 
     def _states(self, now: datetime) -> dict[str, tuple[bool, datetime]]:
         return schedule_states(self.store, list(self.schedules), now)
@@ -192,10 +200,10 @@ class Periodic:
         s = self.get(name)
         key = f"schedule:{name}:manual:{now.isoformat()}"
         if s.workflow is not None:
-            [enqueued] = self.store.enqueue_workflows([self.targets.new_workflow(s.workflow, key)], now)
+            [enqueued] = self.store.enqueue_workflows([self._new_workflow(s, now, key)], now)
             job = self.store.get(first_job(enqueued))
         else:
-            new: NewJob = self.targets.new_job(s.job_data(key), now)
+            new: NewJob = self._new_job(s, now, key, now)
             job, _ = self.store.enqueue(new, now)
         record_manual_run(self.store, name, job.id, now)
         actions.record(actor, "schedule.run", name, now, store=self.store, job_id=job.id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -179,6 +180,9 @@ class Targets:
     """The ``[workflows.NAME]`` tables of the config, checked at start-up."""
     new_workflow: Callable[[str, str], NewWorkflow]
     """The workflow ``[workflows.NAME]`` keyed ``key``: ``new_workflow(name, key)``."""
+    fire_span: Callable[[str, datetime], AbstractContextManager[Any]] = lambda name, at: nullcontext()
+    """What a fire's jobs are made in: with tracing on, a trace of its own
+    per fire (``jobdeck.tracing.AttemptTracer.fire``); else nothing."""
 
 
 def parse_schedules(raw: Any, targets: Targets) -> list[Schedule]:

@@ -349,7 +349,7 @@ def _job_values(new: NewJob, now: datetime, **extra: Any) -> dict[str, Any]:
         "type": new.type, "queue": new.queue, "payload": payload_json(new), "priority": new.priority,
         "max_retries": new.max_retries, "idempotency_key": new.idempotency_key, "available_at": at,
         "created_at": now, "updated_at": now, "rate_key": new.rate_key, "concurrency_key": new.concurrency_key,
-        "status": PENDING, "attempt": 0, "retry_count": 0, **extra,
+        "status": PENDING, "attempt": 0, "retry_count": 0, "traceparent": new.traceparent, **extra,
     }  # fmt: skip
 
 
