@@ -26,6 +26,7 @@ from jobdeck.core.config import Config, ConfigError, tracing_enabled
 from jobdeck.core.errors import Cancelled
 
 if TYPE_CHECKING:
+    from jobdeck.jobs.handlers import JobContext
     from jobdeck.store import JobRecord, Outcome
 
 INSTRUMENTATION = "jobdeck"
@@ -181,15 +182,28 @@ class AttemptTracer:
             },
         )
         with trace.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
-            yield AttemptSpan(span)
+            yield AttemptSpan(span, self.tracer)
 
 
 class AttemptSpan:
     """One attempt's span, told how the attempt ended."""
 
-    def __init__(self, span: Any) -> None:
+    def __init__(self, span: Any, tracer: Any) -> None:
         self.span = span
+        self.tracer = tracer
         self.cancelled = False
+
+    def instrument(self, ctx: JobContext) -> None:
+        """``ctx.log`` lines become events of the span, and each ``ctx.effect`` a child span."""
+        ctx.log.span = self.span
+        ctx.trace = self
+
+    @contextmanager
+    def effect(self, key: str) -> Iterator[None]:
+        """``ctx.effect(key, ...)``: a span ``effect <key>`` beneath the attempt's,
+        with the exception recorded if the effect raised."""
+        with self.tracer.start_as_current_span(f"effect {key}", attributes={"jobdeck.effect.key": key}):
+            yield
 
     def failed(self, exc: BaseException) -> None:
         """The handler raised: the exception is recorded on the span."""

@@ -448,3 +448,32 @@ def test_each_schedule_fire_starts_a_trace_of_its_own(
     for job_id, fire in zip(sorted(fired), fires):
         stored = deck.store.get(job_id).traceparent
         assert stored is not None and stored.startswith(f"00-{fire.context.trace_id:032x}-{fire.context.span_id:016x}-")
+
+
+def test_log_lines_are_events_and_effects_are_child_spans(
+    spans: InMemorySpanExporter, make_deck: Any, registry: Registry
+) -> None:
+    @registry.handler("t.effects")
+    def effects(payload: dict[str, Any], ctx: JobContext) -> Any:
+        ctx.log("copied %d rows", 3)
+        ctx.log.warning("disk almost full")
+        charged = ctx.effect("charge:42", lambda: {"charged": 500})
+        ctx.effect("mail:42", lambda: 1 / 0)
+        return charged
+
+    deck = make_deck(tracing={"enabled": True})
+    job, _ = deck.enqueue("t.effects", max_retries=0)
+    _run(deck, [job.id], {State.DEAD})
+    (run,) = _runs(spans, job.id)
+    logs = [dict(e.attributes or {}) for e in run.events if e.name == "job.log"]
+    assert logs == [
+        {"jobdeck.log.level": "info", "jobdeck.log.message": "copied 3 rows"},
+        {"jobdeck.log.level": "warning", "jobdeck.log.message": "disk almost full"},
+    ]
+    found = {s.name: s for s in spans.get_finished_spans() if s.name.startswith("effect ")}
+    assert set(found) == {"effect charge:42", "effect mail:42"}
+    for effect in found.values():
+        assert effect.parent is not None and effect.parent.span_id == run.context.span_id
+    assert found["effect charge:42"].status.status_code is StatusCode.UNSET
+    assert found["effect mail:42"].status.status_code is StatusCode.ERROR
+    assert [e.name for e in found["effect mail:42"].events] == ["exception"]

@@ -203,6 +203,8 @@ class JobContext:
         (``ctx.cancelled.wait(5)`` returns True at once on a cancel) or calls
         ``check_cancelled`` between steps. A handler that ignores it runs on
         until its timeout; either way the job ends ``cancelled``."""
+        self.trace: Any = None
+        """The attempt's span with tracing on (``jobdeck.tracing.AttemptSpan``): each effect is a child span."""
 
     @property
     def cancel_reason(self) -> str | None:
@@ -298,6 +300,12 @@ class JobContext:
         running is in flight, not lost: this attempt waits up to
         ``EFFECT_WAIT`` seconds for its outcome.
         """
+        if self.trace is not None:
+            with self.trace.effect(key):
+                return self._effect(key, fn, replay_safe)
+        return self._effect(key, fn, replay_safe)
+
+    def _effect(self, key: str, fn: Callable[..., Any], replay_safe: bool) -> Any:
         call: Callable[[], Any] = (lambda: fn(key)) if replay_safe else fn
         waited_until = time.monotonic() + self.EFFECT_WAIT
         pause = 0.02

@@ -235,6 +235,8 @@ class JobLog:
     def __init__(self, job_type: str, buffer: AttemptLog | None = None) -> None:
         self.job_type = job_type
         self.buffer = buffer
+        self.span: Any = None
+        """The attempt's span with tracing on (``jobdeck.tracing``): each line is an event of it too."""
 
     @cached_property
     def logger(self) -> logging.Logger:
@@ -275,6 +277,8 @@ class JobLog:
             text = f"{text}\n{traceback.format_exc().rstrip()}"
         if self.buffer is not None:
             self.buffer.add(level, text)
+        if self.span is not None:
+            self.span.add_event("job.log", {"jobdeck.log.level": level, "jobdeck.log.message": text})
         self.logger.log(_STD_LEVEL[level], "%s", text, extra={_KEPT: True})
 
 

@@ -119,6 +119,8 @@ class Executors:
                 self.store, job.id, job.attempt, self.worker_id, job.type, self.clock,
                 cancelled=slot.cancelled, log=buffer,
             )  # fmt: skip
+            if span is not None:
+                span.instrument(ctx)
             with self.logs.capturing(job, buffer):
                 result = spec.fn(job.payload, ctx)
                 if inspect.isawaitable(result):  # an ``async def`` handler
