@@ -244,3 +244,15 @@ def _request_traceparent() -> str | None:
     if not has_request_context():
         return None
     return request.headers.get("traceparent")
+
+
+def trace_link(url_template: str, traceparent: str | None) -> str | None:
+    """The dashboard's "View trace" link of a job stored with a trace context
+    (``[tracing] trace_url``, ``{trace_id}`` replaced), else None. The id is
+    the 32 hex digits of the stored ``traceparent``, nothing else."""
+    if not url_template or not traceparent:
+        return None
+    parts = traceparent.split("-")
+    if len(parts) != 4 or len(parts[1]) != 32 or any(c not in "0123456789abcdef" for c in parts[1]):
+        return None
+    return url_template.replace("{trace_id}", parts[1])

@@ -289,7 +289,7 @@ def test_tracing_is_off_unless_the_table_or_the_variable_turns_it_on(tmp_path: P
     ("env", "table", "error"),
     [
         ({}, {"enabled": "yes"}, "tracing.enabled: expected true or false, got 'yes'"),
-        ({}, {"endpoint": "http://x"}, "tracing.endpoint: unknown key (only enabled)"),
+        ({}, {"endpoint": "http://x"}, "tracing.endpoint: unknown key (only enabled, trace_url)"),
         ({}, "on", "tracing: expected a table ([tracing])"),
         ({"JOBDECK_TRACING": "maybe"}, None, "JOBDECK_TRACING: expected true or false, got 'maybe'"),
     ],
@@ -477,3 +477,31 @@ def test_log_lines_are_events_and_effects_are_child_spans(
     assert found["effect charge:42"].status.status_code is StatusCode.UNSET
     assert found["effect mail:42"].status.status_code is StatusCode.ERROR
     assert [e.name for e in found["effect mail:42"].events] == ["exception"]
+
+
+# -- the dashboard links out -------------------------------------------------------------------
+
+
+def test_a_traced_jobs_attempts_link_to_the_trace(spans: InMemorySpanExporter, make_deck: Any) -> None:
+    from jobdeck import create_app
+
+    url = "https://tempo.example/trace/{trace_id}?from=jobdeck&x=<y>"
+    deck = make_deck(tracing={"enabled": True, "trace_url": url})
+    app = create_app(deck=deck)
+    app.config["TESTING"] = True
+    client = app.test_client()
+    traced = client.post("/api/jobs", json={"type": "demo.noop"}, headers={"traceparent": _HEADER}).get_json()
+    plain = client.post("/api/jobs", json={"type": "demo.noop"}).get_json()
+    _run(deck, [traced["id"], plain["id"]], {State.COMPLETED})
+    page = client.get(f"/jobs/{traced['id']}").get_data(as_text=True)
+    link = "https://tempo.example/trace/0af7651916cd43dd8448eb211c80319c?from=jobdeck&amp;x=&lt;y&gt;"
+    assert f'href="{link}"' in page and "View trace" in page
+    assert "View trace" not in client.get(f"/jobs/{plain['id']}").get_data(as_text=True)
+
+
+@pytest.mark.parametrize(
+    "url", ["tempo.example/trace/{trace_id}", "https://tempo.example/trace/", "javascript:{trace_id}", 7]
+)
+def test_a_trace_url_must_be_http_and_hold_the_trace_id(tmp_path: Path, url: Any) -> None:
+    with pytest.raises(ConfigError, match=r"^tracing\.trace_url: expected an http\(s\) URL holding \{trace_id\}"):
+        load(path=None, env={}, overrides={"instance_path": str(tmp_path), "tracing": {"trace_url": url}})

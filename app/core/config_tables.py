@@ -208,10 +208,25 @@ def tracing_enabled(config: Config) -> bool:
     table = config.extra.get("tracing", {})
     if not isinstance(table, dict):
         raise ConfigError("tracing: expected a table ([tracing])")
-    unknown = set(table) - {"enabled"}
+    unknown = set(table) - {"enabled", "trace_url"}
     if unknown:
-        raise ConfigError(f"tracing.{sorted(unknown)[0]}: unknown key (only enabled)")
+        raise ConfigError(f"tracing.{sorted(unknown)[0]}: unknown key (only enabled, trace_url)")
     enabled = table.get("enabled", False)
     if not isinstance(enabled, bool):
         raise ConfigError(f"tracing.enabled: expected true or false, got {enabled!r}")
+    url = table.get("trace_url", "")
+    if not isinstance(url, str) or (
+        url and (not url.startswith(("http://", "https://")) or "{trace_id}" not in url or len(url) > 2000)
+    ):
+        raise ConfigError(
+            'tracing.trace_url: expected an http(s) URL holding {trace_id}, like "https://tempo.example/trace/{trace_id}"'
+            f", got {str(url)[:200]!r}"
+        )
     return enabled
+
+
+def trace_url(config: Config) -> str:
+    """``[tracing] trace_url``: where the dashboard links a traced job's
+    trace, ``{trace_id}`` replaced by its id (checked at load); "" for none."""
+    table = config.extra.get("tracing", {})
+    return str(table.get("trace_url", "")) if isinstance(table, dict) else ""

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from flask import Blueprint, abort, current_app, redirect, render_template, request, session, url_for
+from jobdeck.core.config_tables import trace_url
 from jobdeck.core.errors import JobNotFound
 from jobdeck.core.states import SOURCES, AttemptOutcome, State, Transition, allowed
 from jobdeck.core.validation import parse_int
@@ -29,6 +30,7 @@ from jobdeck.store.reads import (
     newest_id,
     running_by_worker,
 )
+from jobdeck.tracing import trace_link
 from jobdeck.web.dashboard.auth import current_user
 from jobdeck.web.dashboard.membership import membership_of
 from jobdeck.web.dashboard.present import latency_chart, throughput_chart
@@ -243,6 +245,7 @@ def _job(job_id: int) -> dict[str, Any]:
         "audit": audit_of_job(d.store, job_id),
         "effects": d.store.ledger.of_job(job_id),
         "membership": membership_of(d.store, job),
+        "trace_link": trace_link(trace_url(d.config), job.traceparent),
     }
 
 
