@@ -164,6 +164,9 @@ class AttemptTracer:
         from opentelemetry.context import Context
 
         parent = self.propagator.extract({"traceparent": job.traceparent}) if job.traceparent else Context()
+        waited = _queued_seconds(job)
+        if waited is not None and job.traceparent:
+            self._wait_span(job, parent)
         span = self.tracer.start_span(
             f"job.run {job.type}",
             context=parent,
@@ -179,10 +182,34 @@ class AttemptTracer:
                 "jobdeck.job.queue": job.queue,
                 "jobdeck.job.attempt": job.attempt,
                 "jobdeck.job.priority": job.priority,
+                **({"jobdeck.job.queued_seconds": waited} if waited is not None else {}),
             },
         )
         with trace.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
             yield AttemptSpan(span, self.tracer)
+
+    def _wait_span(self, job: JobRecord, parent: Any) -> None:
+        """``job.wait <type>``: the time in queue, from when the attempt was
+        due to its claim (database times), beside the attempt's span."""
+        assert job.claimed_at is not None
+        wait = self.tracer.start_span(
+            f"job.wait {job.type}",
+            context=parent,
+            start_time=_ns(job.available_at),
+            attributes={"messaging.system": "jobdeck", "jobdeck.job.id": job.id, "jobdeck.job.attempt": job.attempt},
+        )
+        wait.end(end_time=_ns(job.claimed_at))
+
+
+def _queued_seconds(job: JobRecord) -> float | None:
+    """Seconds from when the attempt was due to its claim; None if not known."""
+    if job.claimed_at is None or job.available_at is None:
+        return None
+    return max(0.0, (job.claimed_at - job.available_at).total_seconds())
+
+
+def _ns(at: datetime) -> int:
+    return int(at.timestamp() * 1_000_000_000)
 
 
 class AttemptSpan:

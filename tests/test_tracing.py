@@ -88,7 +88,11 @@ def _run(deck: Jobdeck, job_ids: list[int], finished: set[State]) -> None:
 
 
 def _runs(exporter: InMemorySpanExporter, job_id: int) -> list[ReadableSpan]:
-    found = [s for s in exporter.get_finished_spans() if (s.attributes or {}).get("jobdeck.job.id") == job_id]
+    found = [
+        s
+        for s in exporter.get_finished_spans()
+        if s.name.startswith("job.run ") and (s.attributes or {}).get("jobdeck.job.id") == job_id
+    ]
     return sorted(found, key=lambda s: (s.attributes or {})["jobdeck.job.attempt"])
 
 
@@ -109,7 +113,9 @@ def test_each_attempt_is_a_span_with_the_messaging_attributes_and_its_outcome(
 
     (run,) = _runs(spans, ok.id)
     assert run.name == "job.run t.flaky" and run.kind is SpanKind.CONSUMER
-    assert dict(run.attributes or {}) == {
+    attributes = dict(run.attributes or {})
+    assert float(attributes.pop("jobdeck.job.queued_seconds")) >= 0  # type: ignore[arg-type]
+    assert attributes == {
         "messaging.system": "jobdeck",
         "messaging.operation.type": "process",
         "messaging.operation.name": "run",
@@ -333,6 +339,20 @@ def test_a_job_enqueued_in_a_span_runs_every_attempt_as_its_child(
     for run in runs:  # retries are sibling spans: each attempt a child of the enqueue's context
         assert run.context.trace_id == context.trace_id
         assert run.parent is not None and run.parent.span_id == context.span_id and run.parent.is_remote
+        assert float(run.attributes["jobdeck.job.queued_seconds"]) >= 0  # type: ignore[arg-type,index]
+    # The time in queue: a span beside each attempt's, from when it was due to its claim.
+    waits = sorted(
+        (
+            s
+            for s in spans.get_finished_spans()
+            if (s.attributes or {}).get("jobdeck.job.id") == job.id and s.name == "job.wait t.flaky"
+        ),
+        key=lambda s: (s.attributes or {})["jobdeck.job.attempt"],
+    )
+    assert [(s.attributes or {})["jobdeck.job.attempt"] for s in waits] == [1, 2, 3]
+    for wait in waits:
+        assert wait.parent is not None and wait.parent.span_id == context.span_id
+        assert wait.start_time is not None and wait.end_time is not None and wait.start_time <= wait.end_time
 
 
 def test_an_http_enqueue_continues_the_traceparent_header(

@@ -106,7 +106,7 @@ def test_serve_exports_the_attempt_spans_over_otlp(tmp_path: Path, receiver: tup
             found = {}
             for _, span in got.found():
                 job_id = _attributes(span).get("jobdeck.job.id")
-                if job_id in (ok["id"], bad["id"]):
+                if job_id in (ok["id"], bad["id"]) and span.name.startswith("job.run "):
                     found[job_id] = span
             return found
 
