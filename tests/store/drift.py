@@ -102,7 +102,7 @@ MUTATIONS: list[Mutation] = [
              "fence += [jobs.c.workflow_id.is_(None)]",
              "complete_recorded alone (PostgreSQL, autocommit): complete batch jobs with no one to fire the batch's callback"),
     Mutation(ATTEMPTS, "case((cancelled, AttemptOutcome.CANCELLED.value), else_=AttemptOutcome.COMPLETED.value)",
-             "AttemptOutcome.COMPLETED.value",
+             "case((cancelled, AttemptOutcome.COMPLETED.value), else_=AttemptOutcome.COMPLETED.value)",
              "complete_recorded (PostgreSQL batches): a cancelled job's attempt row says completed"),
     # -- fail, set_progress and snooze: one fence, ``_held_attempt``, broken once on its own
     Mutation(ATTEMPTS, '        jobs.c.attempt == bindparam("job_attempt"),\n', "",
@@ -193,14 +193,14 @@ MUTATIONS: list[Mutation] = [
         OPERATORS,
         "stmt = update(jobs).where(picked, in_states(Transition.RETRY)).values(values)",
         "stmt = update(jobs).where(picked, in_states(Transition.RETRY) if not one"
-        " else status_in(jobs.c.status, [*sources(Transition.RETRY), 'completed'])).values(values)",
+        " else (in_states(Transition.RETRY) | (jobs.c.status == 'completed'))).values(values)",
         "retry (one job): from a state not in SOURCES (completed)",
     ),
     Mutation(
         OPERATORS,
         "stmt = update(jobs).where(picked, in_states(Transition.RETRY)).values(values)",
         "stmt = update(jobs).where(picked, in_states(Transition.RETRY) if one"
-        " else status_in(jobs.c.status, [*sources(Transition.RETRY), 'completed'])).values(values)",
+        " else (in_states(Transition.RETRY) | (jobs.c.status == 'completed'))).values(values)",
         "retry_ids: from a state not in SOURCES (completed)",
     ),
     Mutation(
@@ -233,7 +233,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         OPERATORS,
         "at_once = status_in(jobs.c.status, [s.value for s in ALL_STATES if s in CANCEL_AT_ONCE])",
-        "at_once = status_in(jobs.c.status, sources(Transition.CANCEL))",
+        "at_once = status_in(jobs.c.status, [s.value for s in ALL_STATES if s in CANCEL_AT_ONCE or s is State.RUNNING])",
         "cancel: a running job cancelled at once (its attempt still running)",
     ),
     Mutation(ATTEMPTS, '        "status": _cancelled_or(State.COMPLETED),', '        "status": State.COMPLETED.value,',
