@@ -136,6 +136,28 @@ class AttemptTracer:
         return carrier.get("traceparent")  # re-written from what parsed: nothing else is stored
 
     @contextmanager
+    def acknowledgement(self, job_id: int, outcome: str) -> Iterator[None]:
+        """An HTTP worker's complete, fail or snooze: a span ``job.ack <outcome>``
+        in the worker's trace, the child of the current span or else of the
+        request's ``traceparent`` header (the worker's attempt span); no span
+        without either. A refused call (409) is an error with its exception."""
+        from opentelemetry import trace
+
+        parent = None
+        if not trace.get_current_span().get_span_context().is_valid:
+            header = _request_traceparent()
+            parent = self.propagator.extract({"traceparent": header}) if header else None
+            if parent is None or not trace.get_current_span(parent).get_span_context().is_valid:
+                yield
+                return
+        with self.tracer.start_as_current_span(
+            f"job.ack {outcome}",
+            context=parent,
+            attributes={"messaging.system": "jobdeck", "messaging.operation.type": "settle", "jobdeck.job.id": job_id},
+        ):
+            yield
+
+    @contextmanager
     def fire(self, schedule: str, at: datetime) -> Iterator[None]:
         """A schedule's fire: a span ``schedule.fire <name>`` (PRODUCER) that
         starts a trace of its own, current while the fire's job (or

@@ -525,3 +525,36 @@ def test_a_traced_jobs_attempts_link_to_the_trace(spans: InMemorySpanExporter, m
 def test_a_trace_url_must_be_http_and_hold_the_trace_id(tmp_path: Path, url: Any) -> None:
     with pytest.raises(ConfigError, match=r"^tracing\.trace_url: expected an http\(s\) URL holding \{trace_id\}"):
         load(path=None, env={}, overrides={"instance_path": str(tmp_path), "tracing": {"trace_url": url}})
+
+
+def test_an_http_workers_reports_join_its_trace(spans: InMemorySpanExporter, make_deck: Any) -> None:
+    from jobdeck import create_app
+
+    deck = make_deck(tracing={"enabled": True}, external_types=["ext.resize"])
+    client = create_app(deck=deck).test_client()
+    ids = [client.post("/api/jobs", json={"type": "ext.resize"}, headers={"traceparent": _HEADER}).get_json()["id"]]
+    ids.append(client.post("/api/jobs", json={"type": "ext.resize", "max_retries": 0}).get_json()["id"])
+    ids.append(client.post("/api/jobs", json={"type": "ext.resize"}).get_json()["id"])
+    claimed = client.post("/api/jobs/claim", json={"worker_id": "go-1", "limit": 3}).get_json()
+    assert [j["traceparent"] for j in claimed] == [_HEADER, None, None]
+    # The worker's own attempt span (a child of the job's context) names itself on its reports.
+    worker_span = "1111111111111111"
+    own = f"00-0af7651916cd43dd8448eb211c80319c-{worker_span}-01"
+    done = client.post(f"/api/jobs/{ids[0]}/complete", json={"worker_id": "go-1", "attempt": 1}, headers={
+        "traceparent": own
+    })  # fmt: skip
+    other = "00-22222222222222222222222222222222-3333333333333333-01"
+    failed = client.post(f"/api/jobs/{ids[1]}/fail", json={"worker_id": "go-1", "error": "boom"}, headers={
+        "traceparent": other
+    })  # fmt: skip
+    untraced = client.post(f"/api/jobs/{ids[2]}/complete", json={"worker_id": "go-1"})
+    late = client.post(f"/api/jobs/{ids[0]}/complete", json={"worker_id": "go-1"}, headers={"traceparent": own})
+    assert [r.status_code for r in (done, failed, untraced, late)] == [200, 200, 200, 409]
+    acks = [s for s in spans.get_finished_spans() if s.name.startswith("job.ack ")]
+    assert [(s.name, (s.attributes or {})["jobdeck.job.id"]) for s in acks] == [
+        ("job.ack complete", ids[0]), ("job.ack fail", ids[1]), ("job.ack complete", ids[0])
+    ]  # fmt: skip
+    assert (acks[0].context.trace_id, acks[0].parent and acks[0].parent.span_id) == (_TRACE_ID, int(worker_span, 16))
+    assert acks[1].context.trace_id == int("2" * 32, 16)
+    assert acks[0].status.status_code is StatusCode.UNSET
+    assert acks[2].status.status_code is StatusCode.ERROR and acks[2].events[0].name == "exception"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from flask import Blueprint, current_app, jsonify, request, url_for
@@ -218,7 +219,8 @@ def complete(job_id: int) -> Any:
     if result is not None:
         check_result_size(json.dumps(result, ensure_ascii=False, separators=(",", ":")), deck.config.max_result_bytes)
     _last_lines(deck, job_id, worker_id, data, now)
-    job = deck.store.complete(job_id, worker_id, now, result=result)
+    with _acknowledged(deck, job_id, "complete"):
+        job = deck.store.complete(job_id, worker_id, now, result=result)
     return jsonify(job_json(job, now))
 
 
@@ -241,7 +243,8 @@ def fail(job_id: int) -> Any:
         check_text(tb, "traceback", 10 * MAX_ERROR_CHARS)
     now = deck.clock()
     _last_lines(deck, job_id, worker_id, data, now)
-    job = deck.store.fail(job_id, worker_id, error, now, retryable=retryable, traceback=tb)
+    with _acknowledged(deck, job_id, "fail"):
+        job = deck.store.fail(job_id, worker_id, error, now, retryable=retryable, traceback=tb)
     return jsonify(job_json(job, now))
 
 
@@ -265,7 +268,8 @@ def snooze(job_id: int) -> Any:
     _last_lines(deck, job_id, worker_id, data, now)
     job_type = deck.store.get(job_id).type
     cap = max_snoozes(deck.config, deck.registry, job_type)
-    job = deck.store.snooze(job_id, worker_id, seconds, now, reason=reason, max_snoozes=cap)
+    with _acknowledged(deck, job_id, "snooze"):
+        job = deck.store.snooze(job_id, worker_id, seconds, now, reason=reason, max_snoozes=cap)
     return jsonify(job_json(job, now))
 
 
@@ -395,3 +399,8 @@ def _operator_action(job_id: int, action: str) -> Any:
     now = deck.clock()
     job = (actions.retry if action == "retry" else actions.discard)(deck.store, job_id, guard.actor(), now)
     return jsonify(job_json(job, now))
+
+
+def _acknowledged(deck: Jobdeck, job_id: int, outcome: str) -> AbstractContextManager[None]:
+    """With tracing on, a worker's report in its trace (``AttemptTracer.acknowledgement``)."""
+    return deck.tracing.acknowledgement(job_id, outcome) if deck.tracing is not None else nullcontext()
