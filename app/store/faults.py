@@ -117,7 +117,7 @@ def outage_of(exc: BaseException, where: str | None = None) -> Outage | None:
     ``where`` is the folder of a SQLite database: SQLite reports a write
     that the kernel refused with ``EROFS`` or ``ENOSPC`` as a plain I/O
     error, and its file system then says which it was."""
-    if isinstance(exc, (sa_exc.TimeoutError, sa_exc.DisconnectionError)):
+    if isinstance(exc, (sa_exc.TimeoutError, sa_exc.DisconnectionError)) or _checkout_exhausted(exc):
         return UNAVAILABLE  # the pool had no connection to give, or it was dead
     if isinstance(exc, sa_exc.DBAPIError):
         if exc.connection_invalidated:
@@ -129,6 +129,15 @@ def outage_of(exc: BaseException, where: str | None = None) -> Outage | None:
             return _file_system_outage(where)
         return outage
     return _postgres_outage(exc)
+
+
+def _checkout_exhausted(exc: BaseException) -> bool:
+    """SQLAlchemy's pool gave up handing out a connection: each one it tried
+    failed its ping at checkout (``jobdeck.store.engine``), as while a burst of
+    backend terminations lasts. The pool says so with a plain
+    InvalidRequestError, not a DisconnectionError; a closed Connection used
+    again is a ResourceClosedError, a bug, and stays one."""
+    return type(exc) is sa_exc.InvalidRequestError and str(exc) == "This connection is closed"
 
 
 def is_transient(exc: BaseException) -> bool:

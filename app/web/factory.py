@@ -178,7 +178,9 @@ def _register_errors(app: Flask) -> None:
         response.headers["Retry-After"] = str(outage.retry_after)
         return response
 
-    for kind in (sa_exc.DBAPIError, sa_exc.TimeoutError, sqlite3.Error):
+    # DisconnectionError and InvalidRequestError: the pool found no live connection to hand out (faults.py).
+    for kind in (sa_exc.DBAPIError, sa_exc.TimeoutError, sa_exc.DisconnectionError, sa_exc.InvalidRequestError,
+                 sqlite3.Error):  # fmt: skip
         app.register_error_handler(kind, _database_error)
 
 
