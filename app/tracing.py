@@ -137,7 +137,7 @@ class AttemptTracer:
 
     @contextmanager
     def acknowledgement(self, job_id: int, outcome: str) -> Iterator[None]:
-        """An HTTP worker's complete, fail or snooze: a span ``job.ack <outcome>``
+        """An HTTP worker's complete, fail, snooze or release: a span ``job.ack <outcome>``
         in the worker's trace, the child of the current span or else of the
         request's ``traceparent`` header (the worker's attempt span); no span
         without either. A refused call (409) is an error with its exception."""

@@ -241,6 +241,7 @@ def test_a_work_token_claims_and_sees_only_its_types(api: Any, tokened: Jobdeck)
         ("POST", f"/api/jobs/{other.id}/complete", worker),
         ("POST", f"/api/jobs/{other.id}/fail", {**worker, "error": "x"}),
         ("POST", f"/api/jobs/{other.id}/snooze", {**worker, "seconds": 5}),
+        ("POST", f"/api/jobs/{other.id}/release", {**worker, "attempt": 1}),
     ]:
         answer = client.open(path, method=method, json=body, headers=bearer("resize-worker"))
         assert answer.status_code == 404 and answer.get_json() == {"error": f"job {other.id} does not exist"}, path

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jobdeck.core.crashpoints import crash_point
-from jobdeck.core.errors import JobNotFound, NotHeld, TransitionRefused
+from jobdeck.core.errors import JobNotFound, NotHeld, StaleAttempt, TransitionRefused
 from jobdeck.core.fingerprint import fingerprint
 from jobdeck.core.states import AttemptOutcome, State, Transition
 from jobdeck.store import attempt_statements
@@ -356,6 +356,20 @@ class Finishing(Graph, Claiming):
         if released:
             self._notify_enqueued()
         return released
+
+    def release_held(self, job_id: int, attempt: int, worker_id: str, now: datetime) -> JobRecord:
+        """The HTTP worker's release at shutdown: the job back to ``pending``
+        at once, no retry counted, its attempt recorded as the pool's release
+        records a started one (``interrupted``). Refused unless running, held
+        by ``worker_id`` and on ``attempt``: fenced as complete and fail are,
+        checked and applied in one transaction."""
+        with self._one_transaction() as conn:
+            row = self._held(conn, job_id, worker_id, Transition.RELEASE)
+            if row.attempt != attempt:
+                raise StaleAttempt(job_id, attempt, row.attempt)
+            if not self.release(worker_id, [(job_id, attempt)], now, interrupted={job_id: row.claimed_at}):
+                raise self._why_refused(conn, job_id, Transition.RELEASE)
+            return JobRecord.from_row(conn.execute(select(jobs).where(jobs.c.id == job_id)).one())
 
 
 CANCELLED = State.CANCELLED.value

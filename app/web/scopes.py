@@ -9,7 +9,7 @@ walks the URL map, fails until it is added.
 
 - ``enqueue``: add jobs (one, bulk, workflows, batches).
 - ``work``: the worker protocol (claim, heartbeat, complete, fail, snooze,
-  an effect's start, finish and withdraw),
+  release, an effect's start, finish and withdraw),
   and reading a job of its own types and queues with its log, artifacts and
   effects (the rows marked ``READ, WORK``).
 - ``read``: every other GET, ``/metrics`` too.
@@ -44,6 +44,7 @@ OPERATIONS: dict[str, tuple[str, ...]] = {
     "POST /api/jobs/<int:job_id>/complete": (WORK,),
     "POST /api/jobs/<int:job_id>/fail": (WORK,),
     "POST /api/jobs/<int:job_id>/snooze": (WORK,),
+    "POST /api/jobs/<int:job_id>/release": (WORK,),
     "POST /api/jobs/<int:job_id>/effects/<path:key>/start": (WORK,),
     "POST /api/jobs/<int:job_id>/effects/<path:key>/finish": (WORK,),
     "POST /api/jobs/<int:job_id>/effects/<path:key>/withdraw": (WORK,),

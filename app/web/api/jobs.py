@@ -1,5 +1,5 @@
 """The HTTP JSON API under /api: enqueue, the external-worker protocol
-(claim, heartbeat, complete, fail, snooze), reads, and operator actions."""
+(claim, heartbeat, complete, fail, snooze, release), reads, and operator actions."""
 
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ MAX_WORKER_ID = 200
 """The ``worker_id`` column; a named token's prefix counts in it."""
 MAX_ERROR_CHARS = 65536
 """A failure's message or traceback as an external worker reports it."""
+MAX_ATTEMPT = 2**31 - 1
+"""The attempt column's integer (a release names the attempt it gives back)."""
 
 
 def _deck() -> Jobdeck:
@@ -270,6 +272,24 @@ def snooze(job_id: int) -> Any:
     cap = max_snoozes(deck.config, deck.registry, job_type)
     with _acknowledged(deck, job_id, "snooze"):
         job = deck.store.snooze(job_id, worker_id, seconds, now, reason=reason, max_snoozes=cap)
+    return jsonify(job_json(job, now))
+
+
+@bp.post("/jobs/<int:job_id>/release")
+def release(job_id: int) -> Any:
+    """Give a claimed job back at shutdown: ``pending`` at once, no retry
+    counted, the attempt recorded ``interrupted`` (the pool's release,
+    ``Store.release``). Fenced by job, ``attempt`` and worker: a late or
+    foreign release is refused (409) as a late complete is."""
+    deck = _deck()
+    data = _body()
+    worker_id = _worker_id(data)
+    attempt = data.get("attempt")
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or not 1 <= attempt <= MAX_ATTEMPT:
+        raise InvalidField("attempt", "required: the attempt number the claim answered, an integer from 1")
+    now = deck.clock()
+    with _acknowledged(deck, job_id, "release"):
+        job = deck.store.release_held(job_id, attempt, worker_id, now)
     return jsonify(job_json(job, now))
 
 

@@ -108,7 +108,12 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     },
-    "EffectStepRequest": {"type": "object", "required": ["worker_id", "attempt"], "properties": _STEP},
+    "AttemptRequest": {
+        "type": "object",
+        "description": "The worker and the claimed attempt a call is for (an effect's withdraw, a release)",
+        "required": ["worker_id", "attempt"],
+        "properties": _STEP,
+    },
     "EffectList": {
         "type": "object",
         "required": ["effects"],
@@ -173,7 +178,7 @@ def paths() -> dict[str, Any]:
         "/api/jobs/{job_id}/effects/{key}/withdraw": _step(
             "withdrawEffect",
             "Withdraw the effect your attempt started: it was certainly not performed",
-            "EffectStepRequest",
+            "AttemptRequest",
             "Effect",
             {
                 "404": answer(ref("Error"), "Unknown job, or no such effect of the job"),
