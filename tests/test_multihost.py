@@ -102,6 +102,17 @@ class Cluster:
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.load(response)
 
+    def serving(self) -> bool:
+        """The serve process answers HTTP. Its pool registers from granian's
+        worker process before that process listens, so a registered serve
+        may still refuse a connection for a moment on a busy machine."""
+        self.check_alive()
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/health", timeout=10) as response:
+                return bool(response.status == 200)
+        except OSError:  # URLError included: not listening yet
+            return False
+
     def stop(self) -> None:
         for p in self.procs:
             if p.poll() is None:
@@ -161,6 +172,7 @@ def test_three_processes_share_one_database(empty_db_url, tmp_path, backend):
                 return False
 
         wait_for(registered, 60, interval=0.1, message="three processes to register")
+        wait_for(cluster.serving, 60, interval=0.1, message="the serve process to answer HTTP")
         pids = cluster.pids()
 
         # 10,000 jobs: through the serve process's API and straight into the database.
