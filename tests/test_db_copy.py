@@ -17,8 +17,10 @@ from collections.abc import Callable, Iterator
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+import requests
 from jobdeck import deck_of
 from jobdeck.deck import Jobdeck
 from jobdeck.store.engine import make_engine
@@ -28,6 +30,7 @@ from jobdeck.store.transfer import SKIPPED, CopyRefused, TableCount, copied_tabl
 from sqlalchemy import create_engine, delete, func, inspect, select, text, update
 
 from tests import transfer_support as support
+from tests.adversarial.cli_process import JobdeckProcess
 from tests.conftest import sqlite_url
 
 PROGRESS = re.compile(r"^(?P<step>\w+) (?P<table>\w+): (?P<done>\d+) of (?P<total>\d+) rows$")
@@ -182,6 +185,7 @@ def same_pages(made: support.Deployment, tmp_path: Path, target: str) -> None:
         one, two = before.test_client(), after.test_client()
         for path in paths:
             assert support.api(two, "GET", path) == support.api(one, "GET", path), path
+        served_the_same(made, tmp_path, target, paths, one)
         download = f"/api/jobs/{ids['report']}/artifacts/r0.csv"
         assert two.get(download, headers=support.AUTH).data == one.get(download, headers=support.AUTH).data
         assert support.made_counts(deck_of(after)) == support.made_counts(deck_of(before))
@@ -196,6 +200,39 @@ def same_pages(made: support.Deployment, tmp_path: Path, target: str) -> None:
     finally:
         deck_of(before).store.engine.dispose()
         deck_of(after).store.engine.dispose()
+
+
+def served_the_same(made: support.Deployment, tmp_path: Path, target: str, paths: list[str], one: Any) -> None:
+    """A real ``jobdeck serve`` on PostgreSQL answers each of ``paths`` as the
+    app on the SQLite file did, and its dead-letter page lists the same jobs
+    to the operator signed in before the move."""
+    folder = tmp_path / "served"
+    folder.mkdir()
+    config = folder / "jobdeck.toml"
+    config.write_text(support.config_toml(target, folder / "instance"))
+    server = JobdeckProcess(folder, config, name="serve-on-postgresql")
+    try:
+        server.wait_serving()
+        http = requests.Session()
+        for path in paths:
+            answer = http.get(server.url + path, headers=support.AUTH, timeout=30)
+            assert answer.status_code == 200, (path, answer.text[:300])
+            assert answer.json() == support.api(one, "GET", path), path
+        assert made.session_cookie is not None
+        http.cookies.set(*made.session_cookie)
+        served = http.get(server.url + "/jobs/dead", timeout=30)
+        one.set_cookie(*made.session_cookie)
+        local = one.get("/jobs/dead")
+        assert served.status_code == 200 and "/login" not in served.url, "the signed-in session did not move"
+        listed = re.findall(r'id="job-(\d+)"', served.text)
+        assert listed and listed == re.findall(r'id="job-(\d+)"', local.get_data(as_text=True))
+    finally:
+        server.signal()
+        try:
+            server.wait_exit(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            raise AssertionError("jobdeck serve did not stop within 30 s of SIGTERM") from None
 
 
 # -- running again ----------------------------------------------------------------------------

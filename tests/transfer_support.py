@@ -8,6 +8,7 @@ schema holds rows to copy, a table added later included."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -52,6 +53,30 @@ def config(url: str, instance: Path) -> Config:
             "dashboard": {"counts_cache_seconds": 0},
         },
     )
+
+
+def config_toml(url: str, instance: Path) -> str:
+    """``config`` as the jobdeck.toml of a ``jobdeck serve``: the same
+    deployment, but for its schedules: the demo's would fire in the new
+    process and add jobs the SQLite side never had (the app the tests build
+    in-process runs no scheduler)."""
+    return "\n".join([
+        f"database_url = {json.dumps(url)}",
+        "schedules = []",
+        f"instance_path = {json.dumps(str(instance))}",
+        "workers = 0",
+        'secret_key = "copy-test-secret"',
+        f"api_token = {json.dumps(TOKEN)}",
+        "demo = true",
+        f"[users.{USER}]",
+        f"password_hash = {json.dumps(PASSWORD_HASH)}",
+        'role = "operator"',
+        '[types."demo.charge-card"]',
+        'rate = "1000/1s"',
+        "[dashboard]",
+        "counts_cache_seconds = 0",
+        "",
+    ])  # fmt: skip
 
 
 def app_on(url: str, instance: Path) -> Any:
