@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from jobdeck.core.states import State
 from playwright.sync_api import expect
@@ -130,3 +132,29 @@ def test_cancel_a_running_sleep_from_its_page(live, page, dialogs, width):
     assert job.status is State.CANCELLED and job.attempt == 1 and job.retry_count == 0
     live.shot(page, f"job-cancelled-{width}")
     assert dialogs == []
+
+
+def test_an_action_answered_after_a_poll_still_shows_its_result(live, page, dialogs):
+    """The rows poll and "Retry selected" both replace the rows. A poll
+    that replaced them while the action was in flight made htmx drop the
+    action's answer, its message included: the jobs were retried and the
+    operator was not told (seen under load). The poll now gives way to an
+    action in flight. The action's answer is held here while a poll is asked
+    for, so the race happens every time."""
+    ids = [_api(live, page, {"type": "demo.fail", "payload": {}, "max_retries": 0}) for _ in range(2)]
+    page.goto(f"{live.url}/jobs/dead")
+    expect(page.locator("#job-rows input.row-select")).to_have_count(2, timeout=20000)
+    page.locator(f"#job-{ids[0]} input.row-select").check()
+    held = []
+    page.route("**/actions/selected/retry", lambda route: held.append(route))
+    page.get_by_role("button", name="Retry selected").click()
+    deadline = time.monotonic() + 10
+    while not held and time.monotonic() < deadline:
+        page.wait_for_timeout(20)  # polling for the held request, with a deadline
+    assert held, "the action's request never left"
+    page.evaluate("htmx.trigger(document.body, 'jd-poll')")
+    page.wait_for_timeout(1000)  # room for a poll that is not dropped to come back and replace the rows
+    held[0].continue_()
+    expect(page.locator(".flash-success")).to_contain_text("1 of 1 selected jobs retried.")
+    expect(page.locator(f"#job-{ids[0]}")).to_have_count(0)
+    expect(page.locator(f"#job-{ids[1]}")).to_have_count(1)
