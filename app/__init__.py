@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from jobdeck.core.errors import Cancelled, DeadLetter, EffectNotPerformed
     from jobdeck.deck import Jobdeck
-    from jobdeck.jobs.handlers import JobContext, Registry, handler
+    from jobdeck.jobs.context import JobContext
+    from jobdeck.jobs.handlers import Registry, handler
     from jobdeck.jobs.snooze import Snooze
     from jobdeck.runtime import Runtime
     from jobdeck.web.factory import create_app, deck_of
@@ -36,7 +37,7 @@ _HOMES = {
     "deck_of": "jobdeck.web.factory",
     "handler": "jobdeck.jobs.handlers",
     "Registry": "jobdeck.jobs.handlers",
-    "JobContext": "jobdeck.jobs.handlers",
+    "JobContext": "jobdeck.jobs.context",
     "Snooze": "jobdeck.jobs.snooze",
     "Cancelled": "jobdeck.core.errors",
     "DeadLetter": "jobdeck.core.errors",

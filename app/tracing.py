@@ -26,7 +26,7 @@ from jobdeck.core.config import Config, ConfigError, tracing_enabled
 from jobdeck.core.errors import Cancelled
 
 if TYPE_CHECKING:
-    from jobdeck.jobs.handlers import JobContext
+    from jobdeck.jobs.context import JobContext
     from jobdeck.store import JobRecord, Outcome
 
 INSTRUMENTATION = "jobdeck"

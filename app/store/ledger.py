@@ -5,7 +5,7 @@ An effect is ``started`` by an attempt before its side effect and ``done``
 (with the result) after it; ``not_performed`` when it certainly did not
 happen. The row is keyed by the handler's key, so every attempt of every job
 that reaches the same key meets the same row (``jobdeck.core.states.EffectState``).
-``JobContext.effect`` (jobdeck.jobs.handlers) drives these steps.
+``JobContext.effect`` (jobdeck.jobs.context) drives these steps.
 """
 
 from __future__ import annotations

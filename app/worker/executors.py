@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from jobdeck.core import forks
 from jobdeck.core.errors import Cancelled, DeadLetter
-from jobdeck.jobs.handlers import JobContext, Registry
+from jobdeck.jobs.context import JobContext
+from jobdeck.jobs.handlers import Registry
 from jobdeck.jobs.snooze import InvalidSnooze, Snooze, seconds_of
 from jobdeck.store import JobRecord, Outcome, Store
 from jobdeck.worker.holdings import Holdings, Slot
