@@ -1,6 +1,6 @@
 """OpenAPI paths of the jobs API (``jobdeck.web.api.jobs``): enqueue, the
-external-worker protocol, reads, operator actions, stats and health, and the
-schemas they answer and take."""
+external-worker protocol (``jobdeck.web.api.worker_protocol``), reads,
+operator actions, stats and health, and the schemas they answer and take."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 
 from jobdeck.core.states import State
 from jobdeck.core.validation import INT64_MAX, MAX_JSON_DEPTH, MAX_QUEUE_CHARS, MAX_SEARCH_CHARS, MAX_TYPE_CHARS
-from jobdeck.web.api.jobs import MAX_ERROR_CHARS
 from jobdeck.web.api.openapi_common import (
     ERRORS,
     FORBIDDEN,
@@ -24,6 +23,7 @@ from jobdeck.web.api.openapi_common import (
     request_body,
     text,
 )
+from jobdeck.web.api.worker_protocol import MAX_ERROR_CHARS
 
 SCHEMAS: dict[str, Any] = {
     "Health": {
