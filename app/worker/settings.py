@@ -29,18 +29,21 @@ def _no_limits() -> bool:
 
 @dataclass(frozen=True)
 class PoolSettings:
-    """A pool's settings (see the module docstring); the config's options of the same names."""
+    """A pool's settings (see the module docstring). The numbers are the
+    config's options of the same names (``threads`` is ``workers``, ``batch``
+    is ``claim_batch``); their defaults and meaning are defined once, on
+    ``jobdeck.core.config_schema.Config``, so none is repeated here."""
 
     spool_folder: Path
     """Where outcomes that never landed are kept for the next pool on this host (``jobdeck.worker.spool``)."""
-    threads: int = 4
-    batch: int = 250
-    poll_interval: float = 1.0
-    heartbeat_interval: float = 5.0
-    stall_timeout: float = 60.0
-    shutdown_grace: float = 30.0
-    max_abandoned_threads: int = 10
-    max_result_bytes: int = 1 << 20
+    threads: int
+    batch: int
+    poll_interval: float
+    heartbeat_interval: float
+    stall_timeout: float
+    shutdown_grace: float
+    max_abandoned_threads: int
+    max_result_bytes: int
     log_limits: LogLimits = field(default_factory=LogLimits)
     non_retryable: Callable[[str], tuple[str, ...]] = _no_names
     """``[types."T"] non_retryable``: exception class names no retry can fix."""
