@@ -198,3 +198,40 @@ def test_each_upkeep_loop_is_built_from_the_store_alone(deck, clock):
     assert rows[("demo.sleep", minute)]["dead"] == 1
     assert Prune(store, Retention(completed_days=1, dead_days=1)).prune_once(clock.advance(2 * 86400))["dead"] == 1
     assert store.list_jobs(_all(), clock.now) == []
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_gone_workers_session_caught_in_a_transaction_is_ended_so_its_job_is_rescued(deck, clock, db_url):
+    """A host cut off in the middle of a write can leave its backend holding
+    its job's row lock with no timeout armed, and the rescue skips locked
+    rows (tests/adversarial/test_partition.py cuts a real link). Here a
+    session of that worker's process holds the row in an open transaction,
+    its idle timeout off, as such a backend does: the sweep that marks the
+    worker gone ends it, and the next one rescues the job. The same
+    process's session resting outside a transaction holds nothing and stays."""
+    import psycopg
+    from jobdeck.store.engine import session_name
+    from sqlalchemy.engine import make_url
+
+    m = Maintenance(deck.store, deck.clock, deck.config.stall_timeout)
+    far = "farhost:4242:abcdef"
+    deck.store.register_worker(far, "farhost", 4242, 1, clock.now)
+    job, _ = deck.enqueue("demo.sleep", max_retries=1)
+    assert [j.id for j in deck.store.claim(far, clock.now, limit=1)] == [job.id]
+    url = make_url(db_url)
+    params = {"host": url.host, "port": url.port, "user": url.username, "password": url.password,
+              "dbname": url.database, "options": url.query["options"], "application_name": session_name("farhost:4242")}  # fmt: skip
+    held = psycopg.connect(**params)
+    resting = psycopg.connect(**params, autocommit=True)
+    try:
+        held.execute("SET idle_in_transaction_session_timeout = 0")
+        held.execute("SELECT id FROM jobs WHERE id = %s FOR UPDATE", [job.id])
+        assert m.sweep_once(clock.advance(deck.config.stall_timeout + 1)) == []  # locked: skipped; far marked gone
+        assert m.sweep_once(clock.now) == [job.id]
+        assert deck.store.get(job.id).status is State.FAILED
+        with pytest.raises(psycopg.OperationalError):
+            held.execute("SELECT 1")
+        assert resting.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        held.close()
+        resting.close()

@@ -3,7 +3,9 @@ running jobs whose heartbeat is older than ``stall_timeout``
 (``Store.rescue_stalled``: the attempt is recorded as "stalled: worker W
 stopped heart-beating at T" and the fail rule sends the job to ``failed`` or,
 with no retries left, ``dead``) and marks silent workers gone. Every update
-is conditional, so several processes may sweep at once.
+is conditional, so several processes may sweep at once. On PostgreSQL it
+then ends a gone worker's sessions that are caught inside a transaction (a
+partition mid-write): their row locks would hide its jobs from the rescue.
 
 It rescues nothing for one ``stall_timeout`` after a write of this process
 met an outage (``jobdeck.store.storage``): a full disk or a database that was
@@ -18,7 +20,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from jobdeck.core.clock import RESCUE_SKEW_FRACTION, Clock, DatabaseClock, HostClock
-from jobdeck.store.upkeep import mark_silent_workers
+from jobdeck.store.upkeep import end_sessions_of, mark_silent_workers
+from sqlalchemy.exc import DBAPIError
 
 if TYPE_CHECKING:
     from jobdeck.store import Store
@@ -51,9 +54,26 @@ class Rescue:
             log.warning("rescued job %s (%s) -> %s: %s", job.id, job.type, job.status.value, job.error,
                         extra={"event": "job.rescued", "job_id": job.id, "job_type": job.type,
                                "state": job.status.value})  # fmt: skip
-        for worker_id in mark_silent_workers(self.store, now, now - timedelta(seconds=timeout)):
+        gone = mark_silent_workers(self.store, now, now - timedelta(seconds=timeout))
+        for worker_id in gone:
             log.warning("worker %s stopped heart-beating; marked gone", worker_id)
+        if gone:
+            self._end_sessions_of(gone)
         return [j.id for j in rescued]
+
+    def _end_sessions_of(self, gone: list[str]) -> None:
+        """End the gone workers' database sessions caught inside a transaction,
+        whose row locks would keep their jobs from being rescued
+        (``jobdeck.store.upkeep.end_sessions_of``); the next sweep rescues them."""
+        try:
+            ended = end_sessions_of(self.store, gone)
+        except DBAPIError as exc:
+            log.warning("could not end the database sessions of gone workers %s: %s; a job whose row one of "
+                        "them holds is rescued once the server ends that session", ", ".join(gone), exc)  # fmt: skip
+            return
+        if ended:
+            log.warning("ended %d database session(s) of gone workers %s caught inside a transaction",
+                        ended, ", ".join(gone), extra={"event": "worker.sessions_ended"})  # fmt: skip
 
     def _clock_agrees(self, stall_timeout: float) -> bool:
         """Before judging anyone stalled, look at this process's clock: on

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import select
 import sqlite3
 import threading
@@ -11,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from jobdeck.core import forks
+from jobdeck.core import forks, processes
 from jobdeck.store.models import Base
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.dialects.sqlite.base import SQLiteCompiler
@@ -108,7 +109,7 @@ def _postgres_engine(
         pool_use_lifo=True,
         # A host that does not answer (not one that refuses) would block a
         # connect forever: the pool's retries and its shutdown need an end.
-        connect_args={"connect_timeout": 5, **{k: v for k, v in _LIVENESS.items() if k not in parsed.query}},
+        connect_args={"connect_timeout": 5, **{k: v for k, v in _session_settings().items() if k not in parsed.query}},
     )
 
     @event.listens_for(engine, "connect")
@@ -150,6 +151,24 @@ partition, a host gone) in about 15-20 s instead of TCP's 15 minutes: a
 statement stuck on one then fails, is retried on a new connection, and
 resumes once the network does. A busy server's kernel still answers both,
 so a long statement is never cut. A URL that sets one keeps its own."""
+
+SESSION_PREFIX = "jobdeck "
+"""What the ``application_name`` of this process's PostgreSQL sessions starts
+with; ``host:pid`` follows, the part of a worker id (``host:pid:tag``) that
+names the process (``session_name``)."""
+
+
+def _session_settings() -> dict[str, Any]:
+    """libpq's liveness settings (``_LIVENESS``) and the sessions' name (``session_name``)."""
+    return {**_LIVENESS, "application_name": session_name(f"{processes.HOST}:{os.getpid()}")}
+
+
+def session_name(host_pid: str) -> str:
+    """The ``application_name`` of the sessions of process ``host:pid``, cut
+    as the server cuts it (63 bytes), so a sweeper on another host can find
+    the sessions of a worker it marks gone (``jobdeck.store.upkeep``)."""
+    return (SESSION_PREFIX + host_pid).encode()[:63].decode(errors="ignore")
+
 
 RESTING_SINCE = "jobdeck_resting_since"
 """A pooled connection's ``info``: when it was last handed back (monotonic)."""
