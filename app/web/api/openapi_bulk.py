@@ -6,21 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobdeck.web.api.openapi_common import ERRORS, answer, ref, request_body
+from jobdeck.web.api.openapi_common import ERRORS, answer, new_jobs, ref, request_body
 
-NEW_JOBS = {
-    "type": "object",
-    "required": ["jobs"],
-    "additionalProperties": False,
-    "properties": {
-        "jobs": {
-            "type": "array",
-            "minItems": 1,
-            "items": ref("NewJob"),
-            "description": "1 to `max_bulk_jobs` jobs (1,000 by default), each as `POST /api/jobs` takes one",
-        }
-    },
-}
+NEW_JOBS = new_jobs("NewJob", "1 to `max_bulk_jobs` jobs (1,000 by default), each as `POST /api/jobs` takes one")
 ENQUEUED_JOB = {
     "type": "object",
     "required": ["id", "created", "duplicate", "replaced"],

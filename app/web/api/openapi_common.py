@@ -93,3 +93,14 @@ WORKER = {
 
 def request_body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
     return {"required": required, "content": {"application/json": {"schema": schema}}}
+
+
+def new_jobs(item: str, description: str) -> dict[str, Any]:
+    """A body that carries one or more jobs as ``jobs``, each an ``item``
+    schema: the bulk enqueue's ``NewJobs`` and a batch's ``NewBatchJobs``."""
+    return {
+        "type": "object",
+        "required": ["jobs"],
+        "additionalProperties": False,
+        "properties": {"jobs": {"type": "array", "minItems": 1, "items": ref(item), "description": description}},
+    }

@@ -14,6 +14,7 @@ from jobdeck.web.api.openapi_common import (
     TIME,
     UNAUTHORIZED,
     answer,
+    new_jobs,
     nullable,
     ref,
     request_body,
@@ -179,19 +180,7 @@ SCHEMAS: dict[str, Any] = {
         "additionalProperties": False,
         "properties": {"name": {**_NAME, "type": ["string", "null"]}} | {name: _CALLBACK for name in CALLBACKS},
     },
-    "NewBatchJobs": {
-        "type": "object",
-        "required": ["jobs"],
-        "additionalProperties": False,
-        "properties": {
-            "jobs": {
-                "type": "array",
-                "minItems": 1,
-                "items": ref("BatchJob"),
-                "description": "At most `[workflows] max_jobs`",
-            }
-        },
-    },
+    "NewBatchJobs": new_jobs("BatchJob", "At most `[workflows] max_jobs`"),
     "BatchJobIds": {
         "type": "object",
         "required": ["ids"],
