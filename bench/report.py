@@ -139,6 +139,11 @@ def table(result: dict[str, Any]) -> str:
             "",
         ]
         lines.append(f"skipped: {pg['skipped']}" if "skipped" in pg else pg_table(pg))
+    shipped = result.get("shipped")
+    if shipped:
+        from bench.shipped_bench import table as shipped_table
+
+        lines += ["", shipped_table(shipped)]
     if p:
         counts = ", ".join(f"{k.split('_')[0]} {v['jobs']:,}" for k, v in p.items() if k.endswith("_drain"))
         lines.append("")

@@ -4,7 +4,13 @@ bench/results/). Usage: ``python3 bench/run.py [--quick] [--only 1,2,...]
 
 Scenario 10 is ``bench/pg_bench.py``: Jobdeck on PostgreSQL interleaved
 with PgQueuer, oban-py and Procrastinate (their own virtualenvs, made on
-first use); with ``--no-peers``, Jobdeck's PostgreSQL figures alone."""
+first use); with ``--no-peers``, Jobdeck's PostgreSQL figures alone.
+
+Scenario 1 also drains with the processes users run, ``jobdeck worker``
+and ``jobdeck serve``, beside the bare pool, Huey and (on PostgreSQL)
+PgQueuer in interleaved rounds; scenario 11 is tracing off against on, the
+drain and the HTTP enqueue. Both are ``bench/shipped_bench.py`` (which runs
+them alone too)."""
 
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import flow_bench, pg_bench, raw, serve_bench, workflow_bench  # noqa: E402
+from bench import flow_bench, pg_bench, raw, serve_bench, shipped_bench, workflow_bench  # noqa: E402
 from bench import jobdeck_bench as jb  # noqa: E402
 from bench.common import REPO, machine, median, repeat  # noqa: E402
 from bench.compare import run_child  # noqa: E402
@@ -112,7 +118,7 @@ def jobdeck_scenarios(c: dict[str, Any], only: set[str], work: Path, log: Any = 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="small counts: finishes in about a minute")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10", help="scenario numbers, comma-separated")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11", help="scenario numbers, comma-separated")
     ap.add_argument("--no-peers", action="store_true", help="Jobdeck and the raw ceiling only")
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # the smoke test
     args = ap.parse_args(argv)
@@ -130,6 +136,15 @@ def main(argv: list[str] | None = None) -> int:
         if not args.tiny:
             drain = result["jobdeck"].get("drain_FULL", {}).get("median")
             result["serve"] = serve_scenarios(c, only, work, drain)
+        if not args.tiny and only & {"1", "11"}:  # the processes users run, and tracing off/on
+            result["shipped"] = shipped_bench.run(
+                dict(shipped_bench.SMALL if args.quick else shipped_bench.FULL),
+                work,
+                drains="1" in only,
+                with_tracing="11" in only,
+                peers=not args.no_peers,
+                log=lambda m: print(m, flush=True),
+            )
         if not args.no_peers and not args.tiny:
             result["peers"] = peer_scenarios(c, only)
             if "1" in only:

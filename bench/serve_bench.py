@@ -44,15 +44,17 @@ def _env(db: Path, config: Path | None = None, **settings: Any) -> dict[str, str
 
 @contextmanager
 def process(
-    db: Path, command: str, config: Path | None = None, **settings: Any
+    db: Path, command: str, config: Path | None = None, extra_env: dict[str, str] | None = None, **settings: Any
 ) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
-    """``python -m jobdeck.cli serve|worker --demo`` on ``db``; yields (proc, port)."""
+    """``python -m jobdeck.cli serve|worker --demo`` on ``db``; yields (proc, port).
+    ``extra_env``: more variables (``OTEL_*``, say) for the process."""
     port = _free_port()
     args = [sys.executable, "-m", "jobdeck.cli", command, "--demo", "--log-level", "warning"]
     if command == "serve":
         args += ["--bind", f"127.0.0.1:{port}"]
+    env = {**_env(db, config, **settings), **(extra_env or {})}
     with open(db.parent / f"{command}-{port}.log", "wb") as log:
-        proc = subprocess.Popen(args, cwd=REPO, env=_env(db, config, **settings), stdout=log, stderr=log)
+        proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=log, stderr=log)
         try:
             if command == "serve":
                 _wait_healthy(proc, port, db.parent / f"serve-{port}.log")
@@ -121,14 +123,17 @@ before any database work, so its rate is what the server, the API's guard
 and the body's parsing allow an enqueue at most."""
 
 
-def _wrk(port: int, path: str, seconds: int, connections: int, body: str | None) -> dict[str, Any]:
-    """wrk on ``path``: a GET, or a JSON POST of ``body``."""
+def _wrk(
+    port: int, path: str, seconds: int, connections: int, body: str | None, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """wrk on ``path``: a GET, or a JSON POST of ``body`` (with ``headers``, if any)."""
     cmd = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency"]
     if body is not None:
-        script = Path(REPO / "bench" / "results" / f"post-{zlib.crc32(body.encode()):08x}.lua")
+        more = "".join(f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}\n" for k, v in (headers or {}).items())
+        script = Path(REPO / "bench" / "results" / f"post-{zlib.crc32((body + more).encode()):08x}.lua")
         script.parent.mkdir(parents=True, exist_ok=True)
         script.write_text(f'wrk.method = "POST"\nwrk.body = {json.dumps(body)}\n'
-                          'wrk.headers["Content-Type"] = "application/json"\n')  # fmt: skip
+                          'wrk.headers["Content-Type"] = "application/json"\n' + more)  # fmt: skip
         cmd += ["-s", str(script)]
     out = subprocess.run([*cmd, f"http://127.0.0.1:{port}{path}"], capture_output=True, text=True, check=True).stdout
 

@@ -50,3 +50,36 @@ def test_the_workflows_scenario_drains_both_halves_and_prints_its_table(tmp_path
     assert workflow_bench.main(["--workflows", "20", "--plain", "40", "--runs", "1", "--database-url", ""]) == 0
     out = capsys.readouterr().out
     assert "| sqlite |" in out and "(20 workflows, 40 jobs)" in out
+
+
+def test_the_shipped_processes_drain_every_job_and_render(tmp_path: Path) -> None:
+    from bench import shipped_bench as sb
+
+    runs = []
+    for what in ("worker", "serve"):  # each raises unless all 200 completed
+        got = sb.drain(what, 200, tmp_path)
+        assert got["rate"] > 0 and got["startup_s"] > 0 and got["jobs"] == 200, (what, got)
+        runs.append(got)
+    fake = {"pool": {"rate": 2.0}, "worker": runs[0], "serve": runs[1], "huey": {"rate": 1.0}}
+    summary = sb.summary([fake], [("worker", "huey"), ("worker", "pool"), ("serve", "pool"), ("nope", "huey")])
+    assert summary["ratio"]["worker/huey"] == runs[0]["rate"] and "nope/huey" not in summary["ratio"]
+    text = sb.table({"counts": dict(sb.TINY), "sqlite": sb.summary([fake], [("serve", "huey"), ("worker", "pool")])})
+    assert "| `jobdeck worker --demo` |" in text and "| `jobdeck serve --demo` (granian) |" in text
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_two_shipped_workers_drain_a_postgres_database(tmp_path: Path, db_url: str) -> None:
+    from bench import shipped_bench as sb
+
+    got = sb.drain("worker", 200, tmp_path, db_url, procs=2)  # raises unless all 200 completed
+    assert got["rate"] > 0 and got["jobs"] == 200
+
+
+def test_a_traced_worker_exports_its_spans_to_the_sink(tmp_path: Path) -> None:
+    from bench import shipped_bench as sb
+
+    before = sb._Sink.received["requests"]
+    with sb.otlp_sink() as env:
+        assert env["JOBDECK_TRACING"] == "1"
+        assert sb.drain("worker", 200, tmp_path, env=env)["rate"] > 0
+    assert sb._Sink.received["requests"] > before  # tracing was on: the spans reached the sink
