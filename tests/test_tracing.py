@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,10 +69,8 @@ def _handlers(registry: Registry) -> None:
 
     @registry.handler("t.cancel")
     def cancel(payload: dict[str, Any], ctx: JobContext) -> None:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            ctx.check_cancelled()
-            time.sleep(0.01)
+        ctx.cancelled.wait(20)  # as a cancel-aware handler waits: woken by the cancel itself
+        ctx.check_cancelled()
 
 
 def _run(deck: Jobdeck, job_ids: list[int], finished: set[State]) -> None:
@@ -227,7 +224,7 @@ _SCRIPT = textwrap.dedent(
     deadline = time.monotonic() + 20
     while not all(deck.store.get(i).status.value in ("completed", "dead") for i in ids):
         assert time.monotonic() < deadline, "the jobs did not finish"
-        time.sleep(0.02)
+        time.sleep(0.02)  # a poll with a deadline, as tests.conftest.wait_for, which this process cannot import
     pool.stop(grace=5)
     loaded = sorted(m for m in sys.modules if m == "opentelemetry" or m.startswith("opentelemetry."))
     print(json.dumps({"jobs": len(ids), "otel_modules": loaded}))

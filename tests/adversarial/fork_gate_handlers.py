@@ -20,6 +20,8 @@ def _gate() -> None:
     (_HERE / f"forked.{os.getpid()}").write_text("")
     deadline = time.monotonic() + 60
     while not (_HERE / "go").exists() and time.monotonic() < deadline:
+        # A poll with a deadline: the sign comes from another process, as a file, and this
+        # child, just forked inside ``jobdeck serve``, cannot import tests.conftest.wait_for.
         time.sleep(0.01)
 
 

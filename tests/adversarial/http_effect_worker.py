@@ -65,6 +65,7 @@ def effect(url: str, gateway: Path, job: dict[str, Any], finish: bool) -> tuple[
     safe = bool(job["payload"].get("replay_safe"))
     key = f"charge:{order}"
     step = {"worker_id": WORKER, "attempt": job["attempt"]}
+    deadline = time.monotonic() + 60
     while True:
         status, begun = call(url, f"/api/jobs/{job['id']}/effects/{key}/start", {**step, "replay_safe": safe})
         if status == 409:
@@ -73,7 +74,8 @@ def effect(url: str, gateway: Path, job: dict[str, Any], finish: bool) -> tuple[
         if begun["decision"] == "skip":
             return "skip", begun["effect"]["result"]
         if begun["decision"] == "wait":
-            time.sleep(0.05)  # another job's attempt holds the key: ask again shortly
+            assert time.monotonic() < deadline, f"{key} was held by another attempt for 60 s"
+            time.sleep(0.05)  # a poll with a deadline: another job's attempt holds the key, ask again shortly
             continue
         made = charge(gateway, order, key if safe else None)
         if finish:
@@ -93,8 +95,10 @@ def hold(url: str, gateway: Path, n: int) -> None:
         assert decision == "perform", decision
         print(f"charged {job['id']}", flush=True)
     print("holding", flush=True)
-    while True:
-        time.sleep(60)  # killed here, between the charges and their finish; never heart-beats
+    # Killed here (SIGKILL), between the charges and their finish; never heart-beats. A kill has
+    # nothing to poll for, so this only bounds the wait: a worker nobody kills does not run on forever.
+    time.sleep(300)
+    sys.exit("holding: not killed within 300 s")
 
 
 def work(url: str, gateway: Path, n: int) -> None:
@@ -104,7 +108,7 @@ def work(url: str, gateway: Path, n: int) -> None:
         assert time.monotonic() < deadline, f"{ended} of {n} jobs ended in 90 s"
         jobs = claim(url, 10)
         if not jobs:
-            time.sleep(0.05)  # nothing due yet (a rescue or a backoff to wait out)
+            time.sleep(0.05)  # a poll with a deadline: nothing due yet (a rescue or a backoff to wait out)
             continue
         for job in jobs:
             decision, outcome = effect(url, gateway, job, finish=True)

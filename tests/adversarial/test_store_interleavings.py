@@ -113,7 +113,7 @@ def test_racing_transitions_end_each_attempt_once(make_deck: Callable[..., Jobde
     def operator(rng: random.Random) -> None:
         store = decks[rng.randrange(2)].store
         store.retry_ids([rng.randrange(1, JOBS * 2) for _ in range(5)], CLAIM_AT)
-        time.sleep(0.01)  # an operator clicks now and then, not in a busy loop
+        stop.wait(0.01)  # an operator clicks now and then, not in a busy loop; the stop ends the pause at once
 
     threads = [
         threading.Thread(target=guarded(name, body), name=name)
