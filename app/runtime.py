@@ -57,6 +57,7 @@ def pool_for(
         spool_folder=Path(cfg.instance_path) / "acks",
         threads=cfg.workers if threads is None else threads,
         batch=batch or cfg.claim_batch,
+        async_concurrency=cfg.async_concurrency,
         poll_interval=poll_interval or cfg.poll_interval,
         heartbeat_interval=heartbeat_interval or cfg.heartbeat_interval,
         stall_timeout=cfg.stall_timeout,

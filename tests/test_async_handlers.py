@@ -5,9 +5,11 @@ one, got its coroutine back unawaited, and reported the job completed in
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import pytest
-from jobdeck.core.states import State
+from jobdeck.core.states import AttemptOutcome, State
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import JobContext
 from jobdeck.runtime import pool_for
@@ -40,3 +42,261 @@ def test_an_async_handler_runs_to_its_end_and_its_errors_fail_the_attempt(live_d
     assert ran == [ok.id], "the body ran, once"
     assert live_deck.store.get(ok.id).result == {"fetched": "https://example.test/a"}
     assert "ConnectionError: upstream closed the connection" in (live_deck.store.get(bad.id).error or "")
+
+
+def _async_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("jobdeck-async")]
+
+
+def test_many_async_jobs_wait_at_once_without_holding_the_threads(live_deck: Jobdeck, registry) -> None:
+    """200 jobs that each await: with 4 threads and the default
+    ``async_concurrency`` (100), 100 are in flight at once (a thread each
+    would run 4 at a time), on one loop, then all complete."""
+    release = asyncio.Event()
+    running: list[int] = []
+    most = [0]
+    loops: set[int] = set()
+
+    @registry.handler("async.nap")
+    async def nap(payload: dict, ctx: JobContext) -> int:
+        loops.add(id(asyncio.get_running_loop()))
+        running.append(ctx.job_id)
+        most[0] = max(most[0], len(running))
+        if len(running) == 100:
+            release.set()
+        await asyncio.wait_for(release.wait(), 30)
+        await asyncio.sleep(0.01)
+        running.remove(ctx.job_id)
+        return payload["n"]
+
+    ids = live_deck.enqueue_many([{"type": "async.nap", "payload": {"n": n}} for n in range(200)])
+    pool = pool_for(live_deck, 4)
+    pool.start()
+    try:
+        done = {State.COMPLETED}
+        wait_for(lambda: all(live_deck.store.get(i).status in done for i in ids), timeout=30, message="all complete")
+    finally:
+        pool.stop(2.0)
+    assert most[0] == 100, "as many in flight as async_concurrency, no more"
+    assert len(loops) == 1, "one loop for every job, not one each"
+    assert live_deck.store.get(ids[7]).result == 7
+
+
+def test_async_concurrency_bounds_the_jobs_in_flight(make_deck, registry) -> None:
+    running: list[int] = []
+    most = [0]
+    go = threading.Event()
+
+    @registry.handler("async.bounded")
+    async def bounded(payload: dict, ctx: JobContext) -> None:
+        running.append(ctx.job_id)
+        most[0] = max(most[0], len(running))
+        while not go.is_set():
+            await asyncio.sleep(0.01)
+        running.remove(ctx.job_id)
+
+    deck = make_deck(async_concurrency=5)
+    ids = deck.enqueue_many([{"type": "async.bounded"} for _ in range(12)])
+    pool = pool_for(deck, 2)
+    pool.start()
+    try:
+        wait_for(lambda: len(running) == 5, message="five start")
+        assert pool.holdings.async_inflight == 5
+        go.set()
+        wait_for(lambda: all(deck.store.get(i).status is State.COMPLETED for i in ids), message="all complete")
+    finally:
+        pool.stop(2.0)
+    assert most[0] == 5
+
+
+def test_sync_and_async_handlers_share_a_pool_and_a_sync_one_keeps_its_thread(live_deck: Jobdeck, registry) -> None:
+    """An async job waiting does not hold the one thread: a sync job runs meanwhile."""
+    go = threading.Event()
+
+    @registry.handler("async.waits")
+    async def waits(payload: dict, ctx: JobContext) -> str:
+        while not go.is_set():
+            await asyncio.sleep(0.01)
+        return "async"
+
+    @registry.handler("sync.quick")
+    def quick(payload: dict, ctx: JobContext) -> str:
+        return "sync"
+
+    a = live_deck.enqueue("async.waits").job
+    pool = pool_for(live_deck, 1)
+    pool.start()
+    try:
+        wait_for(lambda: a.id in pool.running_jobs(), message="the async job runs")
+        s = live_deck.enqueue("sync.quick").job
+        wait_for(lambda: live_deck.store.get(s.id).status is State.COMPLETED, message="the sync one runs meanwhile")
+        assert live_deck.store.get(a.id).status is State.RUNNING
+        go.set()
+        wait_for(lambda: live_deck.store.get(a.id).status is State.COMPLETED, message="the async one completes")
+    finally:
+        pool.stop(2.0)
+    assert live_deck.store.get(a.id).result == "async" and live_deck.store.get(s.id).result == "sync"
+
+
+def test_a_pool_without_async_handlers_starts_no_loop(live_deck: Jobdeck, registry) -> None:
+    @registry.handler("sync.only")
+    def only(payload: dict, ctx: JobContext) -> str:
+        return "ok"
+
+    job = live_deck.enqueue("sync.only").job
+    before = _async_threads()
+    pool = pool_for(live_deck, 2)
+    pool.start()
+    try:
+        wait_for(lambda: live_deck.store.get(job.id).status is State.COMPLETED, message="completes")
+        assert pool.executors.loop is None and _async_threads() == before
+    finally:
+        pool.stop(2.0)
+
+
+def test_a_cancel_interrupts_the_coroutine_and_its_finally_runs(live_deck: Jobdeck, registry) -> None:
+    cleaned: list[str] = []
+
+    @registry.handler("async.long", max_retries=5)
+    async def long(payload: dict, ctx: JobContext) -> None:
+        try:
+            await asyncio.sleep(60)
+        finally:
+            await asyncio.sleep(0.01)  # a finally may await, within its grace
+            cleaned.append("finally")
+
+    job = live_deck.enqueue("async.long").job
+    pool = pool_for(live_deck, 1, heartbeat_interval=60)
+    pool.start()
+    try:
+        wait_for(lambda: job.id in pool.running_jobs(), message="started")
+        live_deck.cancel(job.id, actor="tester")
+        wait_for(lambda: live_deck.store.get(job.id).status is State.CANCELLED, timeout=5, message="ends cancelled")
+    finally:
+        pool.stop(2.0)
+    assert cleaned == ["finally"]
+    final = live_deck.store.get(job.id)
+    assert final.attempt == 1 and final.retry_count == 0
+    (row,) = live_deck.store.attempts_of(job.id)
+    assert row.outcome is AttemptOutcome.CANCELLED and "Cancelled" in (row.error or "")
+
+
+def test_a_timeout_fails_the_attempt_and_cancels_the_task(live_deck: Jobdeck, registry) -> None:
+    cancelled: list[bool] = []
+
+    @registry.handler("async.hang", timeout=0.3, max_retries=0)
+    async def hang(payload: dict, ctx: JobContext) -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    job = live_deck.enqueue("async.hang").job
+    pool = pool_for(live_deck, 1)
+    pool.start()
+    try:
+        wait_for(lambda: live_deck.store.get(job.id).status is State.DEAD, timeout=5, message="timed out")
+        wait_for(lambda: cancelled, message="the coroutine was cancelled")
+        assert pool.monitor.abandoned_threads() == 0, "no thread was given up on"
+    finally:
+        pool.stop(2.0)
+    assert "timed out after 0.3 s" in (live_deck.store.get(job.id).error or "")
+
+
+def test_an_async_effect_is_performed_once_across_attempts(live_deck: Jobdeck, registry) -> None:
+    performed: list[str] = []
+
+    async def charge(key: str) -> dict:
+        await asyncio.sleep(0)
+        performed.append(key)
+        return {"charged": key}
+
+    @registry.handler("async.charge", max_retries=1, backoff_base=0.01)
+    async def pay(payload: dict, ctx: JobContext) -> dict:
+        receipt = await ctx.aeffect(f"charge:{payload['order']}", lambda: charge(f"o{payload['order']}"))
+        ctx.log("charged %s", receipt)
+        ctx.progress(0.5, "charged")
+        if ctx.attempt == 1:
+            raise ConnectionError("after the charge")
+        return receipt
+
+    job = live_deck.enqueue("async.charge", {"order": 7}).job
+    pool = pool_for(live_deck, 1)
+    pool.start()
+    try:
+        wait_for(lambda: live_deck.store.get(job.id).status is State.COMPLETED, timeout=10, message="completes")
+    finally:
+        pool.stop(2.0)
+    assert performed == ["o7"], "once, though two attempts reached it"
+    assert live_deck.store.get(job.id).result == {"charged": "o7"}
+
+
+def test_a_blocking_call_is_reported_and_the_others_resume(live_deck: Jobdeck, registry, caplog) -> None:
+    @registry.handler("async.blocks")
+    async def blocks(payload: dict, ctx: JobContext) -> None:
+        time.sleep(1.5)  # the mistake the watchdog is for
+
+    @registry.handler("async.fine")
+    async def fine(payload: dict, ctx: JobContext) -> str:
+        await asyncio.sleep(0.01)
+        return "ok"
+
+    bad = live_deck.enqueue("async.blocks").job
+    pool = pool_for(live_deck, 1)
+    pool.start()
+    try:
+        wait_for(lambda: pool.executors.loop is not None and pool.executors.loop.held, timeout=5, message="reported")
+        ok = live_deck.enqueue("async.fine").job
+        wait_for(lambda: live_deck.store.get(ok.id).status is State.COMPLETED, timeout=5, message="others resume")
+        wait_for(lambda: live_deck.store.get(bad.id).status is State.COMPLETED, message="the blocker ends")
+    finally:
+        pool.stop(2.0)
+    (held,) = pool.executors.loop.held
+    assert (held.job_id, held.job_type) == (bad.id, "async.blocks")
+    assert any("is held for" in r.getMessage() and str(bad.id) in r.getMessage() for r in caplog.records)
+
+
+def test_a_stop_cancels_a_running_async_job_and_releases_it(live_deck: Jobdeck, registry) -> None:
+    cleaned: list[str] = []
+
+    @registry.handler("async.forever")
+    async def forever(payload: dict, ctx: JobContext) -> None:
+        try:
+            await asyncio.sleep(60)
+        finally:
+            cleaned.append("finally")
+
+    job = live_deck.enqueue("async.forever").job
+    pool = pool_for(live_deck, 1)
+    pool.start()
+    try:
+        wait_for(lambda: job.id in pool.running_jobs(), message="started")
+    finally:
+        pool.stop(0.2)
+    assert cleaned == ["finally"]
+    assert not pool.executors.loop.thread.is_alive(), "the loop ended with the pool"
+    released = live_deck.store.get(job.id)
+    assert released.status is State.PENDING and released.retry_count == 0
+
+
+def test_a_type_concurrency_limit_holds_for_async_jobs(make_deck, registry) -> None:
+    running: list[int] = []
+    most = [0]
+
+    @registry.handler("async.limited")
+    async def limited(payload: dict, ctx: JobContext) -> None:
+        running.append(ctx.job_id)
+        most[0] = max(most[0], len(running))
+        await asyncio.sleep(0.05)
+        running.remove(ctx.job_id)
+
+    deck = make_deck(types={"async.limited": {"concurrency": 2}})
+    ids = deck.enqueue_many([{"type": "async.limited"} for _ in range(10)])
+    pool = pool_for(deck, 4)
+    pool.start()
+    try:
+        wait_for(lambda: all(deck.store.get(i).status is State.COMPLETED for i in ids), message="all complete")
+    finally:
+        pool.stop(2.0)
+    assert most[0] == 2

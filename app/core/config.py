@@ -44,7 +44,7 @@ ENV_KEYS = (
     "max_bulk_jobs", "max_bulk_bytes", "default_max_retries",
     "poll_interval", "heartbeat_interval", "stall_timeout", "sweep_interval",
     "clock_skew_warn", "clock_check_interval", "shutdown_grace", "claim_batch",
-    "auto_migrate", "max_abandoned_threads", "exit_when_unhealthy", "sqlite_busy_timeout",
+    "async_concurrency", "auto_migrate", "max_abandoned_threads", "exit_when_unhealthy", "sqlite_busy_timeout",
     "request_lock_timeout", "request_statement_timeout",
     "allowed_hosts", "log_format",
 )  # fmt: skip
@@ -165,7 +165,7 @@ def validate(config: Config) -> None:
     for key in ("http_threads", "http_connection_limit", "http_channel_timeout", "http_body_timeout",
                 "max_payload_bytes", "max_result_bytes", "max_list_bytes", "max_bulk_jobs", "max_bulk_bytes",
                 "backoff_base", "backoff_cap", "poll_interval", "heartbeat_interval", "stall_timeout",
-                "sweep_interval", "claim_batch",
+                "sweep_interval", "claim_batch", "async_concurrency",
                 "max_abandoned_threads", "sqlite_busy_timeout", "clock_skew_warn",
                 "clock_check_interval"):  # fmt: skip
         positive(key)

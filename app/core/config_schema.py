@@ -109,6 +109,10 @@ class Config:
     against the database's (the sweeper also measures before each rescue)."""
     shutdown_grace: float = 30.0
     claim_batch: int = 250
+    async_concurrency: int = 100
+    """Jobs of ``async def`` handlers one worker pool runs at once, as tasks on
+    its one event loop; they hold none of the ``workers`` threads while they
+    wait. The per-queue and per-type ``concurrency`` limits still apply."""
     max_abandoned_threads: int = 10
     """A handler that runs past its type's timeout is failed and its thread
     abandoned: a Python thread cannot be killed, so it runs on until the

@@ -7,6 +7,7 @@ may build one alone from a store and a claimed job. Users import it from
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 import time
@@ -176,32 +177,34 @@ class JobContext:
         waited_until = time.monotonic() + self.EFFECT_WAIT
         pause = 0.02
         while True:
-            begun = effects.begin(
-                self.store.ledger,
-                key,
-                self.job_id,
-                self.attempt,
-                self.worker_id,
-                self._clock(),
-                replay_safe=replay_safe,
-            )
-            seen = begun.record
+            begun = self._begin_effect(key, replay_safe)
+            if self._decided(key, begun, waited_until) is Decision.SKIP:
+                return begun.record.result
             if begun.decision is Decision.PERFORM:
-                if begun.replayed is not None:
-                    was = begun.replayed.attempt
-                    self.log.warning("effect %s: outcome of attempt %s unknown; replaying (replay-safe)", key, was)
                 return self._perform(key, call)
-            if begun.decision is Decision.SKIP:
-                self.log.info("effect %s already done (job %s attempt %s); skipping", key, seen.job_id, seen.attempt)
-                return seen.result
-            if begun.decision is Decision.UNKNOWN:
-                raise begun.unknown_error(self.job_id)
-            if time.monotonic() >= waited_until:
-                raise EffectInProgress(
-                    f"effect {key} is being performed by attempt {seen.attempt} of job {seen.job_id}"
-                )
             time.sleep(pause)  # a handler thread waiting on another process's commit; nothing to wake it
             pause = min(0.5, pause * 2)
+
+    def _begin_effect(self, key: str, replay_safe: bool) -> effects.Begun:
+        return effects.begin(
+            self.store.ledger, key, self.job_id, self.attempt, self.worker_id, self._clock(), replay_safe=replay_safe
+        )
+
+    def _decided(self, key: str, begun: effects.Begun, waited_until: float) -> Decision:
+        """``begun``'s decision, logged; raises for an unknown outcome, and
+        for a wait past ``waited_until``."""
+        seen = begun.record
+        if begun.decision is Decision.PERFORM:
+            if begun.replayed is not None:
+                was = begun.replayed.attempt
+                self.log.warning("effect %s: outcome of attempt %s unknown; replaying (replay-safe)", key, was)
+        elif begun.decision is Decision.SKIP:
+            self.log.info("effect %s already done (job %s attempt %s); skipping", key, seen.job_id, seen.attempt)
+        elif begun.decision is Decision.UNKNOWN:
+            raise begun.unknown_error(self.job_id)
+        elif time.monotonic() >= waited_until:
+            raise EffectInProgress(f"effect {key} is being performed by attempt {seen.attempt} of job {seen.job_id}")
+        return begun.decision
 
     def _perform(self, key: str, call: Callable[[], Any]) -> Any:
         ledger = self.store.ledger
@@ -210,6 +213,10 @@ class JobContext:
         except EffectNotPerformed:
             ledger.withdraw(key, self.job_id, self.attempt, self._clock())
             raise
+        if inspect.isawaitable(value):  # never awaited: not performed, and its repr is no result
+            getattr(value, "close", lambda: None)()
+            ledger.withdraw(key, self.job_id, self.attempt, self._clock())
+            raise TypeError(f"effect {key}: fn returned an awaitable; use `await ctx.aeffect(key, fn)`")
         stored = storable(value)
         self._record_done(key, stored)
         return json.loads(stored)

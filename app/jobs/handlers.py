@@ -14,6 +14,7 @@ gets, ``JobContext``, lives in ``jobdeck.jobs.context`` and is re-exported here.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from collections.abc import Callable, Collection, Iterable
@@ -54,6 +55,12 @@ class HandlerSpec:
     """Snoozes in a row allowed before the next one fails the attempt
     (``jobdeck.jobs.snooze``); None: ``[types."T"] max_snoozes`` or the default."""
 
+    @property
+    def is_async(self) -> bool:
+        """An ``async def`` handler (or an object whose ``__call__`` is one):
+        its jobs run as tasks on the pool's event loop (``jobdeck.worker.async_loop``)."""
+        return is_async_callable(self.fn)
+
     def retries(self, exc: BaseException, also: Collection[str] = ()) -> bool:
         """Whether the failure ``exc`` is worth a retry. Never for a
         ``DeadLetter`` (the handler said so), an ``InvalidField`` (the
@@ -72,9 +79,14 @@ class HandlerSpec:
         return True
 
 
+def is_async_callable(fn: object) -> bool:
+    return inspect.iscoroutinefunction(fn) or (callable(fn) and inspect.iscoroutinefunction(type(fn).__call__))
+
+
 class Registry:
     def __init__(self) -> None:
         self._specs: dict[str, HandlerSpec] = {}
+        self._async: frozenset[str] = frozenset()
 
     def handler(
         self,
@@ -109,6 +121,7 @@ class Registry:
                 name, fn, max_retries, timeout, queue, backoff_base, backoff_cap, priority,
                 non_retryable=names, max_snoozes=max_snoozes,
             )  # fmt: skip
+            self._async = frozenset(n for n, spec in self._specs.items() if spec.is_async)
             return fn
 
         return register
@@ -118,6 +131,11 @@ class Registry:
 
     def names(self) -> list[str]:
         return sorted(self._specs)
+
+    def async_names(self) -> frozenset[str]:
+        """The types whose handlers are ``async def``: claimed into the pool's
+        ``async_concurrency``, not its threads."""
+        return self._async
 
     def __contains__(self, name: object) -> bool:
         return name in self._specs

@@ -28,6 +28,7 @@ import logging
 import threading
 import traceback
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -311,8 +312,16 @@ class CaptureHandler(logging.Handler):
         """This thread runs ``buffer``'s attempt from now (None: no attempt)."""
         self._current.buffer = buffer
 
+    @staticmethod
+    def bind_task(buffer: AttemptLog) -> None:
+        """The current asyncio task runs ``buffer``'s attempt (an ``async def``
+        handler's task: many share the loop's thread, each has its own context)."""
+        _task_buffer.set(buffer)
+
     def emit(self, record: logging.LogRecord) -> None:
-        buffer: AttemptLog | None = getattr(self._current, "buffer", None)
+        buffer = _task_buffer.get()
+        if buffer is None:
+            buffer = getattr(self._current, "buffer", None)
         if buffer is None or getattr(record, _KEPT, False):
             return
         try:
@@ -323,6 +332,9 @@ class CaptureHandler(logging.Handler):
         except Exception:
             self.handleError(record)
 
+
+_task_buffer: ContextVar[AttemptLog | None] = ContextVar("jobdeck_attempt_log", default=None)
+"""The attempt an asyncio task runs, for ``CaptureHandler`` (``bind_task``)."""
 
 _capture: CaptureHandler | None = None
 _capture_lock = threading.Lock()

@@ -134,7 +134,11 @@ class Acker:
         done = [o for o in batch if o.ok]
         if len(done) < len(batch):
             self._write_ended(batch, now, done=False)
-        refilled = self._complete_and_refill(done, len(batch), now) if done and refill else None
+        refilled = (
+            self._complete_and_refill(done, self.holdings.thread_held(o.job_id for o in batch), now)
+            if done and refill
+            else None
+        )
         if refilled is None and self.held:  # no refill took them (none ran, or it had no room)
             with self.refill_lock:
                 self._hand_over()

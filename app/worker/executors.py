@@ -20,10 +20,11 @@ from jobdeck.jobs.context import JobContext
 from jobdeck.jobs.handlers import Registry
 from jobdeck.jobs.snooze import InvalidSnooze, Snooze, seconds_of
 from jobdeck.store import JobRecord, Outcome, Store
+from jobdeck.worker.async_loop import AsyncLoop
 from jobdeck.worker.holdings import Holdings, Slot
 from jobdeck.worker.lease import LEASE_LOST, Lease
 from jobdeck.worker.logs import AttemptLogs
-from jobdeck.worker.results import awaited, first_line, format_traceback, storable_result
+from jobdeck.worker.results import first_line, format_traceback, storable_result
 from jobdeck.worker.settings import PoolSettings
 
 if TYPE_CHECKING:
@@ -70,6 +71,9 @@ class Executors:
         self.done = done
         self.threads: list[threading.Thread] = []
         """Every executor started (those abandoned after a timeout too)."""
+        self.loop: AsyncLoop | None = None
+        """The event loop of ``async def`` handlers, started by the first of their jobs."""
+        self._loop_lock = threading.Lock()
 
     def spawn(self) -> None:
         """Start one more executor thread."""
@@ -77,10 +81,14 @@ class Executors:
         self.threads.append(t)
         t.start()
 
-    def stop(self) -> None:
-        """Tell every executor to exit once the jobs queued before are taken."""
+    def stop(self, grace: float = 0.0) -> None:
+        """Tell every executor to exit once the jobs queued before are taken,
+        and end the event loop, if one started: its tasks still running are
+        cancelled and get up to ``grace`` seconds to run their ``finally`` blocks."""
         for _ in self.threads:
             self.holdings.work.put(None)  # type: ignore[arg-type]  # wakes executors so they exit
+        if self.loop is not None:
+            self.loop.stop(grace)
 
     def _loop(self) -> None:
         me = threading.current_thread()
@@ -101,31 +109,55 @@ class Executors:
         with tracing.attempt(job) as span:
             return self._run(job, thread, span)
 
-    def _run(self, job: JobRecord, thread: threading.Thread | None, span: AttemptSpan | None) -> Slot:
+    def start_async(self, jobs: list[JobRecord]) -> None:
+        """Start claimed jobs of ``async def`` handlers as tasks on the pool's
+        event loop (started by the first of them): each holds a running slot
+        from now, so a stop waits for it and releases it like a thread's."""
+        self.async_loop().start_jobs(jobs)
+
+    def async_loop(self) -> AsyncLoop:
+        with self._loop_lock:
+            if self.loop is None:
+                self.loop = AsyncLoop(self, self.holdings)
+            return self.loop
+
+    def open_slot(self, job: JobRecord, thread: threading.Thread, on_loop: bool = False) -> Slot | None:
+        """The running slot of ``job``'s attempt, begun (None: the lease is
+        lost and the job was set aside instead of run)."""
         spec = self.registry.get(job.type)
-        started = self.clock()
         mono = time.monotonic()
         timeout = spec.timeout if spec else None
-        slot = Slot(job, started, mono, mono + timeout if timeout else None, thread or threading.current_thread())
-        slot.log = buffer = self.logs.new_log(job)
-        if not self.holdings.begin(slot, self.lease):
-            return slot
-        outcome = Outcome(job.id, self.worker_id, attempt=job.attempt, started_at=started)
+        slot = Slot(job, self.clock(), mono, mono + timeout if timeout else None, thread, on_loop=on_loop)
+        slot.log = self.logs.new_log(job)
+        return slot if self.holdings.begin(slot, self.lease) else None
+
+    def context(self, slot: Slot, factory: type[JobContext] = JobContext) -> JobContext:
+        job = slot.job
+        return factory(
+            self.store, job.id, job.attempt, self.worker_id, job.type, self.clock,
+            cancelled=slot.cancelled, log=slot.log,
+        )  # fmt: skip
+
+    def _run(self, job: JobRecord, thread: threading.Thread | None, span: AttemptSpan | None) -> Slot:
+        spec = self.registry.get(job.type)
+        slot = self.open_slot(job, thread or threading.current_thread())
+        if slot is None:
+            return Slot(job, self.clock(), time.monotonic(), None, thread or threading.current_thread())
+        buffer = slot.log
+        assert buffer is not None
+        outcome = Outcome(job.id, self.worker_id, attempt=job.attempt, started_at=slot.started)
         try:
             if spec is None:
                 raise LookupError(f"no handler registered for {job.type!r} in this process")
             if slot.cancelled.is_set():
                 raise Cancelled(job.id)  # cancelled while it waited here: the handler never starts
-            ctx = JobContext(
-                self.store, job.id, job.attempt, self.worker_id, job.type, self.clock,
-                cancelled=slot.cancelled, log=buffer,
-            )  # fmt: skip
+            ctx = self.context(slot)
             if span is not None:
                 span.instrument(ctx)
             with self.logs.capturing(job, buffer):
                 result = spec.fn(job.payload, ctx)
-                if inspect.isawaitable(result):  # an ``async def`` handler
-                    result = awaited(result)
+                if inspect.isawaitable(result):  # a plain function that returned an awaitable
+                    result = self.async_loop().wait(result)
             if forks.forked:  # a child the handler forked returned here: it is no executor
                 forks.leave(0, f"the end of job {job.id}'s handler")
             if isinstance(result, Snooze):
@@ -139,18 +171,31 @@ class Executors:
             # never by raising into them, so nothing here is the pool's own.
             if forks.forked:
                 forks.leave(forks.exit_status(exc), f"the end of job {job.id}'s handler")
-            failure: BaseException | None = exc
-            if isinstance(exc, Snooze) and spec is not None:
-                failure = self._snoozed(outcome, exc, job.type)
-            if failure is not None:
-                if span is not None:
-                    span.failed(failure)
-                outcome.error = first_line(failure)
-                outcome.traceback = format_traceback()
-                outcome.retryable = spec is not None and spec.retries(failure, self.settings.non_retryable(job.type))
-                if spec is not None and not outcome.retryable:
-                    outcome.error += not_retried_note(failure, job)
-        elapsed = time.monotonic() - mono
+            self.failed(job, outcome, exc, span)
+        return self.settle(slot, outcome, span)
+
+    def failed(self, job: JobRecord, outcome: Outcome, exc: BaseException, span: AttemptSpan | None) -> None:
+        """Make ``outcome`` the attempt's failure by ``exc``, or the snooze it
+        asked for; called in the ``except`` block (the traceback is read there)."""
+        spec = self.registry.get(job.type)
+        failure: BaseException | None = exc
+        if isinstance(exc, Snooze) and spec is not None:
+            failure = self._snoozed(outcome, exc, job.type)
+        if failure is not None:
+            if span is not None:
+                span.failed(failure)
+            outcome.error = first_line(failure)
+            outcome.traceback = format_traceback()
+            outcome.retryable = spec is not None and spec.retries(failure, self.settings.non_retryable(job.type))
+            if spec is not None and not outcome.retryable:
+                outcome.error += not_retried_note(failure, job)
+
+    def settle(self, slot: Slot, outcome: Outcome, span: AttemptSpan | None) -> Slot:
+        """The handler of ``slot`` ended with ``outcome``: hand it to the acker,
+        unless it is late (timed out or released meanwhile: refused) or it
+        stopped for a lost lease (set aside, given back once the lease is held again)."""
+        job, buffer = slot.job, slot.log
+        elapsed = time.monotonic() - slot.started_mono
         stopped_for_lease = outcome.error is not None and slot.cancelled.reason == LEASE_LOST
         late = self.holdings.finish(slot, set_aside=stopped_for_lease)
         if span is not None:
@@ -163,7 +208,7 @@ class Executors:
             self.logs.flush_log(buffer)  # its lines are still the attempt's
             return slot
         self.holdings.took(elapsed)
-        if buffer.has_pending():  # the acker writes it before the outcome, one transaction per batch
+        if buffer is not None and buffer.has_pending():  # the acker writes it before the outcome
             outcome.log = buffer
         self.done(outcome)
         return slot

@@ -34,13 +34,17 @@ class Slot:
     cancelled: CancelSignal = field(default_factory=CancelSignal)
     log: AttemptLog | None = field(default=None)
     """The attempt's log buffer, flushed by the monitor and at the end."""
+    on_loop: bool = field(default=False)
+    """An ``async def`` handler's task on the pool's event loop (``thread`` is
+    the loop's): a timeout cancels the task and abandons no thread."""
 
 
 class Holdings:
     """The jobs one pool holds (see the module docstring)."""
 
-    def __init__(self, threads: int, batch: int, *, sqlite: bool) -> None:
+    def __init__(self, threads: int, batch: int, *, sqlite: bool, async_concurrency: int = 100) -> None:
         self.threads = threads
+        self.async_concurrency = async_concurrency
         self.batch = batch
         self.sqlite = sqlite
         self.lock = threading.Lock()
@@ -57,6 +61,9 @@ class Holdings:
         self._ids: set[int] = set()
         """The ids of every job held, from its claim until its outcome is
         written or it is given back (the heartbeat's orphans are the others)."""
+        self._async_ids: set[int] = set()
+        """The held jobs of ``async def`` handlers: counted apart, against
+        ``async_concurrency`` (they hold no thread), not in ``_inflight``."""
         self._set_aside: list[SetAside] = []
         """Jobs held but neither run nor acknowledged while the lease is lost."""
         self._cancel_before_start: set[int] = set()
@@ -67,7 +74,18 @@ class Holdings:
     @property
     def inflight(self) -> int:
         with self.lock:
-            return self._inflight
+            return self._inflight + len(self._async_ids)
+
+    @property
+    def async_inflight(self) -> int:
+        """Jobs of ``async def`` handlers held (claimed, not yet acknowledged)."""
+        with self.lock:
+            return len(self._async_ids)
+
+    def async_room(self) -> int:
+        """How many jobs of ``async def`` handlers one claim may take now."""
+        with self.lock:
+            return max(0, min(self.batch, self.async_concurrency - len(self._async_ids)))
 
     def capacity(self) -> int:
         """How many jobs to hold: the threads, plus a prefetch sized so the
@@ -103,28 +121,51 @@ class Holdings:
             self._inflight += room
             return room
 
-    def claimed(self, jobs: Iterable[JobRecord], reserved: int = 0) -> None:
-        """Hold ``jobs``: ``reserved`` of the count was taken ahead (``reserve``)."""
+    def claimed(self, jobs: Iterable[JobRecord], reserved: int = 0, on_loop: bool = False) -> None:
+        """Hold ``jobs``: ``reserved`` of the count was taken ahead (``reserve``);
+        ``on_loop``: jobs of ``async def`` handlers, counted apart."""
         jobs = list(jobs)
         with self.lock:
-            self._inflight += len(jobs) - reserved
+            if on_loop:
+                self._async_ids.update(j.id for j in jobs)
+            else:
+                self._inflight += len(jobs) - reserved
             self._ids.update(j.id for j in jobs)
 
     def given_back(self, job_ids: Iterable[int]) -> None:
         """Jobs released unstarted or set aside: no longer held."""
         ids = list(job_ids)
         with self.lock:
-            self._inflight -= len(ids)
+            self._inflight -= len(ids) - self._take_async(ids)
             self._ids.difference_update(ids)
 
     def ended(self, job_ids: Iterable[int], counted: bool = True) -> None:
         """Outcomes written: the jobs are no longer held (``counted``: and no longer in flight;
-        a refill that took their room has counted them already)."""
+        a refill that took their room has counted them already, ``thread_held``)."""
         ids = list(job_ids)
         with self.lock:
+            on_loop = self._take_async(ids)
             if counted:
-                self._inflight -= len(ids)
+                self._inflight -= len(ids) - on_loop
             self._ids.difference_update(ids)
+        if on_loop:
+            self.room.set()  # room for async jobs: the fetcher claims them (a refill claims for threads only)
+
+    def thread_held(self, job_ids: Iterable[int]) -> int:
+        """How many of ``job_ids`` are counted against the threads (not async jobs)."""
+        ids = list(job_ids)
+        with self.lock:
+            if not self._async_ids:
+                return len(ids)
+            return sum(1 for i in ids if i not in self._async_ids)
+
+    def _take_async(self, ids: list[int]) -> int:
+        """Under the lock: take ``ids``' async jobs out of their count; returns how many there were."""
+        if not self._async_ids:
+            return 0
+        before = len(self._async_ids)
+        self._async_ids.difference_update(ids)
+        return before - len(self._async_ids)
 
     def unknown(self, held: dict[int, int]) -> dict[int, int]:
         """Of the jobs the database says this worker holds (id -> attempt), those it does not."""
@@ -205,7 +246,7 @@ class Holdings:
         average then counts at least the shortest of them (what the running
         jobs already show about how long jobs take here)."""
         with self.lock:
-            ages = [mono_now - s.started_mono for s in self._running.values() if not s.abandoned]
+            ages = [mono_now - s.started_mono for s in self._running.values() if not s.abandoned and not s.on_loop]
             if len(ages) < self.threads or min(ages) < after:
                 return False
             self.avg_duration = max(self.avg_duration or 0.0, min(ages))

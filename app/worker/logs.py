@@ -57,6 +57,13 @@ class AttemptLogs:
             return _NOT_CAPTURING
         return self._captured(buffer)
 
+    def capture_task(self, job: JobRecord, buffer: AttemptLog) -> None:
+        """In an ``async def`` handler's task: its ``logging`` records go into
+        ``buffer`` if its type captures (the task's own context; the loop's
+        thread runs many attempts at once)."""
+        if self.limits.captures(job.type):
+            install_capture().bind_task(buffer)
+
     @contextmanager
     def _captured(self, buffer: AttemptLog) -> Iterator[None]:
         capture = install_capture()

@@ -132,8 +132,10 @@ class Monitor:
         thread's place to a new one; the late result will be refused."""
         mono_now = time.monotonic() if mono_now is None else mono_now
         expired = self.holdings.expired(mono_now)
-        with self._lock:
-            self.abandoned.extend(s.thread for s in expired if s.thread is not threading.current_thread())
+        with self._lock:  # an async job's task is cancelled instead (``jobdeck.worker.async_loop``)
+            self.abandoned.extend(
+                s.thread for s in expired if not s.on_loop and s.thread is not threading.current_thread()
+            )
         for slot in expired:
             self.logs.flush_log(slot.log)  # what it logged lands before its failure
             spec = self.registry.get(slot.job.type)
@@ -148,7 +150,7 @@ class Monitor:
                     kind="timed_out",
                 )
             )
-            if not self.stopping.is_set():
+            if not self.stopping.is_set() and not slot.on_loop:
                 self.replace_executor()
         return [s.job.id for s in expired]
 

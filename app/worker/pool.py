@@ -12,7 +12,9 @@ holds, ``jobdeck.worker.holdings``), ``writes`` (retried writes,
 (``jobdeck.worker.acks``), ``executors`` (``jobdeck.worker.executors``),
 ``monitor`` (``jobdeck.worker.monitor``) and ``heart`` (heartbeats and the
 lease, ``jobdeck.worker.leasing``). This module holds the lifecycle and the
-fetcher.
+fetcher. Jobs of ``async def`` handlers are claimed apart, into the room
+``async_concurrency`` leaves, and run as tasks on the executors' one event
+loop (``jobdeck.worker.async_loop``), holding no thread while they await.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from jobdeck.jobs.handlers import Registry
 from jobdeck.store import JobRecord, Store
 from jobdeck.store.faults import Outage, is_transient
 from jobdeck.worker.acks import Acker
+from jobdeck.worker.async_loop import FINALLY_GRACE
 from jobdeck.worker.executors import Executors, not_retried_note
 from jobdeck.worker.holdings import Holdings, Slot
 from jobdeck.worker.lease import Lease
@@ -89,11 +92,13 @@ class WorkerPool:
         self._started = False
 
         self.lease = Lease(settings.stall_timeout)
-        self.holdings = holdings = Holdings(settings.threads, settings.batch, sqlite=store.sqlite)
+        self.holdings = holdings = Holdings(
+            settings.threads, settings.batch, sqlite=store.sqlite, async_concurrency=settings.async_concurrency
+        )
         self.writes = writes = Writes(store.storage, self.lease, self.wake)
         self.logs = logs = AttemptLogs(store, settings.log_limits, clock, holdings)
         self.acker = acker = Acker(
-            store, clock, holdings, writes, logs, worker_id=worker_id, queues=queues, types=registry.names,
+            store, clock, holdings, writes, logs, worker_id=worker_id, queues=queues, types=self._thread_types,
             may_claim=self._may_claim, limits_hold_back=settings.limits_hold_back, wake=self.wake,
             stopping=self._stopping, spool_folder=settings.spool_folder,
         )  # fmt: skip
@@ -112,6 +117,12 @@ class WorkerPool:
         self.wakeups = store.claimable
         """The wake source: jobs became claimable in this process (subscribed while the pool runs)."""
         self.store.on_cancel(self.cancel_running)
+
+    def _thread_types(self) -> list[str]:
+        """The types whose jobs run on the threads (all but ``async def`` handlers')."""
+        on_loop = self.registry.async_names()
+        names = self.registry.names()
+        return [t for t in names if t not in on_loop] if on_loop else names
 
     def _may_claim(self) -> bool:
         """The pool takes new jobs: its lease is held and it is healthy."""
@@ -183,6 +194,8 @@ class WorkerPool:
     def wake(self) -> None:
         """Something was enqueued in this process: claim now, not at the next poll."""
         self._wake.set()
+        if self.registry.async_names():  # the fetcher may wait for room for the threads: async jobs may be due
+            self.holdings.room.set()
 
     def hurry(self) -> None:
         """End a ``stop``'s grace now (a second shutdown signal): what is
@@ -221,7 +234,7 @@ class WorkerPool:
             room.wait(timeout=min(0.05, max(0.0, deadline - time.monotonic())))
             room.clear()
         leftover = self.holdings.abandon_running()
-        self.executors.stop()
+        self.executors.stop(grace=min(FINALLY_GRACE, self.writes.time_left()))
         self.acker.ended.set()
         self._ended.set()
         for t in self._threads[1:]:
@@ -265,28 +278,44 @@ class WorkerPool:
     # -- fetching -------------------------------------------------------------
 
     def fetch_once(self, now: datetime | None = None) -> int:
-        """Claim as many due jobs as there is room for; returns how many."""
-        types = self.registry.names()
-        if not types or not self._may_claim() or self.writes.outage is not None:
+        """Claim as many due jobs as there is room for; returns how many.
+        Jobs of ``async def`` handlers are claimed apart, into the room
+        ``async_concurrency`` leaves, and start on the event loop at once."""
+        if not self._may_claim() or self.writes.outage is not None:
             return 0  # a pool that cannot acknowledge takes no new jobs
-        room = self.holdings.room_for()
-        if room <= 0:
-            return 0
-        claimed = self.store.claim(self.worker_id, now or self.clock(), limit=room, types=types, queues=self.queues)
-        if claimed:
-            crash_point("claim")
-            self.holdings.claimed(claimed)
-            self.holdings.queue(claimed)
-        return len(claimed)
+        now = now or self.clock()
+        got = 0
+        types = self._thread_types()
+        room = self.holdings.room_for() if types else 0
+        if room > 0:
+            claimed = self.store.claim(self.worker_id, now, limit=room, types=types, queues=self.queues)
+            if claimed:
+                crash_point("claim")
+                self.holdings.claimed(claimed)
+                self.holdings.queue(claimed)
+            got += len(claimed)
+        on_loop = self.registry.async_names()
+        room = self.holdings.async_room() if on_loop else 0
+        if room > 0:
+            claimed = self.store.claim(self.worker_id, now, limit=room, types=sorted(on_loop), queues=self.queues)
+            if claimed:
+                crash_point("claim")
+                self.holdings.claimed(claimed, on_loop=True)
+                self.executors.start_async(claimed)
+            got += len(claimed)
+        return got
 
     def _fetch_loop(self) -> None:
         failures = 0
         while not self._stopping.is_set():
-            if self.holdings.full():
+            if self.holdings.full() and not (self.registry.async_names() and self.holdings.async_room()):
                 self.holdings.room.wait(timeout=self.poll_interval)
                 self.holdings.room.clear()
                 continue
             self._wake.clear()
+            on_loop = bool(self.registry.async_names())
+            if on_loop:
+                self.holdings.room.clear()
             try:
                 got = self.fetch_once()
                 failures = 0
@@ -302,4 +331,10 @@ class WorkerPool:
                 self._wake.wait(min(RETRY_CAP, 0.1 * 2**failures))
                 continue
             if got == 0:
-                self._wake.wait(timeout=self.poll_interval)
+                if on_loop:
+                    # Async jobs' ends free room that only this loop claims
+                    # (an acker's refill claims for the threads): wait for
+                    # room, which an enqueue (``wake``) sets too.
+                    self.holdings.room.wait(timeout=self.poll_interval)
+                else:
+                    self._wake.wait(timeout=self.poll_interval)

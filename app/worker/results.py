@@ -5,11 +5,8 @@ executor thread that reports it)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import traceback
-from collections.abc import Awaitable
-from typing import Any
 
 from jobdeck.core.validation import check_result_size
 
@@ -53,15 +50,3 @@ def storable_result(value: object, max_bytes: int) -> object:
         text = json.dumps(value, ensure_ascii=False)
     check_result_size(text, max_bytes)
     return value
-
-
-def awaited(result: Awaitable[Any]) -> Any:
-    """What an ``async def`` handler returned, its coroutine run to the end on
-    an event loop of this executor thread's own. Handed back unawaited, the
-    coroutine never ran and its job was reported completed with the
-    coroutine's repr as its result."""
-
-    async def wait() -> Any:
-        return await result
-
-    return asyncio.run(wait())

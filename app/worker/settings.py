@@ -37,6 +37,7 @@ class PoolSettings:
     spool_folder: Path
     """Where outcomes that never landed are kept for the next pool on this host (``jobdeck.worker.spool``)."""
     threads: int
+    async_concurrency: int
     batch: int
     poll_interval: float
     heartbeat_interval: float
