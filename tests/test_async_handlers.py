@@ -5,6 +5,7 @@ one, got its coroutine back unawaited, and reported the job completed in
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 
@@ -13,6 +14,8 @@ from jobdeck.core.states import AttemptOutcome, State
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import JobContext
 from jobdeck.runtime import pool_for
+from jobdeck.store.joblogs import lines_of
+from jobdeck.worker import async_loop
 
 from tests.conftest import wait_for
 
@@ -300,3 +303,62 @@ def test_a_type_concurrency_limit_holds_for_async_jobs(make_deck, registry) -> N
     finally:
         pool.stop(2.0)
     assert most[0] == 2
+
+
+def test_a_handler_that_ignores_its_cancel_is_given_up_on_after_the_grace(
+    live_deck: Jobdeck, registry, monkeypatch
+) -> None:
+    monkeypatch.setattr(async_loop, "FINALLY_GRACE", 0.3)
+    stubborn = asyncio.Event()
+
+    @registry.handler("async.stubborn")
+    async def stubborn_handler(payload: dict, ctx: JobContext) -> str:
+        while not stubborn.is_set():
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                continue  # swallows every cancel
+        return "late"
+
+    job = live_deck.enqueue("async.stubborn").job
+    pool = pool_for(live_deck, 1, heartbeat_interval=60)
+    pool.start()
+    try:
+        wait_for(lambda: job.id in pool.running_jobs(), message="started")
+        live_deck.cancel(job.id, actor="tester")
+        wait_for(lambda: live_deck.store.get(job.id).status is State.CANCELLED, timeout=5, message="ends cancelled")
+        assert "ignored the cancel" in (live_deck.store.get(job.id).error or "")
+    finally:
+        pool.executors.loop.loop.call_soon_threadsafe(stubborn.set)
+        pool.stop(1.0)
+    assert live_deck.store.get(job.id).result is None, "its late result was refused"
+
+
+def test_the_context_from_the_loop_progress_and_captured_logs(make_deck, registry) -> None:
+    applog = logging.getLogger("tests.async.app")
+    applog.setLevel(logging.INFO)
+    go = asyncio.Event()
+
+    @registry.handler("async.reports")
+    async def reports(payload: dict, ctx: JobContext) -> None:
+        ctx.progress(0.2, "first")
+        ctx.progress(0.4, "second")  # the latest wins
+        applog.info("job %s by logging", payload["n"])
+        ctx.log("job %s by ctx", payload["n"])
+        await asyncio.wait_for(go.wait(), 30)
+
+    deck = make_deck(logs={"capture_logging": True, "flush_interval": 0.05})
+    jobs = [deck.enqueue("async.reports", {"n": n}).job for n in range(3)]
+    pool = pool_for(deck, 1)
+    pool.start()
+    try:
+        for job in jobs:
+            wait_for(lambda job=job: deck.store.get(job.id).progress == 0.4, message="the latest progress is stored")
+            assert deck.store.get(job.id).progress_message == "second"
+        pool.executors.loop.loop.call_soon_threadsafe(go.set)
+        wait_for(lambda: all(deck.store.get(j.id).status is State.COMPLETED for j in jobs), message="complete")
+    finally:
+        pool.stop(2.0)
+    for n, job in enumerate(jobs):
+        lines = [line.message for line in lines_of(deck.store, job.id)]
+        assert lines == [f"job {n} by logging", f"job {n} by ctx"], "each task's records on its own attempt"
