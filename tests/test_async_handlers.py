@@ -362,3 +362,23 @@ def test_the_context_from_the_loop_progress_and_captured_logs(make_deck, registr
     for n, job in enumerate(jobs):
         lines = [line.message for line in lines_of(deck.store, job.id)]
         assert lines == [f"job {n} by logging", f"job {n} by ctx"], "each task's records on its own attempt"
+
+
+def test_an_async_handler_snoozes_without_a_retry_counted(live_deck: Jobdeck, registry) -> None:
+    @registry.handler("async.later")
+    async def later(payload: dict, ctx: JobContext) -> int:
+        await asyncio.sleep(0)
+        if ctx.attempt < 3:
+            ctx.snooze(0.1, "not yet")
+        return ctx.attempt
+
+    job = live_deck.enqueue("async.later", max_retries=0).job
+    pool = pool_for(live_deck, 1)
+    pool.start()
+    try:
+        wait_for(lambda: live_deck.store.get(job.id).status is State.COMPLETED, message="snoozed twice, then done")
+    finally:
+        pool.stop(2.0)
+    done = live_deck.store.get(job.id)
+    assert (done.retry_count, done.attempt, done.result) == (0, 3, 3)
+    assert [a.outcome.value for a in live_deck.store.attempts_of(job.id)] == ["snoozed", "snoozed", "completed"]

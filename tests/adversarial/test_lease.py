@@ -11,13 +11,16 @@ counted), and runs the job again to completion.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
+from jobdeck.jobs.context import JobContext
 from jobdeck.runtime import pool_for
 from jobdeck.worker.lease import LEASE_LOST
 
@@ -29,10 +32,26 @@ pytestmark = pytest.mark.backends
 STALL = 4.0
 
 
+async def async_hold(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """``skew.hold`` as an ``async def`` handler: a lost lease cancels its task."""
+    row = {"job": ctx.job_id, "attempt": ctx.attempt, "start": time.time()}
+    skew_handlers.append(payload["log"], {**row, "event": "start"})
+    try:
+        await asyncio.sleep(float(payload["seconds"] if ctx.attempt == 1 else payload["later"]))
+    except asyncio.CancelledError:
+        skew_handlers.append(payload["log"], {**row, "event": "stopped", "reason": ctx.cancel_reason})
+        raise
+    skew_handlers.append(payload["log"], {**row, "event": "done"})
+    return {}
+
+
+@pytest.mark.parametrize("kind", ["thread", "async"])
 def test_a_pool_cut_off_for_half_the_stall_timeout_stops_its_handlers_and_takes_its_lease_back(
-    backend, db_url, tmp_path, make_config, registry
+    backend, db_url, tmp_path, make_config, registry, kind
 ):
     skew_handlers.register(registry)
+    if kind == "async":
+        registry.handler(skew_handlers.HOLD)(async_hold)
     outage = Outage(backend, db_url)
     deck = Jobdeck(
         make_config(database_url=outage.url, stall_timeout=STALL, heartbeat_interval=0.5, sqlite_busy_timeout=2.0),
