@@ -5,6 +5,7 @@ with tracing off, no OpenTelemetry module imported at all."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -189,6 +190,34 @@ def test_a_handler_runs_inside_its_attempt_span(
     (child,) = [s for s in spans.get_finished_spans() if s.name == "charge card"]
     assert child.parent is not None and child.parent.span_id == run.context.span_id
     assert child.context.trace_id == run.context.trace_id == seen[0].trace_id
+
+
+def test_an_async_handler_runs_inside_its_attempt_span_and_its_effects_are_children(
+    spans: InMemorySpanExporter, make_deck: Any, registry: Registry
+) -> None:
+    """On the pool's event loop each task has its own context: the attempt's
+    span is current in its handler, and an ``aeffect`` is its child."""
+    seen: list[Any] = []
+
+    async def charge() -> dict[str, int]:
+        await asyncio.sleep(0)
+        return {"charged": 500}
+
+    @registry.handler("t.async_inside")
+    async def inside(payload: dict[str, Any], ctx: Any) -> Any:
+        await asyncio.sleep(0.01)
+        seen.append(trace.get_current_span().get_span_context())
+        return await ctx.aeffect(f"charge:{payload['n']}", charge)
+
+    deck = make_deck(tracing={"enabled": True})
+    jobs = [deck.enqueue("t.async_inside", {"n": n})[0] for n in range(3)]
+    _run(deck, [j.id for j in jobs], {State.COMPLETED})
+    runs = {job.id: _runs(spans, job.id)[0] for job in jobs}
+    assert {s.span_id for s in seen} == {run.context.span_id for run in runs.values()}, "each its own span"
+    effects = {s.name: s for s in spans.get_finished_spans() if s.name.startswith("effect ")}
+    for n, job in enumerate(jobs):
+        effect = effects[f"effect charge:{n}"]
+        assert effect.parent is not None and effect.parent.span_id == runs[job.id].context.span_id
 
 
 def test_nothing_is_exported_with_tracing_off(spans: InMemorySpanExporter, make_deck: Any, registry: Registry) -> None:
