@@ -256,8 +256,20 @@ def test_a_blocking_call_is_reported_and_the_others_resume(live_deck: Jobdeck, r
     finally:
         pool.stop(2.0)
     (held,) = pool.executors.loop.held
-    assert (held.job_id, held.job_type) == (bad.id, "async.blocks")
+    assert (held.job_id, held.job_type) == (bad.id, "async.blocks") and held.seconds >= 1.0
     assert any("is held for" in r.getMessage() and str(bad.id) in r.getMessage() for r in caplog.records)
+    (row,) = [w for w in live_deck.store.list_workers() if w["id"] == pool.worker_id]
+    assert (row["loop_held_job"], row["loop_held_type"]) == (bad.id, "async.blocks")
+    assert row["loop_held_seconds"] == held.seconds and row["loop_held_at"] is not None
+
+
+def test_the_workers_page_shows_the_last_held_loop(deck: Jobdeck, dash) -> None:
+    from jobdeck.store.timekeeping import record_loop_held
+
+    deck.store.register_worker("host-a:1:abc", "host-a", 1, 4, deck.clock())
+    record_loop_held(deck.store, "host-a:1:abc", 3.2, 42, "pages.fetch", deck.clock())
+    page = dash.get("/workers").get_data(as_text=True)
+    assert "Async loop held" in page and "3.2 s</span> by job" in page and "pages.fetch" in page
 
 
 def test_a_stop_cancels_a_running_async_job_and_releases_it(live_deck: Jobdeck, registry) -> None:

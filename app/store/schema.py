@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, inspect, text
 
-HEAD = "0027"
+HEAD = "0028"
 """The newest revision in ``app/store/migrations/versions``; a new revision
 moves it (``tests/test_migrations.py`` holds it to Alembic's head)."""
 

@@ -34,6 +34,16 @@ def record_late_beat(store: Store, worker_id: str, seconds: float, now: datetime
         )
 
 
+def record_loop_held(
+    store: Store, worker_id: str, seconds: float, job_id: int | None, job_type: str | None, now: datetime
+) -> None:
+    """Keep the last time a pool's event loop of async handlers was held in
+    its row (how long, by which job), for every process's Workers page."""
+    values = {"loop_held_seconds": seconds, "loop_held_at": now, "loop_held_job": job_id, "loop_held_type": job_type}
+    with store.write() as conn:
+        conn.execute(update(workers).where(workers.c.id == worker_id).values(**values))
+
+
 def record_clock_offset(store: Store, worker_id: str, offset: float) -> None:
     """Keep a pool's last measured offset in its row, for every process's Workers page."""
     with store.write() as conn:

@@ -34,6 +34,7 @@ from jobdeck.core.errors import Cancelled
 from jobdeck.jobs.async_context import AsyncJobContext
 from jobdeck.jobs.snooze import Snooze
 from jobdeck.store import JobRecord, Outcome
+from jobdeck.store.timekeeping import record_loop_held
 from jobdeck.worker.holdings import Holdings, Slot
 from jobdeck.worker.lease import LEASE_LOST
 from jobdeck.worker.results import first_line, storable_result
@@ -212,7 +213,8 @@ class AsyncLoop:
     def _watch(self) -> None:
         """Say when the loop is held: no tick for ``HELD_WARN`` seconds means
         one task's step (or a callback) blocks it, and every other async job
-        of the pool waits."""
+        of the pool waits. Logged, and kept in the pool's row for the Workers
+        page when it is noticed and again, with its whole length, when it ends."""
         held: Held | None = None
         since = 0.0
         while not self._ended.wait(TICK * 2):
@@ -220,8 +222,11 @@ class AsyncLoop:
             seconds = time.monotonic() - beat
             if seconds <= HELD_WARN:
                 if held is not None:
+                    held = Held(held.job_id, held.job_type, beat - since)
+                    self.held[-1] = held
                     log.warning("the async handlers' loop runs again, after %.1f s held by job %s (%s)",
-                                beat - since, held.job_id, held.job_type)  # fmt: skip
+                                held.seconds, held.job_id, held.job_type)  # fmt: skip
+                    self._record(held)
                     held = None
                 continue
             if held is not None:
@@ -237,3 +242,13 @@ class AsyncLoop:
                 seconds, held.job_id, held.job_type,
                 extra={"event": "worker.loop_held", "job_id": held.job_id, "job_type": held.job_type},
             )  # fmt: skip
+            self._record(held)
+
+    def _record(self, held: Held) -> None:
+        executors = self.executors
+        try:
+            record_loop_held(
+                executors.store, executors.worker_id, held.seconds, held.job_id, held.job_type, executors.clock()
+            )
+        except Exception as exc:  # shown on the Workers page only; logged above
+            log.warning("recording the held loop in the workers row failed (%s)", first_line(exc))

@@ -298,6 +298,14 @@ class Worker(Base):
     (``jobdeck.worker.leasing``); None while none was late (revision 0025)."""
     late_beat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     """When that late heartbeat landed."""
+    loop_held_seconds: Mapped[float | None] = mapped_column(Float)
+    """The last time the pool's event loop of async handlers was held by a
+    blocking call (``jobdeck.worker.async_loop``): for how long; None while
+    never (revision 0028)."""
+    loop_held_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    loop_held_job: Mapped[int | None] = mapped_column(Integer)
+    """The job whose handler held it, and its type (None: no task's step held it)."""
+    loop_held_type: Mapped[str | None] = mapped_column(String(200))
 
 
 jobs = cast(Table, Job.__table__)
