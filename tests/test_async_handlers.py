@@ -394,3 +394,25 @@ def test_an_async_handler_snoozes_without_a_retry_counted(live_deck: Jobdeck, re
     done = live_deck.store.get(job.id)
     assert (done.retry_count, done.attempt, done.result) == (0, 3, 3)
     assert [a.outcome.value for a in live_deck.store.attempts_of(job.id)] == ["snoozed", "snoozed", "completed"]
+
+
+def test_a_plain_function_returning_a_coroutine_has_it_run_on_the_pools_loop(live_deck: Jobdeck, registry) -> None:
+    """Not only ``async def``: any handler's awaitable runs to its end, never
+    stored unawaited as its repr."""
+    loops: list[str] = []
+
+    async def body(n: int) -> int:
+        await asyncio.sleep(0.01)
+        loops.append(threading.current_thread().name)
+        return n * 2
+
+    registry.handler("async.wrapped")(lambda payload, ctx: body(payload["n"]))
+    job = live_deck.enqueue("async.wrapped", {"n": 21}).job
+    pool = pool_for(live_deck, 1)
+    pool.start()
+    try:
+        wait_for(lambda: live_deck.store.get(job.id).status is State.COMPLETED, message="completes")
+    finally:
+        pool.stop(2.0)
+    assert live_deck.store.get(job.id).result == 42
+    assert loops == ["jobdeck-async-loop"]
