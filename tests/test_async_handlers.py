@@ -82,6 +82,7 @@ def test_many_async_jobs_wait_at_once_without_holding_the_threads(live_deck: Job
         pool.stop(2.0)
     assert most[0] == 100, "as many in flight as async_concurrency, no more"
     assert len(loops) == 1, "one loop for every job, not one each"
+    assert pool.holdings.avg_duration is None, "async jobs' waits do not size the threads' prefetch"
     assert live_deck.store.get(ids[7]).result == 7
 
 

@@ -207,7 +207,8 @@ class Executors:
             log.warning("late result of job %s attempt %s refused (timed out or released)", job.id, job.attempt)
             self.logs.flush_log(buffer)  # its lines are still the attempt's
             return slot
-        self.holdings.took(elapsed)
+        if not slot.on_loop:  # the average sizes the threads' prefetch: an async job's wait is no thread's time
+            self.holdings.took(elapsed)
         if buffer is not None and buffer.has_pending():  # the acker writes it before the outcome
             outcome.log = buffer
         self.done(outcome)
