@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from jobdeck.core.errors import Cancelled, DeadLetter, EffectNotPerformed
     from jobdeck.deck import Jobdeck
+    from jobdeck.jobs.async_context import AsyncJobContext
     from jobdeck.jobs.context import JobContext
     from jobdeck.jobs.handlers import Registry, handler
     from jobdeck.jobs.snooze import Snooze
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from jobdeck.web.factory import create_app, deck_of
 
 __all__ = [
-    "Cancelled", "DeadLetter", "EffectNotPerformed", "JobContext", "Jobdeck", "Registry", "Runtime", "Snooze",
+    "AsyncJobContext", "Cancelled", "DeadLetter", "EffectNotPerformed", "JobContext", "Jobdeck", "Registry", "Runtime", "Snooze",
     "create_app", "deck_of", "handler",
 ]  # fmt: skip
 
@@ -38,6 +39,7 @@ _HOMES = {
     "handler": "jobdeck.jobs.handlers",
     "Registry": "jobdeck.jobs.handlers",
     "JobContext": "jobdeck.jobs.context",
+    "AsyncJobContext": "jobdeck.jobs.async_context",
     "Snooze": "jobdeck.jobs.snooze",
     "Cancelled": "jobdeck.core.errors",
     "DeadLetter": "jobdeck.core.errors",
