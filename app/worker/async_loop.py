@@ -68,6 +68,10 @@ class Held:
     job_type: str | None
     seconds: float
 
+    @property
+    def by(self) -> str:
+        return f"job {self.job_id} ({self.job_type})" if self.job_id is not None else "no job's task (a callback)"
+
 
 class AsyncLoop:
     """One pool's event loop thread and its watchdog (see the module docstring)."""
@@ -148,7 +152,10 @@ class AsyncLoop:
                     task.cancel()
             elif not run.given_up and now - run.cancelled_at > FINALLY_GRACE:
                 run.given_up = True
-                self._give_up(run)
+                try:
+                    self._give_up(run)
+                except Exception:  # a bug: say so, and keep watching the other tasks
+                    log.exception("giving up on job %s's async handler failed", slot.job.id)
         self.loop.call_later(TICK, self._tick)
 
     def _give_up(self, run: _Running) -> None:
@@ -224,8 +231,8 @@ class AsyncLoop:
                 if held is not None:
                     held = Held(held.job_id, held.job_type, beat - since)
                     self.held[-1] = held
-                    log.warning("the async handlers' loop runs again, after %.1f s held by job %s (%s)",
-                                held.seconds, held.job_id, held.job_type)  # fmt: skip
+                    log.warning("the async handlers' loop runs again, after %.1f s held by %s",
+                                held.seconds, held.by)  # fmt: skip
                     self._record(held)
                     held = None
                 continue
@@ -237,9 +244,9 @@ class AsyncLoop:
             held = Held(job.id if job else None, job.type if job else None, seconds)
             self.held = [*self.held[-99:], held]
             log.warning(
-                "the async handlers' loop is held for %.1f s by job %s (%s): a blocking call in an async handler "
+                "the async handlers' loop is held for %.1f s by %s: a blocking call in an async handler "
                 "stops every async job of this pool; await it, or run it with asyncio.to_thread",
-                seconds, held.job_id, held.job_type,
+                seconds, held.by,
                 extra={"event": "worker.loop_held", "job_id": held.job_id, "job_type": held.job_type},
             )  # fmt: skip
             self._record(held)
