@@ -20,7 +20,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from jobdeck.core.clock import RESCUE_SKEW_FRACTION, Clock, DatabaseClock, HostClock
-from jobdeck.store.upkeep import end_sessions_of, mark_silent_workers
+from jobdeck.store.server_sessions import end_sessions_of
+from jobdeck.store.upkeep import mark_silent_workers
 from sqlalchemy.exc import DBAPIError
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ class Rescue:
     def _end_sessions_of(self, gone: list[str]) -> None:
         """End the gone workers' database sessions caught inside a transaction,
         whose row locks would keep their jobs from being rescued
-        (``jobdeck.store.upkeep.end_sessions_of``); the next sweep rescues them."""
+        (``jobdeck.store.server_sessions.end_sessions_of``); the next sweep rescues them."""
         try:
             ended = end_sessions_of(self.store, gone)
         except DBAPIError as exc:

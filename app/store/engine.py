@@ -166,7 +166,7 @@ def _session_settings() -> dict[str, Any]:
 def session_name(host_pid: str) -> str:
     """The ``application_name`` of the sessions of process ``host:pid``, cut
     as the server cuts it (63 bytes), so a sweeper on another host can find
-    the sessions of a worker it marks gone (``jobdeck.store.upkeep``)."""
+    the sessions of a worker it marks gone (``jobdeck.store.server_sessions``)."""
     return (SESSION_PREFIX + host_pid).encode()[:63].decode(errors="ignore")
 
 

@@ -9,16 +9,13 @@ Rescuing stalled jobs is a transition, so it stays on ``Store``
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from jobdeck.core import processes
 from jobdeck.core.states import AttemptOutcome, State
 from jobdeck.store import durations
-from jobdeck.store.engine import session_name
 from jobdeck.store.models import (
     CANCELLED,
     INTERRUPTED,
@@ -36,7 +33,7 @@ from jobdeck.store.models import (
     workflows,
 )
 from jobdeck.store.statements import dialect_insert
-from sqlalchemy import and_, case, column, delete, func, literal_column, or_, select, table, update
+from sqlalchemy import and_, case, delete, func, literal_column, or_, select, update
 
 if TYPE_CHECKING:
     from jobdeck.store import Store
@@ -78,46 +75,6 @@ def mark_silent_workers(store: Store, now: datetime, cutoff: datetime) -> list[s
             .values(gone_at=None)
         )
     return list(gone)
-
-
-def end_sessions_of(store: Store, worker_ids: Iterable[str]) -> int:
-    """PostgreSQL: end the sessions of the processes of workers just marked
-    gone that are inside a transaction, and return how many ended.
-
-    A host cut off in the middle of a write (a partition) can leave its
-    backend holding row locks for good: when the cut falls between the
-    messages of one statement batch (a pipelined ``executemany``), the server
-    never gets the Sync that would start ``idle_in_transaction_session_timeout``,
-    and a relay or pooler in between keeps the socket open, so TCP
-    keepalives see nothing wrong either. The other hosts' rescue skips locked
-    rows (``FOR UPDATE SKIP LOCKED``), so that worker's job would stay
-    ``running`` forever. A worker marked gone has lost its lease: whatever its
-    sessions hold is refused anyway. Sessions are found by their
-    ``application_name`` (``jobdeck.store.engine.session_name``); this
-    process's own are never ended, and a role that may not end them is logged
-    by the caller, not fatal."""
-    if store.sqlite:
-        return 0
-    own = session_name(f"{processes.HOST}:{os.getpid()}")
-    names = {session_name(w.rsplit(":", 1)[0]) for w in worker_ids if w.count(":") >= 2} - {own}
-    if not names:
-        return 0
-    activity = table("pg_stat_activity", column("pid"), column("application_name"), column("datname"),
-                     column("xact_start"))  # fmt: skip
-    with store.write() as conn:
-        ended = (
-            conn.execute(
-                select(func.pg_terminate_backend(activity.c.pid)).where(
-                    activity.c.application_name.in_(sorted(names)),
-                    activity.c.datname == func.current_database(),
-                    activity.c.xact_start.is_not(None),
-                    activity.c.pid != func.pg_backend_pid(),
-                )
-            )
-            .scalars()
-            .all()
-        )
-    return sum(1 for e in ended if e)
 
 
 # -- retention ------------------------------------------------------------------

@@ -36,8 +36,6 @@ bp.before_request(api._authenticate)
 OUTCOMES = {s.value: s for s in EFFECT_RESOLUTIONS}
 MAX_KEY = 255
 """The ledger's key column: a longer key cannot name an effect."""
-MAX_ATTEMPT = 2**31 - 1
-"""The attempt column's integer."""
 
 
 def _deck() -> Jobdeck:
@@ -66,11 +64,7 @@ def _key(key: str) -> str:
 
 def _step(data: dict[str, Any]) -> tuple[str, int]:
     """The worker and the attempt a step is for (the claim's ``attempt``)."""
-    worker_id = api._worker_id(data)
-    attempt = data.get("attempt")
-    if isinstance(attempt, bool) or not isinstance(attempt, int) or not 1 <= attempt <= MAX_ATTEMPT:
-        raise InvalidField("attempt", "required: the attempt number the claim answered, an integer from 1")
-    return worker_id, attempt
+    return api._worker_id(data), api._attempt(data)
 
 
 @bp.post("/<int:job_id>/effects/<path:key>/start")

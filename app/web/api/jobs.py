@@ -106,6 +106,18 @@ def _worker_id(data: dict[str, Any]) -> str:
     return guard.worker_id(check_text(worker_id, "worker_id", MAX_WORKER_ID), MAX_WORKER_ID)
 
 
+MAX_ATTEMPT = 2**31 - 1
+"""The attempt column's integer."""
+
+
+def _attempt(data: dict[str, Any]) -> int:
+    """The attempt a worker's step or release is for: the number its claim answered."""
+    attempt = data.get("attempt")
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or not 1 <= attempt <= MAX_ATTEMPT:
+        raise InvalidField("attempt", "required: the attempt number the claim answered, an integer from 1")
+    return attempt
+
+
 @bp.get("/health")
 def health() -> Any:
     """200 ``{"ok": true}`` while this process is healthy; 503 with the

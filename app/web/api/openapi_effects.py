@@ -9,7 +9,7 @@ from typing import Any
 from jobdeck.core.states import EFFECT_RESOLUTIONS, EffectState
 from jobdeck.core.validation import MAX_JSON_DEPTH
 from jobdeck.jobs.effects import Decision
-from jobdeck.web.api.effects import MAX_ATTEMPT
+from jobdeck.web.api.jobs import MAX_ATTEMPT
 from jobdeck.web.api.openapi_common import ERRORS, JOB_ID, NO_JOB, TIME, WORKER_ID, answer, ref, request_body
 
 EFFECT = {

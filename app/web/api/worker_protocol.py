@@ -38,10 +38,6 @@ MAX_ERROR_CHARS = 65536
 """A failure's message or traceback as an external worker reports it."""
 
 
-MAX_ATTEMPT = 2**31 - 1
-"""The attempt column's integer (a release names the attempt it gives back)."""
-
-
 def _str_list(data: dict[str, Any], field: str) -> list[str] | None:
     value = data.get(field)
     if value is None:
@@ -180,9 +176,7 @@ def release(job_id: int) -> Any:
     deck = api._deck()
     data = api._body()
     worker_id = api._worker_id(data)
-    attempt = data.get("attempt")
-    if isinstance(attempt, bool) or not isinstance(attempt, int) or not 1 <= attempt <= MAX_ATTEMPT:
-        raise InvalidField("attempt", "required: the attempt number the claim answered, an integer from 1")
+    attempt = api._attempt(data)
     now = deck.clock()
     with _acknowledged(deck, job_id, "release"):
         job = deck.store.release_held(job_id, attempt, worker_id, now)
