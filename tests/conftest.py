@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from jobdeck import create_app
+from jobdeck.core import forks
 from jobdeck.core.config import load
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import Registry
@@ -52,6 +53,22 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}")
         time.sleep(interval)  # polling interval with a deadline, not a fixed wait
+
+
+@pytest.fixture(autouse=True)
+def _engines_closed() -> Iterator[None]:
+    """Engines a test made (``jobdeck.store.engine.make_engine``) are disposed
+    when it ends, so the connections resting in their pools are closed then,
+    by this test, and not by the garbage collector in the middle of some later
+    test: Python 3.13 warns of every sqlite3 connection never closed, psycopg
+    of every connection deleted open, and the suite makes warnings errors, so
+    one test's leak failed another, chosen by chance. A disposed engine still
+    works: its next statement opens a fresh pool."""
+    before = {id(engine) for engine in forks.engines()}
+    yield
+    for engine in forks.engines():
+        if id(engine) not in before:
+            engine.dispose()
 
 
 @pytest.fixture

@@ -52,6 +52,11 @@ def watch(engine: Engine) -> None:
     event.listen(engine, "checkout", _refuse_in_child)
 
 
+def engines() -> list[Engine]:
+    """The engines of this process that are still alive (``watch``)."""
+    return list(_engines)
+
+
 def exit_status(exc: BaseException | None) -> int:
     """What a child that returned (None) or raised ``exc`` exits with:
     ``sys.exit(n)``'s own status, 1 for any other exception."""
