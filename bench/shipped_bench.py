@@ -4,7 +4,7 @@ same run; and the cost of tracing (off against on) on the drain and on the
 HTTP enqueue.
 
 Usage: ``python3 -m bench.shipped_bench [--full] [--rounds N] [--no-postgres]
-[--no-tracing] [--only-tracing] [--no-peers]``. The default sizes take a few minutes;
+[--no-sqlite] [--no-tracing] [--only-tracing] [--no-peers]``. The default sizes take a few minutes;
 ``--full`` drains issue 33's 100,000 jobs on SQLite (20,000 on PostgreSQL).
 ``bench/run.py`` runs the same as part of scenario 1.
 
@@ -26,10 +26,11 @@ Rounds: each round runs every system once, the order rotated each round;
 each ratio is taken within its round, and the median over rounds reported.
 SQLite: the bare pool (``bench.jobdeck_bench.drain`` in a fresh process,
 as ``bench/compare.py`` runs it), ``jobdeck worker``, ``jobdeck serve`` and
-Huey (``bench/peers/peer.py``). PostgreSQL: the bare pool, ``jobdeck
-worker`` with 1 and with 2 processes, and PgQueuer's consumer with 1 and 2
-processes (``bench/peers/pg_harness.py``, timed from its go to the
-harness's count of completions).
+Huey (``bench/peers/peer.py``). PostgreSQL: scenario 10's Jobdeck consumer
+(a runtime built in the benchmark's process, ``bench/pg_jobdeck.py``),
+``jobdeck worker`` with 1 and with 2 processes, and PgQueuer's consumer with
+1 and 2 processes (the first and the last timed by
+``bench/peers/pg_harness.py``, from their go to its count of completions).
 
 Tracing (issue 36): ``jobdeck worker`` draining, and ``jobdeck serve``
 answering ``POST /api/jobs`` (wrk, 16 connections, each request carrying a
@@ -225,12 +226,22 @@ def _huey(n: int) -> float:
     return float(peer(ensure_venv(), "huey", "drain", n, 1)["median"])
 
 
-def _pool(n: int, postgres: str | None = None) -> float:
+def _pool(n: int) -> float:
     from bench.compare import run_child
 
-    if postgres:
-        return run_child(REPO, "pg_drain", n, postgres)
     return run_child(REPO, "drain", n, None)  # a fresh process with a warm-up, as compare.py's
+
+
+def _runtime_pg(n: int) -> float:
+    """Scenario 10's Jobdeck drain (``bench/pg_jobdeck.py``): the runtime built
+    inside the benchmark's consumer process, on a fresh database analyzed after
+    the fill, timed by the same harness as PgQueuer."""
+    from bench import pg_bench
+
+    got = pg_bench.measure("jobdeck", None, "drain1", n)
+    if "error" in got:
+        raise RuntimeError(f"Jobdeck's scenario 10 drain: {got['error']}")
+    return float(got["rate"])
 
 
 def _pgqueuer(n: int, procs: int) -> float:
@@ -256,9 +267,8 @@ def sqlite_systems(c: dict[str, int], work: Path, peers: bool = True) -> dict[st
 
 def postgres_systems(c: dict[str, int], work: Path, peers: bool = True) -> dict[str, Callable[[], dict[str, Any]]]:
     n = c["postgres"]
-    pool_url = os.environ.get("JOBDECK_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
     systems: dict[str, Callable[[], dict[str, Any]]] = {
-        "pool": lambda: {"rate": _pool(n, pool_url), "jobs": n},  # in a schema of its own (compare.py)
+        "pool": lambda: {"rate": _runtime_pg(n), "jobs": n},
         "worker": lambda: drain("worker", n, work, fresh_postgres()),
         "worker2": lambda: drain("worker", n, work, fresh_postgres(), procs=2),
     }
@@ -392,31 +402,31 @@ def http_enqueue(work: Path, seconds: int, count: int, on_env: dict[str, str],
 
 
 def run(c: dict[str, int], work: Path, postgres: bool = True, with_tracing: bool = True, drains: bool = True,
-        peers: bool = True, log: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
+        peers: bool = True, sqlite: bool = True, log: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
     """The drains as shipped (SQLite, then PostgreSQL unless ``postgres`` is
     false or the server is not there) and tracing off/on; ``peers`` false
     leaves Huey and PgQueuer out."""
     out: dict[str, Any] = {"counts": dict(c)}
-    if drains:
+    if drains and sqlite:
         log(f"scenario 1 as shipped, SQLite: {c['rounds']} rounds of pool, worker, serve{', Huey' * peers}")
         out["sqlite"] = summary(rounds(sqlite_systems(c, work, peers), c["rounds"], log),
                                 [("pool", "huey"), ("worker", "huey"), ("serve", "huey"),
                                  ("worker", "pool"), ("serve", "pool")])  # fmt: skip
-        if postgres:
-            try:
-                from bench.pg_bench import check_postgres
+    if drains and postgres:
+        try:
+            from bench.pg_bench import check_postgres
 
-                check_postgres()
-            except (RuntimeError, ImportError) as exc:
-                out["postgres"] = {"skipped": str(exc)}
-            else:
-                log(
-                    f"scenario 1 as shipped, PostgreSQL: {c['rounds']} rounds of pool, worker (1, 2)"
-                    + ", PgQueuer (1, 2)" * peers
-                )
-                out["postgres"] = summary(rounds(postgres_systems(c, work, peers), c["rounds"], log),
-                                          [("pool", "pgqueuer"), ("worker", "pgqueuer"),
-                                           ("worker2", "pgqueuer2"), ("worker", "pool")])  # fmt: skip
+            check_postgres()
+        except (RuntimeError, ImportError) as exc:
+            out["postgres"] = {"skipped": str(exc)}
+        else:
+            log(
+                f"scenario 1 as shipped, PostgreSQL: {c['rounds']} rounds of pool, worker (1, 2)"
+                + ", PgQueuer (1, 2)" * peers
+            )
+            out["postgres"] = summary(rounds(postgres_systems(c, work, peers), c["rounds"], log),
+                                      [("pool", "pgqueuer"), ("worker", "pgqueuer"),
+                                       ("worker2", "pgqueuer2"), ("worker", "pool")])  # fmt: skip
     if with_tracing:
         log(f"tracing off and on: {c['rounds']} rounds")
         out["tracing"] = tracing(c, work, log)
@@ -462,9 +472,9 @@ def table(result: dict[str, Any]) -> str:
             f"Scenario 1 as users run it, PostgreSQL, {c['postgres']:,} no-op jobs; median of {len(p['runs'])} "
             "interleaved rounds:",
             "",
-            "| what drains | jobs/s | vs PgQueuer (same processes) | vs the bare pool | start-up (s) |",
+            "| what drains | jobs/s | vs PgQueuer (same processes) | vs the diagnostic row | start-up (s) |",
             "|---|---|---|---|---|",
-            f"| bare pool (diagnostic) | {m['pool']:,.0f} | {_x(r, 'pool/pgqueuer', '{:.2f}x')} | – | – |",
+            f"| runtime in the benchmark's process (scenario 10's, diagnostic) | {m['pool']:,.0f} | {_x(r, 'pool/pgqueuer', '{:.2f}x')} | – | – |",
             f"| `jobdeck worker --demo`, 1 process | {m['worker']:,.0f} | {_x(r, 'worker/pgqueuer', '{:.2f}x')} "
             f"| {_x(r, 'worker/pool', '{:.0%}')} | {up['worker']:.2f} |",
             f"| `jobdeck worker --demo`, 2 processes{f' (one ran no job in {alone} rounds)' if alone else ''} "
@@ -509,7 +519,8 @@ def main(argv: list[str] | None = None) -> int:
         "--full", action="store_true", help="issue 33's sizes: 100,000 jobs on SQLite, 20,000 on PostgreSQL"
     )
     ap.add_argument("--rounds", type=int, help="interleaved rounds (default 2; --full 3)")
-    ap.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    ap.add_argument("--no-postgres", action="store_true", help="leave PostgreSQL out")
+    ap.add_argument("--no-sqlite", action="store_true", help="leave SQLite's drains out")
     ap.add_argument("--no-tracing", action="store_true", help="leave out tracing off/on")
     ap.add_argument("--only-tracing", action="store_true", help="tracing off/on alone")
     ap.add_argument("--no-peers", action="store_true", help="leave Huey and PgQueuer out")
@@ -523,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="jobdeck-shipped-") as tmp:
         result.update(run(c, Path(tmp), postgres=not args.no_postgres, with_tracing=not args.no_tracing,
-                          drains=not args.only_tracing, peers=not args.no_peers, log=lambda m: print(m, flush=True)))  # fmt: skip
+                          drains=not args.only_tracing, peers=not args.no_peers, sqlite=not args.no_sqlite, log=lambda m: print(m, flush=True)))  # fmt: skip
     result["seconds"] = time.monotonic() - t0
     result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     out = REPO / "bench" / "results" / f"shipped-{time.strftime('%Y%m%d-%H%M%S')}.json"
