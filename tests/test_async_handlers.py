@@ -417,3 +417,32 @@ def test_a_plain_function_returning_a_coroutine_has_it_run_on_the_pools_loop(liv
         pool.stop(2.0)
     assert live_deck.store.get(job.id).result == 42
     assert loops == ["jobdeck-async-loop"]
+
+
+def test_a_loop_held_past_the_stall_timeout_makes_the_pool_unhealthy_until_it_ends(make_deck, registry) -> None:
+    """Its heartbeats go on, so no other process rescues the async jobs
+    waiting behind the hold: the pool says it is unhealthy (and claims
+    nothing, and ``exit_when_unhealthy`` restarts it), like past
+    ``max_abandoned_threads``; healthy again once the loop runs."""
+    release = threading.Event()
+
+    @registry.handler("async.stuck")
+    async def stuck(payload: dict, ctx: JobContext) -> str:
+        release.wait(30)  # the blocking call
+        return "ran"
+
+    deck = make_deck(heartbeat_interval=0.2, stall_timeout=1.0)
+    job = deck.enqueue("async.stuck").job
+    pool = pool_for(deck, 1)
+    pool.start()
+    try:
+        reason = wait_for(pool.unhealthy_reason, timeout=10, message="unhealthy past stall_timeout")
+        assert f"held by job {job.id} (async.stuck) for more than 1 s" in reason
+        assert any("held by job" in p for p in deck.health.problems()), "/api/health answers 503 with it"
+        wait_for(lambda: any(w["unhealthy"] for w in deck.store.list_workers()), message="the Workers page shows it")
+        release.set()
+        wait_for(lambda: pool.unhealthy_reason() is None, message="healthy again once the loop runs")
+        wait_for(lambda: deck.store.get(job.id).status is State.COMPLETED, message="the job completes")
+    finally:
+        release.set()
+        pool.stop(2.0)

@@ -113,6 +113,15 @@ class AsyncLoop:
     def running(self) -> int:
         return len(self._tasks)
 
+    def holding(self) -> Held | None:
+        """The hold going on now, if the loop has not ticked for ``HELD_WARN`` seconds."""
+        seconds = time.monotonic() - self._beat
+        if seconds <= HELD_WARN or not self.thread.is_alive():
+            return None
+        run = self._tasks.get(asyncio.current_task(self.loop))  # type: ignore[arg-type]
+        job = run.slot.job if run is not None else None
+        return Held(job.id if job else None, job.type if job else None, seconds)
+
     def stop(self, grace: float) -> None:
         """Cancel the tasks still running (their slots were given up by the
         stop), give them up to ``grace`` seconds, then end the loop."""
@@ -239,9 +248,7 @@ class AsyncLoop:
             if held is not None:
                 continue
             since = beat
-            run = self._tasks.get(asyncio.current_task(self.loop))  # type: ignore[arg-type]
-            job = run.slot.job if run is not None else None
-            held = Held(job.id if job else None, job.type if job else None, seconds)
+            held = self.holding() or Held(None, None, seconds)
             self.held = [*self.held[-99:], held]
             log.warning(
                 "the async handlers' loop is held for %.1f s by %s: a blocking call in an async handler "

@@ -20,7 +20,7 @@ from jobdeck.jobs.context import JobContext
 from jobdeck.jobs.handlers import Registry
 from jobdeck.jobs.snooze import InvalidSnooze, Snooze, seconds_of
 from jobdeck.store import JobRecord, Outcome, Store
-from jobdeck.worker.async_loop import AsyncLoop
+from jobdeck.worker.async_loop import AsyncLoop, Held
 from jobdeck.worker.holdings import Holdings, Slot
 from jobdeck.worker.lease import LEASE_LOST, Lease
 from jobdeck.worker.logs import AttemptLogs
@@ -120,6 +120,10 @@ class Executors:
             if self.loop is None:
                 self.loop = AsyncLoop(self, self.holdings)
             return self.loop
+
+    def loop_held(self) -> Held | None:
+        """The hold of the event loop of async handlers going on now, if any."""
+        return self.loop.holding() if self.loop is not None else None
 
     def open_slot(self, job: JobRecord, thread: threading.Thread, on_loop: bool = False) -> Slot | None:
         """The running slot of ``job``'s attempt, begun (None: the lease is

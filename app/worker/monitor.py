@@ -14,6 +14,7 @@ from datetime import datetime
 from jobdeck.jobs.handlers import Registry
 from jobdeck.store import Outcome, Store
 from jobdeck.worker.acks import Acker
+from jobdeck.worker.async_loop import Held
 from jobdeck.worker.holdings import Holdings
 from jobdeck.worker.logs import AttemptLogs
 from jobdeck.worker.results import first_line
@@ -44,6 +45,8 @@ class Monitor:
         max_abandoned_threads: int,
         replace_executor: Callable[[], None],
         stopping: threading.Event,
+        loop_held: Callable[[], Held | None] = lambda: None,
+        stall_timeout: float = 60.0,
         on_unhealthy: Callable[[str], None] | None = None,
     ) -> None:
         self.store = store
@@ -56,6 +59,9 @@ class Monitor:
         self.worker_id = worker_id
         self.max_abandoned_threads = max_abandoned_threads
         self.replace_executor = replace_executor
+        self.loop_held = loop_held
+        """The hold of the async handlers' event loop going on now (``jobdeck.worker.async_loop``)."""
+        self.stall_timeout = stall_timeout
         self.stopping = stopping
         self.on_unhealthy = on_unhealthy
         """Called once, from the monitor thread, when the pool turns unhealthy
@@ -79,7 +85,17 @@ class Monitor:
         """Why this pool is unhealthy, or None. A Python thread cannot be
         killed, so each hung handler past its timeout keeps a thread (and
         whatever it holds); past ``max_abandoned_threads`` the pool claims
-        nothing more, and only a restart of the process frees them."""
+        nothing more, and only a restart of the process frees them. So too
+        while the async handlers' loop is held past ``stall_timeout``."""
+        held = self.loop_held()
+        if held is not None and held.seconds >= self.stall_timeout:
+            # Every async job of the pool waits; its heartbeats go on, so no
+            # other process rescues them: the pool says it, as for abandoned threads.
+            return (
+                f"the async handlers' event loop has been held by {held.by} for more than "
+                f"{self.stall_timeout:g} s (stall_timeout): a blocking call in an async handler; no async job "
+                "of this pool runs and no new jobs are claimed until it ends; restart the process to free it"
+            )
         n = self.abandoned_threads()
         if n < self.max_abandoned_threads:
             return None
