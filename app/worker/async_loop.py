@@ -96,10 +96,10 @@ class AsyncLoop:
     def start_jobs(self, jobs: list[JobRecord]) -> None:
         """Begin each job's slot now (on the caller's thread, so a stop that
         follows finds it running) and start its task on the loop."""
-        for job in jobs:
-            slot = self.executors.open_slot(job, self.thread, on_loop=True)
-            if slot is not None:  # else set aside: the lease is lost
-                self.loop.call_soon_threadsafe(self._spawn, slot)
+        slots = [self.executors.open_slot(job, self.thread, on_loop=True) for job in jobs]
+        begun = [slot for slot in slots if slot is not None]  # the others were set aside: the lease is lost
+        if begun:  # one wake-up of the loop for the whole claim
+            self.loop.call_soon_threadsafe(self._spawn, begun)
 
     def wait(self, awaitable: Awaitable[Any]) -> Any:
         """Run an awaitable that a plain function returned, on this loop, and
@@ -145,10 +145,11 @@ class AsyncLoop:
             self._ended.set()
             self.loop.close()
 
-    def _spawn(self, slot: Slot) -> None:
-        task = self.loop.create_task(self._job(slot), name=f"jobdeck-job-{slot.job.id}")
-        self._tasks[task] = _Running(slot)
-        task.add_done_callback(self._tasks.pop)
+    def _spawn(self, slots: list[Slot]) -> None:
+        for slot in slots:
+            task = self.loop.create_task(self._job(slot), name=f"jobdeck-job-{slot.job.id}")
+            self._tasks[task] = _Running(slot)
+            task.add_done_callback(self._tasks.pop)
 
     def _tick(self) -> None:
         """Pass cancels on to the tasks, and give up on those that ignore them."""
