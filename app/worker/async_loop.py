@@ -241,9 +241,9 @@ class AsyncLoop:
                 if held is not None:
                     held = Held(held.job_id, held.job_type, beat - since)
                     self.held[-1] = held
+                    self._record(held)
                     log.warning("the async handlers' loop runs again, after %.1f s held by %s",
                                 held.seconds, held.by)  # fmt: skip
-                    self._record(held)
                     held = None
                 continue
             if held is not None:

@@ -48,15 +48,15 @@ def test_a_loop_blocked_for_3_s_is_reported_and_the_other_async_jobs_resume(
         wait_for(lambda: len(ticks) == 20, message="the others are awaiting")
         bad = live_deck.enqueue("async.blocks").job
         with caplog.at_level(logging.WARNING, logger="jobdeck.worker"):
-            wait_for(lambda: pool.executors.loop.held, timeout=5, message="the held loop is reported")
+            wait_for(lambda: any(h.job_id == bad.id for h in pool.executors.loop.held), timeout=5, message="reported")
             wait_for(lambda: live_deck.store.get(bad.id).status is State.COMPLETED, message="the blocker ends")
             done = {State.COMPLETED}
             wait_for(lambda: all(live_deck.store.get(i).status in done for i in others), message="others resume")
             wait_for(lambda: "runs again" in caplog.text, message="the end of the hold is logged")
     finally:
         pool.stop(2.0)
-    (held,) = pool.executors.loop.held
-    assert (held.job_id, held.job_type) == (bad.id, "async.blocks") and held.seconds >= 2.5
+    (held,) = [h for h in pool.executors.loop.held if h.job_id == bad.id]  # a loaded machine may add others
+    assert held.job_type == "async.blocks" and held.seconds >= 2.5
     assert all(live_deck.store.get(i).result == 40 for i in others)
     start, end = blocked
     inside = [t for times in ticks.values() for t in times if start < t < end]
