@@ -117,8 +117,11 @@ def test_graceful_shutdown_waits_then_releases(make_deck, registry: Registry) ->
     waiting = [deck.enqueue("test.block", {"w": i})[0] for i in range(5)]
     pool = _pool(deck, threads=2)
     try:
+        # Both stuck handlers started (a claimed job is ``running`` before its
+        # handler starts): the quick one's start and theirs.
+        assert all(started.acquire(timeout=30) for _ in range(3)), "the quick and both stuck handlers started"
         wait_for(lambda: all(_status(deck, j.id) is State.RUNNING for j in stuck), message="both stuck running")
-        assert _status(deck, quick.id) is State.COMPLETED
+        wait_for(lambda: _status(deck, quick.id) is State.COMPLETED, message="the quick one acknowledged")
         pool.stop(grace=0.3)
     finally:
         gate.set()
