@@ -43,6 +43,21 @@ class Claiming(Transactions):
         ``controlled=False`` and the paused queues in ``exclude_queues``."""
         if controlled and self.claim_policy is not None:
             return self.claim_policy(self, worker_id, now, limit=limit, types=types, queues=queues)
+        with self.single() as conn:
+            return self.claim_in(conn, worker_id, now, limit, types, queues, exclude_queues)
+
+    def claim_in(
+        self,
+        conn: Connection,
+        worker_id: str,
+        now: datetime,
+        limit: int,
+        types: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
+        exclude_queues: Iterable[str] | None = None,
+    ) -> list[JobRecord]:
+        """The uncontrolled claim's statement, in ``conn``'s transaction (a
+        claim policy's: ``jobdeck.store.controls.claim_due``)."""
         type_list = None if types is None else list(types)
         queue_list = None if queues is None else list(queues)
         excluded = list(exclude_queues or ())
@@ -52,8 +67,7 @@ class Claiming(Transactions):
             len(excluded),
         )
         values = (worker_id, self._t(now), *(type_list or ()), *(queue_list or ()), *excluded, limit)
-        with self.single() as conn:
-            return self._claimed(conn, prepared, values, worker_id, now)
+        return self._claimed(conn, prepared, values, worker_id, now)
 
     def claim_ids(self, conn: Connection, worker_id: str, now: datetime, ids: Sequence[int]) -> list[JobRecord]:
         """Inside the caller's write transaction (``jobdeck.jobs.queues`` picks the ids
