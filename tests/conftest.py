@@ -20,10 +20,45 @@ from jobdeck.core import forks
 from jobdeck.core.config import load
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import Registry
+from werkzeug.routing.rules import Rule
 
 pytest_plugins = ["tests.tiers"]  # the quick tier, and the tests that run alone
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def _builders_compiled_once() -> None:
+    """Werkzeug compiles two URL-builder functions (Python code, through
+    ``ast`` and ``compile``) for every rule of every app: 58 of the 65 ms of
+    CPU that ``create_app`` takes, and the suite makes well over a thousand
+    apps per run. A builder is made from the rule's parsed parts and
+    defaults only, and reaches the rule through its ``self`` argument (it is
+    bound to each rule afterwards), so an app after the first reuses the
+    functions compiled for an identical rule. Only the tests do this: a
+    deployment builds its app once."""
+    original = Rule._compile_builder
+    made: dict[tuple[Any, ...], Callable[..., Any]] = {}
+
+    def compile_builder(self: Rule, append_unknown: bool = True) -> Callable[..., Any]:
+        key = (
+            tuple(self._trace),
+            tuple(sorted((k, repr(v)) for k, v in (self.defaults or {}).items())),
+            tuple(
+                sorted(
+                    (k, type(c), repr({a: v for a, v in vars(c).items() if a != "map"}))
+                    for k, c in self._converters.items()
+                )
+            ),  # fmt: skip
+            append_unknown,
+        )
+        if key not in made:
+            made[key] = original(self, append_unknown)
+        return made[key]
+
+    Rule._compile_builder = compile_builder  # type: ignore[method-assign]
+
+
+_builders_compiled_once()
 
 CHROMIUM = Path("/usr/bin/chromium")
 """Debian's Chromium: Playwright cannot download a browser on these machines."""
