@@ -235,3 +235,18 @@ def test_a_gone_workers_session_caught_in_a_transaction_is_ended_so_its_job_is_r
     finally:
         held.close()
         resting.close()
+
+
+def test_session_names_fit_the_server_and_keep_each_process_apart():
+    """The server keeps 63 bytes of an application_name: a long host name
+    (a Kubernetes pod's FQDN) is cut with a digest of it, never the pid, or
+    every process of that host would share one name and a sweep would end
+    its live neighbours' sessions."""
+    from jobdeck.store.engine import session_name
+
+    assert session_name("web-1:4242") == "jobdeck web-1:4242"
+    long_host = "worker-7d9f8c6b5d-x2x9k.jobs.svc.cluster.example.internal"
+    names = {session_name(f"{host}:{pid}") for host in (long_host, long_host + "x") for pid in (1, 65535, 4194304)}
+    assert len(names) == 6
+    assert all(len(n.encode()) <= 63 and n.startswith("jobdeck worker-7d9f") for n in names)
+    assert session_name("é" * 40 + ":7").endswith(":7") and len(session_name("é" * 40 + ":7").encode()) <= 63

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import select
 import sqlite3
@@ -163,11 +164,24 @@ def _session_settings() -> dict[str, Any]:
     return {**_LIVENESS, "application_name": session_name(f"{processes.HOST}:{os.getpid()}")}
 
 
+NAME_BYTES = 63
+"""The longest ``application_name`` the server keeps (NAMEDATALEN - 1)."""
+
+
 def session_name(host_pid: str) -> str:
-    """The ``application_name`` of the sessions of process ``host:pid``, cut
-    as the server cuts it (63 bytes), so a sweeper on another host can find
-    the sessions of a worker it marks gone (``jobdeck.store.server_sessions``)."""
-    return (SESSION_PREFIX + host_pid).encode()[:63].decode(errors="ignore")
+    """The ``application_name`` of the sessions of process ``host:pid``, so
+    a sweeper on another host can find the sessions of a worker it marks
+    gone (``jobdeck.store.server_sessions``). It fits the server's 63 bytes
+    whole: a host name too long for it is cut and a digest of the whole name
+    put in its place, never the pid, which would make every process of that
+    host one name (and a sweep end its live neighbours' sessions)."""
+    name = SESSION_PREFIX + host_pid
+    if len(name.encode()) <= NAME_BYTES:
+        return name
+    host, _, pid = host_pid.rpartition(":")
+    digest = "~" + hashlib.sha1(host.encode()).hexdigest()[:10]
+    room = NAME_BYTES - len(SESSION_PREFIX) - len(digest) - len(pid) - 1
+    return f"{SESSION_PREFIX}{host.encode()[: max(room, 0)].decode(errors='ignore')}{digest}:{pid}"
 
 
 RESTING_SINCE = "jobdeck_resting_since"
