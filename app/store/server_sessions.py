@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from jobdeck.core import processes
 from jobdeck.store.engine import session_name
+from jobdeck.store.models import workers
 from sqlalchemy import column, func, select, table
 
 if TYPE_CHECKING:
@@ -33,17 +34,20 @@ def end_sessions_of(store: Store, worker_ids: Iterable[str]) -> int:
     keepalives see nothing wrong either. The other hosts' rescue skips locked
     rows (``FOR UPDATE SKIP LOCKED``), so that worker's job would stay
     ``running`` forever. A worker marked gone has lost its lease: whatever its
-    sessions hold is refused anyway. Sessions are found by their
-    ``application_name`` (``jobdeck.store.engine.session_name``); this
+    sessions hold is refused anyway. Sessions are found by the
+    ``application_name`` (``jobdeck.store.engine.session_name``) of the host
+    and pid the pool registered in its ``workers`` row; this
     process's own are never ended, and a role that may not end them is logged
     by the caller, not fatal."""
     if store.sqlite:
         return 0
+    ids = list(worker_ids)
     own = session_name(f"{processes.HOST}:{os.getpid()}")
-    names = {session_name(w.rsplit(":", 1)[0]) for w in worker_ids if w.count(":") >= 2} - {own}
-    if not names:
-        return 0
     with store.write() as conn:
+        found = conn.execute(select(workers.c.host, workers.c.pid).where(workers.c.id.in_(ids))).all()
+        names = {session_name(f"{host}:{pid}") for host, pid in found} - {own}
+        if not names:
+            return 0
         ended = (
             conn.execute(
                 select(func.pg_terminate_backend(_ACTIVITY.c.pid)).where(
