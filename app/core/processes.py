@@ -13,6 +13,7 @@ by how long the action has made no progress instead.
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 from functools import cache
 from pathlib import Path
@@ -47,6 +48,24 @@ def _identity(pid: int) -> str:
 def identity() -> str:
     """This process's name for the rows it writes (a fork gets its own)."""
     return _identity(os.getpid())
+
+
+@cache
+def _nonce(pid: int) -> str:
+    return secrets.token_hex(3)
+
+
+def name() -> str:
+    """``host:pid.nonce``: this process (a fork gets its own) in its pools'
+    worker ids (``host:pid.nonce:pool``) and its PostgreSQL sessions'
+    ``application_name`` (``jobdeck.store.engine.session_name``), by which a
+    sweeper ends the sessions of a worker it marks gone. Host and pid alone
+    name two live processes at once (containers each run their command as
+    pid 1: replicas with the host's name, one restarted under its old name),
+    and a sweep would end the sessions of the one that runs; the random part
+    tells them apart."""
+    pid = os.getpid()
+    return f"{HOST}:{pid}.{_nonce(pid)}"
 
 
 def gone(owner: str) -> bool | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import select
 import sqlite3
 import threading
@@ -155,13 +154,13 @@ so a long statement is never cut. A URL that sets one keeps its own."""
 
 SESSION_PREFIX = "jobdeck "
 """What the ``application_name`` of this process's PostgreSQL sessions starts
-with; ``host:pid`` follows, the part of a worker id (``host:pid:tag``) that
-names the process (``session_name``)."""
+with; ``host:pid.nonce`` follows (``jobdeck.core.processes.name``), the part
+of a worker id (``host:pid.nonce:pool``) that names the process (``session_name``)."""
 
 
 def _session_settings() -> dict[str, Any]:
     """libpq's liveness settings (``_LIVENESS``) and the sessions' name (``session_name``)."""
-    return {**_LIVENESS, "application_name": session_name(f"{processes.HOST}:{os.getpid()}")}
+    return {**_LIVENESS, "application_name": session_name(processes.name())}
 
 
 NAME_BYTES = 63
@@ -169,12 +168,14 @@ NAME_BYTES = 63
 
 
 def session_name(host_pid: str) -> str:
-    """The ``application_name`` of the sessions of process ``host:pid``, so
-    a sweeper on another host can find the sessions of a worker it marks
-    gone (``jobdeck.store.server_sessions``). It fits the server's 63 bytes
+    """The ``application_name`` of the sessions of process ``host:pid``
+    (``host:pid.nonce``: ``jobdeck.core.processes.name``), so a sweeper on
+    another host can find the sessions of a worker it marks gone
+    (``jobdeck.store.server_sessions``). It fits the server's 63 bytes
     whole: a host name too long for it is cut and a digest of the whole name
-    put in its place, never the pid, which would make every process of that
-    host one name (and a sweep end its live neighbours' sessions)."""
+    put in its place, never what follows the last colon, which would make
+    every process of that host one name (and a sweep end its live
+    neighbours' sessions)."""
     name = SESSION_PREFIX + host_pid
     if len(name.encode()) <= NAME_BYTES:
         return name

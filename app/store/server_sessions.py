@@ -5,21 +5,19 @@ ours carries (``jobdeck.store.engine.session_name``)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jobdeck.core import processes
 from jobdeck.store.engine import session_name
 from jobdeck.store.models import workers
-from sqlalchemy import column, func, select, table
+from sqlalchemy import column, exists, func, select, table
 
 if TYPE_CHECKING:
     from jobdeck.store import Store
 
-_ACTIVITY = table(
-    "pg_stat_activity", column("pid"), column("application_name"), column("datname"), column("xact_start")
-)
+_ACTIVITY = table("pg_stat_activity", column("pid"), column("application_name"), column("datname"))
+_LOCKS = table("pg_locks", column("pid"), column("locktype"), column("granted"))
 
 
 def end_sessions_of(store: Store, worker_ids: Iterable[str]) -> int:
@@ -36,16 +34,16 @@ def end_sessions_of(store: Store, worker_ids: Iterable[str]) -> int:
     ``running`` forever. A worker marked gone has lost its lease: whatever its
     sessions hold is refused anyway. Sessions are found by the
     ``application_name`` (``jobdeck.store.engine.session_name``) of the host
-    and pid the pool registered in its ``workers`` row; this
-    process's own are never ended, and a role that may not end them is logged
+    and pid the pool registered in its ``workers`` row and the nonce of its
+    id (``_process_of``); this process's own are never ended, and a role that may not end them is logged
     by the caller, not fatal."""
     if store.sqlite:
         return 0
     ids = list(worker_ids)
-    own = session_name(f"{processes.HOST}:{os.getpid()}")
+    own = session_name(processes.name())
     with store.write() as conn:
-        found = conn.execute(select(workers.c.host, workers.c.pid).where(workers.c.id.in_(ids))).all()
-        names = {session_name(f"{host}:{pid}") for host, pid in found} - {own}
+        found = conn.execute(select(workers.c.id, workers.c.host, workers.c.pid).where(workers.c.id.in_(ids))).all()
+        names = {session_name(_process_of(*row)) for row in found} - {own}
         if not names:
             return 0
         ended = (
@@ -53,7 +51,7 @@ def end_sessions_of(store: Store, worker_ids: Iterable[str]) -> int:
                 select(func.pg_terminate_backend(_ACTIVITY.c.pid)).where(
                     _ACTIVITY.c.application_name.in_(sorted(names)),
                     _ACTIVITY.c.datname == func.current_database(),
-                    _ACTIVITY.c.xact_start.is_not(None),
+                    _inside_a_transaction(),
                     _ACTIVITY.c.pid != func.pg_backend_pid(),
                 )
             )
@@ -61,3 +59,28 @@ def end_sessions_of(store: Store, worker_ids: Iterable[str]) -> int:
             .all()
         )
     return sum(1 for e in ended if e)
+
+
+def _process_of(worker_id: str, host: str, pid: int) -> str:
+    """``host:pid.nonce`` (``jobdeck.core.processes.name``) of a worker's
+    process: host and pid from its row, the nonce from its id
+    (``host:pid.nonce:pool``) when the id agrees with the row; otherwise
+    ``host:pid``, which only a process of an older version carries. An id
+    can only narrow the row's host and pid, never name another's."""
+    prefix = f"{host}:{pid}."
+    if worker_id.startswith(prefix):
+        nonce = worker_id[len(prefix) :].partition(":")[0]
+        if nonce:
+            return f"{host}:{pid}.{nonce}"
+    return f"{host}:{pid}"
+
+
+def _inside_a_transaction() -> Any:
+    """The session holds its virtual transaction id's lock, which every
+    transaction takes first and keeps to its end. Not ``xact_start`` (nor
+    ``state``): the server shows those of another role's sessions only to
+    a superuser or a member of ``pg_read_all_stats``, and a sweeper granted
+    ``pg_signal_backend`` would find none of them; ``pg_locks`` is shown to anyone."""
+    return exists().where(
+        _LOCKS.c.pid == _ACTIVITY.c.pid, _LOCKS.c.locktype == "virtualxid", _LOCKS.c.granted.is_(True)
+    )

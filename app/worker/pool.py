@@ -20,14 +20,13 @@ loop (``jobdeck.worker.async_loop``), holding no thread while they await.
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime
 
-from jobdeck.core import forks
+from jobdeck.core import forks, processes
 from jobdeck.core.clock import Clock, since_boot
 from jobdeck.core.crashpoints import crash_point
 from jobdeck.health import Health
@@ -50,7 +49,8 @@ __all__ = ["RETRY_CAP", "STOP_MARGIN", "WorkerPool", "new_worker_id", "not_retri
 
 
 def new_worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    """``host:pid.nonce:pool``: the process (``jobdeck.core.processes.name``), then this pool."""
+    return f"{processes.name()}:{uuid.uuid4().hex[:6]}"
 
 
 class WorkerPool:
@@ -170,7 +170,7 @@ class WorkerPool:
         self._started = True
         forks.pool_started()
         self.store.register_worker(
-            self.worker_id, socket.gethostname(), os.getpid(), self.threads, self.clock(), queues=self.queues
+            self.worker_id, processes.HOST, os.getpid(), self.threads, self.clock(), queues=self.queues
         )
         self.wakeups.subscribe(self.wake)
         self.acker.reserve_spool()

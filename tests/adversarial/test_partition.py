@@ -127,7 +127,7 @@ def namespace():
 
 def _config(path: Path, db_url: str, tmp_path: Path) -> Path:
     # Without the test's application_name, so the hosts' sessions carry
-    # Jobdeck's own (``host:pid``), by which B's sweeper finds A's.
+    # Jobdeck's own (``host:pid.nonce``), by which B's sweeper finds A's.
     url = make_url(db_url)
     db_url = url.set(query={k: v for k, v in url.query.items() if k != "application_name"}).render_as_string(
         hide_password=False
