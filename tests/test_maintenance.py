@@ -251,3 +251,16 @@ def test_session_names_fit_the_server_and_keep_each_process_apart():
     assert len(names) == 6
     assert all(len(n.encode()) <= 63 and n.startswith("jobdeck worker-7d9f") for n in names)
     assert session_name("é" * 40 + ":7").endswith(":7") and len(session_name("é" * 40 + ":7").encode()) <= 63
+
+
+def test_a_gone_workers_process_is_named_by_its_row_and_narrowed_by_its_id():
+    """Host and pid come from the workers row; the id adds the process's
+    nonce only where it agrees with them, so an id cannot name another
+    process (an older version's id, or one a pool was given, names host:pid)."""
+    from jobdeck.store.server_sessions import _process_of
+
+    assert _process_of("web-1:42.ab12cd:ef3456", "web-1", 42) == "web-1:42.ab12cd"
+    assert _process_of("web-1:42:ef3456", "web-1", 42) == "web-1:42"
+    assert _process_of("web-2:7.ab12cd:ef3456", "web-1", 42) == "web-1:42"
+    assert _process_of("web-1:420.ab12cd:ef3456", "web-1", 42) == "web-1:42"
+    assert _process_of("web-1:42.:x", "web-1", 42) == "web-1:42"
