@@ -216,7 +216,7 @@ def test_three_processes_share_one_database(empty_db_url, tmp_path, backend):
         def victim() -> int | None:
             with store.read() as conn:
                 held = Counter(
-                    int(w.split(":")[1])
+                    int(w.split(":")[1].split(".")[0])
                     for w in conn.execute(
                         select(jobs.c.worker_id).where(jobs.c.id.in_(sleepers), jobs.c.status == State.RUNNING.value)
                     ).scalars()
@@ -227,7 +227,7 @@ def test_three_processes_share_one_database(empty_db_url, tmp_path, backend):
         with store.read() as conn:
             held = set(
                 conn.execute(
-                    select(jobs.c.id).where(jobs.c.worker_id.like(f"%:{pid}:%"), jobs.c.status == State.RUNNING.value)
+                    select(jobs.c.id).where(jobs.c.worker_id.like(f"%:{pid}.%"), jobs.c.status == State.RUNNING.value)
                 ).scalars()
             )
         pids[pid].send_signal(signal.SIGKILL)
@@ -244,8 +244,8 @@ def test_three_processes_share_one_database(empty_db_url, tmp_path, backend):
         wait_for(rescued, 60, interval=0.2, message="the killed process's jobs to be rescued and finished")
         for job_id in held:
             history = store.attempts_of(job_id)
-            assert history[0].outcome == "stalled" and f":{pid}:" in (history[0].worker_id or "")
-            assert history[-1].outcome == "completed" and f":{pid}:" not in (history[-1].worker_id or "")
+            assert history[0].outcome == "stalled" and f":{pid}." in (history[0].worker_id or "")
+            assert history[-1].outcome == "completed" and f":{pid}." not in (history[-1].worker_id or "")
         assert held, "the victim held no jobs"
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{cluster.tails()}") from None

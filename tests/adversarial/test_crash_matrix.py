@@ -290,7 +290,7 @@ def _effect_holders(store: Store, orders: set[str]) -> Counter[int]:
                 effects.c.key.in_([f"charge:{o}" for o in orders]), effects.c.state == EffectState.STARTED.value
             )
         ).scalars()
-        return Counter(int(str(w).split(":")[1]) for w in rows if w)
+        return Counter(int(str(w).split(":")[1].split(".")[0]) for w in rows if w)
 
 
 def _judge(store: Store, plan: Plan, tally: Tally) -> None:
