@@ -83,12 +83,21 @@ def fail(payload: dict[str, Any], ctx: JobContext) -> None:
     raise RuntimeError(str(payload.get("message") or "demo.fail always fails"))
 
 
+def _failed_runs(ctx: JobContext) -> int:
+    """The job's runs that failed, from its history: not ``ctx.attempt``,
+    which a claim given back before its handler started also counts (and
+    which an operator's retry does not reset, as it resets ``ctx.retries``)."""
+    return sum(1 for a in ctx.store.attempts_of(ctx.job_id) if a.outcome in ("failed", "timed_out"))
+
+
 def flaky(payload: dict[str, Any], ctx: JobContext) -> dict[str, int]:
     """Fails its first ``failures`` attempts, then succeeds."""
     failures = int(_number(payload, "failures", 1))
-    if ctx.attempt <= failures:
-        ctx.log.warning("attempt %d: failing as planned (%d planned failures)", ctx.attempt, failures)
-        raise RuntimeError(f"flaky: attempt {ctx.attempt} of {failures} planned failures")
+    failed = _failed_runs(ctx)
+    if failed < failures:
+        run = failed + 1
+        ctx.log.warning("attempt %d: failing as planned (%d planned failures)", run, failures)
+        raise RuntimeError(f"flaky: attempt {run} of {failures} planned failures")
     return {"succeeded_on_attempt": ctx.attempt}
 
 
@@ -141,7 +150,7 @@ def charge_card(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         )
     else:
         charge = ctx.effect(key, lambda: gateway.charge(order_id, amount, delay=delay))
-    if payload.get("fail_after_charge") and ctx.attempt == 1:
+    if payload.get("fail_after_charge") and _failed_runs(ctx) == 0:
         raise RuntimeError("demo: failing after the charge to show the retry does not charge again")
     return {"order_id": order_id, "charge": charge}
 
@@ -173,8 +182,11 @@ def snooze(payload: dict[str, Any], ctx: JobContext) -> Snooze | dict[str, int]:
     nor as failures."""
     times = int(_number(payload, "times", 1))
     seconds = _number(payload, "seconds", 5.0)
-    if ctx.attempt <= times:
-        return Snooze(seconds, f"demo: snooze {ctx.attempt} of {times}")
+    # Counted from the job's history, not ctx.attempt: a claim given back
+    # before its handler started keeps its number.
+    snoozed = sum(1 for a in ctx.store.attempts_of(ctx.job_id) if a.outcome == "snoozed")
+    if snoozed < times:
+        return Snooze(seconds, f"demo: snooze {snoozed + 1} of {times}")
     return {"completed_on_attempt": ctx.attempt}
 
 

@@ -271,3 +271,43 @@ def test_pool_survives_an_unexpected_error_in_its_loops(make_deck, registry: Reg
     finally:
         pool.stop(grace=2)
     assert calls["n"] >= 2
+
+
+def test_a_claim_given_back_unstarted_keeps_its_number_and_ctx_retries_counts_runs(live_deck: Jobdeck) -> None:
+    """A pool that sheds a job it prefetched (or stops before starting it)
+    gives it back with its attempt number kept, for the fence: its first
+    run is then attempt 2. ``ctx.retries`` still says it is the first run,
+    so demo.flaky fails its planned first run and succeeds on the second."""
+    live_deck.config.backoff_base = 0.05
+    job, _ = live_deck.enqueue("demo.flaky", {"failures": 1}, max_retries=2)
+    [claimed] = live_deck.store.claim("elsewhere", live_deck.clock(), limit=1)
+    assert live_deck.store.release("elsewhere", [(claimed.id, claimed.attempt)], live_deck.clock()) == [job.id]
+    pool = _pool(live_deck)
+    try:
+        wait_for(lambda: _status(live_deck, job.id) is State.COMPLETED, message="the flaky job completed")
+    finally:
+        pool.stop(grace=2)
+    runs = live_deck.store.attempts_of(job.id)
+    assert [(a.attempt, a.outcome) for a in runs] == [(2, "failed"), (3, "completed")]
+    assert "flaky: attempt 1 of 1 planned failures" in (runs[0].error or "")
+
+
+def test_ctx_retries_counts_the_runs_that_failed_not_the_claims(live_deck: Jobdeck, registry: Registry) -> None:
+    seen: list[tuple[int, int]] = []
+
+    @registry.handler("test.twice", max_retries=1)
+    def twice(payload: dict, ctx: JobContext) -> None:
+        seen.append((ctx.attempt, ctx.retries))
+        if ctx.retries == 0:
+            raise RuntimeError("the first run fails")
+
+    live_deck.config.backoff_base = 0.05
+    job, _ = live_deck.enqueue("test.twice")
+    [claimed] = live_deck.store.claim("elsewhere", live_deck.clock(), limit=1)
+    live_deck.store.release("elsewhere", [(claimed.id, claimed.attempt)], live_deck.clock())
+    pool = _pool(live_deck)
+    try:
+        wait_for(lambda: _status(live_deck, job.id) is State.COMPLETED, message="the job completed on its second run")
+    finally:
+        pool.stop(grace=2)
+    assert seen == [(2, 0), (3, 1)]

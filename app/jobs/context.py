@@ -52,10 +52,18 @@ class JobContext:
         clock: Callable[[], datetime] | None = None,
         cancelled: threading.Event | None = None,
         log: AttemptLog | None = None,
+        retries: int = 0,
     ) -> None:
         self.store = store
         self.job_id = job_id
         self.attempt = attempt
+        """The claim's number, 1, 2, ...: it fences this attempt's results. A
+        claim given back before its handler started (a pool shedding what it
+        prefetched, a stop) keeps its number, so a job's first run can be
+        attempt 2: count runs with ``retries``."""
+        self.retries = retries
+        """How many earlier runs of this job failed and were retried: 0 on
+        the first run, whatever claims were given back unstarted before it."""
         self.worker_id = worker_id
         self.type = job_type
         self.log = JobLog(job_type, log)

@@ -69,12 +69,16 @@ class Rescue:
         try:
             ended = end_sessions_of(self.store, gone)
         except DBAPIError as exc:
+            refused = [str(exc)]
+        else:
+            refused = ended.refused
+            if ended.count:
+                log.warning("ended %d database session(s) of gone workers %s caught inside a transaction",
+                            ended.count, ", ".join(gone), extra={"event": "worker.sessions_ended"})  # fmt: skip
+        if refused:
             log.warning("could not end the database sessions of gone workers %s: %s; a job whose row one of "
-                        "them holds is rescued once the server ends that session", ", ".join(gone), exc)  # fmt: skip
-            return
-        if ended:
-            log.warning("ended %d database session(s) of gone workers %s caught inside a transaction",
-                        ended, ", ".join(gone), extra={"event": "worker.sessions_ended"})  # fmt: skip
+                        "them holds is rescued once the server ends that session", ", ".join(gone),
+                        "; ".join(refused))  # fmt: skip
 
     def _clock_agrees(self, stall_timeout: float) -> bool:
         """Before judging anyone stalled, look at this process's clock: on

@@ -6,12 +6,14 @@ ours carries (``jobdeck.store.engine.session_name``)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from jobdeck.core import processes
 from jobdeck.store.engine import session_name
 from jobdeck.store.models import workers
 from sqlalchemy import column, exists, func, select, table
+from sqlalchemy.exc import DBAPIError
 
 if TYPE_CHECKING:
     from jobdeck.store import Store
@@ -20,9 +22,10 @@ _ACTIVITY = table("pg_stat_activity", column("pid"), column("application_name"),
 _LOCKS = table("pg_locks", column("pid"), column("locktype"), column("granted"))
 
 
-def end_sessions_of(store: Store, worker_ids: Iterable[str]) -> int:
+def end_sessions_of(store: Store, worker_ids: Iterable[str]) -> Ended:
     """PostgreSQL: end the sessions of the processes of workers just marked
-    gone that are inside a transaction, and return how many ended.
+    gone that are inside a transaction, one by one, and say how many ended
+    and which were refused.
 
     A host cut off in the middle of a write (a partition) can leave its
     backend holding row locks for good: when the cut falls between the
@@ -38,17 +41,18 @@ def end_sessions_of(store: Store, worker_ids: Iterable[str]) -> int:
     id (``_process_of``); this process's own are never ended, and a role that may not end them is logged
     by the caller, not fatal."""
     if store.sqlite:
-        return 0
+        return Ended(0, [])
     ids = list(worker_ids)
     own = session_name(processes.name())
+    ended, refused = 0, []
     with store.write() as conn:
         found = conn.execute(select(workers.c.id, workers.c.host, workers.c.pid).where(workers.c.id.in_(ids))).all()
         names = {session_name(_process_of(*row)) for row in found} - {own}
         if not names:
-            return 0
-        ended = (
+            return Ended(0, [])
+        pids = (
             conn.execute(
-                select(func.pg_terminate_backend(_ACTIVITY.c.pid)).where(
+                select(_ACTIVITY.c.pid).where(
                     _ACTIVITY.c.application_name.in_(sorted(names)),
                     _ACTIVITY.c.datname == func.current_database(),
                     _inside_a_transaction(),
@@ -58,7 +62,22 @@ def end_sessions_of(store: Store, worker_ids: Iterable[str]) -> int:
             .scalars()
             .all()
         )
-    return sum(1 for e in ended if e)
+        for pid in pids:  # one by one: a session this role may not end keeps no other from ending
+            try:
+                with conn.begin_nested():
+                    ended += bool(conn.execute(select(func.pg_terminate_backend(pid))).scalar())
+            except DBAPIError as exc:
+                refused.append(str(exc.orig or exc).strip())
+    return Ended(ended, refused)
+
+
+@dataclass(frozen=True)
+class Ended:
+    """What ``end_sessions_of`` did: how many sessions ended, and why each
+    one it may not end was refused (a superuser's, to another role)."""
+
+    count: int
+    refused: list[str]
 
 
 def _process_of(worker_id: str, host: str, pid: int) -> str:

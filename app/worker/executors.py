@@ -139,7 +139,7 @@ class Executors:
         job = slot.job
         return factory(
             self.store, job.id, job.attempt, self.worker_id, job.type, self.clock,
-            cancelled=slot.cancelled, log=slot.log,
+            cancelled=slot.cancelled, log=slot.log, retries=job.retry_count,
         )  # fmt: skip
 
     def _run(self, job: JobRecord, thread: threading.Thread | None, span: AttemptSpan | None) -> Slot:

@@ -99,7 +99,7 @@ def test_a_full_disk_answers_507_and_no_finished_job_runs_twice(tmp_path: Path) 
             def held_by_both() -> bool:
                 serve.alive()
                 holders = rows(db, "SELECT status, worker_id FROM jobs WHERE id IN (?,?,?,?)", *gated_ids)
-                pids = Counter(w.split(":")[1] for s, w in holders if s == "running")
+                pids = Counter(w.split(":")[1].split(".")[0] for s, w in holders if s == "running")
                 return pids == Counter({str(serve_pid(serve)): 2, str(worker.proc.pid): 2})  # type: ignore[union-attr]
 
             wait_for(held_by_both, 30, interval=0.05, message="two gated jobs running in each process")

@@ -174,24 +174,31 @@ def test_a_sweeper_granted_pg_signal_backend_ends_another_roles_session(deck, cl
 
 
 def test_a_sweeper_that_may_not_end_a_session_logs_it_and_sweeps_on(deck, clock, db_url, roles, caplog):
-    """The held session is a superuser's, which a role granted only
-    ``pg_signal_backend`` may not end: the sweep logs it, and later sweeps
-    run (and rescue the job once the session is gone)."""
-    _, sweeper_role = roles
+    """The gone process holds two jobs' rows in two sessions: a superuser's,
+    which a role granted only ``pg_signal_backend`` may not end, and one of
+    the workers' role, which it may. The sweep ends the one it may (its job
+    is rescued by the next sweep), logs the one it may not, and later sweeps
+    run (and rescue that job once its session is gone)."""
+    worker_role, sweeper_role = roles
     far = "farhost:4242:abcdef"
-    deck.store.register_worker(far, "farhost", 4242, 1, clock.now)
+    deck.store.register_worker(far, "farhost", 4242, 2, clock.now)
     job, _ = deck.enqueue("demo.sleep", max_retries=1)
-    assert [j.id for j in deck.store.claim(far, clock.now, limit=1)] == [job.id]
+    other, _ = deck.enqueue("demo.sleep", max_retries=1)
+    assert sorted(j.id for j in deck.store.claim(far, clock.now, limit=2)) == sorted([job.id, other.id])
     superuser = make_url(db_url).username or "postgres"
     held = _held(db_url, superuser, session_name("farhost:4242"), job.id)
+    endable = _held(db_url, worker_role, session_name("farhost:4242"), other.id)
     store, sweeper = _sweeper(db_url, sweeper_role, clock, deck.config.stall_timeout)
     try:
         with caplog.at_level(logging.WARNING, logger="jobdeck.maintenance"):
             assert sweeper.sweep_once(clock.advance(deck.config.stall_timeout + 1)) == []
         assert "could not end the database sessions of gone workers farhost:4242:abcdef" in caplog.text
-        assert sweeper.sweep_once(clock.now) == []  # still held: skipped, no error
+        assert "ended 1 database session(s) of gone workers farhost:4242:abcdef" in caplog.text
+        assert wait_for(lambda: sweeper.sweep_once(clock.now), message="the endable one's job rescued") == [other.id]
+        assert sweeper.sweep_once(clock.now) == []  # the superuser's still held: skipped, no error
         held.close()  # the server ends the backend, and its lock, a moment later
         assert wait_for(lambda: sweeper.sweep_once(clock.now), message="the job rescued") == [job.id]
     finally:
         held.close()
+        endable.close()
         store.engine.dispose()
