@@ -8,6 +8,9 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from jobdeck.core.states import AttemptOutcome, State
@@ -15,6 +18,7 @@ from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import JobContext
 from jobdeck.runtime import pool_for
 from jobdeck.store.joblogs import lines_of
+from jobdeck.store.records import JobRecord
 from jobdeck.worker import async_loop
 
 from tests.conftest import wait_for
@@ -158,6 +162,23 @@ def test_a_pool_without_async_handlers_starts_no_loop(live_deck: Jobdeck, regist
         pool.stop(2.0)
 
 
+@contextmanager
+def _cancelled_once_running(deck: Jobdeck, job_type: str, grace: float = 2.0) -> Iterator[tuple[JobRecord, Any]]:
+    """A one-thread pool runs a job of ``job_type``, which is cancelled once
+    it runs and ends ``cancelled``; the pool stops (within ``grace``) after
+    the caller's block."""
+    job = deck.enqueue(job_type).job
+    pool = pool_for(deck, 1, heartbeat_interval=60)
+    pool.start()
+    try:
+        wait_for(lambda: job.id in pool.running_jobs(), message="started")
+        deck.cancel(job.id, actor="tester")
+        wait_for(lambda: deck.store.get(job.id).status is State.CANCELLED, timeout=5, message="ends cancelled")
+        yield job, pool
+    finally:
+        pool.stop(grace)
+
+
 def test_a_cancel_interrupts_the_coroutine_and_its_finally_runs(live_deck: Jobdeck, registry) -> None:
     cleaned: list[str] = []
 
@@ -169,15 +190,8 @@ def test_a_cancel_interrupts_the_coroutine_and_its_finally_runs(live_deck: Jobde
             await asyncio.sleep(0.01)  # a finally may await, within its grace
             cleaned.append("finally")
 
-    job = live_deck.enqueue("async.long").job
-    pool = pool_for(live_deck, 1, heartbeat_interval=60)
-    pool.start()
-    try:
-        wait_for(lambda: job.id in pool.running_jobs(), message="started")
-        live_deck.cancel(job.id, actor="tester")
-        wait_for(lambda: live_deck.store.get(job.id).status is State.CANCELLED, timeout=5, message="ends cancelled")
-    finally:
-        pool.stop(2.0)
+    with _cancelled_once_running(live_deck, "async.long") as (job, _):
+        pass
     assert cleaned == ["finally"]
     final = live_deck.store.get(job.id)
     assert final.attempt == 1 and final.retry_count == 0
@@ -336,17 +350,11 @@ def test_a_handler_that_ignores_its_cancel_is_given_up_on_after_the_grace(
                 continue  # swallows every cancel
         return "late"
 
-    job = live_deck.enqueue("async.stubborn").job
-    pool = pool_for(live_deck, 1, heartbeat_interval=60)
-    pool.start()
-    try:
-        wait_for(lambda: job.id in pool.running_jobs(), message="started")
-        live_deck.cancel(job.id, actor="tester")
-        wait_for(lambda: live_deck.store.get(job.id).status is State.CANCELLED, timeout=5, message="ends cancelled")
-        assert "ignored the cancel" in (live_deck.store.get(job.id).error or "")
-    finally:
-        pool.executors.loop.loop.call_soon_threadsafe(stubborn.set)
-        pool.stop(1.0)
+    with _cancelled_once_running(live_deck, "async.stubborn", grace=1.0) as (job, pool):
+        try:
+            assert "ignored the cancel" in (live_deck.store.get(job.id).error or "")
+        finally:
+            pool.executors.loop.loop.call_soon_threadsafe(stubborn.set)
     assert live_deck.store.get(job.id).result is None, "its late result was refused"
 
 

@@ -12,6 +12,7 @@ import signal
 import threading
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -89,18 +90,34 @@ def _attributes(span: Any) -> dict[str, Any]:
     return out
 
 
-def test_serve_exports_the_attempt_spans_over_otlp(tmp_path: Path, receiver: tuple[Receiver, str]) -> None:
-    got, endpoint = receiver
+@contextmanager
+def _serving(tmp_path: Path, endpoint: str, **env: str) -> Iterator[str]:
+    """A real ``jobdeck serve --demo`` (waitress) with tracing on, exporting
+    to ``endpoint`` as service ``shop-jobs``: its base URL while the block
+    runs, then SIGTERM (its batch exporter flushes on the way out)."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     proc = spawn(
         tmp_path, "serve", "--demo", "--server", "waitress", "--bind", f"127.0.0.1:{port}",
         JOBDECK_TRACING="1", JOBDECK_SHUTDOWN_GRACE="0.5", OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
-        OTEL_SERVICE_NAME="shop-jobs", OTEL_BSP_SCHEDULE_DELAY="100",
+        OTEL_SERVICE_NAME="shop-jobs", OTEL_BSP_SCHEDULE_DELAY="100", **env,
     )  # fmt: skip
     try:
         wait_for(lambda: _up(base) or proc.poll() is not None, timeout=30, message="server up")
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        yield base
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=30)
+        except Exception:
+            proc.kill()
+            proc.communicate()
+
+
+def test_serve_exports_the_attempt_spans_over_otlp(tmp_path: Path, receiver: tuple[Receiver, str]) -> None:
+    got, endpoint = receiver
+    with _serving(tmp_path, endpoint) as base:
         ok = _post(f"{base}/api/jobs", {"type": "demo.noop"}, {"traceparent": HEADER})
         bad = _post(f"{base}/api/jobs", {"type": "demo.fail", "max_retries": 0}, {"traceparent": HEADER})
 
@@ -113,13 +130,6 @@ def test_serve_exports_the_attempt_spans_over_otlp(tmp_path: Path, receiver: tup
             return found
 
         wait_for(lambda: len(runs()) == 2, timeout=30, message="both attempts exported")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.communicate(timeout=30)
-        except Exception:
-            proc.kill()
-            proc.communicate()
     assert set(got.paths) == {"/v1/traces"}
     spans = runs()
     for job_id, outcome in ((ok["id"], "completed"), (bad["id"], "dead")):
@@ -184,33 +194,17 @@ def test_one_trace_end_to_end_is_the_one_the_tracing_page_shows(tmp_path: Path, 
     serve``, rendered as a tree, has the shape docs/tracing.md shows
     (times aside). ``JOBDECK_WRITE_DOCS=1`` writes the fresh rendering there."""
     got, endpoint = receiver
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    proc = spawn(
-        tmp_path, "serve", "--demo", "--server", "waitress", "--bind", f"127.0.0.1:{port}",
-        JOBDECK_TRACING="1", JOBDECK_SHUTDOWN_GRACE="0.5", JOBDECK_BACKOFF_BASE="0.05", JOBDECK_BACKOFF_CAP="0.1",
-        OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_SERVICE_NAME="shop-jobs", OTEL_BSP_SCHEDULE_DELAY="100",
-    )  # fmt: skip
     trace_id, root = ORDER_HEADER.split("-")[1:3]
     payload = {"order_id": "42", "amount_cents": 1999, "fail_after_charge": True}
 
     def trace() -> list[Any]:
         return [span for _, span in got.found() if span.trace_id.hex() == trace_id]
 
-    try:
-        wait_for(lambda: _up(base) or proc.poll() is not None, timeout=30, message="server up")
-        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+    with _serving(tmp_path, endpoint, JOBDECK_BACKOFF_BASE="0.05", JOBDECK_BACKOFF_CAP="0.1") as base:
         job = _post(f"{base}/api/jobs", {"type": "demo.charge-card", "payload": payload}, {"traceparent": ORDER_HEADER})
         done = lambda: [s for s in trace() if s.name.startswith("job.run ") and  # noqa: E731
                         _attributes(s).get("jobdeck.job.outcome") == "completed"]  # fmt: skip
         wait_for(done, timeout=30, message="the retry's span exported")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.communicate(timeout=30)
-        except Exception:
-            proc.kill()
-            proc.communicate()
     spans = trace()
     runs = sorted((s for s in spans if s.name.startswith("job.run ")), key=lambda s: s.start_time_unix_nano)
     assert [_attributes(s)["jobdeck.job.outcome"] for s in runs] == ["failed", "completed"]
