@@ -162,6 +162,16 @@ def test_a_pool_without_async_handlers_starts_no_loop(live_deck: Jobdeck, regist
         pool.stop(2.0)
 
 
+def _run_until_completed(deck: Jobdeck, job_id: int, message: str) -> None:
+    """A one-thread pool runs until job ``job_id`` is completed, then stops."""
+    pool = pool_for(deck, 1)
+    pool.start()
+    try:
+        wait_for(lambda: deck.store.get(job_id).status is State.COMPLETED, message=message)
+    finally:
+        pool.stop(2.0)
+
+
 @contextmanager
 def _cancelled_once_running(deck: Jobdeck, job_type: str, grace: float = 2.0) -> Iterator[tuple[JobRecord, Any]]:
     """A one-thread pool runs a job of ``job_type``, which is cancelled once
@@ -402,12 +412,7 @@ def test_an_async_handler_snoozes_without_a_retry_counted(live_deck: Jobdeck, re
         return ctx.attempt
 
     job = live_deck.enqueue("async.later", max_retries=0).job
-    pool = pool_for(live_deck, 1)
-    pool.start()
-    try:
-        wait_for(lambda: live_deck.store.get(job.id).status is State.COMPLETED, message="snoozed twice, then done")
-    finally:
-        pool.stop(2.0)
+    _run_until_completed(live_deck, job.id, "snoozed twice, then done")
     done = live_deck.store.get(job.id)
     assert (done.retry_count, done.attempt, done.result) == (0, 3, 3)
     assert [a.outcome.value for a in live_deck.store.attempts_of(job.id)] == ["snoozed", "snoozed", "completed"]
@@ -425,12 +430,7 @@ def test_a_plain_function_returning_a_coroutine_has_it_run_on_the_pools_loop(liv
 
     registry.handler("async.wrapped")(lambda payload, ctx: body(payload["n"]))
     job = live_deck.enqueue("async.wrapped", {"n": 21}).job
-    pool = pool_for(live_deck, 1)
-    pool.start()
-    try:
-        wait_for(lambda: live_deck.store.get(job.id).status is State.COMPLETED, message="completes")
-    finally:
-        pool.stop(2.0)
+    _run_until_completed(live_deck, job.id, "completes")
     assert live_deck.store.get(job.id).result == 42
     assert loops == ["jobdeck-async-loop"]
 
