@@ -9,7 +9,7 @@ a drift of the machine's speed during the run falls on both sides). Printed:
 the median of each side over the rounds and the ratio this tree / REV.
 
 Scenarios: the SQLite drain, single enqueue (1 and 16 threads) and bulk
-enqueue, and the PostgreSQL drain when a URL is given (``--postgres``, or
+enqueue, and the same four on PostgreSQL when a URL is given (``--postgres``, or
 ``JOBDECK_BENCH_POSTGRES_URL``): each run gets its own schema, dropped after.
 """
 
@@ -37,18 +37,21 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
-FULL = {"drain": 100_000, "enqueue": 5_000, "enqueue16": 5_000, "enqueue_many": 200_000, "pg_drain": 20_000}
-QUICK = {"drain": 5_000, "enqueue": 300, "enqueue16": 300, "enqueue_many": 10_000, "pg_drain": 2_000}
-TINY = {"drain": 300, "enqueue": 30, "enqueue16": 32, "enqueue_many": 2_000, "pg_drain": 300}
+FULL = {"drain": 100_000, "enqueue": 5_000, "enqueue16": 5_000, "enqueue_many": 200_000, "pg_drain": 20_000,
+        "pg_enqueue": 3_000, "pg_enqueue16": 5_000, "pg_enqueue_many": 100_000}  # fmt: skip
+QUICK = {"drain": 5_000, "enqueue": 300, "enqueue16": 300, "enqueue_many": 10_000, "pg_drain": 2_000,
+         "pg_enqueue": 300, "pg_enqueue16": 320, "pg_enqueue_many": 10_000}  # fmt: skip
+TINY = {"drain": 300, "enqueue": 30, "enqueue16": 32, "enqueue_many": 2_000, "pg_drain": 300,
+        "pg_enqueue": 30, "pg_enqueue16": 32, "pg_enqueue_many": 2_000}  # fmt: skip
 SQLITE_SCENARIOS = ("drain", "enqueue", "enqueue16", "enqueue_many")
+PG_SCENARIOS = ("pg_drain", "pg_enqueue", "pg_enqueue16", "pg_enqueue_many")
 
 
-def _postgres_drain(work: Path, n: int, url: str) -> float:
+def _on_postgres(url: str, run: Callable[[str], float]) -> float:
+    """``run(scoped_url)`` in a schema of its own, dropped after."""
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
     from sqlalchemy.pool import NullPool
-
-    from bench import jobdeck_bench as jb
 
     schema = f"bench_{uuid.uuid4().hex[:12]}"
     admin = create_engine(url, poolclass=NullPool)
@@ -57,7 +60,7 @@ def _postgres_drain(work: Path, n: int, url: str) -> float:
     try:
         parsed = make_url(url)
         scoped = parsed.set(query={**parsed.query, "options": f"-csearch_path={schema}"})
-        return jb.drain(work, n, database_url=scoped.render_as_string(hide_password=False))
+        return run(scoped.render_as_string(hide_password=False))
     finally:
         with admin.begin() as conn:
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
@@ -73,7 +76,12 @@ def measure(scenario: str, n: int, work: Path, postgres: str | None = None) -> f
         "enqueue": lambda: jb.enqueue_single(work, n, "FULL"),
         "enqueue16": lambda: jb.enqueue_single(work, n, "FULL", 16),
         "enqueue_many": lambda: jb.enqueue_many(work, n),
-        "pg_drain": lambda: _postgres_drain(work, n, postgres or ""),
+        "pg_drain": lambda: _on_postgres(postgres or "", lambda url: jb.drain(work, n, database_url=url)),
+        "pg_enqueue": lambda: _on_postgres(postgres or "", lambda url: jb.enqueue_single(work, n, database_url=url)),
+        "pg_enqueue16": lambda: _on_postgres(
+            postgres or "", lambda url: jb.enqueue_single(work, n, producers=16, database_url=url)
+        ),
+        "pg_enqueue_many": lambda: _on_postgres(postgres or "", lambda url: jb.enqueue_many(work, n, database_url=url)),
     }
     return runs[scenario]()
 
@@ -199,9 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("rev", nargs="?", help="the baseline: any git revision (main, HEAD~3, a commit)")
     ap.add_argument("--quick", action="store_true", help="small counts: a few minutes")
     ap.add_argument("--rounds", type=int, help="rounds per scenario (default 5, --quick 3)")
-    ap.add_argument("--only", help=f"scenarios, comma-separated (default: {','.join(SQLITE_SCENARIOS)}[,pg_drain])")
+    ap.add_argument("--only", help=f"scenarios, comma-separated (default: {','.join(SQLITE_SCENARIOS)}[,pg_*])")
     ap.add_argument("--postgres", default=os.environ.get("JOBDECK_BENCH_POSTGRES_URL"),
-                    help="a PostgreSQL URL: adds pg_drain (a schema per run, dropped after)")  # fmt: skip
+                    help="a PostgreSQL URL: adds the pg_ scenarios (a schema per run, dropped after)")  # fmt: skip
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -210,11 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.rev:
         ap.error("name the baseline revision")
     counts = TINY if args.tiny else QUICK if args.quick else FULL
-    default = [*SQLITE_SCENARIOS, *(["pg_drain"] if args.postgres else [])]
+    default = [*SQLITE_SCENARIOS, *(PG_SCENARIOS if args.postgres else [])]
     scenarios = args.only.split(",") if args.only else default
     unknown = [s for s in scenarios if s not in counts]
-    if unknown or ("pg_drain" in scenarios and not args.postgres):
-        ap.error(f"unknown scenarios {unknown}" if unknown else "pg_drain needs --postgres URL")
+    if unknown or (set(scenarios) & set(PG_SCENARIOS) and not args.postgres):
+        ap.error(f"unknown scenarios {unknown}" if unknown else "the pg_ scenarios need --postgres URL")
     rounds = args.rounds or (1 if args.tiny else 3 if args.quick else 5)
     print(f"comparing this tree with {args.rev}: {', '.join(scenarios)}, {rounds} rounds", flush=True)
     result = compare(args.rev, counts, scenarios, rounds, args.postgres, log=lambda m: print(m, flush=True))

@@ -65,10 +65,11 @@ def drain(workdir: Path, n: int, synchronous: str = "FULL", threads: int = 4, **
         deck.store.engine.dispose()
 
 
-def enqueue_single(workdir: Path, n: int, synchronous: str = "FULL", producers: int = 1) -> float:
+def enqueue_single(workdir: Path, n: int, synchronous: str = "FULL", producers: int = 1, **overrides: Any) -> float:
     """jobs/s for ``deck.enqueue`` one job per call (durable on return),
-    from ``producers`` threads each making n / producers calls."""
-    deck = make_deck(workdir / "enq.db", synchronous, 0)
+    from ``producers`` threads each making n / producers calls. ``overrides``
+    go to the config, as for ``drain``."""
+    deck = make_deck(workdir / "enq.db", synchronous, 0, **overrides)
     try:
         per = max(1, n // producers)
         deck.enqueue(NOOP)
@@ -89,9 +90,9 @@ def enqueue_single(workdir: Path, n: int, synchronous: str = "FULL", producers: 
         deck.store.engine.dispose()
 
 
-def enqueue_many(workdir: Path, n: int, synchronous: str = "FULL", batch: int = 1000) -> float:
+def enqueue_many(workdir: Path, n: int, synchronous: str = "FULL", batch: int = 1000, **overrides: Any) -> float:
     """jobs/s for ``deck.enqueue_many`` of ``batch`` jobs per call."""
-    deck = make_deck(workdir / "enqm.db", synchronous, 0)
+    deck = make_deck(workdir / "enqm.db", synchronous, 0, **overrides)
     try:
         items = [{"type": NOOP, "payload": {"i": i}} for i in range(batch)]
         deck.enqueue_many(items)
