@@ -22,11 +22,6 @@ pytestmark = pytest.mark.backends
 CAP = 1000
 
 
-class Huge:
-    def __repr__(self) -> str:
-        return "r" * 5000
-
-
 def _settled(deck: Any, *job_ids: int) -> dict[int, State]:
     pool = pool_for(deck, 2)
     pool.start()
@@ -41,13 +36,13 @@ def _settled(deck: Any, *job_ids: int) -> dict[int, State]:
 def test_a_result_over_the_cap_fails_its_attempt_without_a_retry(make_deck: Any, registry: Registry) -> None:
     registry.handler("t.big")(lambda payload, ctx: "€" * (CAP // 3))  # 333 characters, 1,001 bytes as JSON
     registry.handler("t.fits")(lambda payload, ctx: {"rows": "x" * (CAP - 20)})
-    registry.handler("t.repr")(lambda payload, ctx: Huge())  # not JSON: its repr is stored, and counted
+    registry.handler("t.many")(lambda payload, ctx: ["x"] * 1000)  # 4,001 bytes once written
     deck = make_deck(max_result_bytes=CAP, backoff_base=3600)
-    big, fits, huge = (deck.enqueue(t, max_retries=3)[0].id for t in ("t.big", "t.fits", "t.repr"))
+    big, fits, huge = (deck.enqueue(t, max_retries=3)[0].id for t in ("t.big", "t.fits", "t.many"))
 
     assert _settled(deck, big, fits, huge) == {big: State.DEAD, fits: State.COMPLETED, huge: State.DEAD}
     assert deck.store.get(fits).result == {"rows": "x" * (CAP - 20)}
-    for job_id, size in ((big, 1001), (huge, 5002)):
+    for job_id, size in ((big, 1001), (huge, 4001)):
         job = deck.store.get(job_id)
         assert job.result is None and job.retry_count == 0
         assert [a.outcome for a in deck.store.attempts_of(job_id)] == ["failed"]

@@ -198,6 +198,21 @@ class ResultTooLarge(JobdeckError, DeadLetter):
         )
 
 
+class ResultNotJSON(JobdeckError, DeadLetter):
+    """A handler returned something JSON cannot hold (a ``datetime``, a
+    ``set``, an object, NaN): the attempt fails and is not retried (the
+    same handler would return it again). Storing its repr instead, as
+    Jobdeck once did, completed the job with a string nobody asked for.
+    ``path`` names where, as ``result["when"]``."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(
+            f"{path}: {problem} (a result is stored as JSON: return dicts, lists, strings, finite numbers, "
+            "booleans and None, e.g. a datetime as .isoformat(), a set as sorted(...))"
+        )
+        self.path = path
+
+
 class EffectOutcomeUnknown(DeadLetter):
     """An earlier attempt started the effect and never said how it ended:
     performing it again might do it twice, skipping it might never do it."""

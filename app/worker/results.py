@@ -1,17 +1,30 @@
 """What a handler leaves behind, made safe to store: an exception's first
-line, its traceback and a result's repr never raise, whatever the handler
+line, its traceback and a value's repr never raise, whatever the handler
 returned or raised (a broken ``__str__`` or ``__repr__`` must not kill the
-executor thread that reports it)."""
+executor thread that reports it), and a result is strict JSON or refused.
+
+The rule for results, as ``json`` writes them: dicts, lists, strings,
+finite numbers, booleans and None are kept; a tuple is kept as a list, and
+an object key that is a number, a boolean or None as its JSON text (``1`` as
+``"1"``). Anything else (a ``datetime``, a ``set``, ``bytes``, an object,
+NaN or Infinity) fails the attempt with ``ResultNotJSON`` naming where it is:
+``result["when"]: datetime is not JSON``."""
 
 from __future__ import annotations
 
 import json
+import math
 import traceback
 
+from jobdeck.core.errors import ResultNotJSON
 from jobdeck.core.validation import check_result_size
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 """As the store writes a result."""
+
+MAX_RESULT_DEPTH = 500
+"""Nesting the search for a refused value walks; Python's encoder gives up
+sooner (its recursion limit), so a result it wrote is never refused here."""
 
 
 def first_line(exc: BaseException) -> str:
@@ -37,16 +50,50 @@ def safe_repr(value: object) -> str:
 
 
 def storable_result(value: object, max_bytes: int) -> object:
-    """A handler's result as it is stored: itself when it is strict JSON,
-    else its repr (NaN or Infinity would be stored and sent back as JSON that
-    strict clients refuse, like the API refuses them in a payload). Raises
-    ``ResultTooLarge`` past ``max_bytes`` of compact UTF-8 JSON."""
+    """A handler's result as it is stored: itself, when it is strict JSON.
+    Raises ``ResultNotJSON`` when it is not, and ``ResultTooLarge`` past
+    ``max_bytes`` of compact UTF-8 JSON; both are not retried."""
     if value is None:
         return None
     try:
         text = _ENCODER.encode(value)
-    except (TypeError, ValueError, RecursionError):
-        value = safe_repr(value)
-        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ResultNotJSON(*refused_part(value, exc)) from None
     check_result_size(text, max_bytes)
     return value
+
+
+def refused_part(value: object, exc: BaseException) -> tuple[str, str]:
+    """Where in ``value`` the encoder's ``exc`` came from, and why, found by
+    an iterative walk in the encoder's order (the first offender is named)."""
+    stack: list[tuple[object, str, int]] = [(value, "result", 1)]
+    while stack:
+        item, where, depth = stack.pop()
+        if item is None or isinstance(item, str | int):  # bool is an int
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return where, f"float {item!r} is not JSON"
+            continue
+        if depth > MAX_RESULT_DEPTH:
+            return "result", _too_deep(exc)
+        if isinstance(item, dict):
+            children = []
+            for key, child in item.items():
+                if key is not None and not isinstance(key, str | int | float):
+                    return where, f"the key {safe_repr(key)} is a {type(key).__name__}; JSON object keys are strings"
+                children.append((child, f"{where}[{json.dumps(key) if isinstance(key, str) else key}]", depth + 1))
+            stack.extend(reversed(children))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, f"{where}[{i}]", depth + 1) for i, child in reversed(list(enumerate(item))))
+        else:
+            return where, f"{type(item).__name__} is not JSON"
+    if isinstance(exc, RecursionError):
+        return "result", "is nested too deep to be written as JSON"
+    return "result", f"is not JSON ({safe_repr(str(exc))})"
+
+
+def _too_deep(exc: BaseException) -> str:
+    if isinstance(exc, ValueError) and "ircular" in str(exc):
+        return "holds itself (a circular reference) and is not JSON"
+    return f"is nested deeper than {MAX_RESULT_DEPTH} levels and cannot be written as JSON"

@@ -79,10 +79,11 @@ def test_nul_in_a_handler_error_fails_that_job_and_the_pool_goes_on(
 
 
 @pytest.mark.backends
-def test_a_result_strict_json_cannot_hold_is_kept_as_its_repr(
+def test_a_result_strict_json_cannot_hold_fails_and_is_never_served(
     make_deck: Callable[..., Jobdeck], registry: Registry, pools: Callable[..., WorkerPool]
 ) -> None:
-    """NaN and Infinity in a handler's result were stored and served back as invalid JSON."""
+    """NaN and Infinity in a handler's result were stored and served back as
+    invalid JSON, later as a repr string; now the attempt fails, not retried."""
 
     @registry.handler("test.nan")
     def nan(payload: dict[str, Any], ctx: JobContext) -> dict[str, float]:
@@ -91,13 +92,14 @@ def test_a_result_strict_json_cannot_hold_is_kept_as_its_repr(
     deck = make_deck()
     job, _ = deck.enqueue("test.nan")
     pools(deck)
-    wait_for(lambda: _status(deck, job.id) is State.COMPLETED, timeout=15, message="the NaN job completed")
+    wait_for(lambda: _status(deck, job.id) is State.DEAD, timeout=15, message="the NaN job dead-lettered")
     client = create_app(deck=deck).test_client()
     body = client.get(f"/api/jobs/{job.id}").get_data(as_text=True)
     import json
 
     served = json.loads(body, parse_constant=lambda name: pytest.fail(f"served {name} as JSON"))
-    assert served["result"] == "{'ratio': nan, 'cap': inf}"
+    assert served["result"] is None
+    assert served["error"].startswith('ResultNotJSON: result["ratio"]: float nan is not JSON'), served["error"]
 
 
 def test_a_batch_the_database_refuses_is_acknowledged_one_by_one(
