@@ -17,18 +17,19 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from jobdeck.core.errors import Cancelled, DeadLetter, EffectNotPerformed
+    from jobdeck.core.errors import Cancelled, DeadLetter, EffectNotPerformed, InvalidField
     from jobdeck.deck import Jobdeck
     from jobdeck.jobs.async_context import AsyncJobContext
     from jobdeck.jobs.context import JobContext
     from jobdeck.jobs.handlers import Registry, handler
+    from jobdeck.jobs.handles import Handle, NoDeck, use_deck
     from jobdeck.jobs.snooze import Snooze
     from jobdeck.runtime import Runtime
     from jobdeck.web.factory import create_app, deck_of
 
 __all__ = [
-    "AsyncJobContext", "Cancelled", "DeadLetter", "EffectNotPerformed", "JobContext", "Jobdeck", "Registry", "Runtime", "Snooze",
-    "create_app", "deck_of", "handler",
+    "AsyncJobContext", "Cancelled", "DeadLetter", "EffectNotPerformed", "Handle", "InvalidField", "JobContext", "Jobdeck",
+    "NoDeck", "Registry", "Runtime", "Snooze", "create_app", "deck_of", "handler", "use_deck",
 ]  # fmt: skip
 
 _HOMES = {
@@ -38,12 +39,16 @@ _HOMES = {
     "deck_of": "jobdeck.web.factory",
     "handler": "jobdeck.jobs.handlers",
     "Registry": "jobdeck.jobs.handlers",
+    "Handle": "jobdeck.jobs.handles",
+    "NoDeck": "jobdeck.jobs.handles",
+    "use_deck": "jobdeck.jobs.handles",
     "JobContext": "jobdeck.jobs.context",
     "AsyncJobContext": "jobdeck.jobs.async_context",
     "Snooze": "jobdeck.jobs.snooze",
     "Cancelled": "jobdeck.core.errors",
     "DeadLetter": "jobdeck.core.errors",
     "EffectNotPerformed": "jobdeck.core.errors",
+    "InvalidField": "jobdeck.core.errors",
 }
 
 

@@ -28,6 +28,7 @@ from jobdeck.health import Health
 from jobdeck.jobs.flow import Flow, parse_flow
 from jobdeck.jobs.handlers import Registry, import_modules
 from jobdeck.jobs.handlers import registry as default_registry
+from jobdeck.jobs.handles import use_deck
 from jobdeck.jobs.intake import Intake
 from jobdeck.jobs.queues import QueueControls, parse_limits
 from jobdeck.jobs.unique import Unique, parse_unique_types
@@ -163,7 +164,9 @@ class Jobdeck:
     def of(cls, config: Config, registry: Registry | None = None, *, init_db: bool = True) -> Jobdeck:
         """The deck of a loaded config: its ``handler_modules`` imported, the
         demo's types registered with ``demo``, and with ``init_db`` the schema
-        brought up to date. What ``create_app`` and ``jobdeck worker`` build on."""
+        brought up to date. What ``create_app`` and ``jobdeck worker`` build on.
+        It becomes this process's deck, the one a handler's ``.enqueue`` goes
+        through (``jobdeck.jobs.handles``)."""
         registry = registry if registry is not None else default_registry
         import_modules(config.handler_modules)
         if config.demo:
@@ -173,6 +176,7 @@ class Jobdeck:
         deck = cls(config, registry)
         if init_db:
             deck.init_db()
+        use_deck(deck)  # the one handles enqueue through: ``charge.enqueue(...)``
         return deck
 
     def init_app(
@@ -199,7 +203,8 @@ class Jobdeck:
         config's) and scheduler through the one runtime object; a second call
         does nothing. In a process forked after the deck was built (gunicorn's
         ``post_fork`` with ``--preload``) the inherited database connections
-        are dropped first, never shared with the parent."""
+        are dropped first, never shared with the parent. The started deck is
+        the one handles enqueue through (``jobdeck.jobs.handles``)."""
         from jobdeck.runtime import Runtime
 
         if self._runtime is None:
@@ -208,6 +213,7 @@ class Jobdeck:
                 self._built_in = os.getpid()
             self._runtime = Runtime(self, workers=workers, services=scheduler)
         self._runtime.start()
+        use_deck(self)
         return self._runtime
 
     def stop(self, grace: float | None = None) -> None:

@@ -19,19 +19,21 @@ import os
 import sys
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 from jobdeck.core.errors import DeadLetter, InvalidField
 from jobdeck.core.validation import MAX_QUEUE_CHARS, MAX_TYPE_CHARS
 from jobdeck.core.validation import check_name as checked_name
 from jobdeck.jobs.artifacts import InvalidArtifact
 from jobdeck.jobs.context import JobContext
+from jobdeck.jobs.handles import Handle
 from jobdeck.jobs.snooze import Snooze
 
 __all__ = ["HandlerSpec", "JobContext", "Registry", "Snooze", "handler", "import_modules", "registry"]
 
 Handler = Callable[[dict[str, Any], "JobContext"], Any]
-F = TypeVar("F", bound=Handler)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,9 @@ class Registry:
         priority: int | None = None,
         non_retryable: Iterable[str] = (),
         max_snoozes: int | None = None,
-    ) -> Callable[[F], F]:
+    ) -> Callable[[Callable[P, R]], Handle[P, R]]:
+        """Register a handler for jobs of type ``name``; returns its ``Handle``
+        (the function, callable as before, with ``.enqueue``: ``jobdeck.jobs.handles``)."""
         name = checked_name(name, "type", MAX_TYPE_CHARS)
         if queue is not None:
             queue = checked_name(queue, "queue", MAX_QUEUE_CHARS)
@@ -116,13 +120,14 @@ class Registry:
         ):
             raise ValueError(f"{name}: max_snoozes must be an integer >= 0")
 
-        def register(fn: F) -> F:
+        def register(fn: Callable[P, R]) -> Handle[P, R]:
+            fn = fn.__wrapped__ if isinstance(fn, Handle) else fn
             self._specs[name] = HandlerSpec(
-                name, fn, max_retries, timeout, queue, backoff_base, backoff_cap, priority,
+                name, cast(Handler, fn), max_retries, timeout, queue, backoff_base, backoff_cap, priority,
                 non_retryable=names, max_snoozes=max_snoozes,
             )  # fmt: skip
             self._async = frozenset(n for n, spec in self._specs.items() if spec.is_async)
-            return fn
+            return Handle(fn, name, self)
 
         return register
 
