@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from jobdeck.core.clock import DatabaseClock, Reading
-from jobdeck.core.config_tables import non_retryable
+from jobdeck.core.config_tables import executor_of, memory_limit, non_retryable
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.snooze import max_snoozes
 from jobdeck.maintenance.clock_check import ClockCheck
@@ -68,6 +68,12 @@ def pool_for(
         non_retryable=lambda job_type: non_retryable(cfg, job_type),
         max_snoozes=lambda job_type: max_snoozes(cfg, registry, job_type),
         limits_hold_back=lambda: bool(controls.limits) or any(lim.concurrency for lim in controls.flow.limits),
+        executor=lambda job_type, declared, queue: executor_of(cfg, job_type, declared, queue),
+        memory_limit=lambda job_type, queue: memory_limit(cfg, job_type, queue),
+        process_workers=cfg.process_workers,
+        max_jobs_per_child=cfg.max_jobs_per_child,
+        cancel_grace=cfg.cancel_grace,
+        handler_modules=tuple(cfg.handler_modules),
         tracing=deck.tracing,
     )
     return WorkerPool(

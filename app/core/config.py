@@ -26,6 +26,7 @@ from jobdeck.core.config_tables import (
     check_names,
     check_non_retryable,
     check_option_names,
+    check_process_options,
     log_limits,
     tracing_enabled,
 )
@@ -44,7 +45,7 @@ ENV_KEYS = (
     "max_bulk_jobs", "max_bulk_bytes", "default_max_retries",
     "poll_interval", "heartbeat_interval", "stall_timeout", "sweep_interval",
     "clock_skew_warn", "clock_check_interval", "shutdown_grace", "claim_batch",
-    "async_concurrency", "auto_migrate", "max_abandoned_threads", "exit_when_unhealthy", "sqlite_busy_timeout",
+    "async_concurrency", "process_workers", "max_jobs_per_child", "cancel_grace", "auto_migrate", "max_abandoned_threads", "exit_when_unhealthy", "sqlite_busy_timeout",
     "request_lock_timeout", "request_statement_timeout",
     "allowed_hosts", "log_format",
 )  # fmt: skip
@@ -170,6 +171,9 @@ def validate(config: Config) -> None:
                 "clock_check_interval"):  # fmt: skip
         positive(key)
     positive("shutdown_grace", allow_zero=True)
+    positive("process_workers", allow_zero=True)
+    positive("max_jobs_per_child", allow_zero=True)
+    positive("cancel_grace")
     positive("request_lock_timeout", allow_zero=True)
     positive("request_statement_timeout", allow_zero=True)
     if config.max_bulk_jobs > MAX_BULK_JOBS:
@@ -200,4 +204,5 @@ def validate(config: Config) -> None:
     check_non_retryable(config)
     check_option_names(config)
     check_max_snoozes(config)
+    check_process_options(config)
     check_names(config)

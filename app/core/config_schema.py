@@ -113,6 +113,17 @@ class Config:
     """Jobs of ``async def`` handlers one worker pool runs at once, as tasks on
     its one event loop; they hold none of the ``workers`` threads while they
     wait. The per-queue and per-type ``concurrency`` limits still apply."""
+    process_workers: int = 0
+    """Child processes of one worker pool's process executor (for types with
+    ``executor = "process"``); 0: the number of CPUs. Started with the pool
+    when a process type is registered, by forkserver (or spawn)."""
+    max_jobs_per_child: int = 0
+    """Jobs a child process runs before it is replaced by a fresh one, for
+    handlers that leak; 0: no limit."""
+    cancel_grace: float = 10.0
+    """Seconds a process job's handler has, once cancelled (``ctx.cancelled``
+    set in its child), to end by itself before its child is killed (sooner
+    at its type's ``timeout``)."""
     max_abandoned_threads: int = 10
     """A handler that runs past its type's timeout is failed and its thread
     abandoned: a Python thread cannot be killed, so it runs on until the

@@ -36,7 +36,7 @@ def check_names(config: Config) -> None:
         raise ConfigError(str(exc)) from None
 
 
-QUEUE_OPTIONS = frozenset({"concurrency", "rate", "rate_key", "concurrency_key"})
+QUEUE_OPTIONS = frozenset({"concurrency", "rate", "rate_key", "concurrency_key", "executor", "memory_limit"})
 """What a ``[queues.NAME]`` table may set (``jobdeck.jobs.queues``, ``jobdeck.jobs.flow``)."""
 TYPE_OPTIONS = QUEUE_OPTIONS | {"unique", "non_retryable", "max_snoozes", "capture_logging"}
 """What a ``[types."T"]`` table may set: the queue's options, and ``jobdeck.jobs.unique``'s,
@@ -105,6 +105,64 @@ def check_non_retryable(config: Config) -> None:
         for name in names:
             if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
                 raise ConfigError(f'{where}: {name!r} is not an exception class name (like "ValueError")')
+
+
+# -- executor, memory_limit -------------------------------------------------------
+
+MIN_MEMORY_LIMIT = 32 * 1024 * 1024
+"""The smallest ``memory_limit``: a child's Python needs some room of its own."""
+
+
+def check_process_options(config: Config) -> None:
+    """``executor`` is "thread" or "process"; ``memory_limit`` is a size such as
+    "512 MiB" (at least 32 MiB), for process jobs only: a thread cannot be held to one."""
+    for table in ("queues", "types"):
+        entries = config.extra.get(table)
+        if not isinstance(entries, dict):
+            continue
+        for name, options in entries.items():
+            if not isinstance(options, dict):
+                continue
+            where = f"{table}.{name}"
+            if "executor" in options and options["executor"] not in ("thread", "process"):
+                raise ConfigError(f'{where}.executor: expected "thread" or "process", got {options["executor"]!r}')
+            if "memory_limit" in options:
+                size = _size(options["memory_limit"])
+                if size is None or size < MIN_MEMORY_LIMIT:
+                    raise ConfigError(
+                        f'{where}.memory_limit: expected a size of at least 32 MiB, like "512 MiB", '
+                        f"got {options['memory_limit']!r}"
+                    )
+                if options.get("executor", "process") != "process":
+                    raise ConfigError(
+                        f'{where}.memory_limit: only a job in a child process can be held to a memory limit; set executor = "process"'
+                    )
+
+
+def process_option(config: Config, job_type: str, queue: str | None, key: str) -> Any:
+    """``[types."T"] key``, else ``[queues.NAME] key`` of the type's queue, else None."""
+    for table, name in (("types", job_type), ("queues", queue)):
+        entries = config.extra.get(table)
+        options = entries.get(name) if isinstance(entries, dict) and name is not None else None
+        if isinstance(options, dict) and key in options:
+            return options[key]
+    return None
+
+
+def executor_of(config: Config, job_type: str, declared: str | None, queue: str | None) -> str:
+    """Where jobs of ``job_type`` run: ``[types."T"] executor``, else the
+    handler's ``executor=``, else ``[queues.NAME] executor`` of its queue, else "thread"."""
+    types = config.extra.get("types")
+    options = types.get(job_type) if isinstance(types, dict) else None
+    if isinstance(options, dict) and "executor" in options:
+        return str(options["executor"])
+    return declared or str(process_option(config, job_type, queue, "executor") or "thread")
+
+
+def memory_limit(config: Config, job_type: str, queue: str | None) -> int | None:
+    """A process job's ``memory_limit`` in bytes (its type's, else its queue's); None: none."""
+    value = process_option(config, job_type, queue, "memory_limit")
+    return None if value is None else _size(value)
 
 
 # -- [artifacts] ------------------------------------------------------------------

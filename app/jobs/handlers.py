@@ -31,6 +31,9 @@ from jobdeck.jobs.snooze import Snooze
 
 __all__ = ["HandlerSpec", "JobContext", "Registry", "Snooze", "handler", "import_modules", "registry"]
 
+EXECUTORS = ("thread", "process")
+"""What ``executor`` accepts, in ``@handler`` and under ``[types."T"]`` or ``[queues.NAME]``."""
+
 Handler = Callable[[dict[str, Any], "JobContext"], Any]
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -56,6 +59,10 @@ class HandlerSpec:
     max_snoozes: int | None = None
     """Snoozes in a row allowed before the next one fails the attempt
     (``jobdeck.jobs.snooze``); None: ``[types."T"] max_snoozes`` or the default."""
+    executor: str | None = None
+    """``"process"``: its jobs run in a child process (``jobdeck.worker.processes``);
+    ``"thread"`` or None: on the pool's threads (its loop, for ``async def``).
+    ``[types."T"] executor`` in the config overrides it."""
 
     @property
     def is_async(self) -> bool:
@@ -102,6 +109,7 @@ class Registry:
         priority: int | None = None,
         non_retryable: Iterable[str] = (),
         max_snoozes: int | None = None,
+        executor: str | None = None,
     ) -> Callable[[Callable[P, R]], Handle[P, R]]:
         """Register a handler for jobs of type ``name``; returns its ``Handle``
         (the function, callable as before, with ``.enqueue``: ``jobdeck.jobs.handles``)."""
@@ -119,14 +127,18 @@ class Registry:
             isinstance(max_snoozes, bool) or not isinstance(max_snoozes, int) or max_snoozes < 0
         ):
             raise ValueError(f"{name}: max_snoozes must be an integer >= 0")
+        if executor not in (None, *EXECUTORS):
+            raise ValueError(f"{name}: executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
 
         def register(fn: Callable[P, R]) -> Handle[P, R]:
             fn = fn.__wrapped__ if isinstance(fn, Handle) else fn
             self._specs[name] = HandlerSpec(
                 name, cast(Handler, fn), max_retries, timeout, queue, backoff_base, backoff_cap, priority,
-                non_retryable=names, max_snoozes=max_snoozes,
+                non_retryable=names, max_snoozes=max_snoozes, executor=executor,
             )  # fmt: skip
-            self._async = frozenset(n for n, spec in self._specs.items() if spec.is_async)
+            self._async = frozenset(
+                n for n, spec in self._specs.items() if spec.is_async and spec.executor != "process"
+            )
             return Handle(fn, name, self)
 
         return register

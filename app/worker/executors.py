@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -17,13 +18,15 @@ from typing import TYPE_CHECKING
 from jobdeck.core import forks
 from jobdeck.core.errors import Cancelled, DeadLetter
 from jobdeck.jobs.context import JobContext
-from jobdeck.jobs.handlers import Registry
+from jobdeck.jobs.handlers import HandlerSpec, Registry
 from jobdeck.jobs.snooze import InvalidSnooze, Snooze, seconds_of
 from jobdeck.store import JobRecord, Outcome, Store
 from jobdeck.worker.async_loop import AsyncLoop, Held
 from jobdeck.worker.holdings import Holdings, Slot
 from jobdeck.worker.lease import LEASE_LOST, Lease
 from jobdeck.worker.logs import AttemptLogs
+from jobdeck.worker.process_run import ChildFailure, run_in_child
+from jobdeck.worker.processes import ProcessPool
 from jobdeck.worker.results import first_line, format_traceback, storable_result
 from jobdeck.worker.settings import PoolSettings
 
@@ -74,6 +77,9 @@ class Executors:
         self.loop: AsyncLoop | None = None
         """The event loop of ``async def`` handlers, started by the first of their jobs."""
         self._loop_lock = threading.Lock()
+        self._in_process: dict[str, bool] = {}
+        self.children: ProcessPool | None = None
+        """The child processes of ``executor = "process"`` types, started by ``start_processes``."""
 
     def spawn(self) -> None:
         """Start one more executor thread."""
@@ -84,11 +90,40 @@ class Executors:
     def stop(self, grace: float = 0.0) -> None:
         """Tell every executor to exit once the jobs queued before are taken,
         and end the event loop, if one started: its tasks still running are
-        cancelled and get up to ``grace`` seconds to run their ``finally`` blocks."""
+        cancelled and get up to ``grace`` seconds to run their ``finally``
+        blocks. Child processes end too (a running one was given up already)."""
         for _ in self.threads:
             self.holdings.work.put(None)  # type: ignore[arg-type]  # wakes executors so they exit
         if self.loop is not None:
             self.loop.stop(grace)
+        if self.children is not None:
+            self.children.stop()
+
+    def in_process(self, job_type: str) -> bool:
+        """Jobs of ``job_type`` run in a child process (``executor = "process"``)."""
+        known = self._in_process.get(job_type)
+        if known is None:
+            spec = self.registry.get(job_type)
+            if spec is None:
+                return False
+            known = self._in_process[job_type] = (
+                self.settings.executor(job_type, spec.executor, spec.queue) == "process"
+            )
+        return known
+
+    def start_processes(self) -> ProcessPool | None:
+        """The pool of child processes, started if any registered type runs in one."""
+        with self._loop_lock:
+            if self.children is None and any(self.in_process(name) for name in self.registry.names()):
+                settings = self.settings
+                self.children = ProcessPool(
+                    settings.process_workers or os.cpu_count() or 1,
+                    max_jobs_per_child=settings.max_jobs_per_child, handler_modules=list(settings.handler_modules),
+                )  # fmt: skip
+            children = self.children
+        if children is not None:
+            children.start()
+        return children
 
     def _loop(self) -> None:
         me = threading.current_thread()
@@ -130,7 +165,8 @@ class Executors:
         lost and the job was set aside instead of run)."""
         spec = self.registry.get(job.type)
         mono = time.monotonic()
-        timeout = spec.timeout if spec else None
+        # A process job's own driver kills its child at the timeout; no thread is abandoned.
+        timeout = spec.timeout if spec and not self.in_process(job.type) else None
         slot = Slot(job, self.clock(), mono, mono + timeout if timeout else None, thread, on_loop=on_loop)
         slot.log = self.logs.new_log(job)
         return slot if self.holdings.begin(slot, self.lease) else None
@@ -159,7 +195,7 @@ class Executors:
             if span is not None:
                 span.instrument(ctx)
             with self.logs.capturing(job, buffer):
-                result = spec.fn(job.payload, ctx)
+                result = self._in_child(slot, ctx, spec) if self.in_process(job.type) else spec.fn(job.payload, ctx)
                 if inspect.isawaitable(result):  # a plain function that returned an awaitable
                     result = self.async_loop().wait(result)
             if forks.forked:  # a child the handler forked returned here: it is no executor
@@ -178,10 +214,24 @@ class Executors:
             self.failed(job, outcome, exc, span)
         return self.settle(slot, outcome, span)
 
+    def _in_child(self, slot: Slot, ctx: JobContext, spec: HandlerSpec) -> object:
+        children = self.children or self.start_processes()
+        assert children is not None
+        limit = self.settings.memory_limit(slot.job.type, spec.queue)
+        return run_in_child(children, slot, ctx, spec, memory_limit=limit, cancel_grace=self.settings.cancel_grace)
+
     def failed(self, job: JobRecord, outcome: Outcome, exc: BaseException, span: AttemptSpan | None) -> None:
         """Make ``outcome`` the attempt's failure by ``exc``, or the snooze it
         asked for; called in the ``except`` block (the traceback is read there)."""
         spec = self.registry.get(job.type)
+        if isinstance(exc, ChildFailure):  # a process job's: its child's words and classes
+            if span is not None:
+                span.failed(exc)
+            exc.fill(outcome, spec, self.settings.non_retryable(job.type))
+            if spec is not None and not outcome.retryable and job.retry_count < job.max_retries:
+                why = f"{exc.line.split(':')[0]} is non-retryable" if exc.names else "it would fail the same way"
+                outcome.error = f"{outcome.error}\n(not retried: {why})"
+            return
         failure: BaseException | None = exc
         if isinstance(exc, Snooze) and spec is not None:
             failure = self._snoozed(outcome, exc, job.type)

@@ -119,9 +119,14 @@ class WorkerPool:
         """The wake source: jobs became claimable in this process (subscribed while the pool runs)."""
         self.store.on_cancel(self.cancel_running)
 
+    def _on_loop(self) -> frozenset[str]:
+        """The ``async def`` handlers' types that run on the pool's loop (not in a child process)."""
+        on_loop = self.registry.async_names()
+        return frozenset(t for t in on_loop if not self.executors.in_process(t)) if on_loop else on_loop
+
     def _thread_types(self) -> list[str]:
         """The types whose jobs run on the threads (all but ``async def`` handlers')."""
-        on_loop = self.registry.async_names()
+        on_loop = self._on_loop()
         names = self.registry.names()
         return [t for t in names if t not in on_loop] if on_loop else names
 
@@ -187,6 +192,8 @@ class WorkerPool:
             self._threads.append(t)
         for _ in range(self.threads):
             self.executors.spawn()
+        if self.threads:
+            self.executors.start_processes()
         if self.health is not None:
             self.health.register(self.unhealthy_reason)
         log.info("worker pool %s started with %d threads", self.worker_id, self.threads,
@@ -195,7 +202,7 @@ class WorkerPool:
     def wake(self) -> None:
         """Something was enqueued in this process: claim now, not at the next poll."""
         self._wake.set()
-        if self.registry.async_names():  # the fetcher may wait for room for the threads: async jobs may be due
+        if self._on_loop():  # the fetcher may wait for room for the threads: async jobs may be due
             self.holdings.room.set()
 
     def hurry(self) -> None:
@@ -295,7 +302,7 @@ class WorkerPool:
                 self.holdings.claimed(claimed)
                 self.holdings.queue(claimed)
             got += len(claimed)
-        on_loop = self.registry.async_names()
+        on_loop = self._on_loop()
         room = self.holdings.async_room() if on_loop else 0
         if room > 0:
             claimed = self.store.claim(self.worker_id, now, limit=room, types=sorted(on_loop), queues=self.queues)
@@ -309,12 +316,12 @@ class WorkerPool:
     def _fetch_loop(self) -> None:
         failures = 0
         while not self._stopping.is_set():
-            if self.holdings.full() and not (self.registry.async_names() and self.holdings.async_room()):
+            if self.holdings.full() and not (self._on_loop() and self.holdings.async_room()):
                 self.holdings.room.wait(timeout=self.poll_interval)
                 self.holdings.room.clear()
                 continue
             self._wake.clear()
-            on_loop = bool(self.registry.async_names())
+            on_loop = bool(self._on_loop())
             if on_loop:
                 self.holdings.room.clear()
             try:

@@ -27,6 +27,14 @@ def _no_limits() -> bool:
     return False
 
 
+def _declared_executor(job_type: str, declared: str | None, queue: str | None) -> str:
+    return declared or "thread"
+
+
+def _no_memory_limit(job_type: str, queue: str | None) -> int | None:
+    return None
+
+
 @dataclass(frozen=True)
 class PoolSettings:
     """A pool's settings (see the module docstring). The numbers are the
@@ -52,5 +60,16 @@ class PoolSettings:
     """A type's cap on snoozes in a row."""
     limits_hold_back: Callable[[], bool] = _no_limits
     """Whether a concurrency limit is configured: a job's end may then make another claimable."""
+    executor: Callable[[str, str | None, str | None], str] = _declared_executor
+    """Where a type's jobs run, "thread" or "process", from its type, its
+    handler's ``executor=`` and its queue (``jobdeck.core.config_tables.executor_of``)."""
+    memory_limit: Callable[[str, str | None], int | None] = _no_memory_limit
+    """A process type's ``memory_limit`` in bytes, from its type or its queue."""
+    process_workers: int = 0
+    """0: the number of CPUs."""
+    max_jobs_per_child: int = 0
+    cancel_grace: float = 10.0
+    handler_modules: tuple[str, ...] = ()
+    """Imported by each child process, where process handlers are found by name."""
     tracing: Any = None
     """The attempts' tracer (``jobdeck.tracing.AttemptTracer``) when tracing is on; None: off."""
