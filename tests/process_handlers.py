@@ -61,6 +61,10 @@ def segfaults(payload: dict[str, Any], ctx: JobContext) -> None:
     ctypes.string_at(0)
 
 
+def returns_a_set(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    return {"tags": {"a", "b"}}
+
+
 def exits(payload: dict[str, Any], ctx: JobContext) -> None:
     os._exit(int(payload.get("code", 7)))
 
@@ -94,7 +98,7 @@ def local_handler_type(reg: Registry) -> None:
 HANDLERS = {
     "proc.echo": echo, "proc.fails": fails, "proc.sleeps": sleeps, "proc.spins": spins_in_c,
     "proc.allocates": allocates, "proc.segfaults": segfaults, "proc.exits": exits, "proc.snoozes": snoozes,
-    "proc.charges": charges,
+    "proc.charges": charges, "proc.set": returns_a_set,
 }  # fmt: skip
 
 

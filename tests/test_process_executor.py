@@ -83,6 +83,14 @@ def test_a_handler_runs_in_a_child_and_its_result_logs_and_progress_reach_the_jo
     assert "Traceback" in (deck.store.attempts_of(bad.id)[-1].traceback or "")
 
 
+def test_a_result_that_is_not_json_fails_the_attempt_as_on_a_thread(proc_deck) -> None:
+    deck = proc_deck({"proc.set": {"max_retries": 2}})
+    job = deck.enqueue("proc.set", {}).job
+    with running(deck):
+        dead = ends(deck, job.id, State.DEAD)
+    assert 'result["tags"]: set is not JSON' in dead.error and dead.retry_count == 0
+
+
 def test_non_retryable_by_class_name_holds_for_an_error_raised_in_a_child(proc_deck) -> None:
     deck = proc_deck({"proc.fails": {"max_retries": 3}}, types={"proc.fails": {"non_retryable": ["ValueError"]}})
     job = deck.enqueue("proc.fails", {}).job

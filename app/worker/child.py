@@ -35,8 +35,10 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
-from jobdeck.core.errors import Cancelled, DeadLetter, EffectNotPerformed, InvalidField
+from jobdeck.core.errors import Cancelled, EffectNotPerformed
+from jobdeck.jobs.handlers import HandlerSpec
 from jobdeck.jobs.snooze import Snooze
+from jobdeck.worker.results import storable_result
 
 PR_SET_PDEATHSIG = 1
 
@@ -209,7 +211,7 @@ class Child:
             if isinstance(result, Snooze):
                 raise result
             resource.setrlimit(resource.RLIMIT_AS, saved)
-            return ("done", as_json(result))
+            return ("done", json.dumps(storable_result(result, sys.maxsize)))  # the parent checks the size
         except Snooze as snooze:
             resource.setrlimit(resource.RLIMIT_AS, saved)
             return ("snooze", snooze.seconds, snooze.reason)
@@ -219,7 +221,7 @@ class Child:
 
 
 def as_json(value: Any) -> str:
-    """``value`` as strict JSON text, or its repr as a JSON string, as a thread's result is stored."""
+    """An effect's value as strict JSON text, or its repr as a JSON string, as the ledger keeps it."""
     try:
         return json.dumps(value, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
@@ -228,6 +230,10 @@ def as_json(value: Any) -> str:
         except Exception:
             text = f"<unrepresentable {type(value).__name__}>"
         return json.dumps(text)
+
+
+def _no_handler(payload: Any, ctx: Any) -> None:
+    """The stand-in of ``describe``'s ``HandlerSpec``: only its retry rule is read."""
 
 
 async def _awaited(awaitable: Any) -> Any:
@@ -245,7 +251,7 @@ def describe(exc: BaseException, tb: str) -> dict[str, Any]:
         "line": f"{type(exc).__name__}: {text}" if text else type(exc).__name__,
         "traceback": tb,
         "names": names,
-        "never": isinstance(exc, (DeadLetter, InvalidField)) or "InvalidArtifact" in names,
+        "never": not HandlerSpec("?", _no_handler).retries(exc) or "InvalidArtifact" in names,
         "cancelled": isinstance(exc, Cancelled),
         "memory": isinstance(exc, MemoryError),
     }
