@@ -5,6 +5,7 @@ registry by ``register`` (the tests' registries get them too)."""
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
 import re
@@ -65,6 +66,16 @@ def returns_a_set(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     return {"tags": {"a", "b"}}
 
 
+async def awaits(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    await asyncio.sleep(0.01)
+    return {"pid": os.getpid(), "loop": type(asyncio.get_running_loop()).__name__}
+
+
+def plain(payload: dict[str, Any], ctx: JobContext) -> int:
+    """Registered without ``executor=``: the config's tables choose."""
+    return os.getpid()
+
+
 def exits(payload: dict[str, Any], ctx: JobContext) -> None:
     os._exit(int(payload.get("code", 7)))
 
@@ -98,7 +109,7 @@ def local_handler_type(reg: Registry) -> None:
 HANDLERS = {
     "proc.echo": echo, "proc.fails": fails, "proc.sleeps": sleeps, "proc.spins": spins_in_c,
     "proc.allocates": allocates, "proc.segfaults": segfaults, "proc.exits": exits, "proc.snoozes": snoozes,
-    "proc.charges": charges, "proc.set": returns_a_set,
+    "proc.charges": charges, "proc.set": returns_a_set, "proc.awaits": awaits,
 }  # fmt: skip
 
 

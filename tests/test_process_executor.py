@@ -34,7 +34,7 @@ def proc_deck(make_config: Callable[..., Any]) -> Iterator[Callable[..., Jobdeck
     def make(options: dict[str, dict[str, Any]] | None = None, **config: Any) -> Jobdeck:
         registry = Registry()
         process_handlers.register(registry, **(options or {}))
-        deck = Jobdeck(make_config(process_workers=2, **config), registry)
+        deck = Jobdeck(make_config(**{"process_workers": 2, **config}), registry)
         deck.init_db()
         made.append(deck)
         return deck
@@ -81,6 +81,36 @@ def test_a_handler_runs_in_a_child_and_its_result_logs_and_progress_reach_the_jo
     assert done.progress_message == "half way", "the progress the child reported was written"
     assert dead.error.startswith("ValueError: no such customer")
     assert "Traceback" in (deck.store.attempts_of(bad.id)[-1].traceback or "")
+
+
+def test_an_async_handler_in_a_child_runs_on_a_loop_of_its_own(proc_deck) -> None:
+    deck = proc_deck()
+    job = deck.enqueue("proc.awaits", {}).job
+    with running(deck) as pool:
+        done = ends(deck, job.id, State.COMPLETED)
+        assert pool.executors.loop is None, "the pool's own loop never started"
+    assert done.result["pid"] != os.getpid()
+
+
+def test_the_config_chooses_the_executor_by_type_or_queue(proc_deck) -> None:
+    deck = proc_deck(types={"plain.by-type": {"executor": "process"}}, queues={"isolated": {"executor": "process"}})
+    deck.registry.handler("plain.by-type")(process_handlers.plain)
+    deck.registry.handler("plain.by-queue", queue="isolated")(process_handlers.plain)
+    deck.registry.handler("plain.here")(process_handlers.plain)
+    jobs = {name: deck.enqueue(name, {}).job for name in ("plain.by-type", "plain.by-queue", "plain.here")}
+    with running(deck):
+        pids = {name: ends(deck, job.id, State.COMPLETED).result for name, job in jobs.items()}
+    assert pids["plain.by-type"] != os.getpid() and pids["plain.by-queue"] != os.getpid()
+    assert pids["plain.here"] == os.getpid()
+
+
+def test_max_jobs_per_child_replaces_a_child_after_so_many_jobs(proc_deck) -> None:
+    deck = proc_deck(process_workers=1, max_jobs_per_child=2)
+    ids = [deck.enqueue("proc.echo", {"value": n}).job.id for n in range(4)]
+    with running(deck, threads=1) as pool:
+        pids = [ends(deck, i, State.COMPLETED).result["pid"] for i in ids]
+        assert pool.executors.children.restarts["recycled"] == 2
+    assert pids[0] == pids[1] != pids[2] == pids[3]
 
 
 def test_a_result_that_is_not_json_fails_the_attempt_as_on_a_thread(proc_deck) -> None:
