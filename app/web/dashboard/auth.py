@@ -17,7 +17,7 @@ roles when users are configured (``jobdeck.web.guard``). Mounted in a host app
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import wraps
+from functools import cache, wraps
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from flask import (
@@ -49,9 +49,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 OPEN_USER = User("local operator", "", OPERATOR)
 """Who acts when no users are configured (loopback development)."""
 
-# A hash to check against for unknown names, so a wrong name and a wrong
-# password take the same time.
-_DUMMY_HASH = generate_password_hash("jobdeck-no-such-user")
+
+@cache
+def _dummy_hash() -> str:
+    """A hash to check against for unknown names, so a wrong name and a wrong
+    password take the same time. Made at the first sign-in, not at import:
+    every process that imports the dashboard (each CLI command, each worker
+    host) paid a password hash to start, and only a login form uses it."""
+    return generate_password_hash("jobdeck-no-such-user")
+
 
 PUBLIC_ENDPOINTS = {"static", "auth.login"}
 
@@ -166,8 +172,9 @@ def login() -> Any:
         wait = t.retry_after(keys)  # again: a failure may have been counted while this one waited
         if wait is not None:
             return _too_many(name, f"Too many failed sign-ins; try again in {wait} seconds.", wait)
+        dummy = _dummy_hash()  # made before the name is looked up: the first sign-in pays for it, known name or not
         user = s.users.get(name)
-        ok = check_password_hash(user.password_hash if user else _DUMMY_HASH, password) and user is not None
+        ok = check_password_hash(user.password_hash if user else dummy, password) and user is not None
         if not ok:
             t.failed(keys)  # counted before the slot is released: no concurrent attempt slips past the limit
     if ok and user is not None:
