@@ -27,6 +27,7 @@ from jobdeck.core.validation import check_name as checked_name
 from jobdeck.jobs.artifacts import InvalidArtifact
 from jobdeck.jobs.context import JobContext
 from jobdeck.jobs.handles import Handle
+from jobdeck.jobs.payloads import PayloadShape, shape_of, typed_call
 from jobdeck.jobs.snooze import Snooze
 
 __all__ = ["HandlerSpec", "JobContext", "Registry", "Snooze", "handler", "import_modules", "registry"]
@@ -63,6 +64,10 @@ class HandlerSpec:
     """``"process"``: its jobs run in a child process (``jobdeck.worker.processes``);
     ``"thread"`` or None: on the pool's threads (its loop, for ``async def``).
     ``[types."T"] executor`` in the config overrides it."""
+    payload_shape: PayloadShape | None = None
+    """The payload's type when the handler annotates it with a dataclass, a
+    TypedDict or a pydantic model (``jobdeck.jobs.payloads``): every enqueue
+    is checked against it, and ``fn`` converts the payload before the call."""
 
     @property
     def is_async(self) -> bool:
@@ -132,14 +137,19 @@ class Registry:
 
         def register(fn: Callable[P, R]) -> Handle[P, R]:
             fn = fn.__wrapped__ if isinstance(fn, Handle) else fn
+            try:
+                shape = shape_of(fn)
+            except TypeError as exc:
+                raise ValueError(f"{name}: {exc}") from None
+            run = typed_call(fn, shape, is_async_callable(fn)) if shape else fn
             self._specs[name] = HandlerSpec(
-                name, cast(Handler, fn), max_retries, timeout, queue, backoff_base, backoff_cap, priority,
-                non_retryable=names, max_snoozes=max_snoozes, executor=executor,
+                name, cast(Handler, run), max_retries, timeout, queue, backoff_base, backoff_cap, priority,
+                non_retryable=names, max_snoozes=max_snoozes, executor=executor, payload_shape=shape,
             )  # fmt: skip
             self._async = frozenset(
                 n for n, spec in self._specs.items() if spec.is_async and spec.executor != "process"
             )
-            return Handle(fn, name, self)
+            return Handle(fn, name, self, shape)
 
         return register
 

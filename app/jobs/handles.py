@@ -26,6 +26,7 @@ from jobdeck.core.errors import InvalidField
 
 if TYPE_CHECKING:
     from jobdeck.jobs.handlers import HandlerSpec, Registry
+    from jobdeck.jobs.payloads import PayloadShape
     from jobdeck.store.records import Enqueued
 
 P = ParamSpec("P")
@@ -82,15 +83,25 @@ class Handle(Generic[P, R]):
     """A registered handler: call it as the function (``inspect`` sees the
     function, ``async def`` included), or enqueue its jobs."""
 
-    def __init__(self, fn: Callable[P, R], job_type: str, registry: Registry) -> None:
+    def __init__(
+        self, fn: Callable[P, R], job_type: str, registry: Registry, shape: PayloadShape | None = None
+    ) -> None:
         functools.update_wrapper(self, fn)
         for name in ("__code__", "__defaults__", "__kwdefaults__"):  # so inspect reads an async def as one
             if hasattr(fn, name):
                 setattr(self, name, getattr(fn, name))
         self.type = job_type
         self.registry = registry
+        self.shape = shape
+        """Its payload's type, if annotated (``jobdeck.jobs.payloads``)."""
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """The function; given a mapping for a typed payload (as a job's
+        payload is, and as a process executor's child calls it), the
+        mapping is converted first, as for a job."""
+        shape = self.shape
+        if shape is not None and shape.converts_mappings and args and isinstance(args[0], Mapping):
+            return self.__wrapped__(shape.load(args[0], "payload"), *args[1:], **kwargs)  # type: ignore[arg-type]
         return self.__wrapped__(*args, **kwargs)
 
     __wrapped__: Callable[P, R]
@@ -149,7 +160,11 @@ class Handle(Generic[P, R]):
         return self._deck(deck).enqueue_each(items)
 
     def payload_of(self, payload: Any) -> dict[str, Any]:
-        """``payload`` as a job carries it: a mapping as a dict (None: ``{}``)."""
+        """``payload`` as a job carries it: a mapping as a dict (None: ``{}``),
+        and for a typed payload an instance of its type in its JSON form,
+        checked (``InvalidField`` naming the field)."""
+        if self.shape is not None:
+            return self.shape.to_payload({} if payload is None else payload)
         if payload is None:
             return {}
         if not isinstance(payload, Mapping):

@@ -27,6 +27,7 @@ from jobdeck.core.validation import (
 )
 from jobdeck.jobs.flow import Flow
 from jobdeck.jobs.handlers import Registry
+from jobdeck.jobs.payloads import PayloadShape
 from jobdeck.jobs.unique import Unique, claim_for, parse_unique
 from jobdeck.store import NewJob, backoff_delay
 from jobdeck.store.enqueue import PlainJob
@@ -119,7 +120,7 @@ class Intake:
         are computed by ``new_job``): then every item goes through ``new_job``."""
         if self.flow.keyed_columns:
             return None
-        defaults: dict[str, tuple[str, int, int]] = {}
+        defaults: dict[str, tuple[str, int, int, PayloadShape | None]] = {}
         jobs: list[PlainJob] = []
         append = jobs.append
         payload_json = self.payload_json
@@ -132,10 +133,14 @@ class Intake:
                 new = self.new_job(item, now)
                 if new.unique is not None:
                     return None  # a unique type: each job is checked against the others
-                d = defaults[new.type] = (new.queue, new.priority, new.max_retries)
+                spec = self.registry.get(new.type)
+                shape = spec.payload_shape if spec is not None else None
+                d = defaults[new.type] = (new.queue, new.priority, new.max_retries, shape)
                 append((new.type, d[0], new.payload_json or "{}", d[1], d[2]))
             else:
                 append((job_type, d[0], payload_json(item.get("payload")), d[1], d[2]))  # type: ignore[arg-type]
+                if d[3] is not None:
+                    d[3].check(item.get("payload"))
         return jobs
 
     def payload_json(self, payload: Any) -> str:
@@ -184,6 +189,8 @@ class Intake:
         payload_json = self.payload_json(payload)
         if payload is None:
             payload = {}
+        if spec is not None and spec.payload_shape is not None:
+            spec.payload_shape.check(payload)  # a typed payload (``jobdeck.jobs.payloads``)
 
         priority = parse_priority(data.get("priority"), default=spec.priority if spec and spec.priority else 0)
 

@@ -11,7 +11,7 @@ documented path exists, and real responses validate against these schemas.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flask import current_app, jsonify, request
@@ -26,6 +26,7 @@ from jobdeck.web.api import (
     openapi_lists,
     openapi_logs,
     openapi_metrics,
+    openapi_payloads,
     openapi_queues,
     openapi_schedules,
     openapi_snooze,
@@ -63,10 +64,11 @@ BEARER = {
 }
 
 
-def document(types: Sequence[str] = ()) -> dict[str, Any]:
+def document(types: Sequence[str] = (), payloads: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """The document; ``types`` are the job types this deployment accepts
     (registered handlers and ``external_types``), given as examples of
-    ``NewJob.type``, which stays a plain string."""
+    ``NewJob.type``, which stays a plain string; ``payloads`` the payload
+    schemas of typed handlers, by type (``openapi_payloads``)."""
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {"title": "Jobdeck API", "version": "1"},
@@ -97,6 +99,7 @@ def document(types: Sequence[str] = ()) -> dict[str, Any]:
     doc["paths"].update(openapi_logs.paths())
     openapi_logs.amend(doc)
     openapi_lists.install(doc)
+    openapi_payloads.install(doc, payloads or {})
     scopes.install(doc)
     _common_answers(doc)
     return doc
@@ -120,7 +123,9 @@ def _common_answers(doc: dict[str, Any]) -> None:
 @bp.get("/openapi.json", endpoint="openapi")
 def serve() -> Any:
     deck: Jobdeck = current_app.extensions["jobdeck"]
-    doc = document(deck.type_names())
+    specs = [deck.registry.get(name) for name in deck.registry.names()]
+    shapes = {s.name: s.payload_shape.schema for s in specs if s is not None and s.payload_shape is not None}
+    doc = document(deck.type_names(), shapes)
     if request.script_root:  # mounted under a prefix (jobdeck.embed): the paths are below it
         doc["servers"] = [{"url": request.script_root}]
     return jsonify(doc)
