@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -298,3 +299,20 @@ def _typed_send(payload: Mail, ctx: JobContext) -> None:
 
 def _typed_invoice(payload: Invoice, ctx: JobContext) -> None:
     return None
+
+
+def _typed_process(payload: Order, ctx: JobContext) -> dict[str, Any]:
+    """Run by the process executor: imported by name in its child."""
+    return {"kind": type(payload).__name__, "skus": [line.sku for line in payload.lines], "pid": os.getpid()}
+
+
+def test_a_typed_handler_in_a_child_process_gets_its_payload_converted(
+    make_deck: Callable[..., Jobdeck], registry: Registry
+) -> None:
+    registry.handler("shop.isolated", executor="process", max_retries=0)(_typed_process)
+    deck = make_deck(process_workers=1)
+    job = deck.enqueue("shop.isolated", ORDER).job
+    _run(deck, [job.id])
+    done = deck.store.get(job.id)
+    assert done.status is State.COMPLETED, done.error
+    assert done.result["kind"] == "Order" and done.result["skus"] == ["a", "b"] and done.result["pid"] != os.getpid()

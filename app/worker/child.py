@@ -36,7 +36,8 @@ from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
 from jobdeck.core.errors import Cancelled, EffectNotPerformed
-from jobdeck.jobs.handlers import HandlerSpec
+from jobdeck.jobs.handlers import HandlerSpec, is_async_callable
+from jobdeck.jobs.payloads import shape_of, typed_call
 from jobdeck.jobs.snooze import Snooze
 from jobdeck.worker.results import storable_result
 
@@ -274,7 +275,8 @@ def find_handler(job_type: str, module: str, qualname: str) -> Callable[..., Any
             f"the handler of {job_type!r} ({module}.{qualname}) cannot be imported in the worker process ({exc}); "
             "list its module in handler_modules"
         ) from None
-    return found  # type: ignore[no-any-return]
+    shape = shape_of(found)  # a typed payload is converted here, as on a thread (``jobdeck.jobs.payloads``)
+    return typed_call(found, shape, is_async_callable(found)) if shape else found
 
 
 def _status(field: str) -> int:
