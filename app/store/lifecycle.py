@@ -334,7 +334,10 @@ class Store(Enqueueing, Snoozing):
             held: dict[str, int] = dict(
                 conn.execute(select(jobs.c.worker_id, func.count()).where(running).group_by(jobs.c.worker_id)).all()
             )
-        return [dict(r._mapping, running=held.get(r.id, 0)) for r in rows]
+        return [
+            dict(r._mapping, running=held.get(r.id, 0), executors=json.loads(r.executors) if r.executors else None)
+            for r in rows
+        ]
 
     # -- reads ------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jobdeck.core.states import SCHEDULED as SCHEDULED  # the web metrics read it from here
 from jobdeck.core.states import State
@@ -118,6 +118,8 @@ class LiveWorker:
     """The queues the pool claims from; None for every queue."""
     clock_offset: float | None = None
     """Seconds the database's clock is ahead of the pool's host clock (``jobdeck.core.clock``); None on SQLite."""
+    executors: dict[str, Any] | None = None
+    """What each executor of the pool holds (``workers.executors``); None before its monitor wrote it."""
 
     def serves(self, queue: str) -> bool:
         return self.queues is None or queue in self.queues
@@ -128,12 +130,20 @@ def live_workers(store: Store, now: datetime, stall_timeout: float) -> list[Live
     and heard from within ``stall_timeout`` (a pool killed a moment ago is
     not live even before the sweeper marks it)."""
     cutoff = now - timedelta(seconds=stall_timeout)
-    stmt = select(workers.c.id, workers.c.queues, workers.c.clock_offset).where(
+    stmt = select(workers.c.id, workers.c.queues, workers.c.clock_offset, workers.c.executors).where(
         workers.c.stopped_at.is_(None), workers.c.gone_at.is_(None), workers.c.heartbeat_at >= cutoff
     )
     with store.read() as conn:
         rows = conn.execute(stmt.order_by(workers.c.id)).all()
-    return [LiveWorker(r.id, None if r.queues is None else tuple(json.loads(r.queues)), r.clock_offset) for r in rows]
+    return [
+        LiveWorker(
+            r.id,
+            None if r.queues is None else tuple(json.loads(r.queues)),
+            r.clock_offset,
+            json.loads(r.executors) if r.executors else None,
+        )
+        for r in rows
+    ]
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, text
 
-HEAD = "0028"
+HEAD = "0029"
 """The newest revision in ``app/store/migrations/versions``; a new revision
 moves it (``tests/test_migrations.py`` holds it to Alembic's head)."""
 

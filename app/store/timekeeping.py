@@ -4,8 +4,9 @@ its last heartbeat that landed late."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jobdeck.store.models import workers
 from sqlalchemy import update
@@ -42,6 +43,12 @@ def record_loop_held(
     values = {"loop_held_seconds": seconds, "loop_held_at": now, "loop_held_job": job_id, "loop_held_type": job_type}
     with store.write() as conn:
         conn.execute(update(workers).where(workers.c.id == worker_id).values(**values))
+
+
+def record_executors(store: Store, worker_id: str, executors: dict[str, Any]) -> None:
+    """Keep what each of a pool's executors holds in its row, for every process's Workers page and /metrics."""
+    with store.write() as conn:
+        conn.execute(update(workers).where(workers.c.id == worker_id).values(executors=json.dumps(executors)))
 
 
 def record_clock_offset(store: Store, worker_id: str, offset: float) -> None:

@@ -127,6 +127,7 @@ class JobdeckCollector:
             serving.add_metric([label(queue)], sum(1 for p in pools if p.serves(queue)))
         yield serving
         yield from self._clocks(deck, pools)
+        yield from self._executors(pools)
 
         yield from self._runs(store)
         yield from self._schedules(deck, store)
@@ -161,6 +162,30 @@ class JobdeckCollector:
             if p.clock_offset is not None:
                 per_pool.add_metric([label(p.id)], p.clock_offset)
         yield per_pool
+
+    def _executors(self, pools: list[Any]) -> Iterator[Metric]:
+        """Each live pool's executors as its monitor last wrote them (``workers.executors``)."""
+        busy = GaugeMetricFamily(
+            "jobdeck_executor_busy", "Busy slots of each live worker pool's executors.", labels=["worker", "executor"]
+        )
+        capacity = GaugeMetricFamily(
+            "jobdeck_executor_capacity", "Slots of each live worker pool's executors.", labels=["worker", "executor"]
+        )
+        restarts = CounterMetricFamily(
+            "jobdeck_process_child_restarts",
+            "Child processes of each live pool's process executor replaced, by cause "
+            "(timeout, memory, crash, cancel, released, recycled); per pool, from its start.",
+            labels=["worker", "cause"],
+        )
+        for p in pools:
+            for name, held in sorted((p.executors or {}).items()):
+                busy.add_metric([label(p.id), name], held.get("busy", 0))
+                capacity.add_metric([label(p.id), name], held.get("capacity", 0))
+            for cause, n in sorted(((p.executors or {}).get("process") or {}).get("restarts", {}).items()):
+                restarts.add_metric([label(p.id), label(cause)], n)
+        yield busy
+        yield capacity
+        yield restarts
 
     def _runs(self, store: Any) -> Iterator[Metric]:
         totals = type_totals(store)

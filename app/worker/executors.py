@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jobdeck.core import forks
 from jobdeck.core.errors import Cancelled, DeadLetter
@@ -98,6 +98,24 @@ class Executors:
             self.loop.stop(grace)
         if self.children is not None:
             self.children.stop()
+
+    def now_held(self) -> dict[str, Any]:
+        """Per executor, its capacity and busy slots; for the process pool its
+        children and restarts by cause (the pool's row keeps it for the Workers page).
+        A process job holds a thread too: the one that drives its child."""
+        slots = self.holdings.running_slots()
+        held: dict[str, Any] = {
+            "thread": {"capacity": self.settings.threads, "busy": sum(1 for s in slots if not s.on_loop)}
+        }
+        if self.loop is not None:
+            held["async"] = {"capacity": self.settings.async_concurrency, "busy": self.loop.running()}
+        children = self.children
+        if children is not None:
+            held["process"] = {
+                "capacity": children.size, "busy": children.busy(), "children": children.children(),
+                "restarts": dict(sorted(children.restarts.items())),
+            }  # fmt: skip
+        return held
 
     def in_process(self, job_type: str) -> bool:
         """Jobs of ``job_type`` run in a child process (``executor = "process"``)."""

@@ -265,6 +265,10 @@ class Holdings:
         with self.lock:
             return not self._running
 
+    def running_slots(self) -> list[Slot]:
+        with self.lock:
+            return list(self._running.values())
+
     def running_jobs(self) -> list[int]:
         with self.lock:
             return list(self._running)

@@ -10,9 +10,11 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from jobdeck.jobs.handlers import Registry
 from jobdeck.store import Outcome, Store
+from jobdeck.store.timekeeping import record_executors
 from jobdeck.worker.acks import Acker
 from jobdeck.worker.async_loop import Held
 from jobdeck.worker.holdings import Holdings
@@ -48,6 +50,7 @@ class Monitor:
         loop_held: Callable[[], Held | None] = lambda: None,
         stall_timeout: float = 60.0,
         on_unhealthy: Callable[[str], None] | None = None,
+        executors_now: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -71,6 +74,9 @@ class Monitor:
         self._lock = threading.Lock()
         self._reported: tuple[int, str | None] = (0, None)
         self._told_unhealthy = False
+        self.executors_now = executors_now
+        """What each executor holds now (``Executors.now_held``), kept in the pool's row by ``executors_once``."""
+        self._executors_written: tuple[float, dict[str, Any] | None] = (0.0, None)
 
     # -- health -----------------------------------------------------------------
 
@@ -141,6 +147,25 @@ class Monitor:
             self.holdings.given_back(j.id for j in unstarted)
         log.warning("unhealthy: gave %d claimed, unstarted jobs back", len(released))
 
+    EXECUTORS_EVERY = 2.0
+    """Seconds between writes of the executors' summary (when it changed)."""
+
+    def executors_once(self, mono_now: float | None = None) -> bool:
+        """Keep what each executor holds in the pool's row, when it changed
+        and at most every ``EXECUTORS_EVERY`` seconds; True when written."""
+        if self.executors_now is None:
+            return False
+        mono_now = time.monotonic() if mono_now is None else mono_now
+        last, written = self._executors_written
+        if mono_now - last < self.EXECUTORS_EVERY:
+            return False
+        held = self.executors_now()
+        if held == written:
+            return False
+        record_executors(self.store, self.worker_id, held)
+        self._executors_written = (mono_now, held)
+        return True
+
     # -- timeouts and shedding ----------------------------------------------------
 
     def check_timeouts_once(self, mono_now: float | None = None) -> list[int]:
@@ -197,6 +222,7 @@ class Monitor:
             self.logs.flush_logs_due()
             try:
                 self.health_once()
+                self.executors_once()
             except Exception as exc:
                 log.warning("recording the pool's health failed: %s", first_line(exc))
             try:

@@ -109,7 +109,7 @@ class WorkerPool:
             store, clock, registry, holdings, acker, writes, logs, worker_id=worker_id,
             max_abandoned_threads=settings.max_abandoned_threads, replace_executor=executors.spawn,
             stopping=self._stopping, on_unhealthy=on_unhealthy, loop_held=executors.loop_held,
-            stall_timeout=settings.stall_timeout,
+            stall_timeout=settings.stall_timeout, executors_now=executors.now_held,
         )  # fmt: skip
         self.heart = Heartbeats(
             store, clock, holdings, self.lease, worker_id=worker_id,

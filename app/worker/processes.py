@@ -205,7 +205,7 @@ class ProcessPool:
         """Each child: pid, the job it runs, its resident memory, the jobs it ran."""
         with self._lock:
             every = [*self._busy, *self._idle]
-        return [{"pid": c.pid, "job_id": c.job_id, "rss": c.rss(), "jobs_run": c.jobs_run} for c in every]
+        return [{"pid": c.pid, "job_id": c.job_id, "rss_mib": c.rss() >> 20, "jobs_run": c.jobs_run} for c in every]
 
     def pids(self) -> list[int]:
         with self._lock:

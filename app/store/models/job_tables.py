@@ -306,6 +306,9 @@ class Worker(Base):
     loop_held_job: Mapped[int | None] = mapped_column(Integer)
     """The job whose handler held it, and its type (None: no task's step held it)."""
     loop_held_type: Mapped[str | None] = mapped_column(String(200))
+    executors: Mapped[str | None] = mapped_column(Text)
+    """What each executor of the pool holds, as JSON (``jobdeck.worker.pool.WorkerPool.executors_now``):
+    capacity and busy slots, the process pool's children and restarts; None before the first (revision 0029)."""
 
 
 jobs = cast(Table, Job.__table__)
