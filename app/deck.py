@@ -271,14 +271,16 @@ class Jobdeck:
 
     # -- edit ---------------------------------------------------------------
 
-    def job_changes(self, data: Mapping[str, Any]) -> JobChanges:
-        """Validate an edit like an enqueue (``Intake.job_changes``)."""
-        return self.intake.job_changes(data)
+    def job_changes(self, data: Mapping[str, Any], job_type: str | None = None) -> JobChanges:
+        """Validate an edit like an enqueue (``Intake.job_changes``); a new
+        payload also by the shape of ``job_type``'s handler, if typed."""
+        return self.intake.job_changes(data, job_type)
 
     def edit(self, job_id: int, data: Mapping[str, Any], seen: Seen | None = None) -> Edited:
         """Validate and apply an operator's edit (``Store.edit``): a pending,
         scheduled or failed job keeps its state, a dead one is retried."""
-        return self.store.edit(job_id, self.clock(), self.job_changes(data), seen)
+        job_type = self.store.get(job_id).type if data.get("payload") is not None else None
+        return self.store.edit(job_id, self.clock(), self.job_changes(data, job_type), seen)
 
     # -- enqueue ------------------------------------------------------------
 

@@ -316,3 +316,22 @@ def test_a_typed_handler_in_a_child_process_gets_its_payload_converted(
     done = deck.store.get(job.id)
     assert done.status is State.COMPLETED, done.error
     assert done.result["kind"] == "Order" and done.result["skus"] == ["a", "b"] and done.result["pid"] != os.getpid()
+
+
+def test_an_edit_of_a_typed_payload_is_checked_like_an_enqueue(
+    make_deck: Callable[..., Jobdeck], registry: Registry
+) -> None:
+    registry.handler("shop.fulfil")(_typed_fulfil)
+    deck = make_deck()
+    job = deck.enqueue("shop.fulfil", ORDER, delay_seconds=3600).job
+    with pytest.raises(InvalidField, match=r"^payload\.lines\[0\]\.qty: must be an integer, not a string$"):
+        deck.edit(job.id, {"payload": {**ORDER, "lines": [{"sku": "a", "qty": "9"}]}})
+    client = create_app(deck=deck).test_client()
+    refused = client.patch(f"/api/jobs/{job.id}", json={"payload": {**ORDER, "when": "soon"}})
+    assert refused.status_code == 422 and refused.get_json()["field"] == "payload.when", refused.get_json()
+    assert deck.store.get(job.id).payload == ORDER, "a refused edit changed nothing"
+
+    edited = client.patch(f"/api/jobs/{job.id}", json={"payload": {**ORDER, "order_id": 70}, "priority": 5})
+    assert edited.status_code == 200, edited.get_json()
+    assert deck.edit(job.id, {"priority": 6}).after.priority == 6, "an edit without a payload reads no shape"
+    assert deck.store.get(job.id).payload["order_id"] == 70

@@ -89,10 +89,11 @@ class Intake:
                     ", ".join(self.type_names()[:20]) or "none",
                 )
 
-    def job_changes(self, data: Mapping[str, Any]) -> JobChanges:
+    def job_changes(self, data: Mapping[str, Any], job_type: str | None = None) -> JobChanges:
         """Validate an edit like an enqueue: any of ``payload``, ``priority``,
-        ``queue`` and ``run_at``, each checked by the rule the enqueue uses;
-        raise InvalidField (or PayloadTooLarge) naming the field."""
+        ``queue`` and ``run_at``, each checked by the rule the enqueue uses
+        (a payload also by its type's shape, ``jobdeck.jobs.payloads``, given
+        the job's ``job_type``); raise InvalidField (or PayloadTooLarge) naming the field."""
         unknown = sorted(set(data) - set(EDITABLE))
         if unknown:
             raise InvalidField(unknown[0], f"unknown field; an edit sets {', '.join(EDITABLE)}")
@@ -103,6 +104,9 @@ class Intake:
         priority = data.get("priority")
         queue = data.get("queue")
         run_at = data.get("run_at")
+        spec = self.registry.get(job_type) if job_type is not None and payload is not None else None
+        if spec is not None and spec.payload_shape is not None:
+            spec.payload_shape.check(payload)
         return JobChanges(
             payload_json=None if payload is None else self.payload_json(payload),
             priority=None if priority is None else parse_priority(priority),

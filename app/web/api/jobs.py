@@ -174,11 +174,12 @@ def edit(job_id: int) -> Any:
     if not data:
         raise InvalidField("body", "give at least one of payload, priority, queue, run_at")
     seen = None
-    if seen_at is not None:
-        job = deck.store.get(job_id)
+    job = deck.store.get(job_id) if seen_at is not None or data.get("payload") is not None else None
+    if seen_at is not None and job is not None:
         seen = Seen(job.status, job.attempt, parse_time(seen_at, "updated_at"))
     now = deck.clock()
-    edited = actions.edit(deck.store, job_id, deck.job_changes(data), guard.actor(), now, seen)
+    changes = deck.job_changes(data, job.type if job is not None else None)  # a typed payload is checked too
+    edited = actions.edit(deck.store, job_id, changes, guard.actor(), now, seen)
     return jsonify(job_json(edited.after, now))
 
 

@@ -121,7 +121,7 @@ def edit(job_id: int) -> Any:
         data = _edited_fields(form, job)
         if not data and job.status is not State.DEAD:
             return flash_response("Nothing changed: edit a field first.", "info", 200)
-        edited = operate.edit(d.store, job_id, d.job_changes(data), _actor(), now, seen)
+        edited = operate.edit(d.store, job_id, d.job_changes(data, job.type), _actor(), now, seen)
     except (InvalidField, PayloadTooLarge, json.JSONDecodeError) as exc:
         error = _edit_error(exc)
         body = _render_job(job_id, "detail", None, edit_form=form, edit_error=error) if is_htmx() else ""
