@@ -10,6 +10,7 @@ import ctypes
 import os
 import re
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,18 @@ def plain(payload: dict[str, Any], ctx: JobContext) -> int:
     return os.getpid()
 
 
+def leaves_a_thread(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Returns at once, leaving a thread that logs and reports progress for half a second after."""
+
+    def chatter() -> None:
+        for _ in range(50):
+            ctx.log("left behind by job %s", ctx.job_id)
+            ctx.progress(0.9, "left behind")
+            time.sleep(0.01)  # a thread that outlives its handler, by design of the test
+
+    threading.Thread(target=chatter, daemon=True).start()
+
+
 def exits(payload: dict[str, Any], ctx: JobContext) -> None:
     os._exit(int(payload.get("code", 7)))
 
@@ -110,6 +123,7 @@ HANDLERS = {
     "proc.echo": echo, "proc.fails": fails, "proc.sleeps": sleeps, "proc.spins": spins_in_c,
     "proc.allocates": allocates, "proc.segfaults": segfaults, "proc.exits": exits, "proc.snoozes": snoozes,
     "proc.charges": charges, "proc.set": returns_a_set, "proc.awaits": awaits,
+    "proc.leaves": leaves_a_thread,
 }  # fmt: skip
 
 

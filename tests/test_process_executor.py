@@ -113,6 +113,19 @@ def test_max_jobs_per_child_replaces_a_child_after_so_many_jobs(proc_deck) -> No
     assert pids[0] == pids[1] != pids[2] == pids[3]
 
 
+def test_a_thread_left_behind_by_a_handler_never_writes_into_the_next_job(proc_deck) -> None:
+    deck = proc_deck(process_workers=1)
+    first = deck.enqueue("proc.leaves", {}).job
+    then = [deck.enqueue("proc.sleeps", {"seconds": 0.2}).job for _ in range(3)]
+    with running(deck, threads=1):
+        for job in then:
+            ends(deck, job.id, State.COMPLETED)
+    assert deck.store.get(first.id).status is State.COMPLETED
+    for job in then:
+        assert not [line for line in lines_of(deck.store, job.id) if "left behind" in line.message]
+        assert deck.store.get(job.id).progress_message is None
+
+
 def test_a_result_that_is_not_json_fails_the_attempt_as_on_a_thread(proc_deck) -> None:
     deck = proc_deck({"proc.set": {"max_retries": 2}})
     job = deck.enqueue("proc.set", {}).job

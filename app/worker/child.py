@@ -92,8 +92,19 @@ class ChildContext:
         self.worker_id: str = job["worker_id"]
         self.cancelled = threading.Event()
         self.cancel_reason: str | None = None
-        self.log = ChildLog(child.send)
+        self.log = ChildLog(self._send)
         self.trace: Any = None
+
+    def _send(self, *message: Any) -> None:
+        """Send for this attempt only: a thread the handler left behind that
+        logs after the attempt ended must not write into the next job's."""
+        if self._child.ctx is self:
+            self._child.send(*message)
+
+    def _call(self, name: str, *args: Any) -> Any:
+        if self._child.ctx is not self:
+            raise RuntimeError(f"ctx.{name.split('_')[0]} of job {self.job_id}: its attempt has ended")
+        return self._child.call(name, *args)
 
     def check_cancelled(self) -> None:
         if self.cancelled.is_set():
@@ -103,36 +114,36 @@ class ChildContext:
         raise Snooze(seconds, reason)
 
     def progress(self, fraction: float | None, message: str | None = None) -> None:
-        self._child.send("progress", fraction, message)
+        self._send("progress", fraction, message)
 
     def artifact(self, name: str, data_or_path: Any, content_type: str | None = None) -> Any:
         if isinstance(data_or_path, os.PathLike):
             with open(data_or_path, "rb") as fh:
                 data_or_path = fh.read()
-        return self._child.call("artifact", name, data_or_path, content_type)
+        return self._call("artifact", name, data_or_path, content_type)
 
     def rate_limited(self, seconds: float) -> NoReturn:
         from jobdeck.jobs.flow import RateLimited
 
-        self._child.call("rate_limited", seconds)
+        self._call("rate_limited", seconds)
         raise RateLimited(float(seconds))
 
     def dependency_results(self) -> dict[str, Any]:
-        return dict(self._child.call("dependency_results"))
+        return dict(self._call("dependency_results"))
 
     def effect(self, key: str, fn: Callable[..., Any], *, replay_safe: bool = False) -> Any:
         """``ctx.effect``, two-phase as on a thread: the parent records the
         key ``started`` (or answers with an earlier attempt's result), the
         child performs ``fn``, the parent records it ``done``."""
-        decided, value = self._child.call("effect_begin", key, replay_safe)
+        decided, value = self._call("effect_begin", key, replay_safe)
         if decided == "skip":
             return value
         try:
             result = fn(key) if replay_safe else fn()
         except EffectNotPerformed:
-            self._child.call("effect_withdraw", key)
+            self._call("effect_withdraw", key)
             raise
-        return self._child.call("effect_done", key, as_json(result))
+        return self._call("effect_done", key, as_json(result))
 
 
 class Child:

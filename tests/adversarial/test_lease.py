@@ -45,13 +45,15 @@ async def async_hold(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]
     return {}
 
 
-@pytest.mark.parametrize("kind", ["thread", "async"])
+@pytest.mark.parametrize("kind", ["thread", "async", "process"])
 def test_a_pool_cut_off_for_half_the_stall_timeout_stops_its_handlers_and_takes_its_lease_back(
     backend, db_url, tmp_path, make_config, registry, kind
 ):
     skew_handlers.register(registry)
     if kind == "async":
         registry.handler(skew_handlers.HOLD)(async_hold)
+    if kind == "process":  # told in its child, through the pipe: ctx.cancelled set, the reason with it
+        registry.handler(skew_handlers.HOLD, executor="process")(skew_handlers.hold)
     outage = Outage(backend, db_url)
     deck = Jobdeck(
         make_config(database_url=outage.url, stall_timeout=STALL, heartbeat_interval=0.5, sqlite_busy_timeout=2.0),
