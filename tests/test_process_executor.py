@@ -56,7 +56,7 @@ def running(deck: Jobdeck, threads: int = 2) -> Iterator[WorkerPool]:
     assert children is not None and children.pids() == [], "a stopped pool keeps no child"
 
 
-def ends(deck: Jobdeck, job_id: int, *states: State, timeout: float = 20.0) -> Any:
+def ends(deck: Jobdeck, job_id: int, *states: State, timeout: float = 60.0) -> Any:
     return wait_for(
         lambda: (job := deck.store.get(job_id)).status in states and job,
         timeout=timeout,
@@ -65,7 +65,7 @@ def ends(deck: Jobdeck, job_id: int, *states: State, timeout: float = 20.0) -> A
 
 
 def pid_in(path: Path) -> int:
-    return int(wait_for(lambda: path.exists() and path.read_text(), message=f"{path.name} is written"))
+    return int(wait_for(lambda: path.exists() and path.read_text(), timeout=60, message=f"{path.name} is written"))
 
 
 def test_a_handler_runs_in_a_child_and_its_result_logs_and_progress_reach_the_job(proc_deck) -> None:
@@ -172,7 +172,7 @@ def test_a_snooze_in_a_child_snoozes_the_job(proc_deck) -> None:
     deck = proc_deck()
     job = deck.enqueue("proc.snoozes", {}).job
     with running(deck):
-        wait_for(lambda: deck.store.attempts_of(job.id), message="the attempt is recorded")
+        wait_for(lambda: deck.store.attempts_of(job.id), timeout=60, message="the attempt is recorded")
     snoozed = deck.store.get(job.id)
     assert snoozed.status is State.PENDING and snoozed.available_at > deck.clock()
     assert snoozed.retry_count == 0

@@ -39,7 +39,7 @@ def test_the_workers_page_and_metrics_show_the_children_and_their_restarts(make_
             process = (held or {}).get("process")
             return process if process and process["busy"] == 1 and process["restarts"] else None
 
-        process = wait_for(process_row, timeout=15, message="the pool's row shows its busy child")
+        process = wait_for(process_row, timeout=30, message="the pool's row shows its busy child")
         assert process["capacity"] == 2 and process["restarts"] == {"crash": 1}
         assert {"pid": pid, "job_id": job.id} in [{k: c[k] for k in ("pid", "job_id")} for c in process["children"]]
 

@@ -216,7 +216,11 @@ class Child:
             self.send("started")
             if limit:
                 forget_peak()
-                resource.setrlimit(resource.RLIMIT_AS, (address_space() + limit, saved[1]))
+                hard = saved[1]
+                soft = address_space() + limit
+                resource.setrlimit(
+                    resource.RLIMIT_AS, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard)
+                )
             result = fn(json.loads(job["payload"]), self.ctx)
             if inspect.isawaitable(result):  # an async handler: a loop of its own, in this process
                 result = asyncio.run(_awaited(result))
