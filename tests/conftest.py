@@ -40,15 +40,12 @@ def _builders_compiled_once() -> None:
     made: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
     def compile_builder(self: Rule, append_unknown: bool = True) -> Callable[..., Any]:
+        # The rule's text gives its parts and each converter's arguments; the
+        # classes the text names come from the app's map, the same in every app.
         key = (
-            tuple(self._trace),
-            tuple(sorted((k, repr(v)) for k, v in (self.defaults or {}).items())),
-            tuple(
-                sorted(
-                    (k, type(c), repr({a: v for a, v in vars(c).items() if a != "map"}))
-                    for k, c in self._converters.items()
-                )
-            ),  # fmt: skip
+            (self.rule, self.subdomain, self.host),
+            repr(sorted((self.defaults or {}).items())),
+            tuple((k, type(c)) for k, c in self._converters.items()),
             append_unknown,
         )
         if key not in made:
