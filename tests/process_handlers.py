@@ -89,6 +89,18 @@ def leaves_a_thread(payload: dict[str, Any], ctx: JobContext) -> None:
     threading.Thread(target=chatter, daemon=True).start()
 
 
+def keeps_files(payload: dict[str, Any], ctx: JobContext) -> str:
+    """An artifact from bytes and one from a path, then one with a bad name (refused, not retried)."""
+    info = ctx.artifact("report.csv", "a,b\n1,2\n")
+    assert info.size == 8 and info.content_type.startswith("text/csv"), info
+    path = Path(payload["dir"]) / "chart.bin"
+    path.write_bytes(bytes(range(256)))
+    ctx.artifact("chart.bin", path)
+    if payload.get("bad_name"):
+        ctx.artifact("../escape.txt", b"no")
+    return "kept"
+
+
 def exits(payload: dict[str, Any], ctx: JobContext) -> None:
     os._exit(int(payload.get("code", 7)))
 
@@ -123,7 +135,7 @@ HANDLERS = {
     "proc.echo": echo, "proc.fails": fails, "proc.sleeps": sleeps, "proc.spins": spins_in_c,
     "proc.allocates": allocates, "proc.segfaults": segfaults, "proc.exits": exits, "proc.snoozes": snoozes,
     "proc.charges": charges, "proc.set": returns_a_set, "proc.awaits": awaits,
-    "proc.leaves": leaves_a_thread,
+    "proc.leaves": leaves_a_thread, "proc.files": keeps_files,
 }  # fmt: skip
 
 

@@ -17,6 +17,7 @@ from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import Registry
 from jobdeck.runtime import pool_for
+from jobdeck.store.artifacts import get_artifact
 from jobdeck.store.joblogs import lines_of
 from jobdeck.worker.pool import WorkerPool
 
@@ -124,6 +125,18 @@ def test_a_thread_left_behind_by_a_handler_never_writes_into_the_next_job(proc_d
     for job in then:
         assert not [line for line in lines_of(deck.store, job.id) if "left behind" in line.message]
         assert deck.store.get(job.id).progress_message is None
+
+
+def test_artifacts_from_a_child_are_kept_by_the_parent_and_a_bad_name_is_not_retried(proc_deck, tmp_path) -> None:
+    deck = proc_deck({"proc.files": {"max_retries": 2}})
+    good = deck.enqueue("proc.files", {"dir": str(tmp_path)}).job
+    bad = deck.enqueue("proc.files", {"dir": str(tmp_path), "bad_name": True}).job
+    with running(deck):
+        ends(deck, good.id, State.COMPLETED)
+        refused = ends(deck, bad.id, State.DEAD)
+    assert get_artifact(deck.store, good.id, "report.csv").data == b"a,b\n1,2\n"
+    assert get_artifact(deck.store, good.id, "chart.bin").data == bytes(range(256))
+    assert refused.retry_count == 0 and "escape.txt" in refused.error
 
 
 def test_a_result_that_is_not_json_fails_the_attempt_as_on_a_thread(proc_deck) -> None:

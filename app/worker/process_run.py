@@ -213,8 +213,7 @@ def _call(child: ChildProcess, ctx: JobContext, call_id: int, name: str, args: t
     try:
         value: Any
         if name == "artifact":
-            ctx.artifact(*args)
-            value = None
+            value = ctx.artifact(*args)  # its ArtifactInfo, as a thread's handler gets
         elif name == "rate_limited":
             with contextlib.suppress(Snooze):  # the limit is closed; the child raises its own RateLimited
                 ctx.rate_limited(*args)
