@@ -104,11 +104,12 @@ class Intake:
         priority = data.get("priority")
         queue = data.get("queue")
         run_at = data.get("run_at")
+        payload_json = None if payload is None else self.payload_json(payload)  # its depth first, as an enqueue
         spec = self.registry.get(job_type) if job_type is not None and payload is not None else None
         if spec is not None and spec.payload_shape is not None:
             spec.payload_shape.check(payload)
         return JobChanges(
-            payload_json=None if payload is None else self.payload_json(payload),
+            payload_json=payload_json,
             priority=None if priority is None else parse_priority(priority),
             queue=None if queue is None else queue_name(queue),
             available_at=None if run_at is None else parse_time(run_at, "run_at"),

@@ -62,7 +62,10 @@ class PayloadShape:
     def to_payload(self, value: Any) -> dict[str, Any]:
         """What an enqueue of ``value`` (an instance of the type, or a mapping
         in its JSON form) stores, checked: ``InvalidField`` if it does not fit."""
-        payload = to_json(value)
+        try:
+            payload = to_json(value)
+        except RecursionError:
+            raise InvalidField("payload", "holds itself or is nested too deep to be JSON") from None
         if not isinstance(payload, dict):
             raise InvalidField("payload", f"must be a {self.cls.__name__} or a mapping, not {type(value).__name__}")
         self.check(payload)
@@ -111,7 +114,7 @@ def to_json(value: Any) -> Any:
         return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
     dump = getattr(value, "model_dump", None)
     if callable(dump) and _is_pydantic(type(value)):
-        return dump(mode="json")
+        return dump(mode="json", by_alias=True)  # as ``model_validate`` reads it back
     if isinstance(value, enum.Enum):
         return to_json(value.value)
     if isinstance(value, date):  # a datetime too
@@ -172,7 +175,10 @@ def _keep(value: Any, path: str) -> Any:
 def _scalar(kinds: tuple[type, ...], what: str, make: Callable[[Any], Any] = lambda v: v) -> Load:
     def load(value: Any, path: str) -> Any:
         if isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds):
-            return make(value)
+            try:
+                return make(value)
+            except OverflowError:  # an integer past a float's range
+                raise InvalidField(path, f"must be {what} a float can hold (at most about 1.8e308)") from None
         raise InvalidField(path, f"must be {what}, not {_shown(value)}")
 
     return load
@@ -334,6 +340,8 @@ def _object(cls: type, kind: str, seen: dict[type, Any]) -> tuple[Load, Schema]:
             return build(**fields)
         except (TypeError, ValueError) as exc:  # a __post_init__ that refuses the values
             raise InvalidField(path, str(exc)) from None
+        except Exception as exc:  # any other refusal too: the same payload fails the same way every time
+            raise InvalidField(path, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__) from None
 
     schema: Schema = {"type": "object", "title": cls.__name__, "additionalProperties": False,
                       "properties": {name: loads[name][1] for name in names}}  # fmt: skip

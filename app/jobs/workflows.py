@@ -244,11 +244,13 @@ class Workflow:
 CALLBACK_FIELDS = frozenset({"type", "payload", "queue", "priority", "max_retries"})
 
 
-def parse_callback(deck: Enqueuer, value: Any, field: str) -> dict[str, Any] | None:
+def parse_callback(deck: Enqueuer, value: Any, field: str, name: str | None = None) -> dict[str, Any] | None:
     """A batch callback: a job type, or ``{type, payload, queue, priority,
     max_retries}``. It is enqueued once by the batch, so a type's ``unique``
     does not apply to it, and its payload may not hold ``batch`` (the
-    batch's own figures go there)."""
+    batch's own figures go there). The payload is checked with a ``batch``
+    like the one it will carry (``name`` is the batch's), so a typed
+    callback that could not take one is refused now, not dead when it fires."""
     if value is None:
         return None
     data: Mapping[str, Any] = {"type": value} if isinstance(value, str) else value
@@ -259,14 +261,23 @@ def parse_callback(deck: Enqueuer, value: Any, field: str) -> dict[str, Any] | N
         raise InvalidField(
             f"{field}.{unknown[0]}", f"unknown field; a callback takes {', '.join(sorted(CALLBACK_FIELDS))}"
         )
-    if isinstance(data.get("payload"), Mapping) and "batch" in data["payload"]:
+    payload = data.get("payload")
+    if isinstance(payload, Mapping) and "batch" in payload:
         raise InvalidField(f"{field}.payload.batch", "reserved: the callback's payload gets the batch's figures there")
+    if payload is None or isinstance(payload, Mapping):  # checked as it will be enqueued: a typed one sees ``batch``
+        data = {**data, "payload": {**(payload or {}), "batch": _sample_batch(name, field)}}
     try:
         job = deck.new_job({**data, "unique": False}, deck.clock())
     except InvalidField as exc:
         raise InvalidField(f"{field}.{exc.field}", str(exc).split(": ", 1)[-1]) from None
-    spec = {"type": job.type, "payload": job.payload, "queue": job.queue, "priority": job.priority}
+    own = {key: value for key, value in job.payload.items() if key != "batch"}
+    spec = {"type": job.type, "payload": own, "queue": job.queue, "priority": job.priority}
     return {**spec, "max_retries": job.max_retries}
+
+
+def _sample_batch(name: str | None, callback: str) -> dict[str, Any]:
+    """What a callback's ``payload["batch"]`` holds when it fires (``jobdeck.store.graph_store``)."""
+    return {"id": 1, "name": name, "counts": {"completed": 1}, "job_ids": [1], "callback": callback}
 
 
 class Batch:
@@ -309,7 +320,7 @@ def open_batch(deck: Enqueuer, name: str | None, callbacks: Mapping[str, Any]) -
     unknown = sorted(set(callbacks) - set(CALLBACKS))
     if unknown:
         raise InvalidField(unknown[0], "unknown callback")
-    checked = {k: parse_callback(deck, v, k) for k, v in callbacks.items() if v is not None}
+    checked = {k: parse_callback(deck, v, k, name) for k, v in callbacks.items() if v is not None}
     return Batch(deck, deck.store.open_batch(name, checked, deck.clock()))
 
 
