@@ -137,10 +137,12 @@ def command(system: str, python: Path | None, scenario: str, n: int) -> tuple[li
     return [str(python), "pg_peers.py", system, what, str(n), *extra], PEERS_DIR, env
 
 
-def measure(system: str, python: Path | None, scenario: str, n: int) -> dict[str, Any]:
+def measure(system: str, python: Path | None, scenario: str, n: int, **extra_env: str) -> dict[str, Any]:
     """One figure in a fresh process: ``{"rate": ...}`` or ``{"p50_ms", "p99_ms"}``,
-    or ``{"error": ...}`` (the run goes on; the table shows it)."""
+    or ``{"error": ...}`` (the run goes on; the table shows it). ``extra_env``
+    goes to its environment (``BENCH_JOBDECK_ASYNC="1"``)."""
     argv, cwd, env = command(system, python, scenario, n)
+    env.update(extra_env)
     try:
         out = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
     except subprocess.TimeoutExpired:

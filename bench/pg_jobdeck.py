@@ -6,7 +6,9 @@ each measurement.
 Its consumer process is what ``jobdeck worker`` runs, the runtime (worker
 pool with its LISTEN wake-up, and the scheduler) of a deck with the no-op
 handler, ``BENCH_JOBDECK_WORKERS`` threads (default 4, Jobdeck's default
-``workers``) and the default ``claim_batch``.
+``workers``) and the default ``claim_batch``. With ``BENCH_JOBDECK_ASYNC=1``
+the handler is an ``async def`` (the pool's event loop runs it, up to the
+default ``async_concurrency``): the executor scenario's async drain.
 
 Usage: ``python3 -m bench.pg_jobdeck drain|enqueue1|enqueue1000|latency N [--procs K]``.
 """
@@ -102,13 +104,21 @@ class Jobdeck:
         self._tmp.cleanup()
 
 
+def _noop(payload: dict[str, Any], ctx: Any) -> None:
+    pg_harness.report_start(payload.get("i"))
+
+
+async def _async_noop(payload: dict[str, Any], ctx: Any) -> None:
+    pg_harness.report_start(payload.get("i"))
+
+
 def consume() -> None:
     """One consumer process: the runtime ``jobdeck worker`` starts."""
     from jobdeck.runtime import Runtime
 
     workers = int(os.environ.get("BENCH_JOBDECK_WORKERS", "4"))
     with tempfile.TemporaryDirectory(prefix="jobdeck-pg-worker-") as tmp:
-        deck = _deck(Path(tmp), workers, handler=lambda payload, ctx: pg_harness.report_start(payload.get("i")))
+        deck = _deck(Path(tmp), workers, handler=_async_noop if os.environ.get("BENCH_JOBDECK_ASYNC") == "1" else _noop)
         runtime = Runtime(deck)
         pg_harness.wait_for_go()
         runtime.start()

@@ -139,6 +139,12 @@ def table(result: dict[str, Any]) -> str:
             "",
         ]
         lines.append(f"skipped: {pg['skipped']}" if "skipped" in pg else pg_table(pg))
+    executors = result.get("executors")
+    if executors:
+        from bench.executor_bench import table as executor_table
+
+        lines += ["", "12. Executors: the async drain, and a child process against the worker "
+                  "(`python3 -m bench.executor_bench`):", "", executor_table(executors)]  # fmt: skip
     shipped = result.get("shipped")
     if shipped:
         from bench.shipped_bench import table as shipped_table

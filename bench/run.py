@@ -10,7 +10,12 @@ Scenario 1 also drains with the processes users run, ``jobdeck worker``
 and ``jobdeck serve``, beside the bare pool, Huey and (on PostgreSQL)
 PgQueuer in interleaved rounds; scenario 11 is tracing off against on, the
 drain and the HTTP enqueue. Both are ``bench/shipped_bench.py`` (which runs
-them alone too)."""
+them alone too).
+
+Scenario 12 is ``bench/executor_bench.py``: the async drain on PostgreSQL
+against Procrastinate, PgQueuer and arq, and what a job costs in a child
+process against in the worker, Jobdeck's executors beside Celery's and
+RQ's (interleaved rounds; with ``--no-peers``, Jobdeck's alone)."""
 
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import flow_bench, pg_bench, raw, serve_bench, shipped_bench, workflow_bench  # noqa: E402
+from bench import executor_bench, flow_bench, pg_bench, raw, serve_bench, shipped_bench, workflow_bench  # noqa: E402
 from bench import jobdeck_bench as jb  # noqa: E402
 from bench.common import REPO, machine, median, repeat  # noqa: E402
 from bench.compare import run_child  # noqa: E402
@@ -118,7 +123,7 @@ def jobdeck_scenarios(c: dict[str, Any], only: set[str], work: Path, log: Any = 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="small counts: finishes in about a minute")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11", help="scenario numbers, comma-separated")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12", help="scenario numbers, comma-separated")
     ap.add_argument("--no-peers", action="store_true", help="Jobdeck and the raw ceiling only")
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # the smoke test
     args = ap.parse_args(argv)
@@ -151,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
                 result["peers"]["huey_paired"] = huey_paired(c, work)
         if "10" in only and not args.tiny:
             result["postgres"] = postgres_scenarios(args.quick, args.no_peers)
+        if "12" in only and not args.tiny:
+            counts = dict(executor_bench.QUICK if args.quick else executor_bench.FULL)
+            result["executors"] = executor_bench.run(counts, {"async", "process"}, not args.no_peers,
+                                                     log=lambda m: print(m, flush=True))  # fmt: skip
     result["seconds"] = time.monotonic() - t0
     out = REPO / "bench" / "results" / f"bench-{result['mode']}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

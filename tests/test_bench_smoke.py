@@ -97,3 +97,28 @@ def test_a_traced_worker_exports_its_spans_to_the_sink(tmp_path: Path) -> None:
         assert env["JOBDECK_TRACING"] == "1"
         assert sb.drain("worker", 200, tmp_path, env=env)["rate"] > 0
     assert sb._Sink.received["requests"] > before  # tracing was on: the spans reached the sink
+
+
+def test_the_executor_scenario_drains_on_both_executors_and_renders(capsys) -> None:
+    from bench import executor_bench as eb
+
+    # each figure raises unless the jobs after the warm-up completed, the process executor's in its children
+    assert eb.main(["--tiny", "--no-peers", "--only", "process"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| Jobdeck: thread executor"))
+    assert "error" not in out and "failed" not in row and row.count("jobs/s") == 2, out
+    fake = {"in": [{"rate": 1000.0}, {"rate": 1000.0}], "process": [{"rate": 500.0}, {"error": "x"}]}
+    peer = {"in": [{"rate": 1000.0}, {"rate": 1000.0}], "process": [{"rate": 250.0}, {"rate": 250.0}]}
+    summary = eb.overheads({"jobdeck": fake, "rq": peer})
+    assert summary["jobdeck"]["extra_ms"] == 1.0 and summary["jobdeck"]["errors"] == 1
+    assert summary["rq"]["extra_ms"] == 3.0 and summary["rq"]["vs_jobdeck"] == 3.0  # the round both measured
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_the_executor_scenarios_async_drain_runs_an_async_handler_on_postgres(db_url: str, capsys) -> None:
+    from bench import executor_bench as eb
+
+    result = eb.run(dict(eb.TINY), {"async"}, peers=False, log=lambda _m: None)
+    run = result["async"]["runs"]["jobdeck"][0]
+    assert run.get("rate", 0) > 0, run  # raises in the harness unless every job completed
+    assert "| jobs/s | " in eb.table(result)
