@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
+import pytest
 from jobdeck import create_app
 from jobdeck.deck import Jobdeck
 from jobdeck.web.api.openapi import document
@@ -150,3 +151,45 @@ def test_every_open_object_says_so() -> None:
         if is_object and open_by_omission and "/properties/properties" not in where:
             closed.append(where)
     assert not closed, closed
+
+
+def test_typed_payloads_nested_models_keep_their_own_schemas(make_config, registry) -> None:
+    """A pydantic model's nested models come as ``$defs`` named by class: one
+    named like a component of the API (``Job``), or like another type's own
+    (two ``Line`` models), must not be read as the other; nor may two types
+    whose names differ only in characters a component name cannot hold."""
+    pydantic = pytest.importorskip("pydantic")
+    line_a = pydantic.create_model("Line", sku=(str, ...))
+    line_b = pydantic.create_model("Line", count=(int, ...))
+    job = pydantic.create_model("Job", url=(str, ...))
+    first = pydantic.create_model("First", line=(line_a, ...), job=(job, ...))
+    second = pydantic.create_model("Second", line=(line_b, ...))
+    for name, model in (("shop.a", first), ("shop.b", second), ("shop a", second), ("shop_a", first)):
+        handler = _typed(model)
+        registry.handler(name)(handler)
+    deck = Jobdeck(make_config(), registry)
+    doc = create_app(deck=deck).test_client().get("/api/openapi.json").get_json()
+    components = doc["components"]["schemas"]
+    named = components["NewJob"]["properties"]["payload"]["x-payload-schemas"]
+    assert "url" not in components["Job"]["properties"], "the API's own Job is untouched"
+
+    def fits(job_type: str, payload: dict[str, Any]) -> bool:
+        schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "components": {"schemas": components},
+                  **named[job_type]}  # fmt: skip
+        return jsonschema.Draft202012Validator(schema).is_valid(payload)
+
+    assert len({ref["$ref"] for ref in named.values()}) == 4, named
+    for job_type in ("shop.a", "shop_a"):
+        assert fits(job_type, {"line": {"sku": "x"}, "job": {"url": "u"}}), job_type
+        assert not fits(job_type, {"line": {"count": 1}, "job": {"url": "u"}}), job_type
+        assert not fits(job_type, {"line": {"sku": "x"}, "job": {"id": 1}}), job_type
+    for job_type in ("shop.b", "shop a"):
+        assert fits(job_type, {"line": {"count": 1}}) and not fits(job_type, {"line": {"sku": "x"}}), job_type
+
+
+def _typed(model: Any) -> Any:
+    def handle(payload: Any, ctx: Any) -> None:
+        return None
+
+    handle.__annotations__["payload"] = model
+    return handle

@@ -21,17 +21,38 @@ def component_name(job_type: str) -> str:
 
 
 def install(doc: dict[str, Any], shapes: Mapping[str, Mapping[str, Any]]) -> None:
-    """Add ``shapes`` (job type: JSON Schema of its payload) to ``doc``."""
+    """Add ``shapes`` (job type: JSON Schema of its payload) to ``doc``. A
+    pydantic model's own models (``$defs``, named by class) go under its
+    type's component, ``Payload.<type>.<Model>``, so that a ``Job`` or a
+    ``Line`` of its own is never read as the API's or another type's."""
     if not shapes:
         return
     components = doc["components"]["schemas"]
     named: dict[str, Any] = {}
     for job_type in sorted(shapes):
+        own = component_name(job_type)
+        while own in components:  # "a b" and "a_b" both make Payload.a_b
+            own += "_"
         schema = copy.deepcopy(dict(shapes[job_type]))
-        for name, inner in schema.pop("$defs", {}).items():  # a pydantic model's own models
-            components.setdefault(name, inner)
-        components[component_name(job_type)] = schema
-        named[job_type] = {"$ref": f"#/components/schemas/{component_name(job_type)}"}
+        defs = schema.pop("$defs", {})
+        moved = {_REF + name: f"{_REF}{own}.{_UNSAFE.sub('_', name)}" for name in defs}
+        for name, inner in defs.items():
+            components[moved[_REF + name][len(_REF) :]] = _moved_refs(inner, moved)
+        components[own] = _moved_refs(schema, moved)
+        named[job_type] = {"$ref": _REF + own}
     payload = components["NewJob"]["properties"]["payload"]
     payload["x-payload-schemas"] = named
     payload["description"] += "; a typed handler's payload has the schema named by its type in x-payload-schemas"
+
+
+_REF = "#/components/schemas/"
+
+
+def _moved_refs(schema: Any, moved: Mapping[str, str]) -> Any:
+    """``schema`` with each ``$ref`` to a model of ``moved`` pointing to its new place."""
+    if isinstance(schema, dict):
+        return {k: moved.get(v, v) if k == "$ref" and isinstance(v, str) else _moved_refs(v, moved)
+                for k, v in schema.items()}  # fmt: skip
+    if isinstance(schema, list):
+        return [_moved_refs(item, moved) for item in schema]
+    return schema
