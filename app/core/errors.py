@@ -220,7 +220,13 @@ class EffectOutcomeUnknown(DeadLetter):
     def __init__(self, key: str, job_id: int | None, attempt: int | None, own_job: bool) -> None:
         by = f"attempt {attempt}" if own_job else f"attempt {attempt} of job {job_id}"
         super().__init__(f"effect {key} was started by {by} and its outcome is unknown")
-        self.key = key
+        self.key, self.job_id, self.attempt, self.own_job = key, job_id, attempt, own_job
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Rebuilt from its own arguments: a process handler's ``ctx.effect``
+        receives it from the parent over the pipe, and unpickled from its
+        message alone it could not be built at all."""
+        return (type(self), (self.key, self.job_id, self.attempt, self.own_job))
 
 
 class Cancelled(Exception):

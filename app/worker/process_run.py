@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import pickle
 import time
 from collections.abc import Collection
 from typing import Any
@@ -234,10 +235,19 @@ def _call(child: ChildProcess, ctx: JobContext, call_id: int, name: str, args: t
             raise LookupError(f"the worker process asked for {name!r}, which the parent does not do")
         child.conn.send(("reply", call_id, True, value))
     except Exception as exc:
-        try:
-            child.conn.send(("reply", call_id, False, exc))
-        except Exception:  # not picklable: its line
-            child.conn.send(("reply", call_id, False, f"{type(exc).__name__}: {exc}"))
+        child.conn.send(("reply", call_id, False, portable(exc)))
+
+
+def portable(exc: Exception) -> Exception | str:
+    """``exc`` if the child can rebuild it, else its line. An error whose
+    ``__init__`` wants more than its message pickles, but unpickling it
+    raised in the child's pipe reader, which died: the handler waited for
+    its answer until the job's timeout killed the child, or forever."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return f"{type(exc).__name__}: {exc}"
+    return exc
 
 
 def effect_begin(ctx: JobContext, key: str, replay_safe: bool) -> tuple[str, Any]:
