@@ -1,0 +1,240 @@
+"""One handler contract, held by every executor on both databases: the
+thread executor, the pool's event loop (``async def`` handlers) and the
+process executor each complete, fail and retry, dead-letter, time out, are
+cancelled, snooze, perform an effect once, keep log lines and artifacts,
+give a running job back at shutdown, and never let a late result land. Each
+step is written once; the parametrization supplies the executor (the
+handlers are ``tests.contract_handlers``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jobdeck.core.states import AttemptOutcome, EffectState, State
+from jobdeck.deck import Jobdeck
+from jobdeck.jobs.handlers import Registry
+from jobdeck.runtime import pool_for
+from jobdeck.store.artifacts import get_artifact
+from jobdeck.store.joblogs import lines_of
+from jobdeck.worker.pool import WorkerPool
+
+from tests import contract_handlers
+from tests.adversarial.cli_process import exited
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.backends
+
+WAIT = 30.0
+"""Deadline of each wait: a child's start on a loaded machine takes seconds."""
+
+
+class Contract:
+    """A deck whose contract types run on one executor, and the files its handlers leave."""
+
+    def __init__(self, deck: Jobdeck, executor: str, folder: Path) -> None:
+        self.deck, self.executor, self.folder = deck, executor, folder
+
+    def enqueue(self, job_type: str, **payload: Any) -> int:
+        return self.deck.enqueue(job_type, {"dir": str(self.folder), **payload}).job.id
+
+    @contextmanager
+    def running(self, grace: float = 2.0) -> Iterator[WorkerPool]:
+        pool = pool_for(self.deck, 2)
+        pool.start()
+        try:
+            yield pool
+        finally:
+            pool.stop(grace)
+            self.go()  # a thread's handler left running ends
+        self.no_child_left(pool)
+
+    def no_child_left(self, pool: WorkerPool) -> None:
+        children = pool.executors.children
+        assert (children is not None) == (self.executor == "process"), "children only for the process executor"
+        assert children is None or children.pids() == [], "a stopped pool keeps no child"
+
+    def ends(self, job_id: int, *states: State) -> Any:
+        return wait_for(
+            lambda: (job := self.deck.store.get(job_id)).status in states and job,
+            timeout=WAIT,
+            message=f"job {job_id} ends {'/'.join(s.value for s in states)}",
+        )
+
+    def started(self) -> int:
+        """The pid of the process the held handler runs in, once it started."""
+        mark = self.folder / "started"
+        return int(wait_for(lambda: mark.exists() and mark.read_text(), timeout=WAIT, message="the handler starts"))
+
+    def go(self) -> None:
+        (self.folder / "go").touch()
+
+    def finished(self) -> bool:
+        return (self.folder / "finished").exists()
+
+    def outcomes(self, job_id: int) -> list[AttemptOutcome]:
+        return [a.outcome for a in self.deck.store.attempts_of(job_id)]
+
+
+@pytest.fixture(params=["thread", "async", "process"])
+def contract(request: pytest.FixtureRequest, make_config: Callable[..., Any], tmp_path: Path) -> Iterator[Contract]:
+    registry = Registry()
+    contract_handlers.register(registry, request.param)
+    config = make_config(
+        process_workers=1, handler_modules=["tests.contract_handlers"], shutdown_grace=0.2, cancel_grace=0.5
+    )
+    deck = Jobdeck(config, registry)
+    deck.init_db()
+    folder = tmp_path / "marks"
+    folder.mkdir()
+    yield Contract(deck, request.param, folder)
+    deck.store.engine.dispose()
+
+
+def test_a_result_is_stored(contract: Contract) -> None:
+    job = contract.enqueue("contract.echo", value=[1, "two", {"three": 3}])
+    with contract.running():
+        done = contract.ends(job, State.COMPLETED)
+    assert done.result["echo"] == [1, "two", {"three": 3}]
+    assert (done.result["pid"] != os.getpid()) == (contract.executor == "process")
+    assert contract.outcomes(job) == [AttemptOutcome.COMPLETED]
+
+
+def test_a_failure_is_retried_and_its_error_kept(contract: Contract) -> None:
+    job = contract.enqueue("contract.flaky", failures=1)
+    with contract.running():
+        done = contract.ends(job, State.COMPLETED)
+    assert (done.result, done.retry_count) == (2, 1)
+    first, second = contract.deck.store.attempts_of(job)
+    assert (first.outcome, second.outcome) == (AttemptOutcome.FAILED, AttemptOutcome.COMPLETED)
+    assert first.error == "ConnectionError: run 1 lost the connection"
+    assert "Traceback" in (first.traceback or "") and "flaky" in (first.traceback or "")
+
+
+def test_a_dead_letter_is_not_retried(contract: Contract) -> None:
+    job = contract.enqueue("contract.refuses", customer=42)
+    with contract.running():
+        dead = contract.ends(job, State.DEAD)
+    assert dead.retry_count == 0, "retries were left, and none was used"
+    assert (dead.error or "").startswith("DeadLetter: no such customer 42")
+    assert contract.outcomes(job) == [AttemptOutcome.FAILED]
+
+
+def test_past_its_timeout_the_attempt_fails_and_its_late_result_is_refused(contract: Contract) -> None:
+    job = contract.enqueue("contract.hangs", deaf=True)
+    with contract.running() as pool:
+        pid = contract.started()
+        dead = contract.ends(job, State.DEAD)
+        assert (dead.error or "").startswith("timed out after 0.5 s")
+        if contract.executor == "process":
+            assert dead.error == "timed out after 0.5 s; worker process killed"
+            wait_for(lambda: exited(pid), timeout=5, message="the timed-out child is gone")
+        contract.go()
+        wait_for(lambda: job not in pool.running_jobs(), timeout=WAIT, message="the attempt is over")
+        if contract.executor == "thread":  # a thread cannot be killed: its handler ran on, and its result came late
+            wait_for(contract.finished, timeout=WAIT, message="the abandoned handler returns")
+        else:
+            assert not contract.finished(), "the handler was stopped, not left running"
+        after = contract.deck.enqueue("contract.echo", {"value": 1}).job.id
+        contract.ends(after, State.COMPLETED)
+    final = contract.deck.store.get(job)
+    assert final.status is State.DEAD and final.result is None
+    assert contract.outcomes(job) == [AttemptOutcome.TIMED_OUT]
+
+
+def test_a_cancel_stops_a_running_handler_and_the_job_ends_cancelled(contract: Contract) -> None:
+    job = contract.enqueue("contract.hold")
+    with contract.running():
+        contract.started()
+        contract.deck.cancel(job, "tester")
+        cancelled = contract.ends(job, State.CANCELLED)
+    assert not contract.finished(), "the handler stopped at the cancel"
+    assert (cancelled.retry_count, cancelled.result) == (0, None)
+    assert contract.outcomes(job) == [AttemptOutcome.CANCELLED]
+
+
+def test_a_snooze_puts_the_job_off_without_a_retry_counted(contract: Contract) -> None:
+    job = contract.enqueue("contract.snoozes")
+    with contract.running():
+        done = contract.ends(job, State.COMPLETED)
+    assert (done.result, done.retry_count) == (2, 0)
+    snoozed, completed = contract.deck.store.attempts_of(job)
+    assert (snoozed.outcome, completed.outcome) == (AttemptOutcome.SNOOZED, AttemptOutcome.COMPLETED)
+    assert snoozed.snooze_seconds == 0.05
+
+
+def test_an_effect_is_performed_once_and_an_unknown_outcome_is_left_for_a_person(contract: Contract) -> None:
+    paid = contract.enqueue("contract.charges", key="charge:1")
+    lost = contract.enqueue("contract.charges", key="charge:2", no_answer=True)
+    with contract.running():
+        done = contract.ends(paid, State.COMPLETED)
+        dead = contract.ends(lost, State.DEAD)
+    assert sorted((contract.folder / "charges").read_text().split()) == ["charge:1", "charge:2"], "each ran once"
+    assert done.result == {"receipt": "charge:1"} and done.retry_count == 1
+    record = contract.deck.store.ledger.get("charge:1")
+    assert (record.state, record.job_id, record.attempt) == (EffectState.DONE, paid, 1)
+    assert record.result == {"receipt": "charge:1"} and record.finished_at is not None
+    assert "EffectOutcomeUnknown" in (dead.error or "") and dead.retry_count == 1
+    unknown = contract.deck.store.ledger.get("charge:2")
+    assert (unknown.state, unknown.attempt) == (EffectState.STARTED, 1), "started, never said done"
+
+
+def test_log_lines_are_kept_with_the_attempt(contract: Contract) -> None:
+    job = contract.enqueue("contract.logs", name="report")
+    with contract.running():
+        contract.ends(job, State.COMPLETED)
+    lines = [(line.attempt, line.level, line.message) for line in lines_of(contract.deck.store, job)]
+    expected = [(1, "info", f"line {n} of report") for n in range(3)] + [(1, "warning", "the last one")]
+    assert lines == expected
+
+
+def test_artifacts_are_kept(contract: Contract) -> None:
+    job = contract.enqueue("contract.keeps")
+    with contract.running():
+        done = contract.ends(job, State.COMPLETED)
+    assert done.result == 8
+    assert get_artifact(contract.deck.store, job, "report.csv").data == b"a,b\n1,2\n"
+    assert get_artifact(contract.deck.store, job, "chart.bin").data == bytes(range(256))
+
+
+def test_a_running_job_is_given_back_when_the_pool_stops_past_its_grace(contract: Contract) -> None:
+    job = contract.enqueue("contract.hold", deaf=True)
+    pool = pool_for(contract.deck, 2)
+    pool.start()
+    try:
+        pid = contract.started()
+    finally:
+        pool.stop()  # shutdown_grace: 0.2 s
+    released = contract.deck.store.get(job)
+    assert released.status is State.PENDING and (released.retry_count, released.worker_id) == (0, None)
+    assert contract.outcomes(job) == [AttemptOutcome.INTERRUPTED]
+    contract.no_child_left(pool)
+    if contract.executor == "process":
+        wait_for(lambda: exited(pid), timeout=5, message="the released job's child is gone")
+    contract.go()
+    if contract.executor == "thread":
+        wait_for(contract.finished, timeout=WAIT, message="the handler left running returns")
+    assert contract.deck.store.get(job).status is State.PENDING, "its late result did not land"
+    with contract.running():  # given back, it runs again
+        assert contract.ends(job, State.COMPLETED).result == "late"
+
+
+def test_a_result_after_the_job_was_rescued_elsewhere_is_refused(contract: Contract) -> None:
+    job = contract.enqueue("contract.hold")
+    with contract.running() as pool:
+        contract.started()
+        later = contract.deck.clock() + timedelta(hours=1)  # another process's sweep, once the lease is long gone
+        assert [j.id for j in contract.deck.store.rescue_stalled(later, stall_timeout=60)] == [job]
+        contract.go()
+        wait_for(contract.finished, timeout=WAIT, message="the handler returns its result")
+        wait_for(lambda: job not in pool.running_jobs(), timeout=WAIT, message="the pool is done with it")
+        after = contract.deck.enqueue("contract.echo", {"value": 1}).job.id
+        contract.ends(after, State.COMPLETED)  # the pool carries on, and its acks are written
+    final = contract.deck.store.get(job)
+    assert final.status is State.DEAD and final.result is None, "the late result did not land"
+    assert contract.outcomes(job) == [AttemptOutcome.STALLED]
