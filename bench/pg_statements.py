@@ -88,7 +88,7 @@ def profile(jobs: int, batch: int, rounds: int) -> dict[str, dict[str, float]]:
             n = len(ids)
             if n == 0:
                 raise RuntimeError("no jobs left to claim: raise --jobs")
-            values = tuple(complete.params((now, WORKER, ids, [1] * n, [now] * n)).values())
+            values = tuple(complete.params((now, WORKER, ids, [1] * n, [now] * n, "thread")).values())
             done = _explain(conn, complete.postgres.text, complete.postgres.params(values))
             for name, figures in (("claim", got), ("completion and attempt rows", done)):
                 per_round[name].append({k: v / n for k, v in figures.items() if k != "rows"} | {"jobs": n})

@@ -49,6 +49,7 @@ def test_an_async_handler_runs_to_its_end_and_its_errors_fail_the_attempt(live_d
     assert ran == [ok.id], "the body ran, once"
     assert live_deck.store.get(ok.id).result == {"fetched": "https://example.test/a"}
     assert "ConnectionError: upstream closed the connection" in (live_deck.store.get(bad.id).error or "")
+    assert [a.executor for i in (ok.id, bad.id) for a in live_deck.store.attempts_of(i)] == ["async", "async"]
 
 
 def _async_threads() -> list[str]:

@@ -266,8 +266,8 @@ def test_a_multi_row_insert_that_fails_writes_none_of_its_rows(deck, clock) -> N
     deck.enqueue_many([{"type": "demo.noop"} for _ in range(5)])
     claimed = deck.store.claim("w1", clock(), limit=5)
     t = db_time(clock())
-    rows = [(j.id, 1, "w1", t, t, "completed") for j in claimed]
-    rows[3] = (claimed[3].id, 1, "w1", t, t, None)  # outcome is NOT NULL
+    rows = [(j.id, 1, "w1", t, t, "completed", "thread") for j in claimed]
+    rows[3] = (claimed[3].id, 1, "w1", t, t, None, "thread")  # outcome is NOT NULL
     with pytest.raises(IntegrityError), deck.store.write() as conn:
         deck.store._run_many(conn, attempt_statements.attempt(with_error=False), rows)
     assert all(deck.store.attempts_of(j.id) == [] for j in claimed)

@@ -82,6 +82,7 @@ def test_a_handler_runs_in_a_child_and_its_result_logs_and_progress_reach_the_jo
     assert done.progress_message == "half way", "the progress the child reported was written"
     assert dead.error.startswith("ValueError: no such customer")
     assert "Traceback" in (deck.store.attempts_of(bad.id)[-1].traceback or "")
+    assert [a.executor for a in deck.store.attempts_of(ok.id) + deck.store.attempts_of(bad.id)] == ["process"] * 2
 
 
 def test_an_async_handler_in_a_child_runs_on_a_loop_of_its_own(proc_deck) -> None:
@@ -103,6 +104,8 @@ def test_the_config_chooses_the_executor_by_type_or_queue(proc_deck) -> None:
         pids = {name: ends(deck, job.id, State.COMPLETED).result for name, job in jobs.items()}
     assert pids["plain.by-type"] != os.getpid() and pids["plain.by-queue"] != os.getpid()
     assert pids["plain.here"] == os.getpid()
+    executors = {name: deck.store.attempts_of(job.id)[0].executor for name, job in jobs.items()}
+    assert executors == {"plain.by-type": "process", "plain.by-queue": "process", "plain.here": "thread"}
 
 
 def test_max_jobs_per_child_replaces_a_child_after_so_many_jobs(proc_deck) -> None:
@@ -162,6 +165,7 @@ def test_past_its_timeout_the_child_is_killed_and_a_fresh_one_runs_the_next_job(
         child = pid_in(tmp_path / "sleeper")
         failed = ends(deck, job.id, State.DEAD)
         assert failed.error == "timed out after 1 s; worker process killed"
+        assert deck.store.attempts_of(job.id)[0].executor == "process"
         wait_for(lambda: exited(child), timeout=5, message="the timed-out child is gone")
         after = deck.enqueue("proc.echo", {"value": 1}).job
         assert ends(deck, after.id, State.COMPLETED).result["pid"] != child

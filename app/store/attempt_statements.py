@@ -169,7 +169,7 @@ def complete_recorded(with_result: bool = False, alone: bool = False) -> Prepare
     then runs in autocommit: the acker's batch takes one round trip where
     BEGIN, the UPDATE, the INSERT and COMMIT took four, each a wake-up of
     its thread while the executors and the fetcher want the GIL.
-    Values: now, worker, ids, attempts, started, [results]."""
+    Values: now, worker, ids, attempts, started, [results], executor."""
     carried = [attempts.c.started_at.label("started")]
     if with_result:
         carried.append(jobs.c.result.label("results"))
@@ -188,10 +188,11 @@ def complete_recorded(with_result: bool = False, alone: bool = False) -> Prepare
         NOW,
         case((cancelled, AttemptOutcome.CANCELLED.value), else_=AttemptOutcome.COMPLETED.value),
         case((cancelled, CANCELLED_WHILE_RUNNING), else_=None),
+        bindparam("executor", type_=attempts.c.executor.type),
     )
-    recorded = insert(attempts).from_select(list(ATTEMPT_FIELDS[:7]), rows).cte("recorded")
+    recorded = insert(attempts).from_select([*ATTEMPT_FIELDS[:7], "executor"], rows).cte("recorded")
     stmt = select(*(completed.c[c.name] for c in COMPLETE_RETURNS)).add_cte(recorded)
-    order = ["now", "worker", "ids", "attempts", "started", *(["results"] if with_result else [])]
+    order = ["now", "worker", "ids", "attempts", "started", *(["results"] if with_result else []), "executor"]
     arrays = [jobs.c.id.label("ids"), jobs.c.attempt.label("attempts"), *carried]
     return Prepared(stmt, order, encoders=_encoders(order, arrays))
 
@@ -199,8 +200,8 @@ def complete_recorded(with_result: bool = False, alone: bool = False) -> Prepare
 @lru_cache(maxsize=2)
 def attempt(with_error: bool = True) -> Prepared:
     """One finished attempt's row. Values: ``ATTEMPT_FIELDS``, without the
-    error and traceback for a completion (fewer values to bind per row)."""
-    fields = ATTEMPT_FIELDS if with_error else ATTEMPT_FIELDS[:6]
+    error and traceback for a completion (fewer values to bind per row), then the executor."""
+    fields = (*(ATTEMPT_FIELDS if with_error else ATTEMPT_FIELDS[:6]), "executor")
     stmt = insert(attempts).values({f: bindparam(f, type_=attempts.c[f].type) for f in fields})
     columns = [attempts.c[f] for f in fields]
     rows = _unnest("a", columns)
@@ -364,7 +365,7 @@ def snooze() -> Prepared:
     return Prepared(stmt, SNOOZE_FIELDS)
 
 
-SNOOZED_ATTEMPT_FIELDS = (*ATTEMPT_FIELDS[:7], "snooze_seconds")
+SNOOZED_ATTEMPT_FIELDS = (*ATTEMPT_FIELDS[:7], "snooze_seconds", "executor")
 
 
 @lru_cache(maxsize=1)

@@ -102,11 +102,11 @@ class Finishing(Graph, Claiming):
         """Complete each worker's ``outcomes`` (those with a result apart);
         returns the rows applied: (id, attempt, status, workflow_id,
         batch_id, worker). On PostgreSQL their attempt rows are written too."""
-        by_worker: dict[tuple[str, bool], list[Outcome]] = {}
+        by_worker: dict[tuple[str, bool, str | None], list[Outcome]] = {}
         for o in outcomes:
-            by_worker.setdefault((o.worker_id, o.result is not None), []).append(o)
+            by_worker.setdefault((o.worker_id, o.result is not None, o.executor), []).append(o)
         applied: list[Any] = []
-        for (worker_id, has_result), group in by_worker.items():
+        for (worker_id, has_result, executor), group in by_worker.items():
             if not self.sqlite:
                 values: tuple[Any, ...] = (
                     t, worker_id, [o.job_id for o in group], [o.attempt for o in group],
@@ -114,6 +114,7 @@ class Finishing(Graph, Claiming):
                 )  # fmt: skip
                 if has_result:
                     values += ([dumps(o.result) for o in group],)
+                values += (executor,)
                 rows = self._run(conn, attempt_statements.complete_recorded(has_result, alone), values).all()
             elif has_result:
                 rows = []
@@ -137,10 +138,10 @@ class Finishing(Graph, Claiming):
             started = o.started_at and self._t(o.started_at)
             if won[o.job_id, o.attempt, o.worker_id] == CANCELLED:
                 cancelled.append(
-                    (o.job_id, o.attempt, o.worker_id, started, t, CANCELLED, CANCELLED_WHILE_RUNNING, None)
+                    (o.job_id, o.attempt, o.worker_id, started, t, CANCELLED, CANCELLED_WHILE_RUNNING, None, o.executor)
                 )
             else:
-                rows.append((o.job_id, o.attempt, o.worker_id, started, t, done))
+                rows.append((o.job_id, o.attempt, o.worker_id, started, t, done, o.executor))
         self._run_many(conn, attempt_statements.attempt(with_error=False), rows)
         self._run_many(conn, attempt_statements.attempt(), cancelled)
 
@@ -203,7 +204,7 @@ class Finishing(Graph, Claiming):
                     conn,
                     attempt_statements.attempt(),
                     (o.job_id, attempt, o.worker_id, started and self._t(started), t, outcome, error,
-                     storable_text(o.traceback)),
+                     storable_text(o.traceback), o.executor),
                 )  # fmt: skip
             self._settle(
                 conn, [(j.id, j.status.value, j.workflow_id, j.batch_id) for j in done if j.status in _ENDS], now
@@ -346,7 +347,7 @@ class Finishing(Graph, Claiming):
             self._settle(conn, [r[:4] for r in moved], now)
             released = [r[0] for r in moved]
             rows = [
-                (r[0], r[4], worker_id, _maybe(self._t, started[r[0]]), t, *_cut(r[1]), None)
+                (r[0], r[4], worker_id, _maybe(self._t, started[r[0]]), t, *_cut(r[1]), None, None)
                 for r in moved
                 if r[0] in started
             ]  # fmt: skip

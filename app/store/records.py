@@ -206,6 +206,8 @@ class AttemptRecord:
     payload: dict[str, Any] | None
     snooze_seconds: float | None = None
     """How long a snoozed attempt put its job off."""
+    executor: str | None = None
+    """What ran it: "thread", "async" or "process"; None when the pool did not finish it (released, rescued)."""
 
     @classmethod
     def from_row(cls, row: Any) -> AttemptRecord:
@@ -221,6 +223,7 @@ class AttemptRecord:
             traceback=m["traceback"],
             payload=None if m["payload"] is None else json.loads(m["payload"]),
             snooze_seconds=m.get("snooze_seconds"),
+            executor=m.get("executor"),
         )
 
     @property
@@ -307,6 +310,8 @@ class Outcome:
     snooze_reason: str | None = None
     max_snoozes: int | None = None
     """Snoozes in a row allowed; past it the snooze fails the attempt. None: no cap."""
+    executor: str | None = None
+    """What ran the attempt: "thread", "async" or "process" (kept in its attempt row)."""
     log: Any = None
     """The attempt's log buffer with lines not yet written (``jobdeck.jobs.joblogs.AttemptLog``):
     the acker writes them, for its whole batch in one transaction, before the outcome."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, text
 
-HEAD = "0029"
+HEAD = "0030"
 """The newest revision in ``app/store/migrations/versions``; a new revision
 moves it (``tests/test_migrations.py`` holds it to Alembic's head)."""
 

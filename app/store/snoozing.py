@@ -61,7 +61,7 @@ class Snoozing(Finishing):
                 if done[1] == State.CANCELLED.value:
                     outcome, error = AttemptOutcome.CANCELLED.value, f"cancelled while running; the handler {said}"
                 values = (o.job_id, attempt, o.worker_id, started and self._t(started), t, outcome,
-                          storable_text(error), o.snooze)  # fmt: skip
+                          storable_text(error), o.snooze, o.executor)  # fmt: skip
                 self._run(conn, attempt_statements.snoozed_attempt(), values)
             if over:
                 ended.extend(j.id for j in self.fail_many(over, now))

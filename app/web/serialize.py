@@ -85,6 +85,7 @@ def attempt_json(a: AttemptRecord) -> dict[str, Any]:
         "traceback": a.traceback,
         "payload": a.payload,
         "snooze_seconds": a.snooze_seconds,
+        "executor": a.executor,
     }
 
 

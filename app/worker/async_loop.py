@@ -177,7 +177,9 @@ class AsyncLoop:
         if slot.abandoned:
             return  # timed out or released: its outcome is written already
         error = first_line(Cancelled(job.id)) if slot.cancelled.reason != LEASE_LOST else LEASE_LOST
-        outcome = Outcome(job.id, self.executors.worker_id, attempt=job.attempt, started_at=slot.started)
+        outcome = Outcome(
+            job.id, self.executors.worker_id, attempt=job.attempt, started_at=slot.started, executor="async"
+        )
         outcome.error = f"{error} (its handler ignored the cancel for {FINALLY_GRACE:g} s)"
         outcome.retryable = False
         self.executors.settle(slot, outcome, None)
@@ -201,7 +203,7 @@ class AsyncLoop:
         executors = self.executors
         job = slot.job
         spec = executors.registry.get(job.type)
-        outcome = Outcome(job.id, executors.worker_id, attempt=job.attempt, started_at=slot.started)
+        outcome = Outcome(job.id, executors.worker_id, attempt=job.attempt, started_at=slot.started, executor="async")
         try:
             if spec is None:
                 raise LookupError(f"no handler registered for {job.type!r} in this process")

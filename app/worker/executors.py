@@ -204,6 +204,7 @@ class Executors:
         buffer = slot.log
         assert buffer is not None
         outcome = Outcome(job.id, self.worker_id, attempt=job.attempt, started_at=slot.started)
+        outcome.executor = "process" if self.in_process(job.type) else "thread"
         try:
             if spec is None:
                 raise LookupError(f"no handler registered for {job.type!r} in this process")

@@ -189,6 +189,7 @@ class Monitor:
                     started_at=slot.started,
                     error=f"timed out after {seconds:g} s",
                     kind="timed_out",
+                    executor="async" if slot.on_loop else "thread",
                 )
             )
             if not self.stopping.is_set() and not slot.on_loop:

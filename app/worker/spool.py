@@ -47,6 +47,7 @@ def _encode(o: Outcome) -> bytes:
         "started_at": o.started_at.isoformat() if o.started_at else None, "error": o.error,
         "traceback": o.traceback, "result": o.result, "retryable": o.retryable, "kind": str(getattr(o.kind, "value", o.kind)),
         "snooze": o.snooze, "snooze_reason": o.snooze_reason, "max_snoozes": o.max_snoozes,
+        "executor": o.executor,
     }  # fmt: skip
     return json.dumps(record, separators=(",", ":"), default=repr).encode() + b"\n"
 
@@ -59,6 +60,7 @@ def _decode(line: bytes) -> Outcome | None:
             r["job_id"], r["worker_id"], attempt=r["attempt"], started_at=started, error=r["error"],
             traceback=r["traceback"], result=r["result"], retryable=r["retryable"], kind=r["kind"],
             snooze=r["snooze"], snooze_reason=r["snooze_reason"], max_snoozes=r["max_snoozes"],
+            executor=r.get("executor"),
         )  # fmt: skip
     except (ValueError, KeyError, TypeError):  # a line cut short by a crash while it was written
         return None

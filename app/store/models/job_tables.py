@@ -226,6 +226,9 @@ class Attempt(Base):
     (edit and retry); NULL means the job's current payload."""
     snooze_seconds: Mapped[float | None] = mapped_column(Float)
     """How long a ``snoozed`` attempt put its job off (revision 0016); NULL otherwise."""
+    executor: Mapped[str | None] = mapped_column(String(16))
+    """What ran it: "thread", "async" or "process" (revision 0030); NULL for an
+    attempt the pool did not finish itself (released, rescued) or older ones."""
 
     __table_args__ = (
         CheckConstraint(f"outcome IN ({', '.join(repr(o) for o in OUTCOMES)})", name="ck_attempts_outcome"),

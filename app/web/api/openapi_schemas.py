@@ -85,6 +85,11 @@ def schemas(types: Sequence[str] = ()) -> dict[str, Any]:
                     "type": ["number", "null"],
                     "description": "how long a `snoozed` attempt put its job off",
                 },
+                "executor": {
+                    "type": ["string", "null"],
+                    "enum": ["thread", "async", "process", None],
+                    "description": "what ran the attempt; null for one the pool did not finish (released, rescued)",
+                },
             },
         },
         "Job": {
