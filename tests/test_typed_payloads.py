@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import enum
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any, NotRequired, TypedDict
 
 import pytest
@@ -335,3 +336,32 @@ def test_an_edit_of_a_typed_payload_is_checked_like_an_enqueue(
     assert edited.status_code == 200, edited.get_json()
     assert deck.edit(job.id, {"priority": 6}).after.priority == 6, "an edit without a payload reads no shape"
     assert deck.store.get(job.id).payload["order_id"] == 70
+
+
+@dataclass
+class Stock:
+    by_shelf: dict[int, int]
+    by_colour: dict[Colour, list[int]]
+    by_day: dict[date, str] = field(default_factory=dict)
+
+
+def _typed_stock(payload: Stock, ctx: JobContext) -> dict[str, Any]:
+    assert payload == Stock({3: 1, -2: 5}, {Colour.RED: [1]}, {date(2026, 3, 4): "in"}), payload
+    return {"shelves": sorted(payload.by_shelf)}
+
+
+def test_a_dict_with_typed_keys_round_trips(make_deck: Callable[..., Jobdeck], registry: Registry) -> None:
+    """JSON object keys are text: a dict keyed by int, an Enum or a date is
+    stored with its keys as text and given back to the handler as typed keys."""
+    handle = registry.handler("shop.stock")(_typed_stock)
+    deck = make_deck()
+    typed = Stock({3: 1, -2: 5}, {Colour.RED: [1]}, {date(2026, 3, 4): "in"})
+    job = handle.enqueue(typed, deck=deck).job
+    assert job.payload == {"by_shelf": {"3": 1, "-2": 5}, "by_colour": {"red": [1]}, "by_day": {"2026-03-04": "in"}}
+    for key, where in (("x", "by_shelf"), ("3.0", "by_shelf"), ("--3", "by_shelf"), ("green", "by_colour")):
+        bad = {**job.payload, where: {key: 1 if where == "by_shelf" else [1]}}
+        with pytest.raises(InvalidField, match=rf"^payload\.{where}\.{re.escape(key)}: "):
+            deck.enqueue("shop.stock", bad)
+    _run(deck, [job.id])
+    done = deck.store.get(job.id)
+    assert (done.status, done.result) == (State.COMPLETED, {"shelves": [-2, 3]}), done.error

@@ -120,10 +120,16 @@ def to_json(value: Any) -> Any:
     if isinstance(value, date):  # a datetime too
         return value.isoformat()
     if isinstance(value, Mapping):
-        return {key: to_json(item) for key, item in value.items()}
+        return {_json_key(key): to_json(item) for key, item in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
         return [to_json(item) for item in value]
     return value
+
+
+def _json_key(key: Any) -> Any:
+    """A mapping's key as JSON holds it, text: an int as its digits, an Enum or a date as its JSON form."""
+    key = to_json(key)
+    return str(key) if isinstance(key, int) and not isinstance(key, bool) else key
 
 
 def _payload_annotation(fn: Callable[..., Any]) -> Any:
@@ -239,7 +245,8 @@ def _compile(tp: Any, seen: dict[type, Any]) -> tuple[Load, Schema]:
     if tp in _SEQUENCES or origin in _SEQUENCES or tp is tuple or origin is tuple:
         return _sequence(tp, origin, args, seen)
     if tp in _MAPPINGS or origin in _MAPPINGS:
-        return _mapping(_compile(args[1], seen) if len(args) == 2 else (_keep, {}))
+        typed = len(args) == 2
+        return _mapping(_key(args[0], seen) if typed else _keep, _compile(args[1], seen) if typed else (_keep, {}))
     kind = _kind(tp)
     if kind is None:
         return _keep, {}
@@ -299,13 +306,26 @@ def _sequence(tp: Any, origin: Any, args: tuple[Any, ...], seen: dict[type, Any]
     return load, {"type": "array", "items": items[0][1]}
 
 
-def _mapping(values: tuple[Load, Schema]) -> tuple[Load, Schema]:
+def _key(tp: Any, seen: dict[type, Any]) -> Load:
+    """A JSON object key (text) as the key type: an int from its digits, others as that type's text (Enum, date)."""
+    if tp is not int:
+        return _compile(tp, seen)[0]
+
+    def load(key: Any, path: str) -> Any:
+        if isinstance(key, str) and key.isascii() and key.removeprefix("-").isdigit():
+            return int(key)
+        raise InvalidField(path, "must be an integer key (its digits)")
+
+    return load
+
+
+def _mapping(key: Load, values: tuple[Load, Schema]) -> tuple[Load, Schema]:
     item = values[0]
 
     def load(value: Any, path: str) -> Any:
         if not isinstance(value, Mapping):
             raise InvalidField(path, f"must be an object, not {_shown(value)}")
-        return {key: item(v, f"{path}.{key}") for key, v in value.items()}
+        return {key(k, f"{path}.{k}"): item(v, f"{path}.{k}") for k, v in value.items()}
 
     return load, {"type": "object", "additionalProperties": values[1]}
 
