@@ -84,6 +84,14 @@ class AsyncJobContext(JobContext):
         if self._progress_writer is None:
             self._progress_writer = loop.create_task(self._write_progress())
 
+    async def progress_written(self) -> None:
+        """Wait for the progress write still running: a handler that reports
+        progress and returns at once had its progress written after its job
+        completed, and refused, so the job showed none."""
+        writer = self._progress_writer
+        if writer is not None:
+            await asyncio.wait({writer})
+
     async def _write_progress(self) -> None:
         try:
             while self._progress_next is not None:

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from jobdeck.core.errors import Cancelled
 from jobdeck.jobs.async_context import AsyncJobContext
@@ -204,12 +204,13 @@ class AsyncLoop:
         job = slot.job
         spec = executors.registry.get(job.type)
         outcome = Outcome(job.id, executors.worker_id, attempt=job.attempt, started_at=slot.started, executor="async")
+        ctx: AsyncJobContext | None = None
         try:
             if spec is None:
                 raise LookupError(f"no handler registered for {job.type!r} in this process")
             if slot.cancelled.is_set():
                 raise Cancelled(job.id)  # cancelled before it started: the handler never runs
-            ctx = executors.context(slot, AsyncJobContext)
+            ctx = cast(AsyncJobContext, executors.context(slot, AsyncJobContext))
             if span is not None:
                 span.instrument(ctx)
             if slot.log is not None:
@@ -225,6 +226,8 @@ class AsyncLoop:
             executors.failed(job, outcome, why, span)
         except BaseException as exc:  # as on a thread: SystemExit too is the handler's failure
             executors.failed(job, outcome, exc, span)
+        if ctx is not None and not slot.cancelled.is_set():
+            await ctx.progress_written()  # its last progress lands before its outcome, as a thread's does
         executors.settle(slot, outcome, span)
 
     # -- the watchdog -----------------------------------------------------------------
