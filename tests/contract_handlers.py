@@ -120,6 +120,7 @@ def logs(payload: dict[str, Any], ctx: JobContext) -> None:
     for n in range(3):
         ctx.log("line %d of %s", n, payload["name"])
     ctx.log.warning("the last one")
+    ctx.progress(0.5, "half way")
 
 
 async def alogs(payload: dict[str, Any], ctx: JobContext) -> None:

@@ -184,10 +184,11 @@ def test_an_effect_is_performed_once_and_an_unknown_outcome_is_left_for_a_person
     assert (unknown.state, unknown.attempt) == (EffectState.STARTED, 1), "started, never said done"
 
 
-def test_log_lines_are_kept_with_the_attempt(contract: Contract) -> None:
+def test_log_lines_and_progress_are_kept_with_the_attempt(contract: Contract) -> None:
     job = contract.enqueue("contract.logs", name="report")
     with contract.running():
-        contract.ends(job, State.COMPLETED)
+        done = contract.ends(job, State.COMPLETED)
+    assert done.progress_message == "half way"
     lines = [(line.attempt, line.level, line.message) for line in lines_of(contract.deck.store, job)]
     expected = [(1, "info", f"line {n} of report") for n in range(3)] + [(1, "warning", "the last one")]
     assert lines == expected
