@@ -37,6 +37,10 @@ REFUSED = {
     "t.object": (Receipt(), "result: Receipt is not JSON"),
     "t.nan": ({"ratio": math.nan}, 'result["ratio"]: float nan is not JSON'),
     "t.inf": ([1.5, math.inf], "result[1]: float inf is not JSON"),
+    "t.clash": (
+        {"n": {1: "a", "1": "b"}},
+        """result["n"]: the keys 1 and '1' are both "1" in JSON, one would be lost""",
+    ),
 }
 
 
@@ -102,5 +106,14 @@ def test_the_first_offender_is_named_however_the_result_is_built() -> None:
     for _ in range(100_000):  # past what the encoder's recursion can walk
         deep = [deep]
     assert refused(deep) == "result: is nested deeper than 500 levels and cannot be written as JSON"
+    assert (
+        refused([{True: 1, "true": 2}])
+        == """result[0]: the keys True and 'true' are both "true" in JSON, one would be lost"""
+    )
+    assert refused({"a": {None: 1, "null": 2}}).startswith('result["a"]: the keys None and \'null\' are both "null"')
+    assert refused({"a": {math.nan: 1}}) == 'result["a"]: the key nan is not JSON'
+    assert refused({"a": [1, 10**5000]}) == 'result["a"][1]: an integer of more than 4300 digits is not JSON'
+    mixed = {1: "a", "b": 2, None: 3, 2.5: {"c": True}}  # keys of mixed types, none written twice
+    assert storable_result(mixed, 10**6) is mixed
     assert storable_result({"ok": [1, "two", None, True, 2.5]}, 10**6) == {"ok": [1, "two", None, True, 2.5]}
     assert storable_result(None, 1) is None

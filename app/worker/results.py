@@ -6,7 +6,7 @@ executor thread that reports it), and a result is strict JSON or refused.
 The rule for results, as ``json`` writes them: dicts, lists, strings,
 finite numbers, booleans and None are kept; a tuple is kept as a list, and
 an object key that is a number, a boolean or None as its JSON text (``1`` as
-``"1"``). Anything else (a ``datetime``, a ``set``, ``bytes``, an object,
+``"1"``), unless the same dict has that text as a key already (one would be lost). Anything else (a ``datetime``, a ``set``, ``bytes``, an object,
 NaN or Infinity) fails the attempt with ``ResultNotJSON`` naming where it is:
 ``result["when"]: datetime is not JSON``."""
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import traceback
 
 from jobdeck.core.errors import ResultNotJSON
@@ -21,6 +22,9 @@ from jobdeck.core.validation import check_result_size
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 """As the store writes a result."""
+_SORTING = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False, sort_keys=True)
+"""The check: sorting a dict's keys fails where text and other keys are mixed,
+the only dicts where two keys can be written as one (``1`` and ``"1"``)."""
 
 MAX_RESULT_DEPTH = 500
 """Nesting the search for a refused value walks; Python's encoder gives up
@@ -56,11 +60,39 @@ def storable_result(value: object, max_bytes: int) -> object:
     if value is None:
         return None
     try:
-        text = _ENCODER.encode(value)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise ResultNotJSON(*refused_part(value, exc)) from None
+        text = _SORTING.encode(value)
+    except (TypeError, ValueError, RecursionError):
+        try:
+            text = _ENCODER.encode(value)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ResultNotJSON(*refused_part(value, exc)) from None
+        clash = clashing_keys(value)  # keys of mixed types: rare, and walked only then
+        if clash is not None:
+            raise ResultNotJSON(*clash) from None
     check_result_size(text, max_bytes)
     return value
+
+
+def clashing_keys(value: object) -> tuple[str, str] | None:
+    """Where two keys of one dict are written as the same JSON text (``1`` and
+    ``"1"``, ``True`` and ``"true"``): the store would keep one of them."""
+    stack: list[tuple[object, str]] = [(value, "result")]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, dict):
+            written: dict[str, object] = {}
+            for key, child in item.items():
+                text = key if isinstance(key, str) else _ENCODER.encode(key).strip('"')
+                if text in written:
+                    return (
+                        where,
+                        f"the keys {safe_repr(written[text])} and {safe_repr(key)} are both {json.dumps(text)} in JSON, one would be lost",
+                    )
+                written[text] = key
+                stack.append((child, f"{where}[{json.dumps(text)}]"))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
+    return None
 
 
 def refused_part(value: object, exc: BaseException) -> tuple[str, str]:
@@ -69,6 +101,8 @@ def refused_part(value: object, exc: BaseException) -> tuple[str, str]:
     stack: list[tuple[object, str, int]] = [(value, "result", 1)]
     while stack:
         item, where, depth = stack.pop()
+        if isinstance(item, int) and item.bit_length() > 10_000 and not _writable(item):
+            return where, f"an integer of more than {sys.get_int_max_str_digits()} digits is not JSON"
         if item is None or isinstance(item, str | int):  # bool is an int
             continue
         if isinstance(item, float):
@@ -82,6 +116,8 @@ def refused_part(value: object, exc: BaseException) -> tuple[str, str]:
             for key, child in item.items():
                 if key is not None and not isinstance(key, str | int | float):
                     return where, f"the key {safe_repr(key)} is a {type(key).__name__}; JSON object keys are strings"
+                if isinstance(key, float) and not math.isfinite(key):
+                    return where, f"the key {key!r} is not JSON"
                 children.append((child, f"{where}[{json.dumps(key) if isinstance(key, str) else key}]", depth + 1))
             stack.extend(reversed(children))
         elif isinstance(item, list | tuple):
@@ -97,3 +133,12 @@ def _too_deep(exc: BaseException) -> str:
     if isinstance(exc, ValueError) and "ircular" in str(exc):
         return "holds itself (a circular reference) and is not JSON"
     return f"is nested deeper than {MAX_RESULT_DEPTH} levels and cannot be written as JSON"
+
+
+def _writable(number: int) -> bool:
+    """Whether Python writes ``number`` as text (its digits within ``sys.set_int_max_str_digits``)."""
+    try:
+        int.__repr__(number)
+    except ValueError:
+        return False
+    return True
