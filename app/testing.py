@@ -122,8 +122,14 @@ class HandlerTest:
             "secret_key": "handler-test",
             **config,
         }
-        self.deck = Jobdeck(load(path=None, env={}, overrides=values), registry or default_registry, clock=self.clock)
-        self.deck.init_db()
+        try:
+            self.deck = Jobdeck(
+                load(path=None, env={}, overrides=values), registry or default_registry, clock=self.clock
+            )
+            self.deck.init_db()
+        except BaseException:  # a refused config key: no folder left behind
+            shutil.rmtree(self._folder, ignore_errors=True)
+            raise
         self.threads = threads
         self._pool: WorkerPool | None = None
         self._before = use_deck(self.deck)

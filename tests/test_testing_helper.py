@@ -129,3 +129,13 @@ def test_the_clock_is_aware_and_moves_only_when_told() -> None:
     clock = TestClock()
     start = clock()
     assert clock() == start and clock.advance(90, minutes=1) == start.replace(minute=2, second=30)
+
+
+def test_a_config_that_is_refused_leaves_no_folder_behind(reg: Registry, tmp_path: Path, monkeypatch) -> None:
+    from jobdeck.core.config import ConfigError
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    with pytest.raises(ConfigError, match="no_such_key"):
+        HandlerTest(reg, no_such_key=1)
+    assert list(tmp_path.iterdir()) == [], "the throwaway folder is deleted when the deck cannot be built"
+    assert current_deck() is None
