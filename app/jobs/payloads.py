@@ -128,8 +128,10 @@ def to_json(value: Any) -> Any:
 
 def _json_key(key: Any) -> Any:
     """A mapping's key as JSON holds it, text: an int as its digits, an Enum or a date as its JSON form."""
-    key = to_json(key)
-    return str(key) if isinstance(key, int) and not isinstance(key, bool) else key
+    text = to_json(key)
+    if isinstance(text, int) and not isinstance(text, bool):
+        return str(text)
+    return text if isinstance(text, str) else key  # no text: left for the JSON check to refuse
 
 
 def _payload_annotation(fn: Callable[..., Any]) -> Any:
@@ -297,12 +299,8 @@ def _sequence(tp: Any, origin: Any, args: tuple[Any, ...], seen: dict[type, Any]
         return make([items[i if fixed else 0][0](v, f"{path}[{i}]") for i, v in enumerate(value)])
 
     if fixed:
-        return load, {
-            "type": "array",
-            "prefixItems": [s for _, s in items],
-            "minItems": len(items),
-            "maxItems": len(items),
-        }
+        n = len(items)
+        return load, {"type": "array", "prefixItems": [s for _, s in items], "minItems": n, "maxItems": n}
     return load, {"type": "array", "items": items[0][1]}
 
 
@@ -394,5 +392,7 @@ def _pydantic(cls: Any) -> tuple[Load, Schema]:
             first = exc.errors()[0]
             where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in first["loc"])
             raise InvalidField(path + where, first["msg"]) from None
+        except Exception as exc:  # a validator's own exception, which pydantic lets through
+            raise InvalidField(path, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__) from None
 
     return load, cls.model_json_schema(ref_template="#/components/schemas/{model}")

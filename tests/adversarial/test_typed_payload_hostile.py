@@ -31,6 +31,15 @@ if pydantic is not None:
         order_id: int = pydantic.Field(alias="orderId")
         note: str | None = None
 
+    class Guarded(pydantic.BaseModel):
+        amount: int
+
+        @pydantic.model_validator(mode="after")
+        def _positive(self) -> Guarded:
+            if self.amount <= 0:
+                raise RuntimeError("amount must be positive")  # not a ValueError: pydantic lets it through
+            return self
+
 
 @dataclass
 class Checked:
@@ -201,3 +210,39 @@ def _wait_fired(jobs: HandlerTest, batch_id: int) -> dict[str, Any]:
         assert time.monotonic() < deadline, "the batch never fired"
         time.sleep(0.01)
     return dict(record.outcome)
+
+
+@dataclass
+class Labels:
+    by_name: dict[str, Any]
+
+
+def _labels(payload: Labels, ctx: JobContext) -> None:
+    return None
+
+
+def test_a_key_json_cannot_hold_is_refused_from_an_instance(
+    make_deck: Callable[..., Jobdeck], registry: Registry
+) -> None:
+    handle = registry.handler("t.labels")(_labels)
+    deck = make_deck()
+    for keys in ({(1, 2): "pair"}, {None: "none"}, {1.5: "float"}):
+        with pytest.raises(InvalidField, match=r"^payload\.by_name"):
+            handle.enqueue(Labels(keys), deck=deck)
+        with pytest.raises(InvalidField, match=r"^payload\.by_name"):
+            handle.enqueue(by_name=keys, deck=deck)
+
+
+@pytest.mark.skipif(pydantic is None, reason="pydantic is optional and not installed")
+def test_a_pydantic_validator_that_raises_anything_refuses_the_payload(
+    make_deck: Callable[..., Jobdeck], registry: Registry
+) -> None:
+    def guarded(payload: Guarded, ctx: JobContext) -> int:
+        return payload.amount
+
+    registry.handler("t.guarded")(guarded)
+    deck = make_deck()
+    with pytest.raises(InvalidField, match=r"^payload: RuntimeError: amount must be positive$"):
+        deck.enqueue("t.guarded", {"amount": 0})
+    answer = create_app(deck=deck).test_client().post("/api/jobs", json={"type": "t.guarded", "payload": {"amount": 0}})
+    assert answer.status_code == 422 and answer.get_json()["field"] == "payload", answer.get_data(as_text=True)
