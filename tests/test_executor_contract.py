@@ -87,7 +87,7 @@ class Contract:
         return [a.outcome for a in rows]
 
 
-@pytest.fixture(params=["thread", "async", "process"])
+@pytest.fixture(params=["thread", "async", pytest.param("process", marks=pytest.mark.slow)])
 def contract(request: pytest.FixtureRequest, make_config: Callable[..., Any], tmp_path: Path) -> Iterator[Contract]:
     registry = Registry()
     contract_handlers.register(registry, request.param)

@@ -25,7 +25,7 @@ from tests import process_handlers
 from tests.adversarial.cli_process import exited
 from tests.conftest import wait_for
 
-pytestmark = pytest.mark.backends
+pytestmark = [pytest.mark.backends, pytest.mark.slow]  # child interpreters: left out of the quick tier
 
 
 @pytest.fixture

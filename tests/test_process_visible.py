@@ -17,7 +17,7 @@ from tests import process_handlers
 from tests.conftest import wait_for
 from tests.test_metrics import scrape, value
 
-pytestmark = pytest.mark.backends
+pytestmark = [pytest.mark.backends, pytest.mark.slow]  # child interpreters: left out of the quick tier
 
 
 def test_the_workers_page_and_metrics_show_the_children_and_their_restarts(make_config, tmp_path: Path) -> None:
