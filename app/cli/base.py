@@ -56,7 +56,6 @@ def operator_deck(*, demo: bool = False, create: bool | None = None) -> Iterator
     every job seems gone and a new one waits for workers that never see it.
     ``create`` None: the command offers no ``--create`` (an empty database
     holds nothing for it to do)."""
-    from jobdeck import deck_of
     from sqlalchemy.exc import ArgumentError
 
     config = command_config(demo)
@@ -70,7 +69,7 @@ def operator_deck(*, demo: bool = False, create: bool | None = None) -> Iterator
         hint = "point JOBDECK_DATABASE_URL (or database_url in jobdeck.toml) at it, or run from its folder"
         offer = "" if create is None else "; --create makes a new, empty one"
         raise click.ClickException(f"no database at {missing}: {hint}{offer}")
-    deck = deck_of(command_app(config))
+    deck = command_deck(config)  # no Flask app: the command serves nothing (its web modules cost a start-up)
     try:
         yield deck
     finally:
