@@ -64,6 +64,7 @@ OPERATIONS: dict[str, tuple[str, ...]] = {
     "GET /api/batches/<int:batch_id>": (READ,),
     "GET /api/queues": (READ,),
     "GET /api/schedules": (READ,),
+    "GET /api/workers": (READ,),
     "GET /metrics": (READ,),
     # operators
     "PATCH /api/jobs/<int:job_id>": (OPERATE,),

@@ -113,6 +113,11 @@ class AsyncLoop:
     def running(self) -> int:
         return len(self._tasks)
 
+    def lag(self) -> float:
+        """Seconds the loop is late for its tick now, to a tenth: 0.0 while it
+        keeps up; a step that blocks it makes every async job of the pool wait that long."""
+        return round(max(0.0, time.monotonic() - self._beat - TICK), 1)
+
     def holding(self) -> Held | None:
         """The hold going on now, if the loop has not ticked for ``HELD_WARN`` seconds."""
         seconds = time.monotonic() - self._beat

@@ -100,15 +100,17 @@ class Executors:
             self.children.stop()
 
     def now_held(self) -> dict[str, Any]:
-        """Per executor, its capacity and busy slots; for the process pool its
-        children and restarts by cause (the pool's row keeps it for the Workers page).
+        """Per executor, its capacity and busy slots; for the async loop its
+        lag; for the process pool its children and restarts by cause (the
+        pool's row keeps it for the Workers page and ``GET /api/workers``).
         A process job holds a thread too: the one that drives its child."""
         slots = self.holdings.running_slots()
         held: dict[str, Any] = {
             "thread": {"capacity": self.settings.threads, "busy": sum(1 for s in slots if not s.on_loop)}
         }
-        if self.loop is not None:
-            held["async"] = {"capacity": self.settings.async_concurrency, "busy": self.loop.running()}
+        loop = self.loop
+        if loop is not None:
+            held["async"] = {"capacity": self.settings.async_concurrency, "busy": loop.running(), "lag": loop.lag()}
         children = self.children
         if children is not None:
             held["process"] = {

@@ -31,6 +31,7 @@ from jobdeck.web.api import (
     openapi_schedules,
     openapi_snooze,
     openapi_unique,
+    openapi_workers,
     openapi_workflows,
 )
 from jobdeck.web.api.jobs import bp
@@ -49,7 +50,7 @@ TAGS = [
     {"name": "batches", "description": "Jobs whose callbacks run once all of them ended"},
     {"name": "queues", "description": "Queues: their load and limits; pause and resume"},
     {"name": "schedules", "description": "Recurring jobs: from config and made at runtime"},
-    {"name": "process", "description": "This process: health, metrics and this document"},
+    {"name": "process", "description": "This process and the worker pools: health, metrics, workers and this document"},
 ]
 """Every operation has one of these tags (a generated client's module) and an
 ``operationId`` (its function), tests/test_openapi.py checks."""
@@ -95,6 +96,8 @@ def document(types: Sequence[str] = (), payloads: Mapping[str, Mapping[str, Any]
     openapi_unique.install(doc)
     openapi_bulk.install(doc)
     openapi_workflows.install(doc)
+    components.update(openapi_workers.SCHEMAS)
+    doc["paths"].update(openapi_workers.paths())
     doc["paths"].update(openapi_metrics.paths())
     doc["paths"].update(openapi_logs.paths())
     openapi_logs.amend(doc)
