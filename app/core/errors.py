@@ -113,10 +113,16 @@ class IdempotencyConflict(JobdeckError):
         return {"error": str(self), "field": "idempotency_key", "job_id": self.existing_id}
 
 
+MAX_FIELD_SHOWN = 80
+"""The longest field path a refusal names; a longer one is cut, ending in "…"."""
+
+
 class InvalidField(JobdeckError):
     status_code = 422
 
     def __init__(self, field: str, message: str) -> None:
+        if len(field) > MAX_FIELD_SHOWN:  # a payload's key is as long as the payload: named, not echoed whole
+            field = field[:MAX_FIELD_SHOWN] + "…"
         super().__init__(f"{field}: {message}")
         self.field = field
 

@@ -246,3 +246,19 @@ def test_a_pydantic_validator_that_raises_anything_refuses_the_payload(
         deck.enqueue("t.guarded", {"amount": 0})
     answer = create_app(deck=deck).test_client().post("/api/jobs", json={"type": "t.guarded", "payload": {"amount": 0}})
     assert answer.status_code == 422 and answer.get_json()["field"] == "payload", answer.get_data(as_text=True)
+
+
+def test_a_huge_key_is_named_cut_short(make_deck: Callable[..., Jobdeck], registry: Registry) -> None:
+    """A refusal names the field; a payload's own key can be as long as the
+    payload, and the name is echoed in the answer, twice, and in the page."""
+    registry.handler("t.labels")(_labels)
+    registry.handler("t.price")(_price)
+    deck = make_deck()
+    client = create_app(deck=deck).test_client()
+    key = "k" * 50_000
+    for body in ({"type": "t.price", "payload": {key: 1}}, {"type": "t.labels", "payload": {"by_name": {}, key: 1}}):
+        answer = client.post("/api/jobs", json=body)
+        assert answer.status_code == 422
+        refusal = answer.get_json()
+        assert len(refusal["field"]) <= 81 and len(refusal["error"]) < 500, refusal["field"][:100]
+        assert refusal["field"].startswith("payload.kkk") and refusal["field"].endswith("…")
