@@ -223,8 +223,9 @@ def process_rounds(counts: dict[str, int], rounds: int, peers: bool, log: Callab
 
 def overheads(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
     """Per system: median jobs/s and ms per job of each side, the process
-    side's extra ms per job (per round, then the median), and each peer's
-    extra over Jobdeck's, taken within each round."""
+    side's extra ms per job (per round, then the median); for a peer, its
+    extra over Jobdeck's (where its median extra is above 0) and Jobdeck's child-process
+    rate over its own, each taken within a round, then the median."""
     extra: dict[str, list[float | None]] = {}
     out: dict[str, Any] = {}
     for name, sides in runs.items():
@@ -241,8 +242,15 @@ def overheads(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any
         row["errors"] = sum("error" in v for side in sides.values() for v in side)
         out[name] = row
     for name, row in out.items():
-        pairs = [(j, p) for j, p in zip(extra.get("jobdeck", []), extra[name], strict=False) if j and p]
-        row["vs_jobdeck"] = statistics.median([p / j for j, p in pairs]) if pairs and name != "jobdeck" else None
+        pairs = [(j, p) for j, p in zip(extra.get("jobdeck", []), extra[name], strict=False)
+                 if j is not None and p is not None and j > 0]  # fmt: skip
+        positive = row["extra_ms"] is not None and row["extra_ms"] > 0  # else "extra" is no cost to compare
+        row["vs_jobdeck"] = (
+            statistics.median([p / j for j, p in pairs]) if pairs and positive and name != "jobdeck" else None
+        )
+        rates = [(j["rate"], p["rate"]) for j, p in zip(runs.get("jobdeck", {}).get("process", []),
+                                                        runs[name]["process"], strict=False) if "rate" in j and "rate" in p]  # fmt: skip
+        row["child_ratio"] = statistics.median([j / p for j, p in rates]) if rates and name != "jobdeck" else None
     return out
 
 
@@ -269,7 +277,7 @@ def table(result: dict[str, Any]) -> str:
     if "process" in result:
         p = result["process"]["summary"]
         lines += ["| 2 slots, the same no-op | in the worker | in a child process | extra per job | "
-                  "extra / Jobdeck's |", "|---|---|---|---|---|"]  # fmt: skip
+                  "extra / Jobdeck's | child process, Jobdeck / this |", "|---|---|---|---|---|---|"]  # fmt: skip
         for name, row in p.items():
             n = c[name]
 
@@ -278,9 +286,10 @@ def table(result: dict[str, Any]) -> str:
 
             extra = "–" if row["extra_ms"] is None else f"{row['extra_ms']:.2f} ms"
             vs = "–" if row["vs_jobdeck"] is None else f"{row['vs_jobdeck']:.1f}x"
+            child = "–" if row["child_ratio"] is None else f"{row['child_ratio']:.2f}x"
             failed = f" [{row['errors']} failed]" if row["errors"] else ""
             lines.append(f"| {LABELS[name]}: {HOW[name]}, {n:,} jobs | {cell('in')} | {cell('process')} | "
-                         f"{extra}{failed} | {vs} |")  # fmt: skip
+                         f"{extra}{failed} | {vs} | {child} |")  # fmt: skip
         lines.append("")
     m = result["machine"]
     lines.append(f"Median of {result['rounds']} interleaved rounds; (x): Jobdeck's ratio to that peer within each "

@@ -112,6 +112,7 @@ def test_the_executor_scenario_drains_on_both_executors_and_renders(capsys) -> N
     summary = eb.overheads({"jobdeck": fake, "rq": peer})
     assert summary["jobdeck"]["extra_ms"] == 1.0 and summary["jobdeck"]["errors"] == 1
     assert summary["rq"]["extra_ms"] == 3.0 and summary["rq"]["vs_jobdeck"] == 3.0  # the round both measured
+    assert summary["rq"]["child_ratio"] == 2.0 and summary["jobdeck"]["child_ratio"] is None
 
 
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
