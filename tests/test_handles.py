@@ -170,3 +170,23 @@ def test_what_a_handle_enqueues_a_real_pool_runs_sync_and_async(
     finally:
         pool.stop(grace=5)
     assert [deck.store.get(i).result for i in ids] == [8, 15, 12]
+
+
+_OWN = Registry()
+
+
+@_OWN.handler("t.by-reference")
+def by_reference(payload: dict[str, Any], ctx: JobContext | None) -> dict[str, Any]:
+    return {"got": payload}
+
+
+def test_a_handle_pickles_and_copies_by_reference_as_a_function_does() -> None:
+    """A plain function goes to a ``multiprocessing`` or ``concurrent.futures``
+    process pool by its module and name; the handle must too, and not drag its
+    registry along (nor fail because the function is no longer its module's)."""
+    import copy
+    import pickle
+
+    assert pickle.loads(pickle.dumps(by_reference)) is by_reference
+    assert copy.copy(by_reference) is by_reference and copy.deepcopy(by_reference) is by_reference
+    assert pickle.loads(pickle.dumps([by_reference]))[0]({"n": 1}, None) == {"got": {"n": 1}}

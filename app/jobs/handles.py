@@ -109,6 +109,11 @@ class Handle(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<handler {self.type!r} {getattr(self.__wrapped__, '__qualname__', self.__wrapped__)!r}>"
 
+    def __reduce__(self) -> str:
+        """Pickled (and copied) by its module and name, as the function was: a
+        process pool gets the handle its module holds, not a copy of the registry."""
+        return str(getattr(self, "__qualname__", self.type))
+
     @property
     def spec(self) -> HandlerSpec | None:
         """Its options as registered (None once another function took its type)."""
