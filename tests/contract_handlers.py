@@ -53,14 +53,15 @@ async def arefuses(payload: dict[str, Any], ctx: JobContext) -> None:
 
 def hold(payload: dict[str, Any], ctx: JobContext) -> str:
     """Writes its pid to ``started``, then waits for the test's ``go`` file;
-    a cancel ends the wait unless ``payload["deaf"]``. Writes ``finished``
-    when it returns."""
+    a cancel ends the wait (writing ``stopped``) unless ``payload["deaf"]``.
+    Writes ``finished`` when it returns."""
     _mark(payload, "started", str(os.getpid()))
     go = Path(payload["dir"], "go")
     while not go.exists():
         if payload.get("deaf"):
             time.sleep(0.01)  # polls the file, deaf to ctx.cancelled by design of the test
         elif ctx.cancelled.wait(0.01):
+            _mark(payload, "stopped", str(ctx.cancel_reason))
             ctx.check_cancelled()
     _mark(payload, "finished")
     return "late"
@@ -69,10 +70,14 @@ def hold(payload: dict[str, Any], ctx: JobContext) -> str:
 async def ahold(payload: dict[str, Any], ctx: JobContext) -> str:
     _mark(payload, "started", str(os.getpid()))
     go = Path(payload["dir"], "go")
-    while not go.exists():
-        await asyncio.sleep(0.01)
-        if not payload.get("deaf"):
-            ctx.check_cancelled()
+    try:
+        while not go.exists():
+            await asyncio.sleep(0.01)
+            if not payload.get("deaf"):
+                ctx.check_cancelled()
+    except asyncio.CancelledError:
+        _mark(payload, "stopped", str(ctx.cancel_reason))
+        raise
     _mark(payload, "finished")
     return "late"
 
@@ -110,7 +115,7 @@ def charges(payload: dict[str, Any], ctx: JobContext) -> Any:
 
 
 async def acharges(payload: dict[str, Any], ctx: JobContext) -> Any:
-    receipt = await ctx.aeffect(payload["key"], lambda: _acharge(payload))  # type: ignore[attr-defined]
+    receipt = await ctx.aeffect(payload["key"], lambda: _acharge(payload))
     if ctx.retries == 0:
         raise ConnectionError("the reply was lost")
     return receipt

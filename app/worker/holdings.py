@@ -15,14 +15,15 @@ from datetime import datetime
 
 from jobdeck.jobs.joblogs import AttemptLog
 from jobdeck.store import JobRecord
-from jobdeck.worker.lease import CancelSignal, Lease, SetAside
+from jobdeck.worker.lease import RELEASED, TIMED_OUT, CancelSignal, Lease, SetAside
 
 
 @dataclass
 class Slot:
     """A job an executor is running: the monitor times it out by ``deadline``,
     ``abandoned`` refuses the late result of one it gave up on, and
-    ``cancelled`` is the handler's ``ctx.cancelled``, set on a cancel;
+    ``cancelled`` is the handler's ``ctx.cancelled``, set on a cancel and
+    when the slot is given up (a handler that honours it stops then);
     ``log`` buffers what the handler logs (``ctx.log``)."""
 
     job: JobRecord
@@ -237,6 +238,7 @@ class Holdings:
             for job_id, slot in list(self._running.items()):
                 if slot.deadline is not None and mono_now >= slot.deadline:
                     slot.abandoned = True
+                    slot.cancelled.cancel(TIMED_OUT)
                     del self._running[job_id]
                     expired.append(slot)
         return expired
@@ -253,11 +255,13 @@ class Holdings:
             return True
 
     def abandon_running(self) -> list[Slot]:
-        """At the end of a stop's grace: every running slot, marked abandoned and let go."""
+        """At the end of a stop's grace: every running slot, marked abandoned,
+        its handler told (``ctx.cancelled``), and let go."""
         with self.lock:
             leftover = list(self._running.values())
             for s in leftover:
                 s.abandoned = True
+                s.cancelled.cancel(RELEASED)
             self._running.clear()
         return leftover
 

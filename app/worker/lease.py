@@ -33,6 +33,10 @@ from jobdeck.store import JobRecord
 
 LEASE_LOST = "lease lost"
 """``ctx.cancel_reason`` when the pool lost its lease."""
+TIMED_OUT = "timed out"
+"""``ctx.cancel_reason`` when the handler ran past its type's timeout."""
+RELEASED = "released at shutdown"
+"""``ctx.cancel_reason`` when a stop's grace ended with the handler still running."""
 
 
 class CancelSignal(threading.Event):
