@@ -31,6 +31,14 @@ if pydantic is not None:
         order_id: int = pydantic.Field(alias="orderId")
         note: str | None = None
 
+    class Connection:
+        """A type pydantic holds (``arbitrary_types_allowed``) and cannot describe in a JSON Schema."""
+
+    class WithConnection(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(arbitrary_types_allowed=True)
+        connection: Connection | None = None
+        n: int
+
     class Guarded(pydantic.BaseModel):
         amount: int
 
@@ -262,3 +270,23 @@ def test_a_huge_key_is_named_cut_short(make_deck: Callable[..., Jobdeck], regist
         refusal = answer.get_json()
         assert len(refusal["field"]) <= 81 and len(refusal["error"]) < 500, refusal["field"][:100]
         assert refusal["field"].startswith("payload.kkk") and refusal["field"].endswith("…")
+
+
+@pytest.mark.skipif(pydantic is None, reason="pydantic is optional and not installed")
+def test_a_pydantic_model_without_a_json_schema_still_registers_and_is_checked(
+    make_deck: Callable[..., Jobdeck], registry: Registry
+) -> None:
+    """Before typed payloads such a handler registered; the schema is only
+    for the OpenAPI document, so the document shows any object instead."""
+
+    def connect(payload: WithConnection, ctx: JobContext) -> int:
+        return payload.n
+
+    handle = registry.handler("t.connect")(connect)
+    deck = make_deck()
+    with pytest.raises(InvalidField, match=r"^payload\.n: "):
+        handle.enqueue(deck=deck)
+    assert handle.enqueue(n=3, deck=deck).job.payload == {"n": 3}
+    doc = create_app(deck=deck).test_client().get("/api/openapi.json")
+    assert doc.status_code == 200
+    assert doc.get_json()["components"]["schemas"]["Payload.t.connect"]["type"] == "object"
