@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jobdeck.jobs.flow import NO_KEY, START_SLACK, Flow, FlowLimit, Limits, shown_key
-from jobdeck.store import JobRecord, Store
+from jobdeck.store import JobRecord, Store, flow_pipelined
 from jobdeck.store import flow as store_flow
 
 
@@ -31,6 +31,8 @@ class FlowClaim:
         self._monotonic = monotonic
         self._cursors: dict[str, str] = dict.fromkeys(flow.keyed_columns, "")
         self._pruned: dict[str, float] = {}
+        self._blocked: tuple[list[str], list[str]] = ([], [])
+        """What the last claim's reads blocked (PostgreSQL's head read goes with them)."""
         self._lock = threading.Lock()
 
     def _window_start(self, limit: FlowLimit, now: datetime) -> datetime:
@@ -61,11 +63,16 @@ class FlowClaim:
         rated = [(f.ident, self._window_start(f, now), bool(f.rate_key)) for f in self.flow.rated]
         with self._lock:
             walks = dict(self._cursors)
-        claimed, cursors = store_flow.claim_flow(
-            store, worker_id, now, limit=limit, types=types, queues=queues, skip_queues=sorted(paused),
-            walks=walks, rated=rated, prune=self._to_prune(now), blocked=self.blocked,
-            pick=lambda r, c: self.pick(r, c, limit),
+        args = dict(
+            limit=limit, types=types, queues=queues, skip_queues=sorted(paused), walks=walks, rated=rated,
+            prune=self._to_prune(now), blocked=self.blocked, pick=lambda r, c: self.pick(r, c, limit),
         )  # fmt: skip
+        if store.sqlite:
+            claimed, cursors = store_flow.claim_flow(store, worker_id, now, **args)
+        else:
+            claimed, cursors, self._blocked = flow_pipelined.claim_flow(
+                store, worker_id, now, guess=self._blocked, **args
+            )
         with self._lock:
             self._cursors.update(cursors)
         return claimed

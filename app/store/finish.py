@@ -52,9 +52,11 @@ class Finishing(Graph, Claiming):
                 accepted = self.complete_many(outcomes, now)
                 if before_claim is not None:
                     before_claim()
+                self._joined.last = True  # nothing follows the claim but the commit
                 claimed = self.claim(worker_id, now, limit=limit, types=types, queues=queues) if limit > 0 else []
             finally:
                 self._joined.conn = None
+                self._joined.last = False
         return accepted, claimed
 
     def complete_many(self, outcomes: Sequence[Outcome], now: datetime) -> list[int]:

@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Any
 
 from jobdeck.core.states import State, Transition, sources
-from jobdeck.store.models import CLAIMABLE_STATES, jobs, status_in
+from jobdeck.store.models import CLAIMABLE_STATES, flow_starts, jobs, status_in
 from jobdeck.store.postgres import CHANNEL
 from jobdeck.store.sqlite import Prepared
 from sqlalchemy import (
@@ -33,6 +33,7 @@ from sqlalchemy import (
     BigInteger,
     Integer,
     Select,
+    String,
     and_,
     any_,
     bindparam,
@@ -326,6 +327,33 @@ def claim_ids(n: int) -> Prepared:
         .returning(*CLAIM_COLUMNS)
     )
     return Prepared(stmt, ["worker", "now", *names("id_", n)])
+
+
+@lru_cache(maxsize=512)
+def claim_ids_logging(n: int) -> Prepared:
+    """PostgreSQL: ``claim_ids(n)`` and, in the same statement, the flow
+    starts of the jobs it claimed (a picked job that another transaction
+    took or ended meanwhile is not claimed, and its starts are not logged).
+    Values: worker, now, *ids, then the starts as three arrays, one element
+    a start: the job's id, the limit, the key."""
+    claimed = claim_ids(n).stmt.cte("claimed")
+    start = (
+        func.unnest(
+            bindparam("start_ids", type_=ARRAY(BigInteger)),
+            bindparam("start_limits", type_=ARRAY(String)),
+            bindparam("start_keys", type_=ARRAY(String)),
+        )
+        .table_valued("id", "limit_name", "key")
+        .render_derived(name="start")
+    )
+    started = (
+        select(start.c.limit_name, start.c.key, NOW, func.count())
+        .join(claimed, claimed.c.id == start.c.id)
+        .group_by(start.c.limit_name, start.c.key)
+    )
+    logged = insert(flow_starts).from_select(["limit_name", "key", "started_at", "count"], started)
+    stmt = select(claimed).add_cte(logged.cte("logged"))
+    return Prepared(stmt, ["worker", "now", *names("id_", n), "start_ids", "start_limits", "start_keys"])
 
 
 def among(picked: Any, dialect: str) -> ColumnElement[bool]:

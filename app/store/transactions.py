@@ -209,6 +209,12 @@ class Transactions:
         one statement runs alone in autocommit (``single``, ``alone``)."""
         return self._autocommit is not None and not self._joining()
 
+    def last_in_transaction(self) -> bool:
+        """The statement about to run in this thread's joined transaction is
+        its last (``complete_and_claim``'s claim): a driver-level write may
+        send the COMMIT with it, in one round trip (``flow_pipelined``)."""
+        return getattr(self._joined, "last", False)
+
     def _joining(self) -> bool:
         """A transaction of this thread is open that the store's writes join (``write``)."""
         return getattr(self._joined, "conn", None) is not None

@@ -169,6 +169,12 @@ MUTATIONS: list[Mutation] = [
         '.where(jobs.c.id.in_(binds("id_", n, BigInteger())), jobs.c.available_at <= NOW)',
         "claim_ids (the limited claim): drop status IN (...)",
     ),
+    Mutation(
+        STATEMENTS,
+        ".join(claimed, claimed.c.id == start.c.id)",
+        ".join(claimed, claimed.c.id == claimed.c.id)",
+        "claim_ids_logging (PostgreSQL's flow claim): log each start once per job claimed, not its own job's",
+    ),
     # -- release, rescue
     Mutation(
         ATTEMPTS,
