@@ -51,10 +51,10 @@ async def arefuses(payload: dict[str, Any], ctx: JobContext) -> None:
     refuses(payload, ctx)
 
 
-def hold(payload: dict[str, Any], ctx: JobContext) -> str:
+def hold(payload: dict[str, Any], ctx: JobContext) -> int:
     """Writes its pid to ``started``, then waits for the test's ``go`` file;
     a cancel ends the wait (writing ``stopped``) unless ``payload["deaf"]``.
-    Writes ``finished`` when it returns."""
+    Writes ``finished`` when it returns its attempt's number."""
     _mark(payload, "started", str(os.getpid()))
     go = Path(payload["dir"], "go")
     while not go.exists():
@@ -64,10 +64,10 @@ def hold(payload: dict[str, Any], ctx: JobContext) -> str:
             _mark(payload, "stopped", str(ctx.cancel_reason))
             ctx.check_cancelled()
     _mark(payload, "finished")
-    return "late"
+    return ctx.attempt
 
 
-async def ahold(payload: dict[str, Any], ctx: JobContext) -> str:
+async def ahold(payload: dict[str, Any], ctx: JobContext) -> int:
     _mark(payload, "started", str(os.getpid()))
     go = Path(payload["dir"], "go")
     try:
@@ -79,7 +79,7 @@ async def ahold(payload: dict[str, Any], ctx: JobContext) -> str:
         _mark(payload, "stopped", str(ctx.cancel_reason))
         raise
     _mark(payload, "finished")
-    return "late"
+    return ctx.attempt
 
 
 def snoozes(payload: dict[str, Any], ctx: JobContext) -> int:
