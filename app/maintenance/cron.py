@@ -38,6 +38,7 @@ from typing import Any
 
 from jobdeck import actions
 from jobdeck.core.config import ConfigError
+from jobdeck.core.errors import JobdeckError
 from jobdeck.maintenance.schedule_entries import (
     Schedule,
     Targets,
@@ -162,10 +163,10 @@ class Periodic:
         if not passed:
             return []  # nothing to write: most ticks end here
         fires.sort(key=lambda fire: fire[0].workflow is not None)  # the jobs, then the workflows
-        jobs = [(s, f) for s, f in fires if s.workflow is None]
+        jobs, news = self._new_jobs([(s, f) for s, f in fires if s.workflow is None], now)
+        fires = jobs + [(s, f) for s, f in fires if s.workflow is not None]
         ids: list[int] = []
         if jobs:
-            news = [self._new_job(s, f, fire_key(s.name, f), now) for s, f in jobs]
             ids = self.store.enqueue_many(news, now)
         if len(jobs) < len(fires):
             ids += [first_job(w) for w in self._enqueue_workflows(fires[len(jobs) :], now)]
@@ -180,6 +181,22 @@ class Periodic:
         ``Graph.enqueue_workflows``)."""
         news = [self._new_workflow(s, f, fire_key(s.name, f)) for s, f in fires]
         return self.store.enqueue_workflows(news, now)
+
+    def _new_jobs(
+        self, fires: list[tuple[Schedule, datetime]], now: datetime
+    ) -> tuple[list[tuple[Schedule, datetime]], list[NewJob]]:
+        """The fires' jobs, each checked again as an enqueue: a check that held
+        when the schedule was read (a typed payload's own) may refuse one now,
+        and that fire is skipped, said in the log, instead of every schedule's."""
+        kept, news = [], []
+        for s, f in fires:
+            try:
+                news.append(self._new_job(s, f, fire_key(s.name, f), now))
+            except JobdeckError as exc:
+                log.error("schedule %s: its fire for %s is not enqueued: %s", s.name, f.isoformat(), exc)
+                continue
+            kept.append((s, f))
+        return kept, news
 
     def _new_job(self, s: Schedule, fire: datetime, key: str, now: datetime) -> NewJob:
         with self.targets.fire_span(s.name, fire):

@@ -290,3 +290,43 @@ def test_a_pydantic_model_without_a_json_schema_still_registers_and_is_checked(
     doc = create_app(deck=deck).test_client().get("/api/openapi.json")
     assert doc.status_code == 200
     assert doc.get_json()["components"]["schemas"]["Payload.t.connect"]["type"] == "object"
+
+
+_CLOSED = {"today": False}
+
+
+@dataclass
+class Report:
+    name: str
+
+    def __post_init__(self) -> None:
+        if _CLOSED["today"]:  # a check that depends on the day: valid when the schedule was read
+            raise ValueError("reports are closed today")
+
+
+def _report(payload: Report, ctx: JobContext) -> None:
+    return None
+
+
+def test_a_schedule_refused_at_its_fire_does_not_stop_the_others(registry: Registry, deck: Jobdeck) -> None:
+    """A typed payload runs the user's checks at every fire; one that refuses
+    must cost its own schedule's fire, not every schedule's, every tick."""
+    from datetime import UTC, datetime
+
+    from jobdeck.maintenance.cron import Periodic, parse_schedules
+
+    registry.handler("t.report")(_report)
+    targets = deck.schedules.targets
+    entries = [{"name": "report", "cron": "* * * * *", "type": "t.report", "payload": {"name": "sales"}},
+               {"name": "tick", "cron": "* * * * *", "type": "demo.noop", "payload": {}}]  # fmt: skip
+    periodic = Periodic(deck.store, parse_schedules(entries, targets), targets, 1.0, health=deck.schedule_health.view)
+    start = datetime(2026, 1, 1, 12, 0, 30, tzinfo=UTC)
+    periodic.enqueue_due_once(start)
+    _CLOSED["today"] = True
+    try:
+        ids = periodic.enqueue_due_once(start.replace(minute=1))
+    finally:
+        _CLOSED["today"] = False
+    assert [deck.store.get(i).type for i in ids] == ["demo.noop"], "the other schedule fired"
+    ids = periodic.enqueue_due_once(start.replace(minute=2))
+    assert sorted(deck.store.get(i).type for i in ids) == ["demo.noop", "t.report"], "and the refused one fires again"
