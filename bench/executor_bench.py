@@ -9,8 +9,8 @@ Usage: ``python3 -m bench.executor_bench [--quick] [--rounds N]
   the handler on the pool's event loop, ``async_concurrency`` 100),
   Procrastinate's async worker (concurrency 100) and PgQueuer (uvloop,
   ``batch_size=250``), measured by ``bench/peers/pg_harness.py`` as scenario
-  10 measures them; arq (``max_jobs=100``, burst mode) on the local Redis
-  (``bench/peers/exec_peers.py``).
+  10 measures them; arq (``max_jobs=100``, burst mode) and SAQ
+  (``concurrency=100``) on the local Redis (``bench/peers/exec_peers.py``).
 - ``process``: what running a job in a child process costs over running
   it in the worker, per job, on the same no-op, 2 slots each: Jobdeck's
   thread executor against its process executor (``workers = 2``,
@@ -23,7 +23,7 @@ Usage: ``python3 -m bench.executor_bench [--quick] [--rounds N]
 Each round runs every system once, in an order rotated by the round;
 ratios are taken within a round, then their median is reported. The peers
 are installed on first use: Procrastinate into ``bench/.venv``, PgQueuer
-into ``bench/.venv-pgqueuer`` (``bench/pg_bench.py``), arq, Celery and RQ
+into ``bench/.venv-pgqueuer`` (``bench/pg_bench.py``), arq, SAQ, Celery and RQ
 into ``bench/.venv-exec`` (``EXEC_PINS``). A peer that does not install
 is left out with a note; the run goes on.
 """
@@ -50,16 +50,16 @@ from bench import pg_bench  # noqa: E402
 from bench.common import NOOP, REPO, machine, make_deck  # noqa: E402
 
 EXEC_VENV = REPO / "bench" / ".venv-exec"
-EXEC_PINS = ["celery[redis]==5.6.0", "arq==0.28.0", "rq==3.0.0", "redis==5.3.1"]
+EXEC_PINS = ["celery[redis]==5.6.0", "arq==0.28.0", "saq==0.26.4", "rq==3.0.0", "redis==5.3.1"]
 PEERS_DIR = REPO / "bench" / "peers"
 WARM = 50
 FULL = {"async": 10_000, "jobdeck": 5_000, "celery": 2_000, "rq": 500, "rounds": 3}
 QUICK = {"async": 2_000, "jobdeck": 1_000, "celery": 500, "rq": 100, "rounds": 1}
 TINY = {"async": 200, "jobdeck": 500, "celery": 100, "rq": 20, "rounds": 1}
-ASYNC = ("jobdeck", "procrastinate", "pgqueuer", "arq")
+ASYNC = ("jobdeck", "procrastinate", "pgqueuer", "arq", "saq")
 PAIRS = {"jobdeck": ("thread", "process"), "celery": ("celery-threads", "celery-prefork"),
          "rq": ("rq-simple", "rq-fork")}  # fmt: skip
-LABELS = {"jobdeck": "Jobdeck", "procrastinate": "Procrastinate", "pgqueuer": "PgQueuer", "arq": "arq",
+LABELS = {"jobdeck": "Jobdeck", "procrastinate": "Procrastinate", "pgqueuer": "PgQueuer", "arq": "arq", "saq": "SAQ",
           "celery": "Celery", "rq": "RQ"}  # fmt: skip
 HOW = {"jobdeck": "thread executor / process executor, 2 slots, SQLite FULL",
        "celery": "threads pool / prefork pool, `-c 2`, Redis broker",
@@ -312,7 +312,7 @@ def run(counts: dict[str, int], parts: set[str], peers: bool = True, rounds: int
     if "process" in parts:
         result["process"] = process_rounds(counts, rounds, peers, log)
     if peers and EXEC_VENV.exists():
-        result["versions"] = versions(EXEC_VENV / "bin" / "python", ["arq", "celery", "rq", "redis"])
+        result["versions"] = versions(EXEC_VENV / "bin" / "python", ["arq", "saq", "celery", "rq", "redis"])
     result["seconds"] = time.monotonic() - t0
     return result
 

@@ -6,6 +6,9 @@ once in a fresh process and prints one JSON line.
   no-op jobs, ``max_jobs=100`` (Jobdeck's ``async_concurrency`` and
   Procrastinate's concurrency in the same table), burst mode; jobs/s from
   the worker's start until it has found the queue empty.
+- ``saq N``: SAQ's worker, ``concurrency=100``, the same ``async def``
+  no-op; jobs/s from the worker's start until its ``after_process`` hook
+  has counted ``N`` jobs.
 - ``celery-prefork N`` / ``celery-threads N``: a Celery worker with 2
   slots (``-c 2``), prefork processes or threads, Redis broker, results
   ignored; ``rq-fork N`` / ``rq-simple N``: 2 RQ worker processes in burst
@@ -60,6 +63,41 @@ def arq_drain(n: int) -> dict[str, float]:
     if worker.jobs_complete != n:
         raise RuntimeError(f"arq completed {worker.jobs_complete} of {n} ({worker.jobs_failed} failed)")
     return {"rate": n / elapsed, "seconds": elapsed}
+
+
+async def saq_noop(ctx: dict[str, Any]) -> None:
+    """SAQ's no-op, an ``async def`` too."""
+
+
+def saq_drain(n: int) -> dict[str, float]:
+    from saq import Queue, Worker
+
+    async def drain() -> dict[str, float]:
+        queue = Queue.from_url("redis://127.0.0.1:6379/12")
+        await queue.connect()
+        await queue.redis.flushdb()
+        for start in range(0, n, 500):
+            await asyncio.gather(*(queue.enqueue("saq_noop") for _ in range(min(500, n - start))))
+        done, finished = [0], asyncio.Event()
+
+        async def after(ctx: dict[str, Any]) -> None:
+            done[0] += 1
+            if done[0] >= n:
+                finished.set()
+
+        worker = Worker(queue, functions=[saq_noop], concurrency=100, after_process=after)
+        t0 = time.perf_counter()
+        running = asyncio.create_task(worker.start())
+        try:
+            await asyncio.wait_for(finished.wait(), timeout=60 + n / 20)
+        finally:
+            elapsed = time.perf_counter() - t0
+            await worker.stop()
+            running.cancel()
+        await queue.disconnect()
+        return {"rate": n / elapsed, "seconds": elapsed}
+
+    return asyncio.run(drain())
 
 
 # -- Celery and RQ: a worker process started on a full queue, timed by the counter ----
@@ -149,5 +187,7 @@ def _check(procs: list[subprocess.Popen[bytes]], deadline: float, done: int, end
 
 if __name__ == "__main__":
     system, count = sys.argv[1], int(sys.argv[2])
-    result = arq_drain(count) if system == "arq" else counted_drain(system, count)
+    result = (
+        arq_drain(count) if system == "arq" else saq_drain(count) if system == "saq" else counted_drain(system, count)
+    )
     print(json.dumps(result), flush=True)
