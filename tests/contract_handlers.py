@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +148,41 @@ async def akeeps(payload: dict[str, Any], ctx: JobContext) -> int:
     return keeps(payload, ctx)
 
 
+def surface(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """What every ``ctx`` offers beyond the steps above: its batch, and the
+    deprecated ``once`` (True the first time only), which still warns."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        once = [ctx.once(payload["key"]), ctx.once(payload["key"])]
+    warned = sum(issubclass(w.category, DeprecationWarning) for w in caught)
+    return {"batch_id": ctx.batch_id, "once": once, "warned": warned}
+
+
+async def asurface(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    await asyncio.sleep(0)
+    return surface(payload, ctx)
+
+
+async def aeffects(payload: dict[str, Any], ctx: JobContext) -> Any:
+    """``await ctx.aeffect`` twice with one key, another task of the handler
+    running meanwhile: the second is the first's result, performed once."""
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.001)
+
+    ticker = asyncio.ensure_future(tick())
+    try:
+        first = await ctx.aeffect(payload["key"], lambda: _acharge(payload))  # type: ignore[attr-defined]
+        again = await ctx.aeffect(payload["key"], lambda: _acharge(payload))  # type: ignore[attr-defined]
+    finally:
+        ticker.cancel()
+    return {"first": first, "again": again, "pid": os.getpid(), "ticked": ticks > 0}
+
+
 RETRIES = {"max_retries": 2, "backoff_base": 0.01, "backoff_cap": 0.01}
 HANDLERS: dict[str, tuple[Any, Any, dict[str, Any]]] = {
     "contract.echo": (echo, aecho, {}),
@@ -158,7 +194,10 @@ HANDLERS: dict[str, tuple[Any, Any, dict[str, Any]]] = {
     "contract.charges": (charges, acharges, RETRIES),
     "contract.logs": (logs, alogs, {}),
     "contract.keeps": (keeps, akeeps, {}),
+    "contract.surface": (surface, asurface, {}),
 }
+ASYNC_ONLY: dict[str, tuple[Any, dict[str, Any]]] = {"contract.aeffects": (aeffects, {"max_retries": 0})}
+"""Async on every executor: on ``process`` in a child (on a loop of its own), on the others on the pool's loop."""
 
 
 def register(reg: Registry, executor: str) -> None:
@@ -168,3 +207,5 @@ def register(reg: Registry, executor: str) -> None:
             reg.handler(name, **options)(afn)
         else:
             reg.handler(name, executor=executor, **options)(fn)
+    for name, (afn, options) in ASYNC_ONLY.items():
+        reg.handler(name, **({"executor": "process"} if executor == "process" else {}), **options)(afn)

@@ -38,6 +38,7 @@ def _mine(client: Any, worker_id: str) -> dict[str, Any] | None:
     return next((w for w in body["workers"] if w["id"] == worker_id), None)
 
 
+@pytest.mark.slow  # starts child interpreters
 def test_each_pool_shows_its_executors_children_and_loop_lag(make_config, tmp_path: Path) -> None:
     registry = Registry()
     process_handlers.register(registry, **{"proc.sleeps": {"timeout": 30}, "proc.segfaults": {}})

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -192,6 +193,32 @@ def test_an_effect_is_performed_once_and_an_unknown_outcome_is_left_for_a_person
     assert (unknown.state, unknown.attempt) == (EffectState.STARTED, 1), "started, never said done"
 
 
+def test_an_async_effect_is_performed_once_while_the_handler_s_other_tasks_run(contract: Contract) -> None:
+    job = contract.enqueue("contract.aeffects", key="charge:async")
+    with contract.running():
+        done = contract.ends(job, State.COMPLETED)
+    assert done.result["first"] == done.result["again"] == {"receipt": "charge:async"}
+    assert done.result["ticked"], "the handler's other task ran while the effect was recorded"
+    assert (done.result["pid"] != os.getpid()) == (contract.executor == "process")
+    assert (contract.folder / "charges").read_text().split() == ["charge:async"], "performed once"
+    record = contract.deck.store.ledger.get("charge:async")
+    assert (record.state, record.job_id, record.result) == (EffectState.DONE, job, {"receipt": "charge:async"})
+
+
+def test_ctx_names_its_batch_and_the_deprecated_once_still_holds(contract: Contract) -> None:
+    batch = contract.deck.batch()
+    inside = batch.add("contract.surface", {"dir": str(contract.folder), "key": "once:in"})
+    batch.close()
+    with contract.running():  # one at a time: the handler's catch_warnings is process-wide
+        found = contract.ends(inside, State.COMPLETED).result
+        alone = contract.enqueue("contract.surface", key="once:alone")
+        outside = contract.ends(alone, State.COMPLETED).result
+    assert found == {"batch_id": batch.id, "once": [True, False], "warned": 2}
+    assert outside == {"batch_id": None, "once": [True, False], "warned": 2}
+    assert contract.outcomes(inside) == [AttemptOutcome.COMPLETED]
+    assert contract.deck.store.ledger.get("once:in").state is EffectState.DONE
+
+
 def test_log_lines_and_progress_are_kept_with_the_attempt(contract: Contract) -> None:
     job = contract.enqueue("contract.logs", name="report")
     with contract.running():
@@ -255,3 +282,19 @@ def test_a_result_after_the_job_was_rescued_elsewhere_is_refused(contract: Contr
     assert done.result == 2, "the first attempt's late result did not land"
     assert contract.outcomes(job) == [AttemptOutcome.STALLED, AttemptOutcome.COMPLETED]
     assert contract.deck.store.attempts_of(job)[1].attempt == 2
+
+
+def test_a_child_s_ctx_offers_what_a_thread_s_and_the_loop_s_ctx_offer() -> None:
+    """Every public name of ``JobContext`` and ``AsyncJobContext`` is on the
+    child's context too, but ``store``: the child never opens the database."""
+    from jobdeck.jobs.async_context import AsyncJobContext
+    from jobdeck.worker.child_context import ChildContext
+
+    def public(thing: object) -> set[str]:
+        return {name for name in dir(thing) if not name.startswith("_")}
+
+    set_in_init = {"store", "job_id", "attempt", "retries", "worker_id", "type", "log", "cancelled", "trace"}
+    wanted = public(AsyncJobContext) | set_in_init
+    job = {"id": 1, "attempt": 1, "retries": 0, "type": "t", "worker_id": "w"}
+    offered = public(ChildContext(SimpleNamespace(ctx=None), job))  # type: ignore[arg-type]
+    assert wanted - offered == {"store"}

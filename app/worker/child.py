@@ -33,12 +33,13 @@ import threading
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any, NoReturn
+from typing import Any
 
-from jobdeck.core.errors import Cancelled, EffectNotPerformed
+from jobdeck.core.errors import Cancelled
 from jobdeck.jobs.handlers import HandlerSpec, is_async_callable
 from jobdeck.jobs.payloads import shape_of, typed_call
 from jobdeck.jobs.snooze import Snooze
+from jobdeck.worker.child_context import ChildContext
 from jobdeck.worker.results import storable_result
 
 PR_SET_PDEATHSIG = 1
@@ -48,102 +49,6 @@ def die_with_parent() -> None:
     """Ask the kernel for SIGKILL when the parent process ends (Linux only; elsewhere the pipe watch)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-class ChildLog:
-    """``ctx.log`` in the child: each line goes to the parent, which keeps it with the attempt."""
-
-    def __init__(self, send: Callable[..., None]) -> None:
-        self._send = send
-
-    def __call__(self, message: object, *args: Any, level: str = "info") -> None:
-        try:
-            text = str(message) % args if args else str(message)
-        except (TypeError, ValueError):
-            text = f"{message} {args!r}"
-        self._send("log", level, text)
-
-    def debug(self, message: object, *args: Any) -> None:
-        self(message, *args, level="debug")
-
-    def info(self, message: object, *args: Any) -> None:
-        self(message, *args, level="info")
-
-    def warning(self, message: object, *args: Any) -> None:
-        self(message, *args, level="warning")
-
-    def error(self, message: object, *args: Any) -> None:
-        self(message, *args, level="error")
-
-    def critical(self, message: object, *args: Any) -> None:
-        self(message, *args, level="critical")
-
-
-class ChildContext:
-    """What a handler in a child process gets besides its payload: the
-    ``ctx`` of a thread's handler, its database writes done by the parent."""
-
-    def __init__(self, child: Child, job: dict[str, Any]) -> None:
-        self._child = child
-        self.job_id: int = job["id"]
-        self.attempt: int = job["attempt"]
-        self.retries: int = job["retries"]
-        self.type: str = job["type"]
-        self.worker_id: str = job["worker_id"]
-        self.cancelled = threading.Event()
-        self.cancel_reason: str | None = None
-        self.log = ChildLog(self._send)
-        self.trace: Any = None
-
-    def _send(self, *message: Any) -> None:
-        """Send for this attempt only: a thread the handler left behind that
-        logs after the attempt ended must not write into the next job's."""
-        if self._child.ctx is self:
-            self._child.send(*message)
-
-    def _call(self, name: str, *args: Any) -> Any:
-        if self._child.ctx is not self:
-            raise RuntimeError(f"ctx.{name.split('_')[0]} of job {self.job_id}: its attempt has ended")
-        return self._child.call(name, *args)
-
-    def check_cancelled(self) -> None:
-        if self.cancelled.is_set():
-            raise Cancelled(self.job_id)
-
-    def snooze(self, seconds: float, reason: str | None = None) -> NoReturn:
-        raise Snooze(seconds, reason)
-
-    def progress(self, fraction: float | None, message: str | None = None) -> None:
-        self._send("progress", fraction, message)
-
-    def artifact(self, name: str, data_or_path: Any, content_type: str | None = None) -> Any:
-        if isinstance(data_or_path, os.PathLike):
-            with open(data_or_path, "rb") as fh:
-                data_or_path = fh.read()
-        return self._call("artifact", name, data_or_path, content_type)
-
-    def rate_limited(self, seconds: float) -> NoReturn:
-        from jobdeck.jobs.flow import RateLimited
-
-        self._call("rate_limited", seconds)
-        raise RateLimited(float(seconds))
-
-    def dependency_results(self) -> dict[str, Any]:
-        return dict(self._call("dependency_results"))
-
-    def effect(self, key: str, fn: Callable[..., Any], *, replay_safe: bool = False) -> Any:
-        """``ctx.effect``, two-phase as on a thread: the parent records the
-        key ``started`` (or answers with an earlier attempt's result), the
-        child performs ``fn``, the parent records it ``done``."""
-        decided, value = self._call("effect_begin", key, replay_safe)
-        if decided == "skip":
-            return value
-        try:
-            result = fn(key) if replay_safe else fn()
-        except EffectNotPerformed:
-            self._call("effect_withdraw", key)
-            raise
-        return self._call("effect_done", key, as_json(result))
 
 
 class Child:
@@ -234,18 +139,6 @@ class Child:
         except BaseException as exc:  # SystemExit too: the handler's failure, as on a thread
             resource.setrlimit(resource.RLIMIT_AS, saved)
             return ("error", describe(exc, traceback.format_exc()), peak_rss())
-
-
-def as_json(value: Any) -> str:
-    """An effect's value as strict JSON text, or its repr as a JSON string, as the ledger keeps it."""
-    try:
-        return json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError, RecursionError):
-        try:
-            text = repr(value)
-        except Exception:
-            text = f"<unrepresentable {type(value).__name__}>"
-        return json.dumps(text)
 
 
 def _no_handler(payload: Any, ctx: Any) -> None:

@@ -25,6 +25,7 @@ import contextlib
 import json
 import pickle
 import time
+import warnings
 from collections.abc import Collection
 from typing import Any
 
@@ -221,6 +222,12 @@ def _call(child: ChildProcess, ctx: JobContext, call_id: int, name: str, args: t
             value = None
         elif name == "dependency_results":
             value = ctx.dependency_results()
+        elif name == "batch_id":
+            value = ctx.batch_id
+        elif name == "once":
+            with warnings.catch_warnings():  # the child warned its handler already
+                warnings.simplefilter("ignore", DeprecationWarning)
+                value = ctx.once(args[0])
         elif name == "effect_begin":
             value = effect_begin(ctx, *args)
         elif name == "effect_withdraw":
