@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from jobdeck.core.errors import DeadLetter
+from jobdeck.core.errors import Cancelled, DeadLetter
 from jobdeck.jobs.handlers import JobContext, Registry
 
 
@@ -76,7 +76,7 @@ async def ahold(payload: dict[str, Any], ctx: JobContext) -> int:
             await asyncio.sleep(0.01)
             if not payload.get("deaf"):
                 ctx.check_cancelled()
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, Cancelled):  # the task's cancel, or the handler's own check
         _mark(payload, "stopped", str(ctx.cancel_reason))
         raise
     _mark(payload, "finished")

@@ -154,6 +154,22 @@ def test_past_its_timeout_the_attempt_fails_and_its_late_result_is_refused(contr
     assert contract.outcomes(job) == [AttemptOutcome.TIMED_OUT]
 
 
+def test_a_handler_past_its_timeout_is_stopped_or_told(contract: Contract) -> None:
+    job = contract.enqueue("contract.hangs")
+    with contract.running():
+        pid = contract.started()
+        dead = contract.ends(job, State.DEAD)
+        if contract.executor == "process":
+            wait_for(lambda: exited(pid), timeout=5, message="the timed-out child is gone")
+        else:  # a thread cannot be killed: its handler is told, and stops if it listens
+            stopped = contract.folder / "stopped"
+            told = wait_for(lambda: stopped.exists() and stopped.read_text(), timeout=WAIT, message="it is told")
+            assert told == "timed out"
+    assert not contract.finished()
+    assert (dead.error or "").startswith("timed out after 0.5 s") and dead.result is None
+    assert contract.outcomes(job) == [AttemptOutcome.TIMED_OUT]
+
+
 def test_a_cancel_stops_a_running_handler_and_the_job_ends_cancelled(contract: Contract) -> None:
     job = contract.enqueue("contract.hold")
     with contract.running():
