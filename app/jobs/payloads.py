@@ -325,6 +325,11 @@ def _object(cls: type, kind: str, seen: dict[type, Any]) -> tuple[Load, Schema]:
         hints = typing.get_type_hints(cls)
     except Exception as exc:
         raise TypeError(f"payload type {cls.__qualname__}: its annotations do not resolve ({exc})") from None
+    for name, hint in hints.items():  # given to __init__, never kept: an enqueued instance would run with its default
+        if isinstance(hint, dataclasses.InitVar):
+            raise TypeError(
+                f"payload type {cls.__qualname__}: its InitVar {name} is not kept, so no payload carries it"
+            )
     if kind == "dataclass":
         fields = [f for f in dataclasses.fields(cls) if f.init]
         names = [f.name for f in fields]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 import pytest
@@ -330,3 +330,27 @@ def test_a_schedule_refused_at_its_fire_does_not_stop_the_others(registry: Regis
     assert [deck.store.get(i).type for i in ids] == ["demo.noop"], "the other schedule fired"
     ids = periodic.enqueue_due_once(start.replace(minute=2))
     assert sorted(deck.store.get(i).type for i in ids) == ["demo.noop", "t.report"], "and the refused one fires again"
+
+
+@dataclass
+class Scaled:
+    amount: int
+    scale: InitVar[int] = 1
+    scaled: int = field(init=False, default=0)
+
+    def __post_init__(self, scale: int) -> None:
+        self.scaled = self.amount * scale
+
+
+def test_a_dataclass_with_an_initvar_is_refused_at_registration(registry: Registry) -> None:
+    """An InitVar is given to ``__init__`` and not kept: an instance enqueued
+    would be stored without it and run with its default, another value than
+    the one enqueued (``Scaled(1, scale=3)`` ran as ``Scaled(1, scale=1)``)."""
+
+    def charge(payload: Any, ctx: JobContext) -> int:
+        return payload.scaled
+
+    charge.__annotations__["payload"] = Scaled
+    with pytest.raises(ValueError, match=r"^t\.scaled: payload type .*Scaled: its InitVar scale is not kept"):
+        registry.handler("t.scaled")(charge)
+    assert registry.get("t.scaled") is None
