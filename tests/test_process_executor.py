@@ -19,6 +19,7 @@ from jobdeck.jobs.handlers import Registry
 from jobdeck.runtime import pool_for
 from jobdeck.store.artifacts import get_artifact
 from jobdeck.store.joblogs import lines_of
+from jobdeck.worker import process_run
 from jobdeck.worker.pool import WorkerPool
 
 from tests import process_handlers
@@ -183,6 +184,45 @@ def test_a_child_that_crashes_fails_its_job_with_how_it_ended(proc_deck) -> None
         after = deck.enqueue("proc.echo", {"value": 2}).job
         assert ends(deck, after.id, State.COMPLETED).result["echo"] == 2
         assert pool.executors.children.restarts["crash"] == 2
+
+
+class Garbled:
+    """Pickles here; unpickling it in the child calls ``int("garbled")``, which raises there."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (int, ("garbled",))
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (lambda call_id: ("reply", call_id, True, Garbled()), "ValueError: invalid literal for int()"),
+        (lambda call_id: 42, "TypeError: 'int' object is not subscriptable"),
+    ],
+    ids=["unpicklable", "malformed"],
+)
+def test_a_message_the_child_cannot_read_fails_the_job_at_once(proc_deck, tmp_path, monkeypatch, answer, why) -> None:
+    """Its pipe reader used to die on it, and the handler waited for the lost
+    answer until its timeout: now the job fails at once, saying why, and the
+    child is replaced."""
+    deck = proc_deck({"proc.charges": {"timeout": 600}})
+    answered = process_run._call
+
+    def garbles(child: Any, ctx: Any, call_id: int, name: str, args: tuple[Any, ...]) -> None:
+        if name != "effect_begin":
+            return answered(child, ctx, call_id, name, args)
+        child.conn.send(answer(call_id))
+
+    monkeypatch.setattr(process_run, "_call", garbles)
+    mark = tmp_path / "charges"
+    job = deck.enqueue("proc.charges", {"order": 7, "mark": str(mark)}).job
+    with running(deck) as pool:
+        failed = ends(deck, job.id, State.DEAD, timeout=60)  # long before its 600 s timeout
+        assert pool.executors.children.restarts["crash"] == 1
+        after = deck.enqueue("proc.echo", {"value": 3}).job
+        assert ends(deck, after.id, State.COMPLETED).result["echo"] == 3
+    assert failed.error.startswith("the worker process could not read a message from the pool (" + why)
+    assert not mark.exists(), "the effect was never performed"
 
 
 def test_a_snooze_in_a_child_snoozes_the_job(proc_deck) -> None:

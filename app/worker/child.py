@@ -33,16 +33,18 @@ import threading
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NoReturn
 
 from jobdeck.core.errors import Cancelled
 from jobdeck.jobs.handlers import HandlerSpec, is_async_callable
 from jobdeck.jobs.payloads import shape_of, typed_call
 from jobdeck.jobs.snooze import Snooze
 from jobdeck.worker.child_context import ChildContext
-from jobdeck.worker.results import storable_result
+from jobdeck.worker.results import first_line, storable_result
 
 PR_SET_PDEATHSIG = 1
+UNREADABLE_EXIT = 70
+"""The child's exit code when a message from the parent could not be read (``Child.unreadable``)."""
 
 
 def die_with_parent() -> None:
@@ -87,18 +89,36 @@ class Child:
                 message = self.conn.recv()
             except (EOFError, OSError):
                 os._exit(0)  # the parent is gone: nothing here may outlive it
-            kind = message[0]
-            if kind == "job":
-                self.jobs.put(message[1])
-            elif kind == "cancel" and self.ctx is not None and self.ctx.job_id == message[1]:
-                self.ctx.cancel_reason = message[2]
-                self.ctx.cancelled.set()
-            elif kind == "reply" and message[1] in self._replies:
-                answered, box = self._replies[message[1]]
-                box.extend(message[2:])
-                answered.set()
-            elif kind == "stop":
-                os._exit(0)
+            except BaseException as exc:  # noqa: BLE001 - this thread must not die silently
+                self.unreadable(exc)
+            try:
+                self.take(message)
+            except BaseException as exc:  # noqa: BLE001
+                self.unreadable(exc)
+
+    def take(self, message: Any) -> None:
+        kind = message[0]
+        if kind == "job":
+            self.jobs.put(message[1])
+        elif kind == "cancel" and self.ctx is not None and self.ctx.job_id == message[1]:
+            self.ctx.cancel_reason = message[2]
+            self.ctx.cancelled.set()
+        elif kind == "reply" and message[1] in self._replies:
+            answered, box = self._replies[message[1]]
+            box.extend(message[2:])
+            answered.set()
+        elif kind == "stop":
+            os._exit(0)
+
+    def unreadable(self, exc: BaseException) -> NoReturn:
+        """A message from the parent that cannot be read (an answer that does
+        not unpickle here, a malformed one) is lost: a job, a cancel or an
+        answer a handler waits for. Without this thread the handler would
+        wait until its timeout, so tell the parent why (it fails the job at
+        once and replaces this child) and end."""
+        with contextlib.suppress(BaseException):
+            self.send("unreadable", first_line(exc))
+        os._exit(UNREADABLE_EXIT)
 
     def run(self, import_error: str | None) -> None:
         threading.Thread(target=self.read, name="jobdeck-child-pipe", daemon=True).start()

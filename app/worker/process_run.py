@@ -15,8 +15,9 @@ context's calls) and, every ``TICK``, enforces what a thread cannot:
 - a slot given up (released at the end of a stop's grace): killed at once.
 
 A child that dies (a segfault, ``os._exit``, the OOM killer) fails its job
-with how it ended ("worker process exited with signal 11 (SIGSEGV)"); the
-pool replaces every child that was killed or died.
+with how it ended ("worker process exited with signal 11 (SIGSEGV)"), and
+one that could not read a message of ours says so and ends, failing its job
+at once; the pool replaces every child that was killed or died.
 """
 
 from __future__ import annotations
@@ -193,6 +194,9 @@ def _answer(
         _call(child, ctx, message[1], message[2], message[3])
     elif kind == "done":
         return json.loads(message[1]), None
+    elif kind == "unreadable":  # the child lost a message of ours and ends (``Child.unreadable``)
+        line = f"the worker process could not read a message from the pool ({message[1]}); worker process replaced"
+        raise _killed(child, line, "crash")
     elif kind == "snooze":
         raise Snooze(message[1], message[2])
     elif kind == "error":
