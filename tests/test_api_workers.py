@@ -24,6 +24,7 @@ from sqlalchemy import update
 from tests import process_handlers
 from tests.conftest import wait_for
 from tests.openapi_check import check
+from tests.test_metrics import scrape, value
 
 pytestmark = pytest.mark.backends
 
@@ -135,3 +136,20 @@ def test_a_read_token_may_list_workers_and_an_enqueue_token_may_not(make_deck: A
     assert refused.status_code == 403 and "read" in refused.get_json()["error"]
     allowed = client.get("/api/workers", headers={"Authorization": f"Bearer {secrets['reader']}"})
     assert check(allowed, "/api/workers", "get") == {"workers": [], "gone": [], "stopped": []}
+
+
+def test_metrics_carry_each_pool_s_loop_lag(deck: Jobdeck, client: Any) -> None:
+    late, plain = pool_for(deck, 1), pool_for(deck, 1)
+    late.start()
+    plain.start()
+    try:
+        rows = {late.worker_id: {"async": {"capacity": 4, "busy": 1, "lag": 2.5}}, plain.worker_id: {"thread": {}}}
+        with deck.store.write() as conn:
+            for worker_id, held in rows.items():
+                conn.execute(update(workers).where(workers.c.id == worker_id).values(executors=json.dumps(held)))
+        samples = scrape(client)
+    finally:
+        late.stop(1.0)
+        plain.stop(1.0)
+    assert value(samples, "jobdeck_async_loop_lag_seconds", worker=late.worker_id) == 2.5
+    assert ("jobdeck_async_loop_lag_seconds", (("worker", plain.worker_id),)) not in samples, "no loop, no lag"

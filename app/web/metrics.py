@@ -177,7 +177,15 @@ class JobdeckCollector:
             "(timeout, memory, crash, cancel, released, recycled); per pool, from its start.",
             labels=["worker", "cause"],
         )
+        lag = GaugeMetricFamily(
+            "jobdeck_async_loop_lag_seconds",
+            "Seconds each live pool's event loop of async handlers is late for its tick (0 while it keeps up).",
+            labels=["worker"],
+        )
         for p in pools:
+            seconds = ((p.executors or {}).get("async") or {}).get("lag")
+            if isinstance(seconds, int | float) and not isinstance(seconds, bool):
+                lag.add_metric([label(p.id)], seconds)
             for name, held in sorted((p.executors or {}).items()):
                 busy.add_metric([label(p.id), name], held.get("busy", 0))
                 capacity.add_metric([label(p.id), name], held.get("capacity", 0))
@@ -186,6 +194,7 @@ class JobdeckCollector:
         yield busy
         yield capacity
         yield restarts
+        yield lag
 
     def _runs(self, store: Any) -> Iterator[Metric]:
         totals = type_totals(store)
