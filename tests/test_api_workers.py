@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +15,9 @@ from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import Registry
 from jobdeck.runtime import pool_for
-from jobdeck.store.models import workers
+from jobdeck.store.timekeeping import record_executors
 from jobdeck.web.api.workers import MAX_CAUSES, MAX_CHILDREN
 from jobdeck.web.factory import create_app
-from sqlalchemy import update
 
 from tests import process_handlers
 from tests.conftest import wait_for
@@ -101,16 +99,12 @@ HOSTILE = {
 def test_a_damaged_row_answers_only_documented_fields_bounded(deck: Jobdeck, client: Any) -> None:
     """The row is another process's writing: whatever it holds, the answer
     has the documented fields of their types, cut to their bounds."""
-    pool = pool_for(deck, 1)
-    pool.start()
-    try:
-        with deck.store.write() as conn:
-            conn.execute(update(workers).where(workers.c.id == pool.worker_id).values(executors=json.dumps(HOSTILE)))
-        answer = client.get("/api/workers")
-        assert answer.mimetype == "application/json"
-        mine = next(w for w in check(answer, "/api/workers", "get")["workers"] if w["id"] == pool.worker_id)
-    finally:
-        pool.stop(1.0)
+    # A row, not a running pool: a pool's monitor would write its own summary over it.
+    deck.store.register_worker("pool-hostile", "host", 1234, 2, deck.clock())
+    record_executors(deck.store, "pool-hostile", HOSTILE)
+    answer = client.get("/api/workers")
+    assert answer.mimetype == "application/json"
+    mine = next(w for w in check(answer, "/api/workers", "get")["workers"] if w["id"] == "pool-hostile")
     held = mine["executors"]
     assert set(held) == {"thread", "async", "process"}
     assert held["thread"] == {"capacity": 0, "busy": 0}
@@ -139,17 +133,10 @@ def test_a_read_token_may_list_workers_and_an_enqueue_token_may_not(make_deck: A
 
 
 def test_metrics_carry_each_pool_s_loop_lag(deck: Jobdeck, client: Any) -> None:
-    late, plain = pool_for(deck, 1), pool_for(deck, 1)
-    late.start()
-    plain.start()
-    try:
-        rows = {late.worker_id: {"async": {"capacity": 4, "busy": 1, "lag": 2.5}}, plain.worker_id: {"thread": {}}}
-        with deck.store.write() as conn:
-            for worker_id, held in rows.items():
-                conn.execute(update(workers).where(workers.c.id == worker_id).values(executors=json.dumps(held)))
-        samples = scrape(client)
-    finally:
-        late.stop(1.0)
-        plain.stop(1.0)
-    assert value(samples, "jobdeck_async_loop_lag_seconds", worker=late.worker_id) == 2.5
-    assert ("jobdeck_async_loop_lag_seconds", (("worker", plain.worker_id),)) not in samples, "no loop, no lag"
+    rows = {"pool-late": {"async": {"capacity": 4, "busy": 1, "lag": 2.5}}, "pool-plain": {"thread": {}}}
+    for worker_id, held in rows.items():  # rows, not running pools: a pool's monitor writes its own
+        deck.store.register_worker(worker_id, "host", 1234, 2, deck.clock())
+        record_executors(deck.store, worker_id, held)
+    samples = scrape(client)
+    assert value(samples, "jobdeck_async_loop_lag_seconds", worker="pool-late") == 2.5
+    assert ("jobdeck_async_loop_lag_seconds", (("worker", "pool-plain"),)) not in samples, "no loop, no lag"
