@@ -63,16 +63,22 @@ class FlowClaim:
         rated = [(f.ident, self._window_start(f, now), bool(f.rate_key)) for f in self.flow.rated]
         with self._lock:
             walks = dict(self._cursors)
-        args = dict(
-            limit=limit, types=types, queues=queues, skip_queues=sorted(paused), walks=walks, rated=rated,
-            prune=self._to_prune(now), blocked=self.blocked, pick=lambda r, c: self.pick(r, c, limit),
-        )  # fmt: skip
+        prune = self._to_prune(now)
+        skip = sorted(paused)
+
+        def pick(reads: store_flow.FlowReads, rows: list[Any]) -> list[tuple[int, list[tuple[str, str]]]]:
+            return self.pick(reads, rows, limit)
+
         if store.sqlite:
-            claimed, cursors = store_flow.claim_flow(store, worker_id, now, **args)
+            claimed, cursors = store_flow.claim_flow(
+                store, worker_id, now, limit=limit, types=types, queues=queues, skip_queues=skip, walks=walks,
+                rated=rated, prune=prune, blocked=self.blocked, pick=pick,
+            )  # fmt: skip
         else:
             claimed, cursors, self._blocked = flow_pipelined.claim_flow(
-                store, worker_id, now, guess=self._blocked, **args
-            )
+                store, worker_id, now, guess=self._blocked, limit=limit, types=types, queues=queues,
+                skip_queues=skip, walks=walks, rated=rated, prune=prune, blocked=self.blocked, pick=pick,
+            )  # fmt: skip
         with self._lock:
             self._cursors.update(cursors)
         return claimed

@@ -114,6 +114,7 @@ def claim_flow(
 
     with store.write() as conn:
         db = conn.connection.driver_connection
+        assert db is not None, "a checked-out connection has its driver connection"
         with _driver_errors(db):
             with db.pipeline():
                 _send(db, _lock(), ())  # first: what follows sees the last limited claim's commit
