@@ -92,9 +92,13 @@ class Contract:
 def contract(request: pytest.FixtureRequest, make_config: Callable[..., Any], tmp_path: Path) -> Iterator[Contract]:
     registry = Registry()
     contract_handlers.register(registry, request.param)
+    # A long stall_timeout: no step checks the lease (the rescue step sweeps as of
+    # an hour later), and a test process starved of CPU (CI's quick tiers run at
+    # the lowest priority) must not lose it and release the job mid-step.
     config = make_config(
-        process_workers=1, handler_modules=["tests.contract_handlers"], shutdown_grace=0.2, cancel_grace=0.5
-    )
+        process_workers=1, handler_modules=["tests.contract_handlers"], shutdown_grace=0.2, cancel_grace=0.5,
+        stall_timeout=60,
+    )  # fmt: skip
     deck = Jobdeck(config, registry)
     deck.init_db()
     folder = tmp_path / "marks"

@@ -265,8 +265,8 @@ def api(make_deck):
     return deck, app.test_client()
 
 
-def _claimed(deck: Jobdeck, client: Any) -> int:
-    deck.enqueue("demo.noop", {})
+def _claimed(deck: Jobdeck, client: Any, priority: int = 0) -> int:
+    deck.enqueue("demo.noop", {}, priority=priority)
     r = client.post("/api/jobs/claim", json={"worker_id": "http-w"}, headers=AUTH)
     assert r.status_code == 200, r.get_json()
     return int(r.get_json()["id"])
@@ -302,7 +302,9 @@ def test_http_workers_send_their_last_lines_with_complete_or_fail(api) -> None:
     assert client.post(f"/api/jobs/{failed}/fail", json=body, headers=AUTH).status_code == 200
     assert _messages(deck, done) == [(1, "info", "the end")]
     assert _messages(deck, failed) == [(1, "error", "it broke")]
-    stranger = _claimed(deck, client)
+    # Ahead of the failed job's retry, which is due again once its backoff has passed.
+    stranger = _claimed(deck, client, priority=10)
+    assert stranger not in (done, failed)
     body = {"worker_id": "not-the-holder", "logs": [{"message": "mine?"}]}
     r = client.post(f"/api/jobs/{stranger}/complete", json=body, headers=AUTH)
     assert r.status_code == 409 and "held by worker" in r.get_json()["error"], r.get_json()
