@@ -68,9 +68,29 @@ class Child:
         with self._send_lock:
             self.conn.send(message)
 
-    def call(self, name: str, *args: Any) -> Any:
-        """Ask the parent to do ``name`` with the attempt's real context; its answer, or its error raised."""
+    def send_for(self, ctx: ChildContext, *message: Any) -> bool:
+        """Send for ``ctx``'s attempt only, checked under the lock that also
+        ends the attempt (``finish``): a line from a thread the handler left
+        behind goes before the attempt's answer, or nowhere."""
         with self._send_lock:
+            if self.ctx is not ctx:
+                return False
+            self.conn.send(message)
+            return True
+
+    def finish(self, *answer: Any) -> None:
+        """Send the attempt's answer and end it, in one step under the send lock."""
+        with self._send_lock:
+            self.ctx = None
+            self.conn.send(answer)
+
+    def call(self, ctx: ChildContext, name: str, args: tuple[Any, ...]) -> Any:
+        """Ask the parent to do ``name`` with the attempt's real context; its
+        answer, or its error raised. Refused once ``ctx``'s attempt has ended,
+        checked under the lock ``finish`` takes, as ``send_for``."""
+        with self._send_lock:
+            if self.ctx is not ctx:
+                raise RuntimeError(f"ctx.{name.split('_')[0]} of job {ctx.job_id}: its attempt has ended")
             self._calls += 1
             call_id = self._calls
             answered = threading.Event()
@@ -125,10 +145,7 @@ class Child:
         while True:
             job = self.jobs.get()
             self.ctx = ChildContext(self, job)
-            try:
-                self.send(*self.attempt(job, import_error))
-            finally:
-                self.ctx = None
+            self.finish(*self.attempt(job, import_error))  # attempt answers every handler error itself
 
     def attempt(self, job: dict[str, Any], import_error: str | None) -> tuple[Any, ...]:
         assert self.ctx is not None

@@ -81,13 +81,10 @@ class ChildContext:
     def _send(self, *message: Any) -> None:
         """Send for this attempt only: a thread the handler left behind that
         logs after the attempt ended must not write into the next job's."""
-        if self._child.ctx is self:
-            self._child.send(*message)
+        self._child.send_for(self, *message)
 
     def _call(self, name: str, *args: Any) -> Any:
-        if self._child.ctx is not self:
-            raise RuntimeError(f"ctx.{name.split('_')[0]} of job {self.job_id}: its attempt has ended")
-        return self._child.call(name, *args)
+        return self._child.call(self, name, args)
 
     def check_cancelled(self) -> None:
         if self.cancelled.is_set():
