@@ -112,12 +112,14 @@ def claim_flow(
         values = (store.stored_time(now), *(type_list or ()), *(queue_list or ()), *skipped, *full_types, want)
         return due_picks(CANDIDATE_COLUMNS, n_types, n_queues, len(skipped), len(full_types)), values
 
+    ahead = store.take_ahead()  # the acker's completions: before the lock, as when they ran apart
     with store.write() as conn:
         db = conn.connection.driver_connection
         assert db is not None, "a checked-out connection has its driver connection"
         with _driver_errors(db):
             with db.pipeline():
-                _send(db, _lock(), ())  # first: what follows sees the last limited claim's commit
+                completing = [_send(db, *sent) for sent in ahead.statements] if ahead is not None else []
+                _send(db, _lock(), ())  # before the reads: they see the last limited claim's commit
                 for name, before in prune:
                     _send(db, _prune(), (name, store.stored_time(before)))
                 read_running = _send(db, _running_by_key(), ())
@@ -131,6 +133,8 @@ def claim_flow(
             closed = {(n, k): u for n, k, u in read_closed.fetchall()}
             unkeyed = {(name, k): int(n) for name, cur in read_starts for k, n in cur.fetchall()}
             head_rows = read_head.fetchall()
+            if ahead is not None:
+                ahead.land([r for cursor in completing for r in cursor.fetchall()])
         full = blocked(FlowReads(running, closed, unkeyed))
         if full != guess:  # the head read the wrong types or queues: again, with these
             head_rows = store.driver_rows(conn, *head_values(*full))
@@ -184,5 +188,5 @@ def _send(db: Any, prepared: Prepared, values: tuple[Any, ...]) -> Any:
     """Queue ``prepared`` in the pipeline on a cursor of its own; its rows are read after the batch."""
     cursor = db.cursor()
     compiled = prepared.postgres
-    cursor.execute(compiled.text, compiled.params(values))
+    cursor.execute(compiled.text, compiled.params(prepared.encoded(values)))
     return cursor

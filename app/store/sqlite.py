@@ -107,9 +107,13 @@ class Prepared:
         its list is written as the array's literal (``jobdeck.store.postgres``)."""
 
     def params(self, values: Sequence[Any]) -> dict[str, Any]:
+        return dict(zip(self.order, self.encoded(values) if self._encoders else values, strict=True))
+
+    def encoded(self, values: Sequence[Any]) -> tuple[Any, ...]:
+        """The values in ``order``, each array written as its literal (``_encoders``)."""
         if self._encoders:
-            values = [v if e is None else e(v) for e, v in zip(self._encoders, values, strict=True)]
-        return dict(zip(self.order, values, strict=True))
+            return tuple(v if e is None else e(v) for e, v in zip(self._encoders, values, strict=True))
+        return tuple(values)
 
     @cached_property
     def sqlite(self) -> Compiled:

@@ -7,6 +7,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +26,18 @@ from sqlalchemy.exc import DBAPIError
 
 Backoff = Callable[[str, int], float]
 """(job type, retry_count) -> seconds until the retry."""
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """Statements ``complete_and_claim`` leaves for its claim to send first
+    (PostgreSQL: the completions). A pipelined claim sends them in its first
+    batch, with BEGIN and the reads, and hands ``land`` their rows; any
+    other path's first statement in the joined transaction runs them first,
+    the ordinary way (``land(None)``), so every claim still sees them."""
+
+    statements: list[tuple[Prepared, tuple[Any, ...]]]
+    land: Callable[[list[Any] | None], None]
 
 
 class Transactions:
@@ -59,7 +72,8 @@ class Transactions:
         runs: this thread's ``write()`` joins it. ``locked`` while this thread
         holds the write lock: an urgent write then queues like the others
         (its own connection would wait for this one). ``dead`` collects the
-        jobs a joined transaction killed, told once it commits."""
+        jobs a joined transaction killed, told once it commits. ``ahead``: the
+        joined transaction's ``Ahead``, until a claim takes it."""
 
     @contextmanager
     def write(self, *, urgent: bool = False) -> Iterator[Connection]:
@@ -78,6 +92,9 @@ class Transactions:
             forks.leave(70, "the database")
         outer = getattr(self._joined, "conn", None)
         if outer is not None:
+            ahead = self.take_ahead()
+            if ahead is not None:  # no pipelined claim took them: they go first, the ordinary way
+                ahead.land(None)
             yield outer
             return
         self._joined.wake = False
@@ -214,6 +231,13 @@ class Transactions:
         its last (``complete_and_claim``'s claim): a driver-level write may
         send the COMMIT with it, in one round trip (``flow_pipelined``)."""
         return getattr(self._joined, "last", False)
+
+    def take_ahead(self) -> Ahead | None:
+        """The statements this thread's joined transaction is to send first,
+        taken (``Ahead``): a pipelined claim sends them with its reads."""
+        ahead: Ahead | None = getattr(self._joined, "ahead", None)
+        self._joined.ahead = None
+        return ahead
 
     def _joining(self) -> bool:
         """A transaction of this thread is open that the store's writes join (``write``)."""

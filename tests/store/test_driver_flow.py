@@ -14,9 +14,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
-from jobdeck.store import NewJob
-from jobdeck.store.models import flow_starts
+from jobdeck.store import NewJob, Outcome
+from jobdeck.store.models import flow_starts, jobs
 from sqlalchemy import func, select, text
 
 from tests.conftest import Clock
@@ -180,3 +181,42 @@ def test_a_full_types_backlog_at_the_head_does_not_hide_the_rest(make_deck: Call
     assert [j.type for j in deck.store.claim("w", clock.now, limit=1)] == ["demo.noop"]
     assert [j.type for j in deck.store.claim("w", clock.now, limit=1)] == ["demo.sleep"]
     assert [j.id for j in deck.store.claim("w", clock.now, limit=5)] == [other.id]
+
+
+def test_a_refill_under_a_key_limit_lands_its_completions_before_the_claim_reads(
+    make_deck: Callable[..., Jobdeck],
+) -> None:
+    """``complete_and_claim`` under a per-key limit (the acker's refill; on
+    PostgreSQL its completions go in the flow claim's first pipelined batch):
+    a key the completions free is claimed again in the same call, a key
+    whose late result is refused stays held, and a workflow job's completion
+    (not in the batch's statement: its end moves its dependent) still lands
+    and promotes that dependent before the commit."""
+    clock = Clock()
+    deck = make_deck(clock=clock, types={"demo.noop": {"concurrency": 1, "concurrency_key": "payload.k"}})
+    wf = (
+        deck.workflow("pair")
+        .add("one", "demo.noop", {"k": "w"})
+        .add("two", "demo.noop", {"k": "v"}, depends_on=["one"])
+    )
+    flow = wf.enqueue()
+    deck.enqueue_many([{"type": "demo.noop", "payload": {"k": k}} for k in "aabb"])
+    first = {j.payload["k"]: j for j in deck.store.claim("w", clock.now, limit=10)}
+    assert sorted(first) == ["a", "b", "w"]  # one per key
+    a, b, one = first["a"], first["b"], first["w"]
+    done = [Outcome(j.id, "w", attempt=j.attempt, started_at=j.claimed_at) for j in (a, one)]
+    late = Outcome(b.id, "w", attempt=b.attempt + 1, started_at=clock.now)
+    accepted, claimed = deck.store.complete_and_claim([*done, late], "w", clock.now, limit=10)
+    assert sorted(accepted) == sorted([a.id, one.id])
+    keys = [j.payload["k"] for j in claimed]
+    assert "a" in keys and "b" not in keys and "w" not in keys
+    assert deck.store.get(b.id).status is State.RUNNING and deck.store.attempts_of(b.id) == []
+    assert [(x.attempt, x.outcome) for x in deck.store.attempts_of(one.id)] == [(1, "completed")]
+    assert deck.store.get(flow.jobs["two"]).status in (State.PENDING, State.RUNNING)  # promoted
+    with deck.store.read() as conn:
+        per_key = conn.execute(
+            select(jobs.c.concurrency_key, func.count())
+            .where(jobs.c.status == State.RUNNING.value)
+            .group_by(jobs.c.concurrency_key)
+        ).all()
+    assert per_key and all(n == 1 for _, n in per_key)
