@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobdeck.core.states import SOURCES, State, Transition
 from jobdeck.store import JobRecord
+from jobdeck.store.records import Holders
 from jobdeck.store.waiting import WaitingReads, read_waiting
 
 if TYPE_CHECKING:
@@ -273,14 +274,15 @@ def for_deck(deck: Jobdeck, now: datetime) -> WaitingReasons:
     return WaitingReasons(situation_loader(deck, now))
 
 
-def situation_loader(deck: Jobdeck, now: datetime) -> Callable[[], Situation]:
-    """The reads of ``for_deck``, not made yet."""
+def situation_loader(deck: Jobdeck, now: datetime, holders: Holders | None = None) -> Callable[[], Situation]:
+    """The reads of ``for_deck``, not made yet; with ``holders`` (read
+    already, by an enqueue right after its commit) only the reads it lacks."""
 
     def load() -> Situation:
         local = frozenset(deck.registry.names())
         external = frozenset(deck.config.external_types) - local
         stall = float(deck.config.stall_timeout)
-        reads = read_waiting(deck.store, now - timedelta(seconds=stall), external)
+        reads = read_waiting(deck.store, now - timedelta(seconds=stall), external, holders)
         found = situation(
             reads, now=now, stall_timeout=stall, paused=deck.queues.paused(),
             queue_limits=deck.queues.limits.queues, type_limits=deck.queues.limits.types,

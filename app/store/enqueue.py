@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from itertools import chain
 from typing import Any
@@ -14,10 +14,11 @@ from jobdeck.core.states import State
 from jobdeck.store import statements
 from jobdeck.store.engine import promptly
 from jobdeck.store.group_commit import GroupCommitter
-from jobdeck.store.records import Enqueued, JobRecord, NewJob
+from jobdeck.store.records import Enqueued, Holders, JobRecord, NewJob
 from jobdeck.store.sqlite import Prepared, db_time, loads, translated_errors
 from jobdeck.store.transactions import Transactions
 from jobdeck.store.unique import enqueue_unique
+from jobdeck.store.waiting import read_holders as read_holders_on
 from sqlalchemy import Connection
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
@@ -44,7 +45,7 @@ class Enqueueing(Transactions):
         super().__init__(engine)
         self._enqueuer: GroupCommitter[Any] | None = None
         if self._write_lock is not None:
-            self._enqueuer = GroupCommitter(self._write_lock, self._insert_batch_sqlite)
+            self._enqueuer = GroupCommitter(self._write_lock, self._commit_enqueues)
 
     def _row(self, new: NewJob, now: datetime, stamp: Any, as_text: bool) -> tuple[Any, ...]:
         """``stamp`` is ``now`` as the row takes it: SQLite's text (``as_text``) or the datetime."""
@@ -55,10 +56,18 @@ class Enqueueing(Transactions):
             at = db_time(at)
         return statements.job_row(new, payload_json(new), stamp, at)
 
-    def enqueue(self, new: NewJob, now: datetime) -> Enqueued:
+    def enqueue(self, new: NewJob, now: datetime, *, read_holders: bool = False) -> Enqueued:
         """Insert a job; with a known idempotency key return the existing one,
         and with a unique key still held (``jobdeck.store.unique``) the job that
         holds it (a duplicate).
+
+        ``read_holders``: the caller will say why the job waits
+        (``jobdeck.jobs.waiting``). On SQLite's group commit, what holds jobs
+        back is then read by the batch's leader right after the commit, on
+        its connection, once for every job of the batch that asked
+        (``Enqueued.holders``): those callers are waiting for the commit
+        anyway, where a read of their own cost each one more wake-ups than
+        the insert did. Elsewhere ``holders`` is None and the caller reads.
 
         Returns (job, created) as an ``Enqueued``. The unique index on the key decides under concurrency:
         the insert does nothing on conflict and the existing row is read back.
@@ -71,9 +80,9 @@ class Enqueueing(Transactions):
         if self._enqueuer is not None and new.idempotency_key is None:
             values = self._row(new, now, now, False)
             stamp = db_time(now)
-            job_id = self._enqueuer.submit(tuple(_as_stored(v, now, stamp) for v in values))
+            job_id, holders = self._enqueuer.submit((tuple(_as_stored(v, now, stamp) for v in values), read_holders))
             self._notify_enqueued()
-            return Enqueued(inserted(job_id, values), True)
+            return Enqueued(inserted(job_id, values), True, holders=holders)
         values = self._row(new, now, self._t(now), self.sqlite)
         if self.outside():
             return self._enqueue_alone(new, values)
@@ -292,7 +301,29 @@ class Enqueueing(Transactions):
         params["now"] = now
         return conn.execute(statements.enqueue_unnest(keyed), params).all()
 
-    def _insert_batch_sqlite(self, rows: list[tuple[Any, ...]]) -> list[int]:
+    def _commit_enqueues(self, items: list[tuple[tuple[Any, ...], bool]]) -> list[tuple[int, Holders | None]]:
+        """The group commit's batch: ``items`` are (row, read_holders)
+        (``enqueue``); each gets its id and, if it asked, what held jobs
+        back right after the commit (``jobdeck.store.waiting.read_holders``),
+        read once, on the connection that committed. That read failing
+        fails no enqueue (the batch is committed: retried row by row it
+        would store every job twice): its askers get None and read on
+        their own, where the error is theirs."""
+        holders: list[Holders | None] = [None]
+
+        def then(db: sqlite3.Connection) -> None:
+            if any(read for _, read in items):
+                try:
+                    holders[0] = read_holders_on(db, sqlite=True)
+                except Exception:  # noqa: BLE001 - their own read raises it
+                    holders[0] = None
+
+        ids = self._insert_batch_sqlite([row for row, _ in items], then)
+        return [(job_id, holders[0] if read else None) for job_id, (_, read) in zip(ids, items, strict=True)]
+
+    def _insert_batch_sqlite(
+        self, rows: list[tuple[Any, ...]], then: Callable[[sqlite3.Connection], None] | None = None
+    ) -> list[int]:
         """Insert plain jobs in one transaction (the group commit's batch);
         returns their ids in order. On a pooled DBAPI connection under the
         write lock, without SQLAlchemy's Connection: its begin and commit
@@ -301,7 +332,7 @@ class Enqueueing(Transactions):
         transaction (durable when it returns): one call into SQLite for the
         batch where BEGIN, an INSERT per job and COMMIT were each one, and
         each call gives the GIL up and waits to take it back from the HTTP
-        threads."""
+        threads. ``then(db)`` runs once the batch is committed, on its connection."""
         assert self._write_lock is not None
         with self._write_lock, translated_errors():
             raw = self.engine.raw_connection()
@@ -309,15 +340,18 @@ class Enqueueing(Transactions):
                 db = raw.driver_connection
                 assert db is not None
                 if len(rows) <= _rows_per_statement(db, rows):
-                    return promptly(db, lambda: _insert_rows_sqlite(db, rows))
-                promptly(db, lambda: db.execute("BEGIN IMMEDIATE"))
-                try:
-                    ids = _insert_rows_sqlite(db, rows)
-                    db.execute("COMMIT")
-                except BaseException:
-                    if db.in_transaction:
-                        db.execute("ROLLBACK")
-                    raise
+                    ids = promptly(db, lambda: _insert_rows_sqlite(db, rows))
+                else:
+                    promptly(db, lambda: db.execute("BEGIN IMMEDIATE"))
+                    try:
+                        ids = _insert_rows_sqlite(db, rows)
+                        db.execute("COMMIT")
+                    except BaseException:
+                        if db.in_transaction:
+                            db.execute("ROLLBACK")
+                        raise
+                if then is not None:
+                    then(db)
                 return ids
             finally:
                 raw.close()

@@ -233,20 +233,63 @@ class AttemptRecord:
         return (self.finished_at - self.started_at).total_seconds()
 
 
+@dataclass(frozen=True)
+class RunningGroup:
+    """Running jobs of one (queue, type, worker), and their freshest heartbeat."""
+
+    queue: str
+    type: str
+    worker_id: str | None
+    count: int
+    heartbeat_at: datetime | None
+
+
+@dataclass(frozen=True)
+class PoolRow:
+    """A worker pool that has neither stopped nor been marked gone."""
+
+    id: str
+    threads: int
+    heartbeat_at: datetime
+    unhealthy: str | None
+
+
+@dataclass(frozen=True)
+class Holders:
+    """What holds jobs back that one statement reads (``running_and_pools``):
+    the running jobs by (queue, type, worker), and the pools."""
+
+    running: list[RunningGroup]
+    pools: list[PoolRow]
+
+
 class Enqueued(tuple[JobRecord, bool]):
     """What an enqueue returns: ``(job, created)`` as it always was (callers
     unpack it), and more by name. ``duplicate``: a unique job's key was held,
     ``job`` is the kept job (``jobdeck.jobs.unique``); ``changed``: that duplicate's
     replace or debounce was applied to it. An idempotency key's existing job
-    is ``created`` False, not a duplicate: it is the same request again."""
+    is ``created`` False, not a duplicate: it is the same request again.
+    ``holders``: what held jobs back right after the commit that stored this
+    one, when the enqueue was asked to read it (``Enqueueing.enqueue``) and
+    could read it with the commit; None otherwise."""
 
     duplicate: bool
     changed: bool
+    holders: Holders | None
 
-    def __new__(cls, job: JobRecord, created: bool, *, duplicate: bool = False, changed: bool = False) -> Enqueued:
+    def __new__(
+        cls,
+        job: JobRecord,
+        created: bool,
+        *,
+        duplicate: bool = False,
+        changed: bool = False,
+        holders: Holders | None = None,
+    ) -> Enqueued:
         self = super().__new__(cls, (job, created))
         self.duplicate = duplicate
         self.changed = changed
+        self.holders = holders
         return self
 
     @property

@@ -14,40 +14,22 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobdeck.store import statements
-from jobdeck.store.lifecycle import Store
 from jobdeck.store.models import attempts, jobs, workers
+from jobdeck.store.records import Holders, PoolRow, RunningGroup
 from jobdeck.store.sqlite import Prepared, parse_time
 from sqlalchemy import func, literal_column, null, select, union_all
+
+if TYPE_CHECKING:
+    from jobdeck.store.transactions import Transactions
 
 RECENT_ATTEMPTS = 1000
 """How many of the newest finished attempts are looked through for an
 external type's trace. An HTTP worker that serves a type claims a due job of
 it within one poll, so missing its trace behind heavy other traffic shows a
 waiting job "no live worker" for one poll at most."""
-
-
-@dataclass(frozen=True)
-class RunningGroup:
-    """Running jobs of one (queue, type, worker), and their freshest heartbeat."""
-
-    queue: str
-    type: str
-    worker_id: str | None
-    count: int
-    heartbeat_at: datetime | None
-
-
-@dataclass(frozen=True)
-class PoolRow:
-    """A worker pool that has neither stopped nor been marked gone."""
-
-    id: str
-    threads: int
-    heartbeat_at: datetime
-    unhealthy: str | None
 
 
 @dataclass(frozen=True)
@@ -77,21 +59,23 @@ def running_and_pools() -> Prepared:
     return Prepared(union_all(grouped, pools), ())
 
 
-def read_waiting(store: Store, cutoff: datetime, finished_types: Collection[str] = ()) -> WaitingReads:
+def read_waiting(
+    store: Transactions, cutoff: datetime, finished_types: Collection[str] = (), holders: Holders | None = None
+) -> WaitingReads:
     """The running jobs grouped by (queue, type, worker) (the limits, the
     pools' busy slots and the HTTP workers' heartbeats) and the pools not
-    stopped or gone, in one statement (``running_and_pools``) at driver
-    level (``Transactions.glance``): every answer to ``POST /api/jobs``
-    makes this read, and through a Core read transaction it cost 16 times
-    the CPU SQLite needs for it. Then, only when asked, which of
-    ``finished_types`` had an attempt finish since ``cutoff`` (an HTTP
-    worker's trace when it holds nothing right now), in a read of its own."""
-    compiled = running_and_pools().sqlite if store.sqlite else running_and_pools().postgres
-    with store.glance() as db:
-        rows = db.execute(compiled.text, compiled.params(())).fetchall()
-    when: Callable[[Any], Any] = parse_time if store.sqlite else _as_given
-    running = [RunningGroup(a, b, c, int(n), when(hb)) for tag, a, b, c, n, hb, _ in rows if tag == "r"]
-    pool_rows = [PoolRow(a, int(n or 0), when(hb), bad) for tag, a, _, _, n, hb, bad in rows if tag == "p"]
+    stopped or gone, in one statement (``read_holders``) at driver level
+    (``Transactions.glance``): every answer to ``POST /api/jobs`` needs
+    them, and through a Core read transaction they cost 16 times the CPU
+    SQLite needs for them. ``holders``: that read made already (the
+    enqueue's own, right after its commit: ``Enqueueing.enqueue``), not made
+    again. Then, only when asked, which of ``finished_types`` had an attempt
+    finish since ``cutoff`` (an HTTP worker's trace when it holds nothing
+    right now), in a read of its own."""
+    if holders is None:
+        with store.glance() as db:
+            holders = read_holders(db, store.sqlite)
+    running, pool_rows = holders.running, holders.pools
     if not finished_types:
         return WaitingReads(running, pool_rows, frozenset())
     newest = (
@@ -109,6 +93,18 @@ def read_waiting(store: Store, cutoff: datetime, finished_types: Collection[str]
     with store.read() as conn:
         finished = frozenset(conn.execute(recent).scalars())
     return WaitingReads(running, pool_rows, finished)
+
+
+def read_holders(db: Any, sqlite: bool) -> Holders:
+    """``running_and_pools`` on the driver connection ``db``, outside any
+    transaction (the statement is its own snapshot)."""
+    compiled = running_and_pools().sqlite if sqlite else running_and_pools().postgres
+    rows = db.execute(compiled.text, compiled.params(())).fetchall()
+    when: Callable[[Any], Any] = parse_time if sqlite else _as_given
+    return Holders(
+        [RunningGroup(a, b, c, int(n), when(hb)) for tag, a, b, c, n, hb, _ in rows if tag == "r"],
+        [PoolRow(a, int(n or 0), when(hb), bad) for tag, a, _, _, n, hb, bad in rows if tag == "p"],
+    )
 
 
 def _as_given(value: Any) -> Any:

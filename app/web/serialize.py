@@ -16,6 +16,7 @@ from jobdeck.jobs.waiting import Situation, WaitingReasons, for_deck, situation_
 from jobdeck.store import AttemptRecord, JobRecord
 from jobdeck.store.artifacts import ArtifactInfo
 from jobdeck.store.graph import BatchRecord, WorkflowGraph, WorkflowRecord
+from jobdeck.store.records import Holders
 
 
 def iso(value: datetime | None) -> str | None:
@@ -158,8 +159,10 @@ class SharedRead:
     """One "why is it waiting?" read (``jobdeck.jobs.waiting.situation_loader``) for
     every enqueue answer that asks while it is in flight (a single flight).
 
-    Each answer to ``POST /api/jobs`` reads the running jobs and the live
-    pools once, in a read transaction of its own: under 16 concurrent
+    Where the enqueue did not read them with its commit (PostgreSQL; a
+    keyed or unique job: ``Enqueued.holders``), each answer to ``POST
+    /api/jobs`` reads the running jobs and the live pools once, in a read
+    transaction of its own: under 16 concurrent
     enqueues that read was a quarter of the server's busy time (each SQLite
     call gives up and takes back the GIL). The reads do not depend on the
     job being answered, so concurrent answers share one; an answer alone
@@ -191,10 +194,15 @@ class SharedRead:
         return replace(flight.result(), now=now)
 
 
-def enqueue_waiting(now: datetime) -> None:
-    """Make this request's waiting reasons (``request_waiting``) share their
-    read with the concurrent enqueue answers (``SharedRead``)."""
+def enqueue_waiting(now: datetime, holders: Holders | None = None) -> None:
+    """This enqueue answer's waiting reasons (``request_waiting``): from
+    ``holders``, what the enqueue read right after its commit
+    (``Enqueued.holders``), or else from a read shared with the concurrent
+    enqueue answers (``SharedRead``)."""
     deck = current_app.extensions["jobdeck"]
+    if holders is not None:
+        g.jobdeck_waiting = WaitingReasons(situation_loader(deck, now, holders))
+        return
     shared: SharedRead = current_app.extensions.setdefault("jobdeck.enqueue_waiting", SharedRead())
     g.jobdeck_waiting = shared.reasons(situation_loader(deck, now), now)
 

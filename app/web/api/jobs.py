@@ -135,8 +135,8 @@ def enqueue() -> Any:
     deck = _deck()
     now = deck.clock()
     new = deck.new_job(_body(), now)
-    enqueued = deck.store.enqueue(new, now)
-    enqueue_waiting(deck.clock())
+    enqueued = deck.store.enqueue(new, now, read_holders=True)
+    enqueue_waiting(deck.clock(), enqueued.holders)
     data = job_json(enqueued.job, now)
     if enqueued.duplicate:
         data.update(duplicate=True, replaced=enqueued.changed)
