@@ -224,6 +224,34 @@ def _held_attempt(transition: Transition) -> tuple[Any, ...]:
     )
 
 
+def _failed(retryable: bool, given: Any) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    """What a failure writes, and its fence, once for both of its statements:
+    ``given`` holds the values by ``FAIL_FIELDS``' names (bound parameters,
+    or the columns of the set a batch is unnested into)."""
+    ended = _cancelled_or(State.DEAD)
+    if retryable:
+        left = and_(jobs.c.retry_count < jobs.c.max_retries, ~cancel_requested())
+        values: dict[str, Any] = {
+            "status": case((left, State.FAILED.value), else_=ended),
+            "retry_count": case((left, jobs.c.retry_count + 1), else_=jobs.c.retry_count),
+            "available_at": case((left, given["retry_at"]), else_=jobs.c.available_at),
+            "finished_at": case((left, None), else_=NOW),
+        }
+    else:
+        values = {"status": ended, "finished_at": NOW}
+    values.update(error=given["why"], updated_at=NOW)
+    values["error_fingerprint"] = given["fingerprint"]  # the errors view's group (jobdeck.core.fingerprint)
+    same_error = and_(jobs.c.error_fingerprint == given["fingerprint"], jobs.c.error_since.is_not(None))
+    values["error_since"] = case((same_error, jobs.c.error_since), else_=NOW)  # kept across retries
+    fence = (
+        jobs.c.id == given["job"],
+        jobs.c.attempt == given["job_attempt"],
+        jobs.c.worker_id == given["worker"],
+        in_states(Transition.FAIL),
+    )
+    return values, fence
+
+
 @lru_cache(maxsize=2)
 def fail(retryable: bool) -> Prepared:
     """running -> failed (retry_count + 1, due at ``retry_at``) while retries
@@ -232,26 +260,39 @@ def fail(retryable: bool) -> Prepared:
     The error's fingerprint is stored, and ``error_since`` kept while it
     stays the same (set to now when it changes), so a group's "First seen"
     survives its retries. Fenced by (id, attempt, worker). Values: ``FAIL_FIELDS``."""
-    ended = _cancelled_or(State.DEAD)
-    if retryable:
-        left = and_(jobs.c.retry_count < jobs.c.max_retries, ~cancel_requested())
-        values: dict[str, Any] = {
-            "status": case((left, State.FAILED.value), else_=ended),
-            "retry_count": case((left, jobs.c.retry_count + 1), else_=jobs.c.retry_count),
-            "available_at": case(
-                (left, bindparam("retry_at", type_=jobs.c.available_at.type)), else_=jobs.c.available_at
-            ),
-            "finished_at": case((left, None), else_=NOW),
-        }
-    else:
-        values = {"status": ended, "finished_at": NOW}
-    values.update(error=bindparam("why"), updated_at=NOW)
-    values["error_fingerprint"] = bindparam("fingerprint")  # the errors view's group (jobdeck.core.fingerprint)
-    same_error = and_(jobs.c.error_fingerprint == bindparam("fingerprint"), jobs.c.error_since.is_not(None))
-    values["error_since"] = case((same_error, jobs.c.error_since), else_=NOW)  # kept across retries
-    stmt = update(jobs).where(*_held_attempt(Transition.FAIL)).values(values).returning(*JOB_COLUMNS)
-    order = FAIL_FIELDS if retryable else tuple(f for f in FAIL_FIELDS if f != "retry_at")
-    return Prepared(stmt, order)
+    given = {"retry_at": bindparam("retry_at", type_=jobs.c.available_at.type)}
+    given |= {f: bindparam(f) for f in ("job", "job_attempt", "worker", "why", "fingerprint")}
+    values, fence = _failed(retryable, given)
+    stmt = update(jobs).where(*fence).values(values).returning(*JOB_COLUMNS)
+    return Prepared(stmt, _fail_order(retryable))
+
+
+def _fail_order(retryable: bool) -> tuple[str, ...]:
+    return FAIL_FIELDS if retryable else tuple(f for f in FAIL_FIELDS if f != "retry_at")
+
+
+FAIL_SET_COLUMNS = {
+    "job": jobs.c.id,
+    "job_attempt": jobs.c.attempt,
+    "worker": jobs.c.worker_id,
+    "retry_at": jobs.c.available_at,
+    "why": jobs.c.error,
+    "fingerprint": jobs.c.error_fingerprint,
+}
+
+
+@lru_cache(maxsize=2)
+def fail_set(retryable: bool) -> Prepared:
+    """``fail`` for PostgreSQL's batches: every value but ``now`` as an
+    array, one element per failure, unnested into rows: a batch of failures
+    is one UPDATE (one round trip) where one per job took one each. Each
+    job appears once in a batch (``Finishing.fail_many``). Values: ``FAIL_FIELDS``."""
+    order = _fail_order(retryable)
+    columns = [FAIL_SET_COLUMNS[f].label(f) for f in order if f != "now"]
+    given = _unnest("failing", columns)
+    values, fence = _failed(retryable, given.c)
+    stmt = update(jobs).where(*fence).values(values).returning(*JOB_COLUMNS)
+    return Prepared(stmt, order, encoders=_encoders(order, columns))
 
 
 def current(lock: bool) -> Select[Any]:

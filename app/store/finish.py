@@ -218,44 +218,70 @@ class Finishing(Graph, Claiming):
     def fail_many(self, outcomes: Sequence[Outcome], now: datetime) -> list[JobRecord]:
         """Apply the fail rule to each: ``failed`` with a backoff while
         retry_count < max_retries (and the error is retryable), else ``dead``.
-        Returns the jobs as they now stand; refused ones are left out."""
+        Returns the jobs as they now stand, in the order given; refused ones
+        are left out.
+
+        The batch's attempt rows are written by one statement. On PostgreSQL
+        the failures are one UPDATE per kind (retryable or not) over arrays
+        (``attempt_statements.fail_set``) where one per job cost a round trip
+        each; on SQLite, where a statement is a call into the same process,
+        one UPDATE per job."""
         if not outcomes:
             return []
-        done: list[JobRecord] = []
         t = self._t(now)
         with self.write() as conn:
             current = self._current(conn, [o.job_id for o in outcomes], lock=True)
+            rows: dict[bool, list[tuple[Any, ...]]] = {True: [], False: []}
+            asked: dict[tuple[int, int, str], tuple[Outcome, Any]] = {}
             for o in outcomes:
                 row = current.get(o.job_id)
                 if row is None:
                     continue
                 attempt = row.attempt if o.attempt is None else o.attempt
+                if (o.job_id, attempt, o.worker_id) in asked:
+                    continue  # the same attempt failed twice in one batch: the first one counts
+                asked[o.job_id, attempt, o.worker_id] = (o, row)
                 error = storable_text(o.error)
+                values: tuple[Any, ...] = (o.job_id, attempt, o.worker_id, t)
                 if o.retryable:
-                    retry_at = now + timedelta(seconds=self.backoff(row.type, row.retry_count))
-                    values: tuple[Any, ...] = (o.job_id, attempt, o.worker_id, t, self._t(retry_at), error)
-                else:
-                    values = (o.job_id, attempt, o.worker_id, t, error)
-                values += (fingerprint(error),)
-                failed = self._run(conn, attempt_statements.fail(o.retryable), values).first()
-                if failed is None:
+                    values += (self._t(now + timedelta(seconds=self.backoff(row.type, row.retry_count))),)
+                rows[o.retryable] += [(*values, error, fingerprint(error))]
+            failed: dict[tuple[int, int, str], JobRecord] = {}
+            for retryable, group in rows.items():
+                for moved in self._fail_rows(conn, retryable, group):
+                    failed[moved.id, moved.attempt, moved.worker_id or ""] = moved
+            done: list[JobRecord] = []
+            recorded: list[tuple[Any, ...]] = []
+            for (job_id, attempt, worker_id), (o, row) in asked.items():
+                job = failed.get((job_id, attempt, worker_id))
+                if job is None:
                     continue
-                job = self._record(failed)
                 done.append(job)
                 started = o.started_at or row.claimed_at
                 outcome = CANCELLED if job.status is State.CANCELLED else AttemptOutcome(o.kind).value
-                self._run(
-                    conn,
-                    attempt_statements.attempt(),
-                    (o.job_id, attempt, o.worker_id, started and self._t(started), t, outcome, error,
-                     storable_text(o.traceback), o.executor),
+                recorded.append(
+                    (job_id, attempt, worker_id, started and self._t(started), t, outcome, storable_text(o.error),
+                     storable_text(o.traceback), o.executor)
                 )  # fmt: skip
+            self._run_many(conn, attempt_statements.attempt(), recorded)
             self._settle(
                 conn, [(j.id, j.status.value, j.workflow_id, j.batch_id) for j in done if j.status in _ENDS], now
             )
             crash_point("sweep" if outcomes[0].kind == AttemptOutcome.STALLED else "ack")
         self._notify_dead([j for j in done if j.status is State.DEAD])
         return done
+
+    def _fail_rows(self, conn: Connection, retryable: bool, rows: list[tuple[Any, ...]]) -> list[JobRecord]:
+        """The failures ``rows`` (values by ``attempt_statements.FAIL_FIELDS``)
+        applied; returns the jobs moved."""
+        if not rows:
+            return []
+        if self.sqlite:
+            prepared = attempt_statements.fail(retryable)
+            return [self._record(r) for values in rows for r in self._run(conn, prepared, values).all()]
+        columns = list(zip(*rows, strict=True))
+        columns[3] = rows[0][3]  # now: one value, not an array
+        return [self._record(r) for r in self._run(conn, attempt_statements.fail_set(retryable), tuple(columns))]
 
     def fail(
         self,

@@ -54,6 +54,39 @@ def test_a_batch_of_failures_writes_each_attempt_with_its_own_error(drv: Driver)
         assert (attempt.outcome, attempt.error) == ("failed", f"boom {j.id}")
 
 
+def test_a_batch_of_failures_fences_each_one_and_answers_in_the_order_given(drv: Driver) -> None:
+    """On PostgreSQL one UPDATE over arrays per kind (retryable or not):
+    each failure still fenced by its own (job, attempt, worker), with its
+    own error (written as given), backoff and attempt row."""
+    drv.store.enqueue_many([NewJob("demo.noop", {"i": i}, max_retries=1) for i in range(40)], drv.now)
+    claimed = drv.store.claim("w1", drv.now, limit=40)
+    stale, intruder, rest = claimed[0], claimed[1], claimed[2:][::-1]
+    texts = ['a"b', "c\\d", "x,y {z}", "NULL", "é ✓ 𝄞"]
+    errors = {j.id: f"{texts[i % len(texts)]} {j.id}" for i, j in enumerate(rest)}
+    retryable = {j.id: i % 3 != 0 for i, j in enumerate(rest)}
+    outcomes = [Outcome(stale.id, "w1", attempt=stale.attempt + 1, error="stale")]
+    outcomes.append(Outcome(intruder.id, "w2", attempt=intruder.attempt, error="intruder"))
+    outcomes += [Outcome(j.id, "w1", attempt=j.attempt, error=errors[j.id], retryable=retryable[j.id]) for j in rest]
+    outcomes.append(Outcome(rest[1].id, "w1", attempt=rest[1].attempt, error="again", retryable=False))
+
+    failed = drv.store.fail_many(outcomes, drv.now)
+
+    assert [j.id for j in failed] == [j.id for j in rest]  # the same attempt twice: the first one counts
+    for j in rest:
+        now = drv.store.get(j.id)
+        if retryable[j.id]:
+            assert (now.status, now.retry_count) == (State.FAILED, 1) and now.available_at > drv.now
+        else:
+            assert (now.status, now.retry_count, now.finished_at) == (State.DEAD, 0, drv.now)
+        assert now.error == errors[j.id]
+        assert [(a.attempt, a.outcome, a.worker_id, a.error) for a in drv.store.attempts_of(j.id)] == [
+            (1, "failed", "w1", errors[j.id])
+        ]
+    for refused in (stale, intruder):
+        assert drv.store.get(refused.id).status is State.RUNNING
+        assert drv.store.attempts_of(refused.id) == []
+
+
 def test_array_literals_carry_quotes_braces_commas_and_nulls() -> None:
     from datetime import UTC, datetime
 
