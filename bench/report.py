@@ -90,6 +90,14 @@ def table(result: dict[str, Any]) -> str:
                      f"{_ok(http['ratio'] >= 0.8 and e['errors'] == 0)} |")  # fmt: skip
     elif http:
         lines.append(f"| 3. HTTP | skipped: {http['skipped']} | | | | | | |")
+    single = s.get("http_single")
+    if single and "skipped" not in single:
+        for name in ("pool", "no pool"):
+            f = single[name]
+            lines.append(f"| 3. single HTTP enqueue, {name}, wrk {single['connections']} conns (req/s) | {f['enqueue']:,.0f} "
+                         f"(p99 {f['p99_ms']:.1f} ms, {f['errors']} errors) | refused POST (422): {f['control']:,.0f} "
+                         f"({f['ratio']:.0%}, median of the rounds' ratios) | – | – | – | >= 80% of the control, "
+                         f"p99 < 25 ms | {_ok(f['met'])} |")  # fmt: skip
     flow = j.get("flow_sqlite")
     if flow:
         lines.append(f"| 8. drain {flow['jobs']:,} jobs over 100 keys, concurrency 1 per key + a rate limit (jobs/s) | "

@@ -179,6 +179,7 @@ def serve_scenarios(c: dict[str, Any], only: set[str], work: Path, drain: float 
     if "3" in only:
         r["http"] = serve_bench.http_enqueue(work, c["http_seconds"], c["runs"])
         print(f"  http: {r['http']}", flush=True)
+        r["http_single"] = serve_bench.single_enqueue(work, c["http_seconds"], c["runs"])
     if "4" in only:
         r["latency_cross"] = serve_bench.latency_cross_process(work, c["xlatency"])
         print(f"  latency cross-process: {r['latency_cross']}", flush=True)

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, percentile
+from bench.common import REPO, median, percentile
 from bench.peers.pg_harness import rss_mb
 
 
@@ -239,6 +239,64 @@ def http_enqueue(
     return out
 
 
+def single_enqueue(workdir: Path, seconds: int, runs: int, connections: int = 16) -> dict[str, Any]:
+    """Issue 33's single HTTP enqueue: ``POST /api/jobs`` against its
+    control (``REFUSED_BODY``, a 422 before any database work) in the same
+    ``jobdeck serve`` (the default server, 16 request threads, SQLite FULL),
+    wrk at ``connections``. Two servers side by side, each on its own file:
+    as users run it, with the embedded pool claiming and completing the
+    posted jobs ("pool"), and without it (``workers`` 0: "no pool"), which
+    shows what the pool's writes on SQLite's one write lock cost the
+    enqueue. Each round measures, on each server in turn, the control and
+    the enqueue back to back (their order alternating by round), so a slow
+    minute of the machine lands on both; ``runs`` rounds after a warm-up.
+    Prints each round as it ends (control, enqueue, ratio, p50 and p99, the
+    load average) and the medians; the ratio is the median of the rounds'
+    ratios. Target: ratio >= 80% and p99 < 25 ms."""
+    if not shutil.which("wrk"):
+        return {"skipped": "wrk not installed (apt-get install -y wrk)"}
+    configs = {"pool": None, "no pool": 0}
+    rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
+    print(
+        "| server | round | control (422) req/s | POST /api/jobs req/s | ratio | POST p50 / p99 ms | errors | load 1 min |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    with contextlib_exit() as stack:
+        ports = {}
+        for name, workers in configs.items():
+            db = fresh_db(workdir, f"single-{name.replace(' ', '-')}.db")
+            ports[name] = stack.enter_context(http_server(db, "granian", 16, workers))[1]
+        for n in range(runs + 1):
+            for name, port in ports.items():
+                calls = [("control", REFUSED_BODY), ("enqueue", ENQUEUE_BODY)]
+                got = {label: _wrk(port, "/api/jobs", 1 if n == 0 else seconds, connections, body)
+                       for label, body in (calls if n % 2 else calls[::-1])}  # fmt: skip
+                if not n:
+                    continue  # round 0 warms both servers up
+                c, e = got["control"], got["enqueue"]
+                row = {"control": c, "enqueue": e, "ratio": e["rps"] / c["rps"], "load": os.getloadavg()[0]}
+                rounds[name].append(row)
+                print(f"| {name} | {n} | {c['rps']:,.0f} | {e['rps']:,.0f} | {row['ratio']:.0%} "
+                      f"| {e['p50_ms']:.1f} / {e['p99_ms']:.1f} | {e['errors']} | {row['load']:.1f} |", flush=True)  # fmt: skip
+    out: dict[str, Any] = {"connections": connections, "seconds": seconds, "rounds": rounds}
+    print("| server | medians | control (422) req/s | POST /api/jobs req/s | ratio | POST p99 ms | target met |")
+    print("|---|---|---|---|---|---|---|")
+    for name, rows in rounds.items():
+        figures = {
+            "control": median([r["control"]["rps"] for r in rows]),
+            "enqueue": median([r["enqueue"]["rps"] for r in rows]),
+            "ratio": median([r["ratio"] for r in rows]),
+            "p99_ms": median([r["enqueue"]["p99_ms"] for r in rows]),
+            "errors": sum(r["enqueue"]["errors"] for r in rows),
+            "load": [r["load"] for r in rows],
+        }
+        figures["met"] = figures["ratio"] >= 0.8 and figures["p99_ms"] < 25 and not figures["errors"]
+        out[name] = figures
+        print(f"| {name} | {len(rows)} rounds | {figures['control']:,.0f} | {figures['enqueue']:,.0f} "
+              f"| {figures['ratio']:.0%} | {figures['p99_ms']:.1f} | {'yes' if figures['met'] else 'no'} |")  # fmt: skip
+    return out
+
+
 def print_http_table(result: dict[str, Any]) -> None:
     """The per-server table of ``http_enqueue``. "refused" is the control
     (``REFUSED_BODY``): wrk counts its 422s as non-2xx, so they are not errors here."""
@@ -413,9 +471,16 @@ def contextlib_exit() -> Any:
     return contextlib.ExitStack()
 
 
-if __name__ == "__main__":  # python3 -m bench.serve_bench [seconds] [runs] [workers]: scenario 3 alone, as a table
+if __name__ == "__main__":
+    # python3 -m bench.serve_bench [seconds] [runs] [workers]: scenario 3's three servers, as a table;
+    # python3 -m bench.serve_bench single [seconds] [runs]: the single enqueue against its control
     import tempfile
 
+    if sys.argv[1:2] == ["single"]:
+        with tempfile.TemporaryDirectory() as tmp:
+            seconds, runs = ([int(a) for a in sys.argv[2:4]] + [5, 5][len(sys.argv[2:4]) :])[:2]
+            print(json.dumps(single_enqueue(Path(tmp), seconds, runs), indent=1, default=str))
+        sys.exit(0)
     with tempfile.TemporaryDirectory() as tmp:
         args = [int(a) for a in sys.argv[1:4]]
         seconds, runs = (args + [5, 3][len(args) :])[:2]
