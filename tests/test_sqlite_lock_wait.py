@@ -86,12 +86,18 @@ def test_the_group_commits_batch_asks_promptly_too(deck, monkeypatch) -> None:
     from jobdeck.store import enqueue as enqueue_module
 
     asked: list[int] = []
+    given: list[float | None] = []
 
     def spy(raw: sqlite3.Connection, attempt: Any, busy_timeout: float | None = None) -> Any:
         asked.append(_busy(raw))
+        given.append(busy_timeout)
         return engine_module.promptly(raw, attempt, busy_timeout)
 
     monkeypatch.setattr(enqueue_module, "promptly", spy)
     job, created = deck.enqueue("demo.noop")
     assert created and asked, "the batch took the write lock without promptly"
     assert deck.store.get(job.id).type == "demo.noop"
+    # The connection's own timeout, from its pool record: not asked of SQLite each batch.
+    assert given == [deck.config.sqlite_busy_timeout] and asked == [int(deck.config.sqlite_busy_timeout * 1000)]
+    with deck.store.glance() as db:
+        assert _busy(db) == int(deck.config.sqlite_busy_timeout * 1000), "restored after the batch"

@@ -185,6 +185,11 @@ def session_name(host_pid: str) -> str:
     return f"{SESSION_PREFIX}{host.encode()[: max(room, 0)].decode(errors='ignore')}{digest}:{pid}"
 
 
+BUSY_TIMEOUT = "jobdeck_busy_timeout"
+"""A pooled SQLite connection's ``info``: the busy timeout (seconds) it was
+opened with, given to ``promptly`` so it need not ask the connection
+(a statement, and a wait for the GIL, per group commit)."""
+
 RESTING_SINCE = "jobdeck_resting_since"
 """A pooled connection's ``info``: when it was last handed back (monotonic)."""
 
@@ -237,7 +242,8 @@ def _sqlite_engine(url: str, synchronous: str, pool_size: int, busy_timeout: flo
     )
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+    def _on_connect(dbapi_conn: Any, record: Any) -> None:
+        record.info[BUSY_TIMEOUT] = busy_timeout
         # Let SQLAlchemy own BEGIN so it can be IMMEDIATE (see _on_begin).
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()

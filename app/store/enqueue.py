@@ -12,7 +12,7 @@ from typing import Any
 from jobdeck.core.errors import IdempotencyConflict, ItemRefused
 from jobdeck.core.states import State
 from jobdeck.store import statements
-from jobdeck.store.engine import promptly
+from jobdeck.store.engine import BUSY_TIMEOUT, promptly
 from jobdeck.store.group_commit import GroupCommitter
 from jobdeck.store.records import Enqueued, Holders, JobRecord, NewJob
 from jobdeck.store.sqlite import Prepared, db_time, loads, translated_errors
@@ -339,10 +339,11 @@ class Enqueueing(Transactions):
             try:
                 db = raw.driver_connection
                 assert db is not None
+                wait = raw.info.get(BUSY_TIMEOUT)
                 if len(rows) <= _rows_per_statement(db, rows):
-                    ids = promptly(db, lambda: _insert_rows_sqlite(db, rows))
+                    ids = promptly(db, lambda: _insert_rows_sqlite(db, rows), wait)
                 else:
-                    promptly(db, lambda: db.execute("BEGIN IMMEDIATE"))
+                    promptly(db, lambda: db.execute("BEGIN IMMEDIATE"), wait)
                     try:
                         ids = _insert_rows_sqlite(db, rows)
                         db.execute("COMMIT")
