@@ -4,26 +4,28 @@ The real WSGI app is served by waitress on 127.0.0.1 (port 0) in a thread,
 with a real worker pool running the demo handlers, on a temporary SQLite
 file; Schemathesis' CLI runs in a subprocess against /api/openapi.json, once
 without ``api_token``, once with one (sending the bearer token), and once
-with a named ``work`` token confined to one job type. Every
+with a named ``work`` token confined to one job type. Between them every
 operation goes through the coverage phase (boundary and negative values
-derived from the schema: about 2,800 cases, most of them refused input)
-and, but with ``api_token``, the fuzzing phase (``EXAMPLES``
-hypothesis-generated requests per operation), with the checks
+derived from the schema: about 2,800 cases, most of them refused input) and
+the fuzzing phase (``EXAMPLES`` hypothesis-generated requests per
+operation): the work token in both, ``api_token`` in the coverage phase,
+the run without a token in the fuzzing phase. The checks are
 not_a_server_error, status_code_conformance, content_type_conformance and
 response_schema_conformance. The seed and the number of cases are fixed, so
 a CI failure replays case for case.
 
-Why ``api_token`` has no fuzzing phase: the seed and the document are the
-same in every run, so its fuzzing phase would send the very requests the
-run without a token sends, with the header added, and each would be served
-alike. The token is decided before the view reads the body
+Why ``api_token`` and no token split the phases: the seed and the document
+are the same in every run, so a phase run in both would send the very same
+requests twice, once with the header added, and each would be served alike.
+The token is decided before the view reads the body
 (``jobdeck.web.guard.authenticate``), and past it the legacy token's
 principal changes nothing a view computes (every scope, unconfined types and
 queues, the worker id as given, the actor ``api``, as without a token). What
 the token itself adds, every operation accepting it and refusing a missing or
-wrong one, is in the coverage phase. That phase was half of the run's CPU.
-The work token keeps both: what it may touch depends on the body (the types
-a claim names, the job an effect belongs to).
+wrong one, is in the coverage phase, so that phase runs with the token. Each
+phase was about half of a run's CPU. The work token keeps both: what it may
+touch depends on the body (the types a claim names, the job an effect
+belongs to).
 
 Two independent witnesses must agree that nothing failed: Schemathesis'
 own report, and a WSGI wrapper that counts every status the server sent
@@ -70,8 +72,10 @@ CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,re
 TOKEN = "fuzz-token-0123456789abcdef"
 WORK_TOKEN = "fuzz-work-token-0123456789abcdef"
 WORK_TYPE = "ext.render"
-PHASES = {"": ("coverage", "fuzzing"), TOKEN: ("coverage",), WORK_TOKEN: ("coverage", "fuzzing")}
-"""The phases each run has (module doc: why the ``api_token`` run has no fuzzing phase)."""
+PHASES = {"": ("fuzzing",), TOKEN: ("coverage",), WORK_TOKEN: ("coverage", "fuzzing")}
+"""The phases each run has (module doc: why ``api_token`` and no token split them)."""
+LEAST_CASES = {"coverage": 2000, "fuzzing": 300}
+"""Fewer cases than this in a phase means it stopped early (about 2,850 and 470 here)."""
 WORK_TOKENS = {
     "fuzz-worker": {
         "token_sha256": hashlib.sha256(WORK_TOKEN.encode()).hexdigest(),
@@ -209,16 +213,19 @@ def test_schemathesis_finds_no_failure(live_api: Callable[..., LiveApi], tmp_pat
         assert summary["phases"][phase]["status"] == "success", summary["phases"]
         missed = sorted(expected - {label for p, label in seen if p == phase})
         assert not missed, f"the {phase} phase never ran {missed}"
-    assert cases >= summary["test_cases"]["generated"] > 2000, summary["test_cases"]  # about 2,700 here
+    least = sum(LEAST_CASES[phase] for phase in phases)
+    assert cases >= summary["test_cases"]["generated"] > least, summary["test_cases"]
     if work:
         _work_token_stayed_in_its_scope(live)
         return
     # The fuzzer reached the API's logic, not only its doorstep: jobs were
     # created (so with a token, the token was sent and accepted).
     assert live.statuses.counts[("POST", 201)] > 0, live.statuses.counts
-    # So were the workflow and batch operations: a graph was enqueued whole
-    # and a batch opened, past their checks.
-    assert live.deck.store.list_workflows(limit=1) and live.deck.store.list_batches(limit=1)
+    if "coverage" in phases:
+        # So were the workflow and batch operations: a graph was enqueued
+        # whole and a batch opened, past their checks (by the coverage
+        # phase's valid bodies; ten random ones per operation seldom pass).
+        assert live.deck.store.list_workflows(limit=1) and live.deck.store.list_batches(limit=1)
     if token:
         assert live.statuses.total(200, 300) > live.statuses.counts[("GET", 401)] + live.statuses.counts[("POST", 401)]
 
