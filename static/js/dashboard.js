@@ -4,7 +4,8 @@
  *    "jd-poll" event on <body>; polled fragments listen with
  *    hx-trigger="jd-poll from:body". A hidden tab sends nothing; coming back
  *    refreshes at once.
- *  - row selection survives the table body being re-rendered by a poll.
+ *  - row selection survives the table body being re-rendered by a poll,
+ *    from the moment the new rows are in (not only once htmx settles them).
  *  - [data-dismiss] closes a flash message or a confirmation.
  *  - failed requests say so in the flash area instead of failing silently.
  *  - times: every <time datetime title> shows its relative text, or with the
@@ -84,13 +85,20 @@
     syncSelection();
   });
 
-  body.addEventListener("htmx:afterSettle", function () {
+  function reselect() {
     // Only ids still on screen stay selected: a job that moved on can no
     // longer be acted on from this list.
     var present = new Set(boxes().map(function (box) { return box.value; }));
     selected.forEach(function (id) { if (!present.has(id)) { selected.delete(id); } });
     syncSelection();
-  });
+  }
+  // A poll's rows come unticked from the server. They are ticked in the
+  // swap's own task: htmx settles a timer later (longer in a busy browser),
+  // and a "Retry selected" clicked in between sent the unticked boxes, no
+  // job at all, while the page said "1 selected". Again once settled, as
+  // settling puts back the rows' server-rendered class (the highlight).
+  body.addEventListener("htmx:afterSwap", reselect);
+  body.addEventListener("htmx:afterSettle", reselect);
 
   document.addEventListener("click", function (event) {
     var button = event.target.closest ? event.target.closest("[data-dismiss]") : null;

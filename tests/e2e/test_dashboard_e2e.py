@@ -8,6 +8,8 @@ import pytest
 from jobdeck.core.states import State
 from playwright.sync_api import expect
 
+from tests.conftest import wait_for
+
 pytestmark = pytest.mark.e2e
 
 
@@ -114,6 +116,35 @@ def test_selection_survives_polls_and_script_payloads_stay_text(live, page, dial
     page.goto(f"{live.url}/workers")
     expect(page.locator("#workers-live")).to_contain_text("threads busy")
     live.shot(page, "workers-busy")
+    assert dialogs == []
+
+
+def test_a_click_right_after_a_poll_replaced_the_rows_acts_on_the_ticked_rows(live, page, dialogs):
+    """A poll's new rows come unticked from the server; the page ticks them
+    again from its selection. It did so when htmx settled the swap, a timer
+    after it (20 ms, longer in a busy browser), and a click on "Retry
+    selected" in between sent no row at all: "Select some jobs first", the
+    job left dead, the page still saying "1 selected" (seen once in a quiet
+    run). The rows are now ticked in the swap's own task. Here the settle is
+    put off for 30 s, as a browser too busy to run the timer would, so the
+    click lands in that gap every time."""
+    ids = [_api(live, page, {"type": "demo.fail", "payload": {}, "max_retries": 0}) for _ in range(2)]
+    page.goto(f"{live.url}/jobs/dead")
+    expect(page.locator("#job-rows input.row-select")).to_have_count(2, timeout=20000)
+    page.locator(f"#job-{ids[0]} input.row-select").check()
+    expect(page.locator("#selected-count")).to_have_text("1 selected")
+    page.evaluate("""() => {
+        htmx.config.defaultSettleDelay = 30000;
+        document.getElementById("job-rows").setAttribute("data-before-poll", "");
+        htmx.trigger(document.body, "jd-poll");
+    }""")
+    expect(page.locator("#job-rows[data-before-poll]")).to_have_count(0)  # the poll's rows are in, not settled
+    expect(page.locator(f"#job-{ids[0]} input.row-select")).to_be_checked()
+    page.get_by_role("button", name="Retry selected").click()
+    expect(page.locator(".flash-success")).to_contain_text("1 of 1 selected jobs retried.")
+    # demo.fail fails again: the retried job runs a second attempt; the other is left alone.
+    wait_for(lambda: live.deck.store.get(ids[0]).attempt == 2, timeout=20, message="the retried job's second attempt")
+    assert (live.deck.store.get(ids[1]).status, live.deck.store.get(ids[1]).attempt) == (State.DEAD, 1)
     assert dialogs == []
 
 
