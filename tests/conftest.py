@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,19 +27,53 @@ pytest_plugins = ["tests.tiers"]  # the quick tier, and the tests that run alone
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 
 
-def _builders_compiled_once() -> None:
-    """Werkzeug compiles two URL-builder functions (Python code, through
-    ``ast`` and ``compile``) for every rule of every app: 58 of the 65 ms of
-    CPU that ``create_app`` takes, and the suite makes well over a thousand
-    apps per run. A builder is made from the rule's parsed parts and
-    defaults only, and reaches the rule through its ``self`` argument (it is
-    bound to each rule afterwards), so an app after the first reuses the
-    functions compiled for an identical rule. Only the tests do this: a
-    deployment builds its app once."""
-    original = Rule._compile_builder
-    made: dict[tuple[Any, ...], Callable[..., Any]] = {}
+def _rules_compiled_once() -> None:
+    """Werkzeug compiles every rule of every app: it parses the rule's text
+    into the parts its matcher is built from (regular expressions, weights)
+    and compiles two URL-builder functions (Python code, through ``ast`` and
+    ``compile``). That was most of the CPU ``create_app`` takes, and the
+    suite makes well over a thousand apps per run. Only the tests do this: a
+    deployment builds its app once.
 
-    def compile_builder(self: Rule, append_unknown: bool = True) -> Callable[..., Any]:
+    Both are made from the rule's text, its defaults and the converter
+    classes of the app's map, so an app after the first reuses what was made
+    for an identical rule. The parts and the trace are plain data; each rule
+    gets converter objects of its own, bound to its own map, made with the
+    arguments the first parse gave them; a builder reaches its rule through
+    its ``self`` argument (it is bound to each rule afterwards)."""
+    compile_rule = Rule.compile
+    compile_builder = Rule._compile_builder
+    get_converter = Rule.get_converter
+    parsed: dict[tuple[Any, ...], tuple[list[Any], list[Any], list[tuple[Any, ...]]]] = {}
+    builders: dict[tuple[Any, ...], Callable[..., Any]] = {}
+    recording: list[list[tuple[Any, ...]]] = []
+
+    def recorded(self: Rule, variable: str, name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        if recording:
+            recording[-1].append((variable, name, args, kwargs))
+        return get_converter(self, variable, name, args, kwargs)
+
+    def compile(self: Rule) -> None:
+        assert self.map is not None, "rule not bound"
+        key = (self.rule, self.subdomain, self.host, self.map.host_matching, self.merge_slashes,
+               tuple(self.map.converters.items()))  # fmt: skip
+        if key not in parsed:
+            recording.append([])
+            try:
+                compile_rule(self)
+            finally:
+                made = recording.pop()
+            parsed[key] = (list(self._parts), list(self._trace), made)
+            return
+        parts, trace, made = parsed[key]
+        self._parts = list(parts)
+        self._trace = list(trace)
+        self._converters = {v: self.get_converter(v, name, args, kwargs) for v, name, args, kwargs in made}
+        self.arguments.update(v for v, *_ in made)
+        self._build = self._compile_builder(False).__get__(self, None)
+        self._build_unknown = self._compile_builder(True).__get__(self, None)
+
+    def cached_builder(self: Rule, append_unknown: bool = True) -> Callable[..., Any]:
         # The rule's text gives its parts and each converter's arguments; the
         # classes the text names come from the app's map, the same in every app.
         key = (
@@ -48,14 +82,16 @@ def _builders_compiled_once() -> None:
             tuple((k, type(c)) for k, c in self._converters.items()),
             append_unknown,
         )
-        if key not in made:
-            made[key] = original(self, append_unknown)
-        return made[key]
+        if key not in builders:
+            builders[key] = compile_builder(self, append_unknown)
+        return builders[key]
 
-    Rule._compile_builder = compile_builder  # type: ignore[method-assign]
+    Rule.compile = compile  # type: ignore[method-assign]
+    Rule.get_converter = recorded  # type: ignore[method-assign]
+    Rule._compile_builder = cached_builder  # type: ignore[method-assign]
 
 
-_builders_compiled_once()
+_rules_compiled_once()
 
 CHROMIUM = Path("/usr/bin/chromium")
 """Debian's Chromium: Playwright cannot download a browser on these machines."""
