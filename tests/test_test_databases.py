@@ -11,7 +11,7 @@ from jobdeck.store import NewJob, Store, migrate, schema
 from jobdeck.store.engine import make_engine
 from sqlalchemy import text
 
-from tests.pgtest import Schemas, schema_url
+from tests.pgtest import Schemas, _catalog, _versions, schema_url
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -66,9 +66,61 @@ def test_a_schema_given_back_is_reset_to_what_a_fresh_migration_gives(schemas):
     assert schemas.replaced == 0
 
 
+CHANGES = [
+    "DROP INDEX ix_jobs_type_id",
+    "CREATE INDEX ix_extra ON jobs (queue)",
+    "ALTER TABLE jobs ALTER COLUMN queue SET DEFAULT 'other'",
+    "ALTER TABLE jobs ALTER COLUMN queue DROP NOT NULL",
+    "ALTER TABLE jobs ADD COLUMN extra integer",
+    "ALTER TABLE jobs DROP COLUMN payload",
+    "ALTER TABLE jobs RENAME COLUMN queue TO line",
+    "ALTER TABLE jobs RENAME TO work",
+    "ALTER TABLE jobs ADD CONSTRAINT ck_extra CHECK (priority < 1000)",
+    "ALTER TABLE jobs DROP CONSTRAINT ck_jobs_retries",
+    "ALTER TABLE attempts DROP CONSTRAINT attempts_job_id_fkey",
+    "ALTER INDEX ix_jobs_claim RENAME TO ix_other",
+    "ALTER SEQUENCE jobs_id_seq INCREMENT BY 2",
+    "CREATE TABLE extra (id integer)",
+    "CREATE SEQUENCE extra_seq",
+    "CREATE TYPE extra_kind AS ENUM ('a')",
+    "CREATE FUNCTION extra_fn() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END'",
+]
+"""Catalog changes a test could make: each one changes the catalog digest."""
+
+
+@pytest.mark.postgres
+def test_a_catalog_change_changes_the_row_versions_read_before_the_catalog(schemas):
+    """The reset reads the whole catalog only when the row versions changed:
+    every change that changes the catalog's digest changes them too, and
+    the writes a test makes to its rows (and the reset's own) do not."""
+    schema = schemas.take()
+    engine = make_engine(schema_url(schema), pool_size=1)
+    try:
+        with engine.connect() as conn:
+            digest, (versions, _) = _catalog(conn, schema), _versions(conn, schema)
+            conn.rollback()
+            for change in CHANGES:
+                with conn.begin() as tx:
+                    conn.execute(text(change))
+                    assert _catalog(conn, schema) != digest, change
+                    assert _versions(conn, schema)[0] != versions, change
+                    tx.rollback()
+            _fill(schema_url(schema))
+            with conn.begin():
+                conn.execute(text("DELETE FROM attempts"))
+                conn.execute(text("DELETE FROM jobs WHERE id % 2 = 0"))
+                conn.execute(text("SELECT setval('jobs_id_seq', 1, false)"))
+            assert (_catalog(conn, schema), _versions(conn, schema)) == (digest, (versions, False))
+    finally:
+        engine.dispose()
+    schemas.give_back(schema)
+    assert schemas.replaced == 0
+
+
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_a_schema_whose_catalog_changed_is_dropped_not_handed_out(schemas):
+    schemas.give_back(schemas.take())  # the reset knows the schema's row versions: a change is found through them
     first = schemas.take()
     engine = make_engine(schema_url(first), pool_size=1)
     try:
