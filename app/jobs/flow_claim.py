@@ -31,8 +31,8 @@ class FlowClaim:
         self._monotonic = monotonic
         self._cursors: dict[str, str] = dict.fromkeys(flow.keyed_columns, "")
         self._pruned: dict[str, float] = {}
-        self._blocked: tuple[list[str], list[str]] = ([], [])
-        """What the last claim's reads blocked (PostgreSQL's head read goes with them)."""
+        self._guess = flow_pipelined.Guess()
+        """What the last claim's reads answered (PostgreSQL's head read and key walks go with them)."""
         self._lock = threading.Lock()
 
     def _window_start(self, limit: FlowLimit, now: datetime) -> datetime:
@@ -75,8 +75,8 @@ class FlowClaim:
                 rated=rated, prune=prune, blocked=self.blocked, pick=pick,
             )  # fmt: skip
         else:
-            claimed, cursors, self._blocked = flow_pipelined.claim_flow(
-                store, worker_id, now, guess=self._blocked, limit=limit, types=types, queues=queues,
+            claimed, cursors, self._guess = flow_pipelined.claim_flow(
+                store, worker_id, now, guess=self._guess, limit=limit, types=types, queues=queues,
                 skip_queues=skip, walks=walks, rated=rated, prune=prune, blocked=self.blocked, pick=pick,
             )  # fmt: skip
         with self._lock:

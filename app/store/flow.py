@@ -82,12 +82,13 @@ def _walk(dialect: str, column: str, types: bool, queues: bool, skip: bool) -> T
     hint = f" INDEXED BY ix_jobs_{column}" if dialect == "sqlite" else ""
     held = f"status IN ({_STATES})"
     served = [f"j.{column} = k.key", f"j.{held}", "j.available_at <= :now"]
+    listed = dialect == "sqlite"  # PostgreSQL takes each list as one array: its text does not vary with them
     if types:
-        served.append("j.type IN :types")
+        served.append("j.type IN :types" if listed else "j.type = ANY(:types)")
     if queues:
-        served.append("j.queue IN :queues")
+        served.append("j.queue IN :queues" if listed else "j.queue = ANY(:queues)")
     if skip:
-        served.append("j.queue NOT IN :skip")
+        served.append("j.queue NOT IN :skip" if listed else "j.queue <> ALL(:skip)")
     sql = f"""
         WITH RECURSIVE k(key, n) AS (
             SELECT (SELECT min({column}) FROM jobs{hint} WHERE {held} AND {column} > :after), 1
@@ -102,25 +103,33 @@ def _walk(dialect: str, column: str, types: bool, queues: bool, skip: bool) -> T
         FROM k WHERE k.key IS NOT NULL
     """
     binds = [bindparam("now", type_=UTCDateTime()), bindparam("after"), bindparam("keys")]
-    binds += [bindparam(n, expanding=True) for n, on in (("types", types), ("queues", queues), ("skip", skip)) if on]
+    binds += [bindparam(n, expanding=listed) for n, on in (("types", types), ("queues", queues), ("skip", skip)) if on]
     return text(sql).bindparams(*binds)
 
 
 def _walk_keys(
     conn: Connection, dialect: str, column: str, after: str, n: int, now: datetime, types: list[str] | None,
-    queues: list[str] | None, skip: list[str],
+    queues: list[str] | None, skip: list[str], walked: dict[str, list[Any]] | None = None,
 ) -> tuple[list[int], str]:  # fmt: skip
     """The head job ids of up to ``n`` keys after ``after`` (wrapping around
-    to the first key), and the key to start the next walk after."""
+    to the first key), and the key to start the next walk after.
+    ``walked``: the walks already read (after -> rows, of ``n`` keys, with
+    the same arguments: ``flow_pipelined``), for the ones read here."""
     stmt = _walk(dialect, column, types is not None, queues is not None, bool(skip))
     params: dict[str, Any] = {"now": now, "after": after, "keys": n}
     for name, value in (("types", types), ("queues", queues), ("skip", skip or None)):
         if value is not None:
             params[name] = value
-    rows = list(conn.execute(stmt, params))
+
+    def walk(start: str, keys: int) -> list[Any]:
+        if walked is not None:
+            return walked[start][:keys]  # a walk of more keys from the same start begins with these
+        return list(conn.execute(stmt, {**params, "after": start, "keys": keys}))
+
+    rows = walk(after, n)
     if len(rows) < n and after:
         seen = {r[0] for r in rows}
-        rows += [r for r in conn.execute(stmt, {**params, "after": "", "keys": n - len(rows)}) if r[0] not in seen]
+        rows += [r for r in walk("", n - len(rows)) if r[0] not in seen]
     cursor = rows[-1][0] if len(rows) >= n else ""
     return [r[1] for r in rows if r[1] is not None], cursor
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
@@ -38,6 +39,7 @@ from jobdeck.store.flow import (
     _Reads,
     _running_by_key,
     _starts_since,
+    _walk,
     _walk_keys,
 )
 from jobdeck.store.lifecycle import Store
@@ -89,13 +91,13 @@ def claim_flow(
     prune: Sequence[tuple[str, datetime]],
     blocked: Callable[[FlowReads], tuple[list[str], list[str]]],
     pick: Pick,
-    guess: tuple[list[str], list[str]],
-) -> tuple[list[JobRecord], dict[str, str], tuple[list[str], list[str]]]:
+    guess: Guess,
+) -> tuple[list[JobRecord], dict[str, str], Guess]:
     """``jobdeck.store.flow.claim_flow`` on PostgreSQL: the same reads,
     the same pick and the same guarantees, in three round trips. ``guess``:
-    what ``blocked`` answered last time, for the head read sent with the
-    others (read again when it answers otherwise now). Returns also what
-    it answered this time."""
+    what the last claim's reads answered, for the reads sent with the
+    others (read again when the answer differs now). Returns also this
+    claim's answer."""
     assert store.dialect == "postgresql"
     type_list = None if types is None else list(types)
     queue_list = None if queues is None else list(queues)
@@ -128,16 +130,21 @@ def claim_flow(
                     (name, _send(db, _starts_since(None), (name, store.stored_time(since))))
                     for name, since, _ in rated if not _
                 ]  # fmt: skip
-                read_head = _send(db, *head_values(*guess))  # what the last claim's reads blocked: mostly the same
+                read_head = _send(
+                    db, *head_values(*guess.blocked)
+                )  # what the last claim's reads blocked: mostly the same
+                sent_walks = _send_walks(db, store.stored_time(now), want, type_list, queue_list, skip, walks, guess)
             running = [Running(t, q, k, int(n)) for t, q, k, n in read_running.fetchall()]
             closed = {(n, k): u for n, k, u in read_closed.fetchall()}
             unkeyed = {(name, k): int(n) for name, cur in read_starts for k, n in cur.fetchall()}
             head_rows = read_head.fetchall()
+            walked = {c: {start: cursor.fetchall() for start, cursor in sent} for c, sent in sent_walks.items()}
             if ahead is not None:
                 ahead.land([r for cursor in completing for r in cursor.fetchall()])
         full = blocked(FlowReads(running, closed, unkeyed))
-        if full != guess:  # the head read the wrong types or queues: again, with these
+        if full != guess.blocked:  # the head and the walks read the wrong types or queues: again, with these
             head_rows = store.driver_rows(conn, *head_values(*full))
+            walked = {}
         reads = _Reads(store, conn)
         rows: dict[int, Candidate] = {r[0]: Candidate(*r) for r in head_rows}
         skip += [q for q in full[1] if q not in skip]
@@ -150,20 +157,22 @@ def claim_flow(
 
         chosen = decide()
         cursors: dict[str, str] = {}
-        if walks and len(rows) >= want and len(chosen) < min(limit, len(rows)) / 2:
+        jammed = bool(walks) and len(rows) >= want and len(chosen) < min(limit, len(rows)) / 2
+        if jammed:
             # The head is jammed by keys at their limit: walk the keys for the rest.
             extra: list[int] = []
             for column, after in walks.items():
                 ids, cursors[column] = _walk_keys(
-                    conn, "postgresql", column, after, want, now, type_list, queue_list, skip
+                    conn, "postgresql", column, after, want, now, type_list, queue_list, skip, walked.get(column)
                 )
                 extra += [i for i in ids if i not in rows]
             if extra:
                 stmt = select(*CANDIDATE_COLUMNS).where(jobs.c.id.in_(bindparam("ids", expanding=True)))
                 rows.update({r.id: Candidate(*r) for r in conn.execute(stmt, {"ids": sorted(set(extra))})})
                 chosen = decide()
+        answered = Guess(full, jammed)
         if not chosen:
-            return [], cursors, full
+            return [], cursors, answered
         ids = [i for i, _ in chosen]
         logged = [(i, name, key) for i, starts in chosen for name, key in starts]
         prepared = claim_ids_logging(len(ids))
@@ -181,7 +190,44 @@ def claim_flow(
                 if commits:
                     db.commit()  # in the same batch: the claim's last round trip
             got = claimed.fetchall()
-        return _in_claim_order(claimed_records(got, worker_id, now.astimezone(UTC), None)), cursors, full
+        return _in_claim_order(claimed_records(got, worker_id, now.astimezone(UTC), None)), cursors, answered
+
+
+@dataclass(frozen=True)
+class Guess:
+    """What a flow claim's reads answered, for the next claim's reads sent
+    with the others: the types and queues ``blocked`` named (the head read),
+    and whether the head was jammed (the key walks: a jammed head mostly
+    stays jammed, and a walk sent in the batch saves its round trip)."""
+
+    blocked: tuple[list[str], list[str]] = field(default_factory=lambda: ([], []))
+    jammed: bool = False
+
+
+@lru_cache(maxsize=16)
+def _walk_prepared(column: str, types: bool, queues: bool, skip: bool) -> Prepared:
+    lists = [name for name, on in (("types", types), ("queues", queues), ("skip", skip)) if on]
+    return Prepared(_walk("postgresql", column, types, queues, skip), ["now", "after", "keys", *lists])
+
+
+def _send_walks(
+    db: Any, now: Any, want: int, types: list[str] | None, queues: list[str] | None, skip: list[str],
+    walks: dict[str, str], guess: Guess,
+) -> dict[str, list[tuple[str, Any]]]:  # fmt: skip
+    """After a jammed head: each key walk (``_walk_keys``) as the skipped
+    queues ``guess`` names leave it, from where it stopped and, for its wrap
+    around, from the first key (column -> [(start, cursor)])."""
+    if not guess.jammed or not walks:
+        return {}
+    skipped = skip + [q for q in guess.blocked[1] if q not in skip]
+    lists = [v for v in (types, queues, skipped or None) if v is not None]
+    sent: dict[str, list[tuple[str, Any]]] = {}
+    for column, after in walks.items():
+        prepared = _walk_prepared(column, types is not None, queues is not None, bool(skipped))
+        sent[column] = [
+            (start, _send(db, prepared, (now, start, want, *lists))) for start in dict.fromkeys([after, ""])
+        ]
+    return sent
 
 
 def _send(db: Any, prepared: Prepared, values: tuple[Any, ...]) -> Any:
