@@ -168,13 +168,27 @@ def test_a_fire_time_enqueues_the_workflow_once_from_two_decks(make_deck: Any) -
     assert first.schedules.enqueue_due_once(FIRED) == []  # the watermark moved: nothing more
 
 
-def test_two_decks_firing_the_same_time_at_once_make_one_workflow(make_deck: Any) -> None:
+def test_two_decks_firing_the_same_time_at_once_make_one_workflow(make_deck: Any, monkeypatch: Any) -> None:
+    """Both decks read the schedule's watermark before either fires, then
+    both enqueue the fire: the UNIQUE key leaves one workflow, and each deck
+    answers its first job. Starting the two threads together was not enough:
+    starved of CPU, one deck fired and moved the watermark before the other
+    read it, which then rightly found nothing due (CI saw ``[[1], []]``)."""
     clock = Clock(T)
     decks = [make_deck(clock=clock, **config()) for _ in range(2)]
     for d in decks:
         d.schedules.enqueue_due_once(T)
     clock.now = FIRED
-    start = threading.Barrier(2, timeout=30)
+    deadline = 120.0  # a deadline for a hang, never reached when both threads run
+    start, read = threading.Barrier(2, timeout=deadline), threading.Barrier(2, timeout=deadline)
+    for d in decks:
+
+        def states_then_wait(now: datetime, states: Any = d.schedules._states) -> Any:
+            found = states(now)
+            read.wait()
+            return found
+
+        monkeypatch.setattr(d.schedules, "_states", states_then_wait)
     found: list[list[int]] = []
     errors: list[BaseException] = []
 
@@ -189,9 +203,10 @@ def test_two_decks_firing_the_same_time_at_once_make_one_workflow(make_deck: Any
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=60)
+        t.join(timeout=deadline)
+    assert not any(t.is_alive() for t in threads), f"a deck's fire did not end within {deadline} s"
     assert not errors, errors
-    assert len(found) == 2 and found[0] == found[1] and len(found[0]) == 1
+    assert len(found) == 2 and found[0] == found[1] and len(found[0]) == 1, found
     assert _count(decks[0], workflows) == 1 and _count(decks[0], jobs) == 3
 
 
