@@ -271,3 +271,53 @@ def test_a_multi_row_insert_that_fails_writes_none_of_its_rows(deck, clock) -> N
     with pytest.raises(IntegrityError), deck.store.write() as conn:
         deck.store._run_many(conn, attempt_statements.attempt(with_error=False), rows)
     assert all(deck.store.attempts_of(j.id) == [] for j in claimed)
+
+
+def test_the_after_step_runs_outside_the_lock_for_the_committed_requests_before_they_wake() -> None:
+    """``GroupCommitter.after``: once per batch, with the lock free (the next
+    batch may commit meanwhile), for the requests that committed only, and
+    its results are what their callers get."""
+    from jobdeck.store.group_commit import GroupCommitter
+
+    lock = threading.Lock()
+    entered, release = threading.Event(), threading.Event()
+    seen: list[tuple[list[str], bool]] = []
+
+    def write_batch(items: list[str]) -> list[int]:
+        if items == ["hold"]:
+            entered.set()
+            release.wait(10)
+        if "bad" in items:
+            raise ValueError("bad row")
+        return [len(item) for item in items]
+
+    def after(items: list[str], results: list[int]) -> list[int]:
+        free = lock.acquire(timeout=5)  # held by this thread (a plain Lock), it never would be
+        if free:
+            lock.release()
+        seen.append((sorted(items), free))
+        return [r * 100 for r in results]
+
+    committer: GroupCommitter[int] = GroupCommitter(lock, write_batch, after)
+    outcomes: dict[str, object] = {}
+
+    def submit(item: str) -> None:
+        try:
+            outcomes[item] = committer.submit(item)
+        except ValueError as exc:
+            outcomes[item] = exc
+
+    holder = threading.Thread(target=submit, args=("hold",))
+    holder.start()
+    assert entered.wait(10)
+    queued = [threading.Thread(target=submit, args=(item,)) for item in ("a", "bb", "bad")]
+    for t in queued:
+        t.start()
+    wait_for(lambda: len(committer._queue) == 3, timeout=10, message="three requests queued behind the holder")
+    release.set()
+    for t in [holder, *queued]:
+        t.join(10)
+    assert outcomes["hold"] == 400 and outcomes["a"] == 100 and outcomes["bb"] == 200
+    assert isinstance(outcomes["bad"], ValueError), "a failed request is its caller's error, untouched by after"
+    # The failed batch was retried row by row; after runs once for what it committed.
+    assert seen == [(["hold"], True), (["a", "bb"], True)], "once per batch, for its committed requests, lock free"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from itertools import chain
 from typing import Any
@@ -45,7 +45,7 @@ class Enqueueing(Transactions):
         super().__init__(engine)
         self._enqueuer: GroupCommitter[Any] | None = None
         if self._write_lock is not None:
-            self._enqueuer = GroupCommitter(self._write_lock, self._commit_enqueues)
+            self._enqueuer = GroupCommitter(self._write_lock, self._commit_enqueues, self._read_holders_after)
 
     def _row(self, new: NewJob, now: datetime, stamp: Any, as_text: bool) -> tuple[Any, ...]:
         """``stamp`` is ``now`` as the row takes it: SQLite's text (``as_text``) or the datetime."""
@@ -63,9 +63,9 @@ class Enqueueing(Transactions):
 
         ``read_holders``: the caller will say why the job waits
         (``jobdeck.jobs.waiting``). On SQLite's group commit, what holds jobs
-        back is then read by the batch's leader right after the commit, on
-        its connection, once for every job of the batch that asked
-        (``Enqueued.holders``): those callers are waiting for the commit
+        back is then read by the batch's leader right after the commit,
+        outside the write lock, once for every job of the batch that asked
+        (``Enqueued.holders``): those callers are asleep until the commit
         anyway, where a read of their own cost each one more wake-ups than
         the insert did. Elsewhere ``holders`` is None and the caller reads.
 
@@ -302,28 +302,27 @@ class Enqueueing(Transactions):
         return conn.execute(statements.enqueue_unnest(keyed), params).all()
 
     def _commit_enqueues(self, items: list[tuple[tuple[Any, ...], bool]]) -> list[tuple[int, Holders | None]]:
-        """The group commit's batch: ``items`` are (row, read_holders)
-        (``enqueue``); each gets its id and, if it asked, what held jobs
-        back right after the commit (``jobdeck.store.waiting.read_holders``),
-        read once, on the connection that committed. That read failing
-        fails no enqueue (the batch is committed: retried row by row it
-        would store every job twice): its askers get None and read on
+        """The group commit's batch: ``items`` are (row, read_holders) (``enqueue``)."""
+        return [(job_id, None) for job_id in self._insert_batch_sqlite([row for row, _ in items])]
+
+    def _read_holders_after(
+        self, items: list[tuple[tuple[Any, ...], bool]], results: list[tuple[int, Holders | None]]
+    ) -> list[tuple[int, Holders | None]]:
+        """Once a batch is committed, outside the write lock (``GroupCommitter.after``):
+        what held jobs back (``jobdeck.store.waiting.read_holders``), read once
+        for the jobs of the batch that asked. That read failing fails no
+        enqueue (the batch is committed): its askers get None and read on
         their own, where the error is theirs."""
-        holders: list[Holders | None] = [None]
+        if not any(read for _, read in items):
+            return results
+        try:
+            with self.glance() as db:
+                holders: Holders | None = read_holders_on(db, sqlite=True)
+        except Exception:  # noqa: BLE001 - their own read raises it
+            holders = None
+        return [(job_id, holders if read else None) for (job_id, _), (_, read) in zip(results, items, strict=True)]
 
-        def then(db: sqlite3.Connection) -> None:
-            if any(read for _, read in items):
-                try:
-                    holders[0] = read_holders_on(db, sqlite=True)
-                except Exception:  # noqa: BLE001 - their own read raises it
-                    holders[0] = None
-
-        ids = self._insert_batch_sqlite([row for row, _ in items], then)
-        return [(job_id, holders[0] if read else None) for job_id, (_, read) in zip(ids, items, strict=True)]
-
-    def _insert_batch_sqlite(
-        self, rows: list[tuple[Any, ...]], then: Callable[[sqlite3.Connection], None] | None = None
-    ) -> list[int]:
+    def _insert_batch_sqlite(self, rows: list[tuple[Any, ...]]) -> list[int]:
         """Insert plain jobs in one transaction (the group commit's batch);
         returns their ids in order. On a pooled DBAPI connection under the
         write lock, without SQLAlchemy's Connection: its begin and commit
@@ -332,7 +331,7 @@ class Enqueueing(Transactions):
         transaction (durable when it returns): one call into SQLite for the
         batch where BEGIN, an INSERT per job and COMMIT were each one, and
         each call gives the GIL up and waits to take it back from the HTTP
-        threads. ``then(db)`` runs once the batch is committed, on its connection."""
+        threads."""
         assert self._write_lock is not None
         with self._write_lock, translated_errors():
             raw = self.engine.raw_connection()
@@ -351,8 +350,6 @@ class Enqueueing(Transactions):
                         if db.in_transaction:
                             db.execute("ROLLBACK")
                         raise
-                if then is not None:
-                    then(db)
                 return ids
             finally:
                 raw.close()

@@ -45,6 +45,11 @@ class GroupCommitter(Generic[R]):
 
     lock: Any
     write_batch: Callable[[list[Any]], list[R]]
+    after: Callable[[list[Any], list[R]], list[R]] | None = None
+    """``after(items, results) -> results`` for the requests a batch
+    committed, outside ``lock`` and after the lead has passed on (the next
+    batch commits meanwhile), before their callers wake: a read they all
+    want once the batch is durable. It must not raise: the batch is committed."""
     _queue: list[_Request[R]] = field(default_factory=list)
     _mutex: threading.Lock = field(default_factory=threading.Lock)
     _leading: bool = False
@@ -66,17 +71,28 @@ class GroupCommitter(Generic[R]):
                 with self.lock:
                     self._commit(batch)
             finally:
-                for r in batch:
-                    if r is not request:
-                        r.wake.set()
                 with self._mutex:
                     if self._queue:
                         self._queue[0].wake.set()  # the oldest waiter leads the next batch
                     else:
                         self._leading = False
+                try:
+                    self._after(batch)
+                finally:
+                    for r in batch:
+                        if r is not request:
+                            r.wake.set()
         if request.error is not None:
             raise request.error
         return request.result  # type: ignore[return-value]
+
+    def _after(self, batch: list[_Request[R]]) -> None:
+        committed = [r for r in batch if r.done and r.error is None]
+        if self.after is None or not committed:
+            return
+        results = self.after([r.item for r in committed], [r.result for r in committed])  # type: ignore[misc]
+        for r, result in zip(committed, results, strict=True):
+            r.result = result
 
     def _commit(self, batch: list[_Request[R]]) -> None:
         try:
