@@ -1,16 +1,20 @@
 """The flow claim on PostgreSQL (``jobdeck.store.flow.claim_flow``'s), in
-three round trips instead of about ten.
+two or three round trips instead of about ten.
 
 The claim's statements mostly do not depend on one another, so psycopg's
-pipeline mode sends them together: the BEGIN, the advisory lock, the
-starts log's pruning and the reads of the running jobs, the closed limits
-and the unkeyed rates' starts go out as one batch, read back at once (the
-lock is taken first: the reads after it see what the last limited claim
-committed). The head of the line depends on what those reads block, so it
-is a second trip (with the keyed starts and the key walks, when a limit
-needs them, as on SQLite). The last trip is one statement that claims the
-picked jobs and logs the starts of those it claimed
-(``claim_ids_logging``), with the COMMIT behind it in the same batch.
+pipeline mode sends them together. The first batch: the BEGIN, the
+acker's completions when it claims in their transaction
+(``Store.complete_and_claim``: ``Transactions.take_ahead``), the advisory
+lock, the starts log's pruning and the reads of the running jobs, the
+closed limits and the unkeyed rates' starts, then the head of the line
+and, after a jammed head, the key walks, both as the last claim's reads
+guessed them (``Guess``; read again when the guess was wrong). The lock
+is taken before the reads: they see what the last limited claim
+committed, and the completions before it free their keys for this claim.
+Then the keyed starts, when a limit needs them, as on SQLite. The last
+trip is one statement that claims the picked jobs and logs the starts of
+those it claimed (``claim_ids_logging``), with the COMMIT behind it in
+the same batch.
 
 Measured with ``bench/flow_bench.py`` on the 2-core machine (a
 concurrency of one per key over 100 keys): the pool's fetch thread spent
