@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
@@ -20,6 +21,9 @@ from jobdeck.core import forks
 from jobdeck.core.config import load
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import Registry
+from sqlalchemy import Engine
+from sqlalchemy.engine import Dialect
+from sqlalchemy.util import LRUCache
 from werkzeug.routing.rules import Rule
 
 pytest_plugins = ["tests.tiers"]  # the quick tier, and the tests that run alone
@@ -92,6 +96,66 @@ def _rules_compiled_once() -> None:
 
 
 _rules_compiled_once()
+
+
+class _CompiledAcrossEngines(LRUCache[Any, Any]):
+    """One cache of compiled statements for every engine of a test process.
+
+    SQLAlchemy compiles each statement once per engine: its cache is the
+    engine's own, keyed by the engine's dialect object. Every test opens
+    its own engines, so it compiled again every statement it ran, several
+    milliseconds of a test on a fresh deck. Two dialects that agree on
+    their class and on every setting (what ``initialize`` read from the
+    server included) compile a statement to the same SQL, so here they
+    share what was compiled. A dialect's objects of its own (its identifier
+    preparer, type compiler, memos, events) are made from those settings;
+    the schema it found at connect is left out (a compiler reads it only
+    for a ``schema_translate_map``, and such a statement keeps its engine's
+    own entry). Only the tests do this: a deployment keeps its engines."""
+
+    _OWN = frozenset({"_type_memos", "dispatch", "identifier_preparer", "type_compiler", "type_compiler_instance",
+                      "_psycopg_adapters_map", "default_schema_name", "_has_events"})  # fmt: skip
+
+    def __init__(self) -> None:
+        super().__init__(5000)
+        self._settings: weakref.WeakKeyDictionary[Dialect, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+
+    def _settings_of(self, dialect: Dialect) -> tuple[Any, ...]:
+        settings = self._settings.get(dialect)
+        if settings is None:
+            settings = (type(dialect), *sorted(
+                (name, value if isinstance(value, (bool, int, float, str, tuple, type(None))) else id(value))
+                for name, value in vars(dialect).items() if name not in self._OWN
+            ))  # fmt: skip
+            self._settings[dialect] = settings
+        return settings
+
+    def _shared(self, key: Any) -> Any:
+        if isinstance(key, tuple) and len(key) == 5 and isinstance(key[0], Dialect) and not key[3]:
+            return (self._settings_of(key[0]), *key[1:])
+        return key
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return super().get(self._shared(key), default)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(self._shared(key), value)
+
+
+def _statements_compiled_once() -> None:
+    """Every engine made in this process shares ``_CompiledAcrossEngines``."""
+    shared = _CompiledAcrossEngines()
+    init = Engine.__init__
+
+    def engine_init(self: Engine, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        if self._compiled_cache is not None:
+            self._compiled_cache = shared
+
+    Engine.__init__ = engine_init  # type: ignore[method-assign]
+
+
+_statements_compiled_once()
 
 CHROMIUM = Path("/usr/bin/chromium")
 """Debian's Chromium: Playwright cannot download a browser on these machines."""
