@@ -5,8 +5,10 @@ an injectable clock, and ``wait_for`` (a poll with a deadline, never a sleep).
 
 from __future__ import annotations
 
+import re
 import shutil
 import sqlite3
+import tempfile
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -201,6 +203,18 @@ def _engines_closed() -> Iterator[None]:
     for engine in forks.engines():
         if id(engine) not in before:
             engine.dispose()
+
+
+@pytest.fixture
+def tmp_path(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of the test's own, where pytest's ``tmp_path`` puts it, made
+    at once. pytest numbers each test's folder after reading the name of
+    every folder the run made before it: work that grows with the run,
+    about 2 ms a test by the 3,000th and 3.5 s of CPU over a quick tier run
+    in one process, where making a folder with a unique name takes
+    microseconds."""
+    name = re.sub(r"\W", "_", request.node.name)[:30]
+    return Path(tempfile.mkdtemp(prefix=name, dir=tmp_path_factory.getbasetemp()))
 
 
 @pytest.fixture
