@@ -69,16 +69,14 @@ class FlowClaim:
         def pick(reads: store_flow.FlowReads, rows: list[Any]) -> list[tuple[int, list[tuple[str, str]]]]:
             return self.pick(reads, rows, limit)
 
+        request = store_flow.FlowRequest(
+            worker_id, now, limit, None if types is None else list(types), None if queues is None else list(queues),
+            skip, walks, rated, prune, self.blocked, pick,
+        )  # fmt: skip
         if store.sqlite:
-            claimed, cursors = store_flow.claim_flow(
-                store, worker_id, now, limit=limit, types=types, queues=queues, skip_queues=skip, walks=walks,
-                rated=rated, prune=prune, blocked=self.blocked, pick=pick,
-            )  # fmt: skip
+            claimed, cursors = store_flow.claim_flow(store, request)
         else:
-            claimed, cursors, self._guess = flow_pipelined.claim_flow(
-                store, worker_id, now, guess=self._guess, limit=limit, types=types, queues=queues,
-                skip_queues=skip, walks=walks, rated=rated, prune=prune, blocked=self.blocked, pick=pick,
-            )  # fmt: skip
+            claimed, cursors, self._guess = flow_pipelined.claim_flow(store, request, self._guess)
         with self._lock:
             self._cursors.update(cursors)
         return claimed

@@ -16,7 +16,7 @@ many jobs one key holds.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -60,6 +60,31 @@ Pick = Callable[[FlowReads, list[Any]], list[tuple[int, list[tuple[str, str]]]]]
 each with the (limit, key) starts its claim records."""
 RateWindow = tuple[str, datetime, bool]
 """(limit name, window start, keyed)."""
+
+
+@dataclass(frozen=True)
+class FlowRequest:
+    """One flow claim's arguments, the same on both dialects
+    (``claim_flow``, ``flow_pipelined.claim_flow``), built by
+    ``jobdeck.jobs.flow_claim``."""
+
+    worker_id: str
+    now: datetime
+    limit: int
+    types: list[str] | None
+    queues: list[str] | None
+    skip_queues: list[str]
+    walks: dict[str, str]
+    """Key column -> the key its walk starts after."""
+    rated: list[RateWindow]
+    """The rate limits whose starts to count."""
+    prune: list[tuple[str, datetime]]
+    """(limit, before): the starts to delete."""
+    blocked: Callable[[FlowReads], tuple[list[str], list[str]]]
+    """From the running jobs, the closed limits and the unkeyed rates: the
+    types and queues nothing of can start (left out of the reads in SQL, so
+    a full type's backlog at the head does not hide the rest)."""
+    pick: Pick
 
 
 MAX_PICK = 128
@@ -134,61 +159,40 @@ def _walk_keys(
     return [r[1] for r in rows if r[1] is not None], cursor
 
 
-def claim_flow(
-    store: Store,
-    worker_id: str,
-    now: datetime,
-    *,
-    limit: int,
-    types: Iterable[str] | None,
-    queues: Iterable[str] | None,
-    skip_queues: Sequence[str],
-    walks: dict[str, str],
-    rated: Sequence[RateWindow],
-    prune: Sequence[tuple[str, datetime]],
-    blocked: Callable[[FlowReads], tuple[list[str], list[str]]],
-    pick: Pick,
-) -> tuple[list[JobRecord], dict[str, str]]:
+def claim_flow(store: Store, request: FlowRequest) -> tuple[list[JobRecord], dict[str, str]]:
     """The flow claim, in one write transaction no other limited claim
     interleaves with (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: the queue
-    policy's advisory lock, taken first). ``walks``: key column -> the key
-    its walk starts after; ``rated``: the rate limits whose starts to
-    count; ``prune``: (limit, before) starts to delete. ``blocked`` names,
-    from the running jobs, the closed limits and the unkeyed rates, the
-    types and queues nothing of can start (left out of the reads in SQL, so
-    a full type's backlog at the head does not hide the rest). Returns the
-    claimed jobs and where the next walks start."""
-    type_list = None if types is None else list(types)
-    queue_list = None if queues is None else list(queues)
-    skip = list(skip_queues)
+    policy's advisory lock, taken first). Returns the claimed jobs and
+    where the next walks start."""
+    now, type_list, queue_list, skip = request.now, request.types, request.queues, list(request.skip_queues)
     n_types = None if type_list is None else len(type_list)
     n_queues = None if queue_list is None else len(queue_list)
     with store.write() as conn:
         if store.dialect == "postgresql":
             conn.execute(postgres.lock_limited_claims())
-        for name, before in prune:
+        for name, before in request.prune:
             conn.execute(delete(flow_starts).where(flow_starts.c.limit_name == name, flow_starts.c.started_at < before))
         reads = _Reads(store, conn)
         running, closed = reads.running(), reads.closed(now)
-        unkeyed = reads.starts([r for r in rated if not r[2]], [])
-        full_types, full_queues = blocked(FlowReads(running, closed, unkeyed))
+        unkeyed = reads.starts([r for r in request.rated if not r[2]], [])
+        full_types, full_queues = request.blocked(FlowReads(running, closed, unkeyed))
         skip += [q for q in full_queues if q not in skip]
-        want = min(limit, MAX_PICK) + 16
+        want = min(request.limit, MAX_PICK) + 16
         values = (*(type_list or ()), *(queue_list or ()), *skip, *full_types, want)
         head = statements.due_picks(CANDIDATE_COLUMNS, n_types, n_queues, len(skip), len(full_types))
         rows = {r.id: r for r in reads.head(head, now, values)}
-        keyed = [r for r in rated if r[2]]
+        keyed = [r for r in request.rated if r[2]]
 
         def decide() -> list[tuple[int, list[tuple[str, str]]]]:
             candidates = sorted(rows.values(), key=lambda r: (-r.priority, r.available_at, r.id))
-            return pick(FlowReads(running, closed, {**unkeyed, **reads.starts(keyed, candidates)}), candidates)
+            return request.pick(FlowReads(running, closed, {**unkeyed, **reads.starts(keyed, candidates)}), candidates)
 
         chosen = decide()
         cursors: dict[str, str] = {}
-        if walks and len(rows) >= want and len(chosen) < min(limit, len(rows)) / 2:
+        if request.walks and len(rows) >= want and len(chosen) < min(request.limit, len(rows)) / 2:
             # The head is jammed by keys at their limit: walk the keys for the rest.
             extra: list[int] = []
-            for column, after in walks.items():
+            for column, after in request.walks.items():
                 ids, cursors[column] = _walk_keys(
                     conn, store.dialect, column, after, want, now, type_list, queue_list, skip
                 )
@@ -199,7 +203,7 @@ def claim_flow(
                 chosen = decide()
         if not chosen:
             return [], cursors
-        claimed = store.claim_ids(conn, worker_id, now, [i for i, _ in chosen])
+        claimed = store.claim_ids(conn, request.worker_id, now, [i for i, _ in chosen])
         got = {j.id for j in claimed}
         started = Counter(start for i, starts in chosen if i in got for start in starts)
         if started:

@@ -22,10 +22,10 @@ all its time in this claim, most of it waiting on round trips."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC
 from functools import lru_cache
 from typing import Any
 
@@ -36,8 +36,7 @@ from jobdeck.store.flow import (
     MAX_PICK,
     Candidate,
     FlowReads,
-    Pick,
-    RateWindow,
+    FlowRequest,
     Running,
     _closed_now,
     _Reads,
@@ -81,37 +80,20 @@ def _driver_errors(db: Any) -> Iterator[None]:
         raise DBAPIError.instance(None, None, exc, type(exc), connection_invalidated=db.closed) from exc
 
 
-def claim_flow(
-    store: Store,
-    worker_id: str,
-    now: datetime,
-    *,
-    limit: int,
-    types: Iterable[str] | None,
-    queues: Iterable[str] | None,
-    skip_queues: Sequence[str],
-    walks: dict[str, str],
-    rated: Sequence[RateWindow],
-    prune: Sequence[tuple[str, datetime]],
-    blocked: Callable[[FlowReads], tuple[list[str], list[str]]],
-    pick: Pick,
-    guess: Guess,
-) -> tuple[list[JobRecord], dict[str, str], Guess]:
+def claim_flow(store: Store, request: FlowRequest, guess: Guess) -> tuple[list[JobRecord], dict[str, str], Guess]:
     """``jobdeck.store.flow.claim_flow`` on PostgreSQL: the same reads,
-    the same pick and the same guarantees, in three round trips. ``guess``:
-    what the last claim's reads answered, for the reads sent with the
-    others (read again when the answer differs now). Returns also this
-    claim's answer."""
+    the same pick and the same guarantees, in two or three round trips.
+    ``guess``: what the last claim's reads answered, for the reads sent
+    with the others (read again when the answer differs now). Returns also
+    this claim's answer."""
     assert store.dialect == "postgresql"
-    type_list = None if types is None else list(types)
-    queue_list = None if queues is None else list(queues)
-    skip = list(skip_queues)
+    now, type_list, queue_list, skip = request.now, request.types, request.queues, list(request.skip_queues)
     n_types = None if type_list is None else len(type_list)
     n_queues = None if queue_list is None else len(queue_list)
     # Joined (``complete_and_claim``: the acker's completions come first), the
     # claim is still the transaction's last statement: its COMMIT goes with it.
     commits = not store._joining() or store.last_in_transaction()
-    want = min(limit, MAX_PICK) + 16
+    want = min(request.limit, MAX_PICK) + 16
 
     def head_values(full_types: list[str], full_queues: list[str]) -> tuple[Prepared, tuple[Any, ...]]:
         skipped = skip + [q for q in full_queues if q not in skip]
@@ -126,18 +108,20 @@ def claim_flow(
             with db.pipeline():
                 completing = [_send(db, *sent) for sent in ahead.statements] if ahead is not None else []
                 _send(db, _lock(), ())  # before the reads: they see the last limited claim's commit
-                for name, before in prune:
+                for name, before in request.prune:
                     _send(db, _prune(), (name, store.stored_time(before)))
                 read_running = _send(db, _running_by_key(), ())
                 read_closed = _send(db, _closed_now(), (store.stored_time(now),))
                 read_starts = [
                     (name, _send(db, _starts_since(None), (name, store.stored_time(since))))
-                    for name, since, _ in rated if not _
+                    for name, since, _ in request.rated if not _
                 ]  # fmt: skip
                 read_head = _send(
                     db, *head_values(*guess.blocked)
                 )  # what the last claim's reads blocked: mostly the same
-                sent_walks = _send_walks(db, store.stored_time(now), want, type_list, queue_list, skip, walks, guess)
+                sent_walks = _send_walks(
+                    db, store.stored_time(now), want, type_list, queue_list, skip, request.walks, guess
+                )
             running = [Running(t, q, k, int(n)) for t, q, k, n in read_running.fetchall()]
             closed = {(n, k): u for n, k, u in read_closed.fetchall()}
             unkeyed = {(name, k): int(n) for name, cur in read_starts for k, n in cur.fetchall()}
@@ -145,27 +129,27 @@ def claim_flow(
             walked = {c: {start: cursor.fetchall() for start, cursor in sent} for c, sent in sent_walks.items()}
             if ahead is not None:
                 ahead.land([r for cursor in completing for r in cursor.fetchall()])
-        full = blocked(FlowReads(running, closed, unkeyed))
+        full = request.blocked(FlowReads(running, closed, unkeyed))
         if full != guess.blocked:  # the head and the walks read the wrong types or queues: again, with these
             head_rows = store.driver_rows(conn, *head_values(*full))
             walked = {}
         reads = _Reads(store, conn)
         rows: dict[int, Candidate] = {r[0]: Candidate(*r) for r in head_rows}
         skip += [q for q in full[1] if q not in skip]
-        keyed = [r for r in rated if r[2]]
+        keyed = [r for r in request.rated if r[2]]
 
         def decide() -> list[tuple[int, list[tuple[str, str]]]]:
             candidates = sorted(rows.values(), key=lambda r: (-r.priority, r.available_at, r.id))
             starts = {**unkeyed, **reads.starts(keyed, candidates)} if keyed else unkeyed
-            return pick(FlowReads(running, closed, starts), candidates)
+            return request.pick(FlowReads(running, closed, starts), candidates)
 
         chosen = decide()
         cursors: dict[str, str] = {}
-        jammed = bool(walks) and len(rows) >= want and len(chosen) < min(limit, len(rows)) / 2
+        jammed = bool(request.walks) and len(rows) >= want and len(chosen) < min(request.limit, len(rows)) / 2
         if jammed:
             # The head is jammed by keys at their limit: walk the keys for the rest.
             extra: list[int] = []
-            for column, after in walks.items():
+            for column, after in request.walks.items():
                 ids, cursors[column] = _walk_keys(
                     conn, "postgresql", column, after, want, now, type_list, queue_list, skip, walked.get(column)
                 )
@@ -181,7 +165,7 @@ def claim_flow(
         logged = [(i, name, key) for i, starts in chosen for name, key in starts]
         prepared = claim_ids_logging(len(ids))
         params = (
-            worker_id,
+            request.worker_id,
             store.stored_time(now),
             *ids,
             [s[0] for s in logged],
@@ -194,7 +178,7 @@ def claim_flow(
                 if commits:
                     db.commit()  # in the same batch: the claim's last round trip
             got = claimed.fetchall()
-        return _in_claim_order(claimed_records(got, worker_id, now.astimezone(UTC), None)), cursors, answered
+        return _in_claim_order(claimed_records(got, request.worker_id, now.astimezone(UTC), None)), cursors, answered
 
 
 @dataclass(frozen=True)
