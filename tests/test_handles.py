@@ -190,3 +190,20 @@ def test_a_handle_pickles_and_copies_by_reference_as_a_function_does() -> None:
     assert pickle.loads(pickle.dumps(by_reference)) is by_reference
     assert copy.copy(by_reference) is by_reference and copy.deepcopy(by_reference) is by_reference
     assert pickle.loads(pickle.dumps([by_reference]))[0]({"n": 1}, None) == {"got": {"n": 1}}
+
+
+def test_a_registry_copy_has_the_handlers_and_keeps_its_own_registrations_to_itself() -> None:
+    original = Registry()
+    original.handler("billing.charge", max_retries=2)(lambda payload, ctx: None)
+    copied = original.copy()
+    assert copied.get("billing.charge") == original.get("billing.charge")
+
+    @copied.handler("billing.refund")
+    async def refund(payload: dict[str, Any], ctx: JobContext | None) -> None:
+        """Refund an order."""
+
+    copied.handler("billing.charge", max_retries=5)(lambda payload, ctx: None)
+    assert copied.names() == ["billing.charge", "billing.refund"] and copied.async_names() == {"billing.refund"}
+    assert original.names() == ["billing.charge"] and original.async_names() == frozenset()
+    spec = original.get("billing.charge")
+    assert spec is not None and spec.max_retries == 2

@@ -167,6 +167,14 @@ class Registry:
     def __contains__(self, name: object) -> bool:
         return name in self._specs
 
+    def copy(self) -> Registry:
+        """A registry with this one's handlers, to which more are registered
+        without changing this one (their specs are frozen, so shared)."""
+        copied = Registry()
+        copied._specs = dict(self._specs)
+        copied._async = self._async
+        return copied
+
 
 registry = Registry()
 """The default registry that ``@handler`` writes to."""
