@@ -10,9 +10,10 @@ create). Importing this package registers them all; the console script and
 
 from __future__ import annotations
 
-import gc
 import sys
 from pathlib import Path
+
+from jobdeck.core.startup import frozen_imports
 
 
 def _starts_the_program() -> bool:
@@ -23,27 +24,12 @@ def _starts_the_program() -> bool:
     return sys.argv[0] == "-m" or Path(sys.argv[0]).stem == "jobdeck"
 
 
-# The program's imports (SQLAlchemy, the models, click) make most of the
-# objects it will ever hold, and they live as long as it does: the cyclic
-# collector walked them again and again as they piled up, and every full
-# collection after start-up walked them all again. The program collects
-# nothing while it imports, then moves what it imported out of the
-# collector's sight for good (``gc.freeze``): its start-up takes about a
-# quarter less CPU (docs/performance.md), and its loops' collections walk
-# only what they made. The few cycles the imports left stay, once.
-_freeze = _starts_the_program() and gc.isenabled()
-if _freeze:
-    gc.disable()
-try:
+with frozen_imports(_starts_the_program()):
     from jobdeck.cli import db_copy, job_actions, job_commands, passwords, schema, serving, tokens
     from jobdeck.cli.base import main, masked, missing_sqlite_file, operator_deck
     from jobdeck.cli.job_actions import JOB_ACTIONS, JobAction, act_on_matching, add_job_command, audited
     from jobdeck.cli.job_commands import job_filter
     from jobdeck.cli.serving import OneLineFormatter, refuse_exposed
-finally:
-    if _freeze:
-        gc.freeze()
-        gc.enable()
 
 __all__ = [
     "JOB_ACTIONS",

@@ -35,12 +35,15 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
-from jobdeck.core.errors import Cancelled
-from jobdeck.jobs.handlers import HandlerSpec, is_async_callable
-from jobdeck.jobs.payloads import shape_of, typed_call
-from jobdeck.jobs.snooze import Snooze
-from jobdeck.worker.child_context import ChildContext
-from jobdeck.worker.results import first_line, storable_result
+from jobdeck.core.startup import frozen_imports
+
+with frozen_imports(__name__ == "__main__"):  # the child process starting (jobdeck.core.startup)
+    from jobdeck.core.errors import Cancelled
+    from jobdeck.jobs.handlers import HandlerSpec, is_async_callable
+    from jobdeck.jobs.payloads import shape_of, typed_call
+    from jobdeck.jobs.snooze import Snooze
+    from jobdeck.worker.child_context import ChildContext
+    from jobdeck.worker.results import first_line, storable_result
 
 PR_SET_PDEATHSIG = 1
 UNREADABLE_EXIT = 70
@@ -261,12 +264,13 @@ def main(conn: Connection, handler_modules: list[str], path: list[str], parent: 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the whole group: the parent decides
     sys.path[:] = [*path, *(p for p in sys.path if p not in path)]
     import_error: str | None = None
-    for name in handler_modules:
-        try:
-            importlib.import_module(name)
-        except Exception as exc:
-            import_error = f"handler_modules: cannot import {name!r} in the worker process: {exc}"
-            break
+    with frozen_imports(True):
+        for name in handler_modules:
+            try:
+                importlib.import_module(name)
+            except Exception as exc:
+                import_error = f"handler_modules: cannot import {name!r} in the worker process: {exc}"
+                break
     Child(conn).run(import_error)
 
 
