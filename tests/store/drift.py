@@ -32,6 +32,7 @@ ATTEMPTS = "app/store/attempt_statements.py"
 OPERATORS = "app/store/operator_statements.py"
 ENQUEUE = "app/store/enqueue.py"
 FINISH = "app/store/finish.py"
+HOLDING = "app/store/holding.py"
 CONTROLS = "app/store/controls.py"
 QUEUES = "app/jobs/queues.py"
 LEDGER = "app/store/ledger.py"
@@ -289,7 +290,7 @@ MUTATIONS: list[Mutation] = [
     ),
     # -- the HTTP worker's complete and fail: check and transition in one transaction, the row locked
     Mutation(
-        FINISH,
+        HOLDING,
         "        row = self._current(conn, [job_id], lock=True).get(job_id)\n",
         "        row = self._current(conn, [job_id]).get(job_id)\n",
         "the HTTP worker's check (complete, fail): read without the row lock",
