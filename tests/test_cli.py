@@ -242,3 +242,29 @@ def test_db_revision_is_marked_as_a_developer_command() -> None:
     listed = CliRunner().invoke(main, ["db", "--help"], terminal_width=80).output
     assert re.search(r"^  revision +\[developer\] ", listed, re.MULTILINE), listed
     assert "developers" in CliRunner().invoke(main, ["db", "revision", "--help"]).output
+
+
+@pytest.mark.parametrize(
+    ("argv", "program"),
+    [(["-m", "worker"], True), (["/venv/bin/jobdeck", "worker"], True), (["/venv/bin/pytest"], False), ([], False)],
+)
+def test_only_the_program_freezes_its_imports(monkeypatch: pytest.MonkeyPatch, argv: list[str], program: bool) -> None:
+    """``python -m jobdeck.cli`` and the console script collect nothing
+    while they import and freeze what they imported (jobdeck.core.startup);
+    a process that imports the commands (this one) keeps its collector as it was."""
+    import gc
+
+    from jobdeck.cli import _starts_the_program
+    from jobdeck.core.startup import frozen_imports
+
+    monkeypatch.setattr(sys, "argv", argv)
+    assert _starts_the_program() is program
+    frozen = gc.get_freeze_count()
+    try:
+        with frozen_imports(program):
+            assert gc.isenabled() is not program
+            made = [[] for _ in range(100)]
+        assert gc.isenabled()
+        assert (gc.get_freeze_count() >= frozen + len(made)) is program
+    finally:
+        gc.unfreeze()  # this test process's objects go back to the collector
