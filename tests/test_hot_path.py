@@ -83,14 +83,14 @@ def test_a_group_commit_batch_is_all_or_nothing(deck, clock, monkeypatch, rows_p
     autocommit, or, past one statement's rows (forced here with 2), its
     statements in one transaction: either way a bad row inserts none of the
     batch, so the one-by-one retry that follows inserts no job twice."""
-    from jobdeck.store.enqueue import _as_stored
+    from jobdeck.store.sqlite import as_stored
 
     monkeypatch.setattr(enqueue_module, "_ROWS_PER_STATEMENT", rows_per_statement)
     store, now = deck.store, clock()
 
     def rows(*max_retries: int) -> list[tuple[object, ...]]:
         news = [NewJob("demo.noop", {"n": n}, max_retries=m) for n, m in enumerate(max_retries)]
-        return [tuple(_as_stored(v, now, db_time(now)) for v in store._row(new, now, now, False)) for new in news]
+        return [tuple(as_stored(v, now, db_time(now)) for v in store._row(new, now, now, False)) for new in news]
 
     ids = store._insert_batch_sqlite(rows(1, 2, 3, 4, 5))
     assert ids == list(range(ids[0], ids[0] + 5))

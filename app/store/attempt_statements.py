@@ -1,5 +1,5 @@
 """The statements of a held attempt: its ends (complete, fail, release,
-snooze, the rescue's reads) and what it does while it runs (heartbeats,
+the rescue's reads; snooze's are in ``jobdeck.store.snooze_statements``) and what it does while it runs (heartbeats,
 progress). Each is fenced by the (id, attempt, worker) that holds the job
 and by the transition's source states (``jobdeck.store.statements.in_states``);
 a job cancelled while it ran ends ``cancelled`` whichever way its attempt
@@ -44,7 +44,7 @@ def cancel_requested() -> ColumnElement[bool]:
     return jobs.c.cancel_requested_at.is_not(None)
 
 
-def _cancelled_or(state: State) -> Any:
+def cancelled_or(state: State) -> Any:
     """``state``, or cancelled when a cancel was requested: the one CASE."""
     return case((cancel_requested(), State.CANCELLED.value), else_=state.value)
 
@@ -124,7 +124,7 @@ def _completed(result: Any = None) -> dict[str, Any]:
     (cancelled if a cancel was requested), finished now, progress full if
     it was reported, and the handler's ``result`` when given."""
     values: dict[str, Any] = {
-        "status": _cancelled_or(State.COMPLETED),
+        "status": cancelled_or(State.COMPLETED),
         "finished_at": NOW,
         "updated_at": NOW,
         "progress": case((jobs.c.progress.is_(None), None), else_=1.0),
@@ -212,7 +212,7 @@ def attempt(with_error: bool = True) -> Prepared:
 FAIL_FIELDS = ("job", "job_attempt", "worker", "now", "retry_at", "why", "fingerprint")
 
 
-def _held_attempt(transition: Transition) -> tuple[Any, ...]:
+def held_attempt(transition: Transition) -> tuple[Any, ...]:
     """The fence of a worker's report on one attempt: this job, at this
     attempt, held by this worker, in a source state of ``transition``.
     Values: job, job_attempt, worker."""
@@ -228,7 +228,7 @@ def _failed(retryable: bool, given: Any) -> tuple[dict[str, Any], tuple[Any, ...
     """What a failure writes, and its fence, once for both of its statements:
     ``given`` holds the values by ``FAIL_FIELDS``' names (bound parameters,
     or the columns of the set a batch is unnested into)."""
-    ended = _cancelled_or(State.DEAD)
+    ended = cancelled_or(State.DEAD)
     if retryable:
         left = and_(jobs.c.retry_count < jobs.c.max_retries, ~cancel_requested())
         values: dict[str, Any] = {
@@ -354,14 +354,14 @@ def set_progress() -> Any:
     """Values: job, job_attempt, worker, to_progress, message, now."""
     return (
         update(jobs)
-        .where(*_held_attempt(Transition.HEARTBEAT))
+        .where(*held_attempt(Transition.HEARTBEAT))
         .values(
             progress=bindparam("to_progress"), progress_message=bindparam("message"), heartbeat_at=NOW, updated_at=NOW
         )
     )
 
 
-_HOLDER = ("worker_id", "claimed_at", "heartbeat_at", "progress", "progress_message")
+HOLDER = ("worker_id", "claimed_at", "heartbeat_at", "progress", "progress_message")
 """What a released job forgets of the worker that held it."""
 
 
@@ -370,61 +370,12 @@ def release(n: int) -> Prepared:
     """running -> pending for ``n`` fenced (id, attempt) pairs, no attempt
     counted (graceful shutdown); a job cancelled meanwhile goes to cancelled
     instead. Returns (id, status, workflow_id, batch_id, attempt). Values: now, worker, *(id, attempt)."""
-    ended = {"status": _cancelled_or(State.PENDING), "finished_at": case((cancel_requested(), NOW), else_=None)}
+    ended = {"status": cancelled_or(State.PENDING), "finished_at": case((cancel_requested(), NOW), else_=None)}
     stmts = [
         update(jobs)
         .where(_fenced(n, Transition.RELEASE, by_rowid))
-        .values(**ended, updated_at=NOW, **dict.fromkeys(_HOLDER))
+        .values(**ended, updated_at=NOW, **dict.fromkeys(HOLDER))
         .returning(jobs.c.id, jobs.c.status, *GROUPS, jobs.c.attempt)
         for by_rowid in (False, True)
     ]
     return Prepared(stmts[0], ["now", "worker", *_pairs(n)], stmts[1])
-
-
-SNOOZE_FIELDS = ("job", "job_attempt", "worker", "now", "snooze_until")
-
-
-@lru_cache(maxsize=1)
-def snooze() -> Prepared:
-    """running -> pending, due at ``snooze_until``, with no retry counted and
-    the worker forgotten as by a release; a job cancelled while it ran goes
-    to cancelled instead. Fenced by (id, attempt, worker) like fail.
-    Returns (id, status, workflow_id, batch_id). Values: ``SNOOZE_FIELDS``."""
-    until = bindparam("snooze_until", type_=jobs.c.available_at.type)
-    stmt = (
-        update(jobs)
-        .where(*_held_attempt(Transition.SNOOZE))
-        .values(
-            status=_cancelled_or(State.PENDING),
-            available_at=case((cancel_requested(), jobs.c.available_at), else_=until),
-            finished_at=case((cancel_requested(), NOW), else_=None),
-            updated_at=NOW,
-            **dict.fromkeys(_HOLDER),
-        )
-        .returning(jobs.c.id, jobs.c.status, *GROUPS)
-    )
-    return Prepared(stmt, SNOOZE_FIELDS)
-
-
-SNOOZED_ATTEMPT_FIELDS = (*ATTEMPT_FIELDS[:7], "snooze_seconds", "executor")
-
-
-@lru_cache(maxsize=1)
-def snoozed_attempt() -> Prepared:
-    """A snoozed attempt's row, with its delay. Values: ``SNOOZED_ATTEMPT_FIELDS``."""
-    fields = SNOOZED_ATTEMPT_FIELDS
-    return Prepared(insert(attempts).values({f: bindparam(f, type_=attempts.c[f].type) for f in fields}), fields)
-
-
-def snoozes_in_a_row() -> Any:
-    """How many attempts of a job were snoozed since its last attempt that
-    was not (what ``max_snoozes`` caps). Values: job."""
-    job = bindparam("job", type_=BigInteger())
-    last_other = (
-        select(func.coalesce(func.max(attempts.c.attempt), 0))
-        .where(attempts.c.job_id == job, attempts.c.outcome != AttemptOutcome.SNOOZED.value)
-        .scalar_subquery()
-    )
-    return select(func.count()).where(
-        attempts.c.job_id == job, attempts.c.outcome == AttemptOutcome.SNOOZED.value, attempts.c.attempt > last_other
-    )

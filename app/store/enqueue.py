@@ -15,7 +15,7 @@ from jobdeck.store import statements
 from jobdeck.store.engine import BUSY_TIMEOUT, promptly
 from jobdeck.store.group_commit import GroupCommitter
 from jobdeck.store.records import Enqueued, Holders, JobRecord, NewJob
-from jobdeck.store.sqlite import Prepared, db_time, loads, translated_errors
+from jobdeck.store.sqlite import Prepared, as_stored, db_time, loads, translated_errors
 from jobdeck.store.transactions import Transactions
 from jobdeck.store.unique import enqueue_unique
 from jobdeck.store.waiting import read_holders as read_holders_on
@@ -80,7 +80,7 @@ class Enqueueing(Transactions):
         if self._enqueuer is not None and new.idempotency_key is None:
             values = self._row(new, now, now, False)
             stamp = db_time(now)
-            job_id, holders = self._enqueuer.submit((tuple(_as_stored(v, now, stamp) for v in values), read_holders))
+            job_id, holders = self._enqueuer.submit((tuple(as_stored(v, now, stamp) for v in values), read_holders))
             self._notify_enqueued()
             return Enqueued(inserted(job_id, values), True, holders=holders)
         values = self._row(new, now, self._t(now), self.sqlite)
@@ -372,13 +372,6 @@ def _insert_rows_sqlite(db: sqlite3.Connection, rows: Sequence[tuple[Any, ...]])
     last = cur.lastrowid
     assert last is not None
     return list(range(last - len(rows) + 1, last + 1))
-
-
-def _as_stored(value: Any, now: datetime, stamp: str) -> Any:
-    """A value of ``job_row`` as SQLite stores it: a time as its text (``now``'s is ``stamp``)."""
-    if value is now:
-        return stamp
-    return db_time(value) if isinstance(value, datetime) else value
 
 
 def inserted(job_id: int, values: tuple[Any, ...]) -> JobRecord:

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from jobdeck.core.snooze_words import describe
 from jobdeck.core.states import AttemptOutcome, State, Transition
-from jobdeck.store import attempt_statements
+from jobdeck.store import snooze_statements
 from jobdeck.store.faults import storable_text
 from jobdeck.store.finish import Finishing
 from jobdeck.store.models import jobs
@@ -44,12 +44,12 @@ class Snoozing(Finishing):
                     continue
                 attempt = row.attempt if o.attempt is None else o.attempt
                 if o.max_snoozes is not None:
-                    taken = conn.execute(attempt_statements.snoozes_in_a_row(), {"job": o.job_id}).scalar_one()
+                    taken = conn.execute(snooze_statements.snoozes_in_a_row(), {"job": o.job_id}).scalar_one()
                     if taken >= o.max_snoozes:
                         over.append(_over_cap(o, attempt, taken))
                         continue
                 until = self._t(now + timedelta(seconds=o.snooze))
-                done = self._run(conn, attempt_statements.snooze(), (o.job_id, attempt, o.worker_id, t, until)).first()
+                done = self._run(conn, snooze_statements.snooze(), (o.job_id, attempt, o.worker_id, t, until)).first()
                 if done is None:
                     continue
                 ended.append(o.job_id)
@@ -62,7 +62,7 @@ class Snoozing(Finishing):
                     outcome, error = AttemptOutcome.CANCELLED.value, f"cancelled while running; the handler {said}"
                 values = (o.job_id, attempt, o.worker_id, started and self._t(started), t, outcome,
                           storable_text(error), o.snooze, o.executor)  # fmt: skip
-                self._run(conn, attempt_statements.snoozed_attempt(), values)
+                self._run(conn, snooze_statements.snoozed_attempt(), values)
             if over:
                 ended.extend(j.id for j in self.fail_many(over, now))
             if soon:

@@ -43,6 +43,13 @@ def db_time(value: datetime) -> str:
     return value.astimezone(_UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
+def as_stored(value: Any, now: datetime, stamp: str) -> Any:
+    """A value of a job row as SQLite stores it: a time as its text (``now``'s is ``stamp``)."""
+    if value is now:
+        return stamp
+    return db_time(value) if isinstance(value, datetime) else value
+
+
 def parse_time(text: Any) -> datetime | None:
     if text is None:
         return None

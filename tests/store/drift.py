@@ -105,7 +105,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(ATTEMPTS, "case((cancelled, AttemptOutcome.CANCELLED.value), else_=AttemptOutcome.COMPLETED.value)",
              "case((cancelled, AttemptOutcome.COMPLETED.value), else_=AttemptOutcome.COMPLETED.value)",
              "complete_recorded (PostgreSQL batches): a cancelled job's attempt row says completed"),
-    # -- fail, set_progress and snooze: one fence, ``_held_attempt``, broken once on its own
+    # -- fail, set_progress and snooze: one fence, ``held_attempt``, broken once on its own
     Mutation(ATTEMPTS, '        jobs.c.attempt == bindparam("job_attempt"),\n', "",
              "held attempt (fail, progress, snooze): drop the attempt fence"),
     Mutation(ATTEMPTS, '        jobs.c.worker_id == bindparam("worker"),\n        in_states(transition),\n    )\n',
@@ -243,7 +243,7 @@ MUTATIONS: list[Mutation] = [
         "at_once = status_in(jobs.c.status, [s.value for s in ALL_STATES if s in CANCEL_AT_ONCE or s is State.RUNNING])",
         "cancel: a running job cancelled at once (its attempt still running)",
     ),
-    Mutation(ATTEMPTS, '        "status": _cancelled_or(State.COMPLETED),', '        "status": State.COMPLETED.value,',
+    Mutation(ATTEMPTS, '        "status": cancelled_or(State.COMPLETED),', '        "status": State.COMPLETED.value,',
              "cancel request ignored by complete (the job completes)"),
     Mutation(
         ATTEMPTS,
@@ -251,7 +251,7 @@ MUTATIONS: list[Mutation] = [
         "        left = jobs.c.retry_count < jobs.c.max_retries\n",
         "cancel request ignored by fail, timeout and rescue (the job is retried)",
     ),
-    Mutation(ATTEMPTS, '"status": _cancelled_or(State.PENDING)', '"status": State.PENDING.value',
+    Mutation(ATTEMPTS, '"status": cancelled_or(State.PENDING)', '"status": State.PENDING.value',
              "cancel request ignored by release (the job goes back to pending)"),
     # -- enqueue with idempotency keys
     Mutation(
