@@ -33,6 +33,24 @@ DIAMOND = {
 }
 
 
+@pytest.fixture
+def make_config(make_config: Any) -> Any:
+    """This module's decks with a ``stall_timeout`` as long as a test may
+    take (pytest's timeout). The store ends a PostgreSQL session left idle
+    inside a transaction for ``max(10 s, stall_timeout)``, and the suite's
+    5 s made that 10 s: starved of CPU (the quick tier at the lowest priority
+    beside the full run and a busy loop), this test process sat that long
+    between two statements of one transaction, lost its session, and the
+    retry test failed on "server closed the connection unexpectedly". Nothing
+    here runs on real time but that session limit: the decks' clock is the
+    test's."""
+
+    def make(**overrides: Any) -> Any:
+        return make_config(**{"stall_timeout": 300.0, **overrides})
+
+    return make
+
+
 def _client(deck: Jobdeck) -> Any:
     app = create_app(deck=deck)
     app.config["TESTING"] = True
