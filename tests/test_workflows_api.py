@@ -289,7 +289,7 @@ def test_retry_moves_the_failed_part_and_the_held_graph_then_runs(client, deck) 
         from jobdeck.store.models import audit_log
 
         actions = conn.execute(select(audit_log.c.actor, audit_log.c.action, audit_log.c.count,
-                                      audit_log.c.detail)).all()  # fmt: skip
+                                      audit_log.c.detail).order_by(audit_log.c.id)).all()  # fmt: skip
     assert [tuple(a) for a in actions] == [("api", "retry", 1, f"workflow {wf}"), ("api", "retry", 0, f"workflow {wf}")]
 
 
