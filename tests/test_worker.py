@@ -222,7 +222,8 @@ def test_prefetched_jobs_are_shed_when_slow_jobs_hold_every_thread(make_deck, re
         wait_for(lambda: len(pool.running_jobs()) == 1, message="a slow job runs")
         wait_for(lambda: pool.inflight == 1, message="prefetched slow jobs shed")
         held = [deck.store.get(i) for i in slow_ids]
-        assert sum(j.status is State.RUNNING for j in held) == 1
+        seen = [(j.id, j.status.value, j.worker_id, j.attempt) for j in held]
+        assert sum(j.status is State.RUNNING for j in held) == 1, f"pool {pool.worker_id} holds 1; the rows: {seen}"
         assert all(j.retry_count == 0 and j.worker_id is None for j in held if j.status is State.PENDING)
         other.start()
         wait_for(lambda: len(other.running_jobs()) == 1, message="another pool takes a shed job")
