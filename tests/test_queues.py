@@ -36,6 +36,32 @@ def test_a_paused_queue_is_not_claimed_from_until_resumed(deck, clock):
     ]
 
 
+def test_a_pause_that_commits_during_a_read_of_the_paused_queues_is_not_hidden_by_it(deck, clock, monkeypatch):
+    """A read of the paused queues begun before this process paused one
+    returns the old set; cached, it hid the pause for the cache's refresh: a
+    job enqueued to the queue just paused was claimed by the pool, and its
+    enqueue answer said nothing held it back (seen once in a browser test).
+    Here the pause commits while the first read is in flight."""
+    from jobdeck.jobs import queues as queues_module
+
+    real = queues_module.controls.paused_queues
+    calls = [0]
+
+    def read_then_pause(store):  # type: ignore[no-untyped-def]
+        calls[0] += 1
+        names = real(store)
+        if calls[0] == 1:
+            deck.queues.set_paused("reports", True, clock.now, "tester")  # commits after the read
+        return names
+
+    monkeypatch.setattr(queues_module.controls, "paused_queues", read_then_pause)
+    assert deck.queues.paused() == frozenset(), "the read in flight saw the queues before the pause"
+    assert deck.queues.paused() == frozenset({"reports"}), "the next read is not answered from it"
+    report, _ = deck.enqueue("demo.report")
+    assert deck.store.claim("w", clock.now, limit=10) == []
+    assert deck.store.get(report.id).status is State.PENDING
+
+
 def test_the_pause_reaches_another_process_within_its_refresh(make_config, registry, clock):
     config = make_config()
     a, b = Jobdeck(config, registry, clock=clock), Jobdeck(config, registry, clock=clock)

@@ -87,6 +87,8 @@ class QueueControls:
         self._monotonic = monotonic
         self._paused: frozenset[str] = frozenset()
         self._read_at: float | None = None
+        self._pauses = 0
+        """Pauses and resumes this process made: a read begun before one is not cached."""
         self._lock = threading.Lock()
 
     def install(self) -> None:
@@ -100,9 +102,15 @@ class QueueControls:
             fresh = self._read_at is not None and self._monotonic() - self._read_at < self.refresh
             if fresh:
                 return self._paused
+            pauses = self._pauses
         names = controls.paused_queues(self.store)
         with self._lock:
-            self._paused, self._read_at = names, self._monotonic()
+            # A read that began before a pause or resume of this process
+            # committed may not have seen it: cached, it would hide the
+            # change for ``refresh`` seconds (a job enqueued to a queue just
+            # paused was claimed, and its answer said it would run).
+            if self._pauses == pauses:
+                self._paused, self._read_at = names, self._monotonic()
         return names
 
     def set_paused(self, name: str, paused: bool, now: datetime, actor: str) -> dict[str, Any]:
@@ -116,6 +124,7 @@ class QueueControls:
             controls.set_paused(self.store, spelled, paused, now)
         with self._lock:
             self._read_at = None
+            self._pauses += 1
         actions.record(actor, "queue.pause" if paused else "queue.resume", name, now, store=self.store)
         return self.describe(name if name in known else normal)
 
