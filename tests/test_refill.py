@@ -15,6 +15,7 @@ from jobdeck.deck import Jobdeck
 from jobdeck.jobs.queues import Limits, QueueControls
 from jobdeck.runtime import pool_for
 from jobdeck.store import Outcome
+from jobdeck.worker import acks
 from jobdeck.worker.pool import WorkerPool
 
 from tests.conftest import wait_for
@@ -207,3 +208,39 @@ def test_held_jobs_start_while_another_process_holds_the_write_lock(live_deck: J
         other.close()
         pool.stop(grace=5)
     wait_for(lambda: live_deck.store.get(done_id).status is State.COMPLETED, timeout=15)
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)  # SQLite's acker refills without waiting
+def test_a_limited_cycle_on_postgres_waits_for_the_jobs_still_running(
+    make_deck, registry, backend, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Under a concurrency limit the acker's cycle claims each key's next
+    job: begun at the first outcome, it left the others' keys to a cycle of
+    their own, and the keys kept out of step. It waits (within its bound)
+    until every held job has its outcome: two jobs claimed together, one
+    done at once and one let go only once the first reached the acker,
+    complete in one transaction."""
+    release = threading.Event()
+    registry.handler("t.keyed")(lambda payload, ctx: payload["slow"] and release.wait(30))
+    deck = make_deck(types={"t.keyed": {"concurrency": 1, "concurrency_key": "payload.k"}})
+    fast, slow = deck.enqueue_many([{"type": "t.keyed", "payload": {"k": k, "slow": k == "b"}} for k in "ab"])
+    monkeypatch.setattr(acks, "GATHER_MAX", 30.0)
+    pool = pool_for(deck, 2)
+    pool.acker._cycle = 30.0  # the bound: as if the last cycle had taken that long
+    pool.start()
+    try:
+        wait_for(
+            lambda: (
+                any(o.job_id == fast for o in pool.acker._gathered) or deck.store.get(fast).status is State.COMPLETED
+            ),
+            timeout=15,
+            message="the fast job's outcome reached the acker",
+        )
+        assert deck.store.get(fast).status is State.RUNNING, "completed alone, before the slow job ended"
+        release.set()
+        wait_for(lambda: all(deck.store.get(i).status is State.COMPLETED for i in (fast, slow)), timeout=15)
+    finally:
+        release.set()
+        pool.stop(grace=5)
+    (a,), (b,) = deck.store.attempts_of(fast), deck.store.attempts_of(slow)
+    assert a.finished_at == b.finished_at, "one cycle completed both"

@@ -39,6 +39,9 @@ log = logging.getLogger("jobdeck.worker")
 ADOPT_EVERY = 1.0
 """Seconds between looks for outcomes kept by stopped pools, while idle."""
 
+GATHER_MAX = 0.02
+"""The longest a limited cycle on PostgreSQL waits for the outcomes of the jobs still running (``Acker._gather``)."""
+
 
 class Acker:
     """Writes one pool's outcomes (see the module docstring). ``put`` takes
@@ -87,6 +90,10 @@ class Acker:
         self._lock = threading.Lock()
         self._unlanded: dict[int, Outcome] = {}
         """Outcomes taken for writing that have not landed (``flush_once``)."""
+        self._gathered: list[Outcome] = []
+        """Outcomes taken by ``_gather`` for the next ``flush_once`` (in ``_unlanded`` already)."""
+        self._cycle = 0.0
+        """Seconds the last limited cycle took: ``_gather``'s bound."""
 
     def put(self, outcome: Outcome) -> None:
         self.outcomes.put(outcome)
@@ -120,7 +127,7 @@ class Acker:
         claims jobs for the room they free (``Store.complete_and_claim``):
         one commit instead of an ack's and a claim's, and the fetcher, which
         then finds the pool full, only claims at start-up and when idle."""
-        batch: list[Outcome] = []
+        batch, self._gathered = self._gathered, []
         while True:
             try:
                 batch.append(self.outcomes.get_nowait())
@@ -289,8 +296,13 @@ class Acker:
                         log.warning("writing kept outcomes failed (%s)", first_line(exc))
                 continue
             self.outcomes.put(first)
+            limited = self.limits_hold_back()
             try:
-                self.flush_once(refill=self.store.sqlite or self.limits_hold_back())
+                if limited and not self.store.sqlite:
+                    self._gather(min(self._cycle, GATHER_MAX))
+                started = time.monotonic()
+                self.flush_once(refill=self.store.sqlite or limited)
+                self._cycle = time.monotonic() - started
             except Exception as exc:
                 # Outages are retried inside until a stop gives up on them;
                 # anything else is a bug. Either way the batch's outcomes stay
@@ -300,6 +312,39 @@ class Acker:
                 else:
                     log.exception("acknowledging a batch of outcomes failed")
                 self.ended.wait(1.0)
+
+    def _gather(self, bound: float) -> None:
+        """Before a limited cycle on PostgreSQL: hand over the jobs the last
+        one held, then wait, at most ``bound`` seconds, until every job the
+        pool holds has its outcome here.
+
+        A key's next job is claimed by the cycle that completes its last
+        one, and a cycle costs its round trips and its COMMIT however few
+        jobs it moves. Begun at the first outcome, a cycle took the outcomes
+        that had come and the next took the rest while their keys' next jobs
+        ran: the keys split into groups that kept out of step, each costing
+        a cycle (and, its head of the line jammed by the others' running
+        keys, a key walk). Waiting for the stragglers keeps one cycle a
+        round of the keys. ``bound`` is what the last cycle took: a
+        straggler left out would have waited that long for the next one."""
+        if self.held:
+            with self.refill_lock:
+                self._hand_over()
+        deadline = time.monotonic() + bound
+        while True:
+            try:
+                outcome = self.outcomes.get_nowait()
+            except queue.Empty:
+                left = deadline - time.monotonic()
+                if self.holdings.inflight <= len(self._gathered) or left <= 0:
+                    return
+                try:
+                    outcome = self.outcomes.get(timeout=left)
+                except queue.Empty:
+                    return
+            with self._lock:
+                self._unlanded[id(outcome)] = outcome
+            self._gathered.append(outcome)
 
     def _acknowledge(self, outcomes: list[Outcome], write: Callable[[list[Outcome]], object], now: datetime) -> None:
         """Write ``outcomes`` in one batch; if the database refuses the batch
