@@ -11,7 +11,7 @@ loaded by ``tests/conftest.py``).
   ``alone`` test first takes a gate that new tests must pass, so a stream
   of short tests cannot keep it waiting. Runs that share a machine at once
   can share the locks when ``JOBDECK_TEST_LOCKS`` names one folder for all
-  of them (CI's quick tiers on other Pythons run at the lowest CPU priority
+  of them (CI's quick tiers on other Pythons run at a low CPU priority
   instead, .ci/run).
 """
 
