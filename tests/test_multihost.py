@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jobdeck.core.states import State
+from jobdeck.core.states import ENDED, State
 from jobdeck.store import NewJob, Store
 from jobdeck.store.engine import make_engine
 from jobdeck.store.models import attempts, demo_charges, jobs, workers
@@ -201,14 +201,25 @@ def test_three_processes_share_one_database(empty_db_url, tmp_path, backend):
         with store.read() as conn:
             final = dict(conn.execute(select(jobs.c.id, jobs.c.status).where(jobs.c.type.in_(PLAN_TYPES))).all())
             tries = dict(conn.execute(select(attempts.c.job_id, func.count()).group_by(attempts.c.job_id)).all())
+            stalled = set(conn.execute(select(attempts.c.job_id).where(attempts.c.outcome == "stalled")).scalars())
             charges = dict(
                 conn.execute(select(demo_charges.c.order_id, func.count()).group_by(demo_charges.c.order_id)).all()
             )
             workers_used = conn.execute(select(func.count(func.distinct(attempts.c.worker_id)))).scalar_one()
+        # A process starved of CPU past stall_timeout has its jobs rescued, as
+        # it should: each rescue is an attempt more (ended ``stalled``). That
+        # is excused only where a process said its heartbeat was late, and
+        # such a job must still have finished.
+        if stalled:
+            late = [log.name for log in cluster.logs if "heartbeat late" in log.read_text()]
+            assert late, f"jobs {sorted(stalled)[:5]} were rescued as stalled, but no process beat late"
         wrong = [
-            (i, final[i], tries.get(i), want) for i, want in by_id.items() if (State(final[i]), tries.get(i)) != want
+            (i, final[i], tries.get(i), want)
+            for i, want in by_id.items()
+            if (State(final[i]), tries.get(i)) != want and not (i in stalled and State(final[i]) in ENDED)
         ]
         assert wrong == [], f"{len(wrong)} jobs ended wrongly, e.g. {wrong[:5]}"
+        assert len(stalled) <= len(by_id) // 20, f"{len(stalled)} of {len(by_id)} jobs were rescued as stalled"
         assert charges == {f"o{n}": 1 for n in range(100)}
         assert workers_used == 3
 
