@@ -1,6 +1,12 @@
 """The same schedule, limit, sweeper, retention, counter and alert tests on
 PostgreSQL (advisory locks, ``date_trunc``, ``ON CONFLICT``), each on a fresh
-database. Selected by JOBDECK_TEST_POSTGRES_URL (CI sets it)."""
+database. Selected by JOBDECK_TEST_POSTGRES_URL (CI sets it).
+
+Advisory locks are per database, hence a database per test; each is a copy
+(``CREATE DATABASE ... TEMPLATE``) of one migrated once per test process,
+as a test's schema is a reset copy of a migrated one elsewhere
+(``tests/pgtest.py``): running the migrations costs far more than the copy.
+The migrations themselves are tested in ``tests/test_migrations.py``."""
 
 from __future__ import annotations
 
@@ -36,16 +42,43 @@ pytestmark = pytest.mark.postgres
 PG_URL = os.environ.get("JOBDECK_TEST_POSTGRES_URL")
 
 
-@pytest.fixture
-def db_url() -> Iterator[str]:
+def _url(database: str) -> str:
+    return make_url(PG_URL or "").set(database=database).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="module")
+def migrated_template() -> Iterator[str]:
+    """A database at the code's revision, only ever copied: no test connects to it."""
+    from jobdeck.store.engine import make_engine
+    from jobdeck.store.schema import ensure_current
+
     if not PG_URL:
         pytest.skip("JOBDECK_TEST_POSTGRES_URL is not set")
-    name = f"jobdeck_sched_{uuid.uuid4().hex[:12]}"
+    name = f"jobdeck_sched_template_{uuid.uuid4().hex[:12]}"
     admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     try:
-        yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+        engine = make_engine(_url(name), pool_size=1)
+        try:
+            ensure_current(engine, auto_migrate=True)
+        finally:
+            engine.dispose()  # a template must have no connections while it is copied
+        yield name
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture
+def db_url(migrated_template: str) -> Iterator[str]:
+    name = f"jobdeck_sched_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_URL or "", isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{migrated_template}"'))
+    try:
+        yield _url(name)
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
