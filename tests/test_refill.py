@@ -210,6 +210,19 @@ def test_held_jobs_start_while_another_process_holds_the_write_lock(live_deck: J
     wait_for(lambda: live_deck.store.get(done_id).status is State.COMPLETED, timeout=15)
 
 
+def _fast_and_slow(make_deck, registry, monkeypatch, release: threading.Event):  # type: ignore[no-untyped-def]
+    """A deck with a concurrency limit per key, a job of key a that ends at
+    once and one of key b that ends on ``release``, and a pool on it whose
+    acker may wait 30 s (as if its last cycle had taken that long)."""
+    registry.handler("t.keyed")(lambda payload, ctx: payload["slow"] and release.wait(30))
+    deck = make_deck(types={"t.keyed": {"concurrency": 1, "concurrency_key": "payload.k"}})
+    fast, slow = deck.enqueue_many([{"type": "t.keyed", "payload": {"k": k, "slow": k == "b"}} for k in "ab"])
+    monkeypatch.setattr(acks, "GATHER_MAX", 30.0)
+    pool = pool_for(deck, 2)
+    pool.acker._cycle = 30.0
+    return deck, pool, fast, slow
+
+
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)  # SQLite's acker refills without waiting
 def test_a_limited_cycle_on_postgres_waits_for_the_jobs_still_running(
     make_deck, registry, backend, monkeypatch
@@ -221,12 +234,7 @@ def test_a_limited_cycle_on_postgres_waits_for_the_jobs_still_running(
     done at once and one let go only once the first reached the acker,
     complete in one transaction."""
     release = threading.Event()
-    registry.handler("t.keyed")(lambda payload, ctx: payload["slow"] and release.wait(30))
-    deck = make_deck(types={"t.keyed": {"concurrency": 1, "concurrency_key": "payload.k"}})
-    fast, slow = deck.enqueue_many([{"type": "t.keyed", "payload": {"k": k, "slow": k == "b"}} for k in "ab"])
-    monkeypatch.setattr(acks, "GATHER_MAX", 30.0)
-    pool = pool_for(deck, 2)
-    pool.acker._cycle = 30.0  # the bound: as if the last cycle had taken that long
+    deck, pool, fast, slow = _fast_and_slow(make_deck, registry, monkeypatch, release)
     pool.start()
     try:
         wait_for(
@@ -244,3 +252,23 @@ def test_a_limited_cycle_on_postgres_waits_for_the_jobs_still_running(
         pool.stop(grace=5)
     (a,), (b,) = deck.store.attempts_of(fast), deck.store.attempts_of(slow)
     assert a.finished_at == b.finished_at, "one cycle completed both"
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_cycle_does_not_wait_once_a_refill_filled_its_room(make_deck, registry, backend, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A refill that claimed most of its room was held back by no limit (a
+    limit on another type, say): the pool holds more jobs than end within
+    the wait, and each cycle would wait it out. The fast job completes while
+    the slow one still runs."""
+    release = threading.Event()
+    deck, pool, fast, slow = _fast_and_slow(make_deck, registry, monkeypatch, release)
+    pool.acker._held_back = False  # what a refill that filled its room leaves
+    pool.start()
+    try:
+        wait_for(lambda: deck.store.get(fast).status is State.COMPLETED, timeout=15, message="the fast job completed")
+        assert deck.store.get(slow).status is State.RUNNING
+        release.set()
+        wait_for(lambda: deck.store.get(slow).status is State.COMPLETED, timeout=15)
+    finally:
+        release.set()
+        pool.stop(grace=5)

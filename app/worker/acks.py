@@ -94,6 +94,8 @@ class Acker:
         """Outcomes taken by ``_gather`` for the next ``flush_once`` (in ``_unlanded`` already)."""
         self._cycle = 0.0
         """Seconds the last limited cycle took: ``_gather``'s bound."""
+        self._held_back = True
+        """The last refill claimed under half its room: a limit, not the pool, bounds what it holds (``_gather``)."""
 
     def put(self, outcome: Outcome) -> None:
         self.outcomes.put(outcome)
@@ -263,6 +265,7 @@ class Acker:
                 self.holdings.queue(claimed)
             else:  # the next batch is waiting: its claim statement hands these over
                 self.held = claimed
+        self._held_back = len(claimed) < room / 2
         return len(claimed) >= room
 
     def _hand_over(self) -> None:
@@ -298,7 +301,7 @@ class Acker:
             self.outcomes.put(first)
             limited = self.limits_hold_back()
             try:
-                if limited and not self.store.sqlite:
+                if limited and not self.store.sqlite and self._held_back:
                     self._gather(min(self._cycle, GATHER_MAX))
                 started = time.monotonic()
                 self.flush_once(refill=self.store.sqlite or limited)
@@ -326,7 +329,10 @@ class Acker:
         a cycle (and, its head of the line jammed by the others' running
         keys, a key walk). Waiting for the stragglers keeps one cycle a
         round of the keys. ``bound`` is what the last cycle took: a
-        straggler left out would have waited that long for the next one."""
+        straggler left out would have waited that long for the next one.
+        Only after a refill that a limit held to under half its room: a
+        pool kept full (a limit on another type, say) holds more jobs than
+        end within the bound, and waited it out every cycle."""
         if self.held:
             with self.refill_lock:
                 self._hand_over()
