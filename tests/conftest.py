@@ -9,6 +9,7 @@ import re
 import shutil
 import sqlite3
 import tempfile
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -230,6 +231,19 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: floa
         time.sleep(interval)  # polling interval with a deadline, not a fixed wait
 
 
+PLUMBING = (
+    "jobdeck-fetch",
+    "jobdeck-ack",
+    "jobdeck-monitor",
+    "jobdeck-beat",
+    "jobdeck-heart",
+    "jobdeck-lease",
+    "jobdeck-listener",
+)
+"""The name prefixes of a pool's own threads (not its executors'), joined before a test's engines are disposed."""
+PLUMBING_GRACE = 10.0
+
+
 @pytest.fixture(autouse=True)
 def _engines_closed() -> Iterator[None]:
     """Engines a test made (``jobdeck.store.engine.make_engine``) are disposed
@@ -238,9 +252,21 @@ def _engines_closed() -> Iterator[None]:
     test: Python 3.13 warns of every sqlite3 connection never closed, psycopg
     of every connection deleted open, and the suite makes warnings errors, so
     one test's leak failed another, chosen by chance. A disposed engine still
-    works: its next statement opens a fresh pool."""
+    works: its next statement opens a fresh pool.
+
+    First the pools' own threads the test started get a while to end: a
+    pool's ``stop`` gives up waiting for them at its deadline, and on a
+    starved machine an acker still writing then handed its connection back
+    after the engine was disposed, into a pool nothing closed (seen: two
+    psycopg connections reported deleted open in the next test). Executor
+    threads are left alone: some tests leave a handler stuck on purpose."""
     before = {id(engine) for engine in forks.engines()}
+    threads = set(threading.enumerate())
     yield
+    deadline = time.monotonic() + PLUMBING_GRACE
+    for t in threading.enumerate():
+        if t not in threads and t.name.startswith(PLUMBING) and t is not threading.current_thread():
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
     for engine in forks.engines():
         if id(engine) not in before:
             engine.dispose()
