@@ -34,7 +34,7 @@ from jobdeck.store.reads import BATCH, next_batch
 if TYPE_CHECKING:
     from jobdeck.core.states import EffectState
     from jobdeck.store import JobFilter, JobRecord, Store
-    from jobdeck.store.ledger import EffectRecord
+    from jobdeck.store.effect_records import EffectRecord
     from jobdeck.store.lifecycle import Edited, JobChanges, Seen
 
 log = logging.getLogger("jobdeck.audit")

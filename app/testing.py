@@ -36,8 +36,8 @@ from jobdeck.jobs.handles import Handle, use_deck
 from jobdeck.runtime import pool_for
 from jobdeck.store import JobRecord
 from jobdeck.store.artifacts import artifacts_of, get_artifact
+from jobdeck.store.effect_records import EffectRecord
 from jobdeck.store.joblogs import lines_of
-from jobdeck.store.ledger import EffectRecord
 from jobdeck.store.records import AttemptRecord
 from jobdeck.worker.pool import WorkerPool
 

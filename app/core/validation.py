@@ -363,3 +363,21 @@ def stored_time(text: Any) -> datetime | None:
     except ValueError:
         return None
     return t if t.tzinfo is not None else None
+
+
+def storable_text(value: str | None) -> str | None:
+    """``value`` as every backend can store it in a text column: PostgreSQL
+    refuses NUL (on every try, so an unchanged retry never succeeds), and
+    neither driver can encode a lone surrogate (``surrogateescape``-decoded
+    bytes in an exception message). NUL is written as the text ``\\x00``
+    and a surrogate as ``\\udcXX``, so a person reading the error sees
+    that something was there."""
+    if value is None:
+        return None
+    if "\x00" in value:
+        value = value.replace("\x00", "\\x00")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        value = value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value

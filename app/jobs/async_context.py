@@ -24,7 +24,7 @@ from typing import Any
 from jobdeck.core.errors import EffectNotPerformed
 from jobdeck.jobs.context import JobContext
 from jobdeck.jobs.effects import Decision
-from jobdeck.store.ledger import storable
+from jobdeck.store.effect_records import storable
 
 
 class AsyncJobContext(JobContext):

@@ -28,13 +28,11 @@ from jobdeck.jobs.artifacts import (
 from jobdeck.jobs.effects import Decision
 from jobdeck.jobs.joblogs import AttemptLog, JobLog
 from jobdeck.jobs.snooze import Snooze
-from jobdeck.store import artifacts as artifact_store
-from jobdeck.store.artifacts import ArtifactInfo
-from jobdeck.store.ledger import storable
-from sqlalchemy.exc import OperationalError
+from jobdeck.store.effect_records import storable
 
 if TYPE_CHECKING:
     from jobdeck.store import Store
+    from jobdeck.store.artifacts import ArtifactInfo
 
 __all__ = ["JobContext"]
 
@@ -237,6 +235,10 @@ class JobContext:
         since an unrecorded ``done`` reads as unknown and sends the job to
         a person. A write that still fails leaves it ``started``: unknown,
         never repeated."""
+        # Imported here, as the store is below: a process executor's child
+        # subclasses this context, never writes, and starts without SQLAlchemy.
+        from sqlalchemy.exc import OperationalError
+
         delay = 0.1
         for tries_left in range(self.FINISH_TRIES - 1, -1, -1):
             try:
@@ -273,12 +275,14 @@ class JobContext:
         deletes them with the job. A bad name, or more than ``[artifacts]
         max_bytes``, raises ``InvalidArtifact`` (``ArtifactTooLarge``): the
         attempt fails with its message and is not retried."""
+        from jobdeck.store.artifacts import ArtifactInfo, save_artifact  # as in _record_done
+
         name = check_name(name)
         limit = self.store.artifact_max_bytes
         data, text = read_data(name, data_or_path, limit)
         kind = default_content_type(name, text) if content_type is None else check_content_type(content_type)
         now = self._clock()
-        if not artifact_store.save_artifact(self.store, self.job_id, self.attempt, name, kind, data, now):
+        if not save_artifact(self.store, self.job_id, self.attempt, name, kind, data, now):
             self.log.warning("artifact %r of job %s: a later attempt stored it already; kept", name, self.job_id)
         return ArtifactInfo(self.job_id, self.attempt, name, kind, len(data), now)
 

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 from jobdeck.core.errors import EffectNotFound, EffectOutcomeUnknown, EffectStepRefused, UnknownEffect
 from jobdeck.core.states import EffectState
 from jobdeck.core.validation import check_result_size
-from jobdeck.store.ledger import EffectRecord, Ledger, storable
-from jobdeck.store.records import Outcome
+from jobdeck.store.effect_records import EffectRecord, storable
 
 if TYPE_CHECKING:
     from jobdeck.store import Store
+    from jobdeck.store.ledger import Ledger
 
 
 class Decision(str, enum.Enum):
@@ -105,6 +105,8 @@ def start(
     transaction, not retryable, as a Python handler's attempt is when
     ``ctx.effect`` raises ``EffectOutcomeUnknown``, and ``UnknownEffect``
     (409) says the job is dead."""
+    from jobdeck.store.records import Outcome  # the store's side, loaded with it (a child runs ``begin`` only)
+
     with store.ledger.held(job_id, attempt, worker_id):
         begun = begin(store.ledger, key, job_id, attempt, worker_id, now, replay_safe=replay_safe)
         if begun.decision is not Decision.UNKNOWN:

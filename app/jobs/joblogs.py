@@ -37,8 +37,7 @@ from typing import Any
 from jobdeck.core.errors import InvalidField
 from jobdeck.core.loglines import TRUNCATED as TRUNCATED  # the marker's level, read by the API's schema
 from jobdeck.core.loglines import LogLimits, LogLine
-from jobdeck.core.validation import parse_time
-from jobdeck.store.faults import is_transient, storable_text
+from jobdeck.core.validation import parse_time, storable_text
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
 """The levels a line can have (``logging``'s, lower case)."""
@@ -215,6 +214,8 @@ class AttemptLog:
             try:
                 self._write(self, taken)
             except Exception as exc:
+                from jobdeck.store.faults import is_transient  # SQLAlchemy's errors: not in a child, which never writes
+
                 if is_transient(exc):
                     with self._lock:
                         self._pending.lines[:0] = taken.lines

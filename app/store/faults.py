@@ -25,6 +25,7 @@ import os
 import sqlite3
 from dataclasses import dataclass
 
+from jobdeck.core.validation import storable_text
 from sqlalchemy import exc as sa_exc
 
 
@@ -202,24 +203,6 @@ def _file_system_outage(folder: str) -> Outage:
         if err.errno in (errno.ENOSPC, errno.EDQUOT):
             return DISK_FULL
     return STORAGE_ERROR
-
-
-def storable_text(value: str | None) -> str | None:
-    """``value`` as every backend can store it in a text column: PostgreSQL
-    refuses NUL (on every try, so an unchanged retry never succeeds), and
-    neither driver can encode a lone surrogate (``surrogateescape``-decoded
-    bytes in an exception message). NUL is written as the text ``\\x00``
-    and a surrogate as ``\\udcXX``, so a person reading the error sees
-    that something was there."""
-    if value is None:
-        return None
-    if "\x00" in value:
-        value = value.replace("\x00", "\\x00")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        value = value.encode("utf-8", "backslashreplace").decode("utf-8")
-    return value
 
 
 __all__ = ["Outage", "is_transient", "is_unavailable", "outage_of", "storable_text"]

@@ -36,7 +36,7 @@ from jobdeck.jobs.context import JobContext
 from jobdeck.jobs.handlers import HandlerSpec
 from jobdeck.jobs.snooze import Snooze
 from jobdeck.store import JobRecord, Outcome
-from jobdeck.store.ledger import storable
+from jobdeck.store.effect_records import storable
 from jobdeck.worker.holdings import Slot
 from jobdeck.worker.lease import LEASE_LOST
 from jobdeck.worker.processes import ChildProcess, ProcessPool
