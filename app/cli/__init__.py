@@ -10,21 +10,8 @@ create). Importing this package registers them all; the console script and
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
+from jobdeck.cli.base import _starts_the_program
 from jobdeck.core.startup import frozen_imports
-
-
-def _starts_the_program() -> bool:
-    """This import starts the ``jobdeck`` program: the console script, or
-    ``python -m jobdeck.cli`` (whose package is imported while
-    ``sys.argv[0]`` is still ``-m``), not a process that imports the
-    commands to use them (a test's CLI runner, an embedding host, which
-    may have no ``sys.argv`` at all)."""
-    argv = getattr(sys, "argv", None) or [""]
-    return argv[0] == "-m" or Path(argv[0]).stem == "jobdeck"
-
 
 with frozen_imports(_starts_the_program()):
     from jobdeck.cli import db_copy, job_actions, job_commands, passwords, schema, serving, tokens

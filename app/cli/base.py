@@ -4,13 +4,16 @@ safe for a terminal."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 from jobdeck.core.config import Config, ConfigError, load
+from jobdeck.core.startup import frozen_imports
 
 if TYPE_CHECKING:
     from jobdeck.deck import Jobdeck
@@ -96,9 +99,34 @@ def missing_sqlite_file(url: str) -> Path | None:
     return None if path.exists() else path
 
 
+def _starts_the_program() -> bool:
+    """This import starts the ``jobdeck`` program: the console script, or
+    ``python -m jobdeck.cli`` (whose package is imported while
+    ``sys.argv[0]`` is still ``-m``), not a process that imports the
+    commands to use them (a test's CLI runner, an embedding host, which
+    may have no ``sys.argv`` at all)."""
+    argv = getattr(sys, "argv", None) or [""]
+    return argv[0] == "-m" or Path(argv[0]).stem == "jobdeck"
+
+
+_STARTING = _starts_the_program()
+"""Taken as the package is imported: by the time a command runs,
+``python -m jobdeck.cli`` has set ``sys.argv[0]`` to its ``__main__.py``."""
+
+WITHOUT_DATABASE = frozenset({"hash-password", "token"})
+"""Commands that never open a database, so start without the deck, the
+store and SQLAlchemy, as ``jobdeck --help`` does."""
+
+
 @click.group()
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """Jobdeck: a background job queue with an operator dashboard."""
+    if ctx.invoked_subcommand not in WITHOUT_DATABASE:
+        # Most of a command's start-up: loaded as the program's own imports
+        # are, collecting nothing and frozen after (jobdeck.core.startup).
+        with frozen_imports(_STARTING):
+            import_module("jobdeck.deck")
 
 
 def escape_controls(text: str) -> str:

@@ -10,7 +10,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 import click
-from jobdeck import actions
 from jobdeck.cli.base import main, operator_deck, shown
 from jobdeck.cli.job_commands import job_filter, job_ids_argument
 from jobdeck.cli.text import shown_status, status_names
@@ -47,21 +46,32 @@ def audited(verb: str, move: Callable[[Store, int, datetime], JobRecord]) -> Cal
     (``jobdeck.actions.audited``): a refusal is written too (count 0, with the reason)."""
 
     def one(deck: Jobdeck, job_id: int) -> JobRecord:
+        from jobdeck import actions
+
         now = deck.clock()
         return actions.audited(deck.store, ACTOR, verb, job_id, now, lambda: move(deck.store, job_id, now))
 
     return one
 
 
-def shared(act: Callable[[Store, int, str, datetime], JobRecord]) -> Callable[[Jobdeck, int], JobRecord]:
-    """One of ``jobdeck.actions``' job actions, done as ``cli``."""
-    return lambda deck, job_id: act(deck.store, job_id, ACTOR, deck.clock())
+def shared(name: str) -> Callable[[Jobdeck, int], JobRecord]:
+    """``jobdeck.actions``' job action ``name``, done as ``cli``. Looked up
+    when a command runs: the actions load the store and SQLAlchemy, which
+    ``jobdeck --help``, ``hash-password`` and ``token create`` never need."""
+
+    def one(deck: Jobdeck, job_id: int) -> JobRecord:
+        from jobdeck import actions
+
+        act: Callable[[Store, int, str, datetime], JobRecord] = getattr(actions, name)
+        return act(deck.store, job_id, ACTOR, deck.clock())
+
+    return one
 
 
 JOB_ACTIONS: tuple[JobAction, ...] = (
-    JobAction("retry", "retried", Transition.RETRY, shared(actions.retry), matching=True),
-    JobAction("discard", "discarded", Transition.DISCARD, shared(actions.discard), matching=True),
-    JobAction("cancel", "cancelled", Transition.CANCEL, shared(actions.cancel)),
+    JobAction("retry", "retried", Transition.RETRY, shared("retry"), matching=True),
+    JobAction("discard", "discarded", Transition.DISCARD, shared("discard"), matching=True),
+    JobAction("cancel", "cancelled", Transition.CANCEL, shared("cancel")),
 )
 
 
@@ -97,6 +107,7 @@ def act_on_matching(action: JobAction, deck: Jobdeck, f: JobFilter, what: str, y
     what it moved into the action's audit entry in that transaction, and a
     progress line per batch. Returns how many moved on meanwhile (each is
     named on a line of its own)."""
+    from jobdeck import actions
     from jobdeck.store.reads import count_matching, newest_id
 
     store, states = deck.store, SOURCES[action.transition]
