@@ -5,7 +5,6 @@ nothing."""
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from collections import Counter
@@ -117,7 +116,7 @@ def _fill(deck: Jobdeck, key: str, n: int, priority: int) -> None:
         deck.store.enqueue_many(news[i : i + 10_000], deck.clock())
 
 
-def _timed_claims(deck: Jobdeck, clock: Clock, n: int = 5) -> list[float]:
+def _timed_claims(deck: Jobdeck, clock: Clock, n: int = 7) -> list[float]:
     took = []
     for _ in range(n):
         t0 = time.perf_counter()
@@ -149,7 +148,11 @@ def test_a_hot_keys_backlog_of_90k_costs_a_claim_nothing(make_deck: Callable[...
     with deck.store.read() as conn:
         assert conn.execute(select(func.count()).select_from(text("jobs"))).scalar_one() == 100_000
     big = _timed_claims(deck, clock)
-    a, b = statistics.median(small), statistics.median(big)
+    # The fastest of each: what a claim costs with the backlog, without the
+    # waits a busy machine adds to some of them (the median of five, on a
+    # loaded machine, once read 111 against 26 ms). A claim that walked the
+    # hot key's backlog would be slow every time.
+    a, b = min(small), min(big)
     print(f"{deck.store.dialect}: claim of 10 with a 900-job hot key {a * 1000:.1f} ms, with 90k {b * 1000:.1f} ms")
     assert b < 3 * a + 0.010
 
