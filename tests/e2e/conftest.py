@@ -16,6 +16,13 @@ import pytest
 from jobdeck import create_app
 from jobdeck.deck import Jobdeck
 from live_server import running
+from playwright.sync_api import expect
+
+# An assertion on the page waits up to 15 s for what it expects, not
+# Playwright's 5: on a loaded machine a dashboard action's answer once took
+# longer than 5 s to replace the flash message before it. A page that never
+# shows it still fails, only later.
+expect.set_options(timeout=15_000)
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-results" / "screenshots"
 
