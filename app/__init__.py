@@ -13,8 +13,9 @@ Every name is loaded on first use: a process that only works jobs
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from jobdeck.core.lazy import lazy_names
 
 if TYPE_CHECKING:
     from jobdeck.core.errors import Cancelled, DeadLetter, EffectNotPerformed, InvalidField
@@ -52,10 +53,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'jobdeck' has no attribute {name!r}")
-    value = getattr(import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _HOMES)

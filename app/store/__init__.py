@@ -12,8 +12,9 @@ which never touches the database, starts without them.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from jobdeck.core.lazy import lazy_names
 
 if TYPE_CHECKING:
     from jobdeck.store.filters import filtered
@@ -40,10 +41,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'jobdeck.store' has no attribute {name!r}")
-    value = getattr(import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _HOMES)
