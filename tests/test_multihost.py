@@ -225,7 +225,10 @@ def test_three_processes_share_one_database(empty_db_url, tmp_path, backend):
             if (State(final[i]), tries.get(i)) != want and not (i in starved and State(final[i]) in ENDED)
         ]
         if wrong:
-            histories = {i: [(a.outcome, a.worker_id) for a in store.attempts_of(i)] for i, *_ in wrong[:5]}
+            histories = {
+                i: [(a.outcome, a.worker_id, (a.error or "")[:120]) for a in store.attempts_of(i)]
+                for i, *_ in wrong[:5]
+            }
             raise AssertionError(f"{len(wrong)} jobs ended wrongly, e.g. {wrong[:5]}; their attempts {histories}")
         assert len(starved) <= len(by_id) // 20, f"{len(starved)} of {len(by_id)} jobs were handed on"
         assert charges == {f"o{n}": 1 for n in range(100)}
