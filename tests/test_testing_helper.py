@@ -135,7 +135,12 @@ def test_a_config_that_is_refused_leaves_no_folder_behind(reg: Registry, tmp_pat
     from jobdeck.core.config import ConfigError
 
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    with pytest.raises(ConfigError, match="no_such_key"):
-        HandlerTest(reg, no_such_key=1)
+    outside = object()  # not None: an earlier test in this process may have left its deck named
+    before = use_deck(outside)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(ConfigError, match="no_such_key"):
+            HandlerTest(reg, no_such_key=1)
+        assert current_deck() is outside, "a deck that could not be built is never named"
+    finally:
+        use_deck(before)
     assert list(tmp_path.iterdir()) == [], "the throwaway folder is deleted when the deck cannot be built"
-    assert current_deck() is None
