@@ -81,7 +81,13 @@ def test_a_killed_worker_process_job_is_rescued_and_completed_by_another(make_co
         if first.poll() is None:
             first.kill()
     assert done.worker_id != running.worker_id
-    stalled, completed = deck.store.attempts_of(job.id)
+    stalled, *between, completed = deck.store.attempts_of(job.id)
+    # Starved of CPU, the second worker can itself beat late past the 1 s
+    # stall_timeout and have its attempt rescued or given back (seen beside a
+    # CPU hog). Such an attempt is excused only where that worker said so.
+    said = (tmp_path / "worker.log").read_text()
+    assert not between or any(s in said for s in ("heartbeat late", "lost its lease")), (between, said)
+    assert all(a.outcome in ("stalled", "interrupted") for a in between), between
     assert stalled.outcome == "stalled" and stalled.worker_id == running.worker_id
     assert stalled.error.startswith(f"stalled: worker {running.worker_id} stopped heart-beating at ")
     assert completed.outcome == "completed" and completed.worker_id == done.worker_id

@@ -58,9 +58,12 @@ def test_snooze_cancel_and_an_async_handler(reg: Registry) -> None:
             ctx.snooze(120, "not yet")
         return ctx.attempt
 
+    began = threading.Event()
+
     @reg.handler("t.slow")
     async def slow(payload: dict[str, Any], ctx: JobContext) -> None:
         ctx.log("started")
+        began.set()
         await asyncio.sleep(30)
 
     with HandlerTest(reg) as jobs:
@@ -74,6 +77,9 @@ def test_snooze_cancel_and_an_async_handler(reg: Registry) -> None:
 
         job = jobs.start(slow)
         jobs.wait_running(job)
+        # Running in the database is not yet running in the loop: a cancel that
+        # came first (seen beside a CPU hog) ends the job before its first line.
+        assert began.wait(10), "the handler's first line ran"
         jobs.cancel(job)
         cancelled = jobs.wait(job)
         assert cancelled.status is State.CANCELLED and cancelled.logs == ["started"]
