@@ -45,6 +45,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.adversarial)
         if not any(item.get_closest_marker(name) for name in NOT_QUICK):
             item.add_marker(pytest.mark.quick)
+    # The long tests first, the quick ones after them (each group in its own
+    # order): xdist hands tests out in this order, so the run ends on tests
+    # of a fraction of a second that fill whatever cores are free, not on a
+    # multi-process test that waits most of its time while the others sit idle.
+    items.sort(key=lambda item: item.get_closest_marker("quick") is not None)
 
 
 def pytest_configure(config: pytest.Config) -> None:
