@@ -12,6 +12,13 @@ from jobdeck.deck import Jobdeck
 from jobdeck.store.models import jobs
 from sqlalchemy import event, update
 
+STARVED = ("stalled", "interrupted")
+"""The outcomes of an attempt handed on from a process starved of CPU: rescued
+by the others past ``stall_timeout``, or given back when its lease was lost."""
+STARVED_SAID = ("heartbeat late", "lost its lease")
+"""What such a process logs (``jobdeck.worker.leasing``): a test excuses a
+starved attempt only where a process said one of these."""
+
 
 def force_state(deck: Jobdeck, job_id: int, state: State, worker_id: str | None = "w1", **values: Any) -> None:
     """Put a job straight into a state, to test transitions out of it.

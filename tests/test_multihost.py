@@ -32,6 +32,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from tests.adversarial.cli_process import children
 from tests.conftest import wait_for
+from tests.helpers import STARVED, STARVED_SAID
 
 pytestmark = [pytest.mark.slow, pytest.mark.backends]
 ROOT = Path(__file__).parents[1]
@@ -146,10 +147,6 @@ def _expected() -> list[tuple[NewJob, State, int]]:
 
 
 PLAN_TYPES = ("demo.noop", "demo.flaky", "demo.fail", "demo.charge-card")
-STARVED = ("stalled", "interrupted")
-"""The outcomes of an attempt handed on from a starved process (the test's comment on them)."""
-STARVED_SAID = ("heartbeat late", "lost its lease")
-"""What a starved process logs (``jobdeck.worker.leasing``)."""
 
 
 def _states(store: Store) -> Counter[str]:
