@@ -242,9 +242,8 @@ PLUMBING = (
 )
 """The name prefixes of a pool's own threads (not its executors'), joined before a test's engines are disposed."""
 PLUMBING_GRACE = 10.0
-LINGER = 60.0
-"""Seconds a disposed engine's old pool is kept, and closed again after each later test."""
-_lingering: list[tuple[float, Any]] = []
+_lingering: list[Any] = []
+"""Disposed engines' old pools that had a connection out: closed again after each later test."""
 
 
 @pytest.fixture(autouse=True)
@@ -268,8 +267,12 @@ def _engines_closed() -> Iterator[None]:
     connection reported deleted open in a later test). Disposing gives the
     engine a new pool; a connection still checked out goes back into the old
     one when its thread lets go, and nothing would close it there before the
-    collector did. So an old pool with a connection out is kept for
-    ``LINGER`` seconds and closed again when each later test ends."""
+    collector did. So an old pool with a connection out is kept, and closed
+    again when each later test ends, for the rest of the run: kept for 60 s
+    only, one was let go before its connection came back (seen beside a CPU
+    hog on a slow machine). Such pools are few (a handful a run), and closing
+    an empty one costs microseconds. How long the connection stays out cannot
+    be read off the pool: disposing it resets its count of them."""
     before = {id(engine) for engine in forks.engines()}
     threads = set(threading.enumerate())
     yield
@@ -277,16 +280,13 @@ def _engines_closed() -> Iterator[None]:
     for t in threading.enumerate():
         if t not in threads and t.name.startswith(PLUMBING) and t is not threading.current_thread():
             t.join(timeout=max(0.0, deadline - time.monotonic()))
-    now = time.monotonic()
-    for until, pool in list(_lingering):
+    for pool in _lingering:
         pool.dispose()  # closes what came back to it since
-        if until < now:
-            _lingering.remove((until, pool))
     for engine in forks.engines():
         if id(engine) not in before:
             out = getattr(engine.pool, "checkedout", None)  # QueuePool's; a NullPool closes what comes back
             if out is not None and out() > 0:
-                _lingering.append((now + LINGER, engine.pool))
+                _lingering.append(engine.pool)
             engine.dispose()
 
 

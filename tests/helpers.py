@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -92,3 +94,40 @@ class _Recording:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._db, name)
+
+
+SLEEP_PROBE = """
+import sys, threading, time
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+worst = 0.0
+while not stop.is_set():
+    began = time.monotonic()
+    time.sleep(0.005)
+    worst = max(worst, time.monotonic() - began - 0.005)
+print(worst, flush=True)
+"""
+
+
+class SchedulingProbe:
+    """A process of its own that sleeps 5 ms at a time while the ``with``
+    block runs; ``worst`` is then the longest this machine kept it from
+    running once its sleep was over. A test's latency bound can allow for
+    that: a machine that starves every process is not the defect the test
+    is after, and, being another process, the probe is not slowed by
+    anything the test's own process does wrong (a lock, a held GIL)."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self._process: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> SchedulingProbe:
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", SLEEP_PROBE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._process is not None
+        out, _ = self._process.communicate("", timeout=30)
+        self.worst = float(out)

@@ -31,6 +31,8 @@ from live_server import served
 from websec_support import USERS, form_token
 from werkzeug.routing import AnyConverter
 
+from tests.helpers import SchedulingProbe
+
 ROOT = Path(__file__).resolve().parents[2]
 JSON = {"Content-Type": "application/json"}
 
@@ -413,6 +415,15 @@ def test_the_throttle_tables_stay_bounded():
     assert len(t._failures) <= 50
 
 
+HEALTH_BOUND = 1.0
+"""Seconds /api/health may take during a login flood on a machine that starves no process."""
+HEALTH_WAITS = 4
+"""Scheduling waits a health probe goes through (the server's accept, the
+thread it is handed to, the client's read, the GIL of the test's process),
+each allowed as long as the probe process's longest (``SchedulingProbe``).
+Beside a CPU hog on a slow machine one took 1.64 s against 1.0 s."""
+
+
 @pytest.mark.parametrize("limit", [10, 10**9], ids=["throttled", "hashing-bound-only"])
 def test_a_login_flood_does_not_starve_the_api(deck, limit):
     """Sixteen clients hammer /login with wrong passwords on a real server
@@ -452,21 +463,24 @@ def test_a_login_flood_does_not_starve_the_api(deck, limit):
         for t in threads:
             t.start()
         try:
-            deadline = time.monotonic() + 3
-            while time.monotonic() < deadline:
-                under_flood.append(health())
+            with SchedulingProbe() as machine:
+                deadline = time.monotonic() + 3
+                while time.monotonic() < deadline:
+                    under_flood.append(health())
         finally:
             stop.set()
             for t in threads:
                 t.join(timeout=30)
+    bound = HEALTH_BOUND + HEALTH_WAITS * machine.worst
     print(f"\nlimit={limit}: health idle median {statistics.median(idle) * 1000:.1f} ms, under flood median "
           f"{statistics.median(under_flood) * 1000:.1f} ms max {max(under_flood) * 1000:.1f} ms "
-          f"({len(under_flood)} probes); logins answered {dict(answered)}")  # fmt: skip
+          f"({len(under_flood)} probes; bound {bound:.2f} s, the machine's worst scheduling delay "
+          f"{machine.worst * 1000:.0f} ms); logins answered {dict(answered)}")  # fmt: skip
     assert sum(answered.values()) >= 50, answered
     assert answered[429] > 0 and set(answered) <= {401, 429}, answered
     if limit == 10:  # one account, one address: at most ten passwords checked, however concurrent
         assert answered[401] <= 10, answered
-    assert max(under_flood) < 1.0, f"/api/health took {max(under_flood):.2f} s during the flood"
+    assert max(under_flood) < bound, f"/api/health took {max(under_flood):.2f} s during the flood (bound {bound:.2f} s)"
 
 
 # -- loopback and exposure ------------------------------------------------------------------
