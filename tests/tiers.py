@@ -13,9 +13,6 @@ loaded by ``tests/conftest.py``).
   can share the locks when ``JOBDECK_TEST_LOCKS`` names one folder for all
   of them (CI's quick tiers on other Pythons run at a low CPU priority
   instead, .ci/run).
-- With ``JOBDECK_TEST_HOLD`` set to a path, every test process but the first
-  waits for that file to appear before its first test: CI's quick tiers
-  run one process each beside the full run and two once it is over.
 """
 
 from __future__ import annotations
@@ -24,7 +21,6 @@ import fcntl
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,12 +35,6 @@ LOCKS = "jobdeck_locks"
 """The key, in xdist's worker input, of the folder that holds this run's locks."""
 SHARED = "JOBDECK_TEST_LOCKS"
 """An environment variable: a folder of locks shared with other runs."""
-HOLD = "JOBDECK_TEST_HOLD"
-"""An environment variable: a file whose appearance releases every test
-process but the first (``gw0``). Until then the first works alone, and
-xdist's worksteal hands it the others' queued tests as it runs out."""
-HOLD_POLL_SECONDS = 0.5
-_held = pytest.StashKey[bool]()
 _folder = pytest.StashKey[Path]()
 
 
@@ -126,26 +116,6 @@ def _turn(item: pytest.Item) -> Iterator[None]:
         yield
     finally:
         held.__exit__(None, None, None)
-
-
-def _wait_for_release(config: pytest.Config) -> None:
-    """Hold a test process other than the first until ``HOLD``'s file exists
-    (once per process). CI's quick tiers run so beside the full run: one
-    process each while it runs, both once it is over (``.ci/run``)."""
-    workerinput = getattr(config, "workerinput", None)
-    release = os.environ.get(HOLD)
-    if not release or workerinput is None or workerinput.get("workerid") == "gw0" or config.stash.get(_held, False):
-        return
-    config.stash[_held] = True
-    while not os.path.exists(release):
-        time.sleep(HOLD_POLL_SECONDS)  # a wait for another program, which names no deadline: .ci/run ends us
-
-
-# Outside pytest-timeout's wrapper (tryfirst): the wait is no test's time.
-@pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_runtest_protocol")
-def pytest_runtest_protocol_released(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
-    _wait_for_release(item.config)
-    return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
