@@ -45,6 +45,7 @@ class ChildProcess:
     jobs_run: int = 0
     job_id: int | None = None
     started: float = field(default_factory=time.monotonic)
+    _killing: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def pid(self) -> int:
@@ -62,14 +63,21 @@ class ChildProcess:
             return 0
 
     def kill(self) -> None:
-        """SIGTERM, then SIGKILL after ``TERM_GRACE``; reaped either way."""
-        if self.alive():
-            self.process.terminate()
-            self._wait(TERM_GRACE)
-        if self.alive():
-            self.process.kill()
-        self._wait(5.0)
-        self.conn.close()
+        """SIGTERM, then SIGKILL after ``TERM_GRACE``; reaped either way.
+        Safe from two threads at once (a pool's stop and the thread driving
+        the child's job): the second waits for the first, and the pipe is
+        closed once. Unguarded, both closed it, and the second close failed
+        with EBADF, or could have closed a descriptor the process had opened
+        since under the same number."""
+        with self._killing:
+            if self.alive():
+                self.process.terminate()
+                self._wait(TERM_GRACE)
+            if self.alive():
+                self.process.kill()
+            self._wait(5.0)
+            if not self.conn.closed:
+                self.conn.close()
 
     def _wait(self, seconds: float) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired):
