@@ -448,9 +448,12 @@ def test_a_login_flood_does_not_starve_the_api(deck, limit):
 
         idle.extend(health() for _ in range(5))
 
+        flooding = threading.Semaphore(0)
+
         def flood(n: int) -> None:
             with requests.Session() as s:
                 token = form_token(s.get(f"{base}/login", timeout=10).text)
+                flooding.release()
                 for i in itertools.count():
                     if stop.is_set():
                         return
@@ -463,6 +466,11 @@ def test_a_login_flood_does_not_starve_the_api(deck, limit):
         for t in threads:
             t.start()
         try:
+            # Timed once every client posts: the sixteen login pages they
+            # load first are no flood of logins (on a slow machine the first
+            # health probe waited 1.2 s behind them).
+            for _ in threads:
+                assert flooding.acquire(timeout=30), "a flooding client never got its login form"
             with SchedulingProbe() as machine:
                 deadline = time.monotonic() + 3
                 while time.monotonic() < deadline:

@@ -16,13 +16,21 @@ def _node(page, job_id):
     return page.locator(f'#workflow-graph .wf-node[data-job="{job_id}"]')
 
 
+BUTTON_BOXES = """() => [...document.querySelectorAll("main button, main .btn")]
+    .filter(e => getComputedStyle(e).visibility !== "hidden")
+    .map(e => [e.textContent.trim(), e.getBoundingClientRect().toJSON()])
+    .filter(([, box]) => box.width > 0 && box.height > 0)"""
+"""Every visible button's text and box, read in one go: the page re-renders
+as the workflow moves, and a button listed first and measured after could
+be gone by then (seen: a bounding box of None)."""
+
+
 def _fits(page) -> None:
     """Nothing on the page needs a horizontal scroll (a wide graph scrolls
     inside its own box), and every button is on screen."""
     viewport = page.viewport_size["width"]
-    for button in page.locator("main button:visible, main .btn:visible").all():
-        box = button.bounding_box()
-        assert box and box["x"] >= 0 and box["x"] + box["width"] <= viewport + 0.5, (button.text_content(), box)
+    for text, box in page.evaluate(BUTTON_BOXES):
+        assert box["x"] >= 0 and box["x"] + box["width"] <= viewport + 0.5, (text, box)
     assert page.evaluate("() => document.documentElement.scrollWidth") <= viewport
 
 
