@@ -35,10 +35,11 @@ def _fits(page) -> None:
 
 
 def test_the_graph_turns_green_live_then_a_dead_node_is_retried_from_the_page(live, page, dialogs, width):
-    # "a" sleeps long enough that the page sees the diamond before it finishes.
+    # "a" sleeps long enough that the page sees the diamond before it finishes
+    # (2 s was not, on a slow machine in a full run).
     wf = (
         live.deck.workflow("diamond")
-        .add("a", "demo.sleep", {"seconds": 2})
+        .add("a", "demo.sleep", {"seconds": 8})
         .add("b", "demo.noop", depends_on=["a"])
         .add("c", "demo.noop", depends_on=["a"])
         .add("d", "demo.noop", depends_on=["b", "c"])
