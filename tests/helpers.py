@@ -131,3 +131,13 @@ class SchedulingProbe:
         assert self._process is not None
         out, _ = self._process.communicate("", timeout=30)
         self.worst = float(out)
+
+
+BUTTON_BOXES = """() => [...document.querySelectorAll("main button, main .btn")]
+    .filter(e => getComputedStyle(e).visibility !== "hidden")
+    .map(e => [e.textContent.trim(), e.getBoundingClientRect().toJSON()])
+    .filter(([, box]) => box.width > 0 && box.height > 0)"""
+"""Every visible button's text and box, read in one go: the page re-renders
+as jobs move, and a button listed first and measured after could
+be gone by then (seen: a bounding box of None, on the workflow
+page and on the schedules and overview pages)."""

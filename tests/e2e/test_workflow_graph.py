@@ -9,20 +9,13 @@ import pytest
 from jobdeck.core.states import State
 from playwright.sync_api import expect
 
+from tests.helpers import BUTTON_BOXES
+
 pytestmark = pytest.mark.e2e
 
 
 def _node(page, job_id):
     return page.locator(f'#workflow-graph .wf-node[data-job="{job_id}"]')
-
-
-BUTTON_BOXES = """() => [...document.querySelectorAll("main button, main .btn")]
-    .filter(e => getComputedStyle(e).visibility !== "hidden")
-    .map(e => [e.textContent.trim(), e.getBoundingClientRect().toJSON()])
-    .filter(([, box]) => box.width > 0 && box.height > 0)"""
-"""Every visible button's text and box, read in one go: the page re-renders
-as the workflow moves, and a button listed first and measured after could
-be gone by then (seen: a bounding box of None)."""
 
 
 def _fits(page) -> None:
