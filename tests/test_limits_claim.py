@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.queues import Limits, QueueControls
+from jobdeck.store import Outcome
 
 from tests.conftest import Clock
 
@@ -68,3 +69,42 @@ def test_a_claim_within_the_limits_takes_the_due_jobs_in_claim_order(
     assert [j.id for j in claimed] == [high.id, low.id]
     rest = deck.store.claim("w1", clock.now, limit=5, types=types)
     assert [j.id for j in rest] == [limited.id]
+
+
+def test_a_type_freed_since_the_last_claim_is_claimed_again_in_claim_order(make_deck: Callable[..., Jobdeck]) -> None:
+    """The policy remembers what the last claim found full (PostgreSQL sends
+    its plain claim without those types, with the counts); once the limited
+    job is done, the next claim reads the type free, and takes its waiting
+    job first, in claim order, not only the others."""
+    clock = Clock()
+    deck = make_deck(clock=clock)
+    QueueControls(deck.store, Limits(queues={}, types={"demo.sleep": 1}), refresh=0).install()
+    types = ["demo.sleep", "demo.noop"]
+    deck.enqueue("demo.sleep", {"seconds": 60})
+    [held] = deck.store.claim("w1", clock.now, limit=1, types=types)
+    second, _ = deck.enqueue("demo.sleep", {"seconds": 60})
+    noop1, _ = deck.enqueue("demo.noop")
+    assert [j.id for j in deck.store.claim("w1", clock.now, limit=5, types=types)] == [noop1.id]
+    assert deck.store.complete_many([Outcome(held.id, "w1", attempt=held.attempt)], clock.now) == [held.id]
+    noop2, _ = deck.enqueue("demo.noop")
+    assert [j.id for j in deck.store.claim("w1", clock.now, limit=5, types=types)] == [second.id, noop2.id]
+    assert deck.store.get(second.id).status == "running"
+
+
+def test_a_limited_refill_claims_the_jobs_its_completions_made_due(make_deck: Callable[..., Jobdeck]) -> None:
+    """A workflow step's completion in the acker's refill promotes the next
+    step, and the same transaction's limited claim takes it: the claim comes
+    after every completion, also where PostgreSQL sends the completions and
+    a first try of the claim in one batch."""
+    clock = Clock()
+    deck = make_deck(clock=clock)
+    QueueControls(deck.store, Limits(queues={}, types={"demo.sleep": 1}), refresh=0).install()
+    types = ["demo.sleep", "demo.noop"]
+    wf = deck.workflow("two").add("a", "demo.noop").add("b", "demo.noop", depends_on=["a"]).enqueue()
+    [a] = deck.store.claim("w1", clock.now, limit=10, types=types)
+    assert a.id == wf.jobs["a"]
+    done = [Outcome(a.id, "w1", attempt=a.attempt)]
+    accepted, refill = deck.store.complete_and_claim(done, "w1", clock.now, limit=10, types=types)
+    assert accepted == [a.id]
+    assert [j.id for j in refill] == [wf.jobs["b"]]
+    assert deck.store.get(a.id).status == "completed"

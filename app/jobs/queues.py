@@ -83,6 +83,8 @@ class QueueControls:
         self.flow = flow if flow is not None else Flow()
         """Rate limits and concurrency per key (``jobdeck.jobs.flow``); with any, ``flow_claim`` claims."""
         self.flow_claim = FlowClaim(self.flow, limits)
+        self._blocked = controls.Blocked()
+        """What the last limited claim found blocked (PostgreSQL's claim sends its plain claim with its counts)."""
         self.refresh = refresh
         self._monotonic = monotonic
         self._paused: frozenset[str] = frozenset()
@@ -222,5 +224,5 @@ class QueueControls:
 
         return controls.claim_due(
             store, worker_id, now, limit=limit, types=types, queues=queues,
-            limited_types=lim.types, limited_queues=lim.queues, decide=decide,
+            limited_types=lim.types, limited_queues=lim.queues, decide=decide, blocked=self._blocked,
         )  # fmt: skip

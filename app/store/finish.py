@@ -81,18 +81,21 @@ class Finishing(Holding):
         rows are read, still before the claim's statement and COMMIT.
         ``accepted`` collects the ids completed."""
 
+        def rest(rows: list[Any]) -> list[Outcome]:
+            won = {(r[0], r[1]) for r in rows}
+            return [o for o in outcomes if (o.job_id, o.attempt) not in won]
+
         def land(rows: list[Any] | None) -> None:
             if rows is None:  # not sent: the ordinary way
                 accepted.extend(self.complete_many(outcomes, now))
                 return
             crash_point("ack")
             accepted.extend(r[0] for r in rows)
-            won = {(r[0], r[1]) for r in rows}
-            rest = [o for o in outcomes if (o.job_id, o.attempt) not in won]
-            if rest:
-                accepted.extend(self.complete_many(rest, now))
+            left = rest(rows)
+            if left:
+                accepted.extend(self.complete_many(left, now))
 
-        return Ahead(self._completions(outcomes, self._t(now), alone=True), land)
+        return Ahead(self._completions(outcomes, self._t(now), alone=True), land, lambda rows: not rest(rows))
 
     def complete_many(self, outcomes: Sequence[Outcome], now: datetime) -> list[int]:
         """Mark running jobs completed, each only if still held by the worker

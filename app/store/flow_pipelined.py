@@ -55,7 +55,8 @@ from sqlalchemy.exc import DBAPIError
 
 
 @lru_cache(maxsize=1)
-def _lock() -> Prepared:
+def lock_statement() -> Prepared:
+    """The limited claims' advisory lock (``postgres.lock_limited_claims``), prepared."""
     return Prepared(postgres.lock_limited_claims(), [])
 
 
@@ -68,7 +69,7 @@ def _prune() -> Prepared:
 
 
 @contextmanager
-def _driver_errors(db: Any) -> Iterator[None]:
+def driver_errors(db: Any) -> Iterator[None]:
     """The driver's errors as SQLAlchemy's, as every other statement raises
     them (the pool's retry tells an outage by them)."""
     error = type(db).__module__.split(".")[0]
@@ -104,19 +105,19 @@ def claim_flow(store: Store, request: FlowRequest, guess: Guess) -> tuple[list[J
     with store.write() as conn:
         db = conn.connection.driver_connection
         assert db is not None, "a checked-out connection has its driver connection"
-        with _driver_errors(db):
+        with driver_errors(db):
             with db.pipeline():
-                completing = [_send(db, *sent) for sent in ahead.statements] if ahead is not None else []
-                _send(db, _lock(), ())  # before the reads: they see the last limited claim's commit
+                completing = [send(db, *sent) for sent in ahead.statements] if ahead is not None else []
+                send(db, lock_statement(), ())  # before the reads: they see the last limited claim's commit
                 for name, before in request.prune:
-                    _send(db, _prune(), (name, store.stored_time(before)))
-                read_running = _send(db, _running_by_key(), ())
-                read_closed = _send(db, _closed_now(), (store.stored_time(now),))
+                    send(db, _prune(), (name, store.stored_time(before)))
+                read_running = send(db, _running_by_key(), ())
+                read_closed = send(db, _closed_now(), (store.stored_time(now),))
                 read_starts = [
-                    (name, _send(db, _starts_since(None), (name, store.stored_time(since))))
+                    (name, send(db, _starts_since(None), (name, store.stored_time(since))))
                     for name, since, _ in request.rated if not _
                 ]  # fmt: skip
-                read_head = _send(
+                read_head = send(
                     db, *head_values(*guess.blocked)
                 )  # what the last claim's reads blocked: mostly the same
                 sent_walks = _send_walks(
@@ -172,9 +173,9 @@ def claim_flow(store: Store, request: FlowRequest, guess: Guess) -> tuple[list[J
             [s[1] for s in logged],
             [s[2] for s in logged],
         )
-        with _driver_errors(db):
+        with driver_errors(db):
             with db.pipeline():
-                claimed = _send(db, prepared, params)
+                claimed = send(db, prepared, params)
                 if commits:
                     db.commit()  # in the same batch: the claim's last round trip
             got = claimed.fetchall()
@@ -212,13 +213,11 @@ def _send_walks(
     sent: dict[str, list[tuple[str, Any]]] = {}
     for column, after in walks.items():
         prepared = _walk_prepared(column, types is not None, queues is not None, bool(skipped))
-        sent[column] = [
-            (start, _send(db, prepared, (now, start, want, *lists))) for start in dict.fromkeys([after, ""])
-        ]
+        sent[column] = [(start, send(db, prepared, (now, start, want, *lists))) for start in dict.fromkeys([after, ""])]
     return sent
 
 
-def _send(db: Any, prepared: Prepared, values: tuple[Any, ...]) -> Any:
+def send(db: Any, prepared: Prepared, values: tuple[Any, ...]) -> Any:
     """Queue ``prepared`` in the pipeline on a cursor of its own; its rows are read after the batch."""
     cursor = db.cursor()
     compiled = prepared.postgres

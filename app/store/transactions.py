@@ -34,10 +34,14 @@ class Ahead:
     (PostgreSQL: the completions). A pipelined claim sends them in its first
     batch, with BEGIN and the reads, and hands ``land`` their rows; any
     other path's first statement in the joined transaction runs them first,
-    the ordinary way (``land(None)``), so every claim still sees them."""
+    the ordinary way (``land(None)``), so every claim still sees them.
+    ``applied_all``: whether the sent statements' rows cover every
+    completion (else ``land`` completes the rest: jobs in a workflow or a
+    batch, and late results, which it refuses)."""
 
     statements: list[tuple[Prepared, tuple[Any, ...]]]
     land: Callable[[list[Any] | None], None]
+    applied_all: Callable[[list[Any]], bool]
 
 
 class Transactions:
