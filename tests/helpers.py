@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -96,41 +99,61 @@ class _Recording:
         return getattr(self._db, name)
 
 
-SLEEP_PROBE = """
+def worst_oversleep(stopped: Callable[[], bool]) -> float:
+    """Sleep 5 ms at a time until ``stopped()``; the longest a sleep overran
+    (how long the thread was kept from running once its sleep was over)."""
+    worst = 0.0
+    while not stopped():
+        began = time.monotonic()
+        time.sleep(0.005)
+        worst = max(worst, time.monotonic() - began - 0.005)
+    return worst
+
+
+SLEEP_PROBE = f"""
+from __future__ import annotations
 import sys, threading, time
+{inspect.getsource(worst_oversleep)}
 stop = threading.Event()
 threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
-worst = 0.0
-while not stop.is_set():
-    began = time.monotonic()
-    time.sleep(0.005)
-    worst = max(worst, time.monotonic() - began - 0.005)
-print(worst, flush=True)
+print(worst_oversleep(stop.is_set), flush=True)
 """
+"""``worst_oversleep`` in a process of its own, until its stdin closes."""
 
 
 class SchedulingProbe:
-    """A process of its own that sleeps 5 ms at a time while the ``with``
-    block runs; ``worst`` is then the longest this machine kept it from
-    running once its sleep was over. A test's latency bound can allow for
-    that: a machine that starves every process is not the defect the test
-    is after, and, being another process, the probe is not slowed by
-    anything the test's own process does wrong (a lock, a held GIL)."""
+    """While the ``with`` block runs, ``worst_oversleep`` in a process of its
+    own and in a thread of this one; then ``machine`` and ``here`` are the
+    longest each was kept from running once its sleep was over. A test's
+    latency bound can allow for that: a machine that starves every process
+    is not the defect the test is after, and the probe process is not
+    slowed by anything the test's own process does wrong (a lock, a held
+    GIL). ``here`` is this process's share of the CPU and its GIL, which
+    the test's own threads may crowd."""
 
     def __init__(self) -> None:
-        self.worst = 0.0
+        self.machine = 0.0
+        self.here = 0.0
         self._process: subprocess.Popen[str] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run_here, daemon=True)
+
+    def _run_here(self) -> None:
+        self.here = worst_oversleep(self._stop.is_set)
 
     def __enter__(self) -> SchedulingProbe:
         self._process = subprocess.Popen(
             [sys.executable, "-c", SLEEP_PROBE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         assert self._process is not None
+        self._stop.set()
+        self._thread.join(timeout=10)
         out, _ = self._process.communicate("", timeout=30)
-        self.worst = float(out)
+        self.machine = float(out)
 
 
 BUTTON_BOXES = """() => [...document.querySelectorAll("main button, main .btn")]

@@ -420,30 +420,14 @@ HEALTH_BOUND = 1.0
 HEALTH_WAITS = 4
 """Scheduling waits a health probe goes through (the server's accept, the
 thread it is handed to, the client's read, the GIL of the test's process),
-each allowed as long as the longest wait a sleeping thread saw: in a probe
-process (``SchedulingProbe``, the machine) or in the test's own process
-(the CPU and the GIL its sixteen clients and four server threads share).
+each allowed as long as the longest wait a sleeping thread saw
+(``SchedulingProbe``): in a probe process (the machine) or in the test's own
+process (the CPU and the GIL its sixteen clients and four server threads share).
 Neither grows when every server thread is busy hashing, the starvation this
 test is after: a password hash releases the GIL, and a request waiting for a
 free server thread keeps no thread from running. Seen on a slow machine: 1.64
 s beside a CPU hog; 2.31 s in a quiet full run, with the machine's delay at
 23 ms."""
-
-
-class _ThreadProbe(threading.Thread):
-    """A thread of the test's process that sleeps 5 ms at a time until
-    stopped; ``worst`` is the longest it was kept from running after one."""
-
-    def __init__(self) -> None:
-        super().__init__(daemon=True)
-        self.worst = 0.0
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        while not self.done.is_set():
-            began = time.monotonic()
-            time.sleep(0.005)
-            self.worst = max(self.worst, time.monotonic() - began - 0.005)
 
 
 @pytest.mark.parametrize("limit", [10, 10**9], ids=["throttled", "hashing-bound-only"])
@@ -493,23 +477,19 @@ def test_a_login_flood_does_not_starve_the_api(deck, limit):
             # health probe waited 1.2 s behind them).
             for _ in threads:
                 assert flooding.acquire(timeout=30), "a flooding client never got its login form"
-            here = _ThreadProbe()
-            here.start()
-            with SchedulingProbe() as machine:
+            with SchedulingProbe() as probe:
                 deadline = time.monotonic() + 3
                 while time.monotonic() < deadline:
                     under_flood.append(health())
-            here.done.set()
-            here.join(timeout=10)
         finally:
             stop.set()
             for t in threads:
                 t.join(timeout=30)
-    bound = HEALTH_BOUND + HEALTH_WAITS * max(machine.worst, here.worst)
+    bound = HEALTH_BOUND + HEALTH_WAITS * max(probe.machine, probe.here)
     print(f"\nlimit={limit}: health idle median {statistics.median(idle) * 1000:.1f} ms, under flood median "
           f"{statistics.median(under_flood) * 1000:.1f} ms max {max(under_flood) * 1000:.1f} ms "
           f"({len(under_flood)} probes; bound {bound:.2f} s, the machine's worst scheduling delay "
-          f"{machine.worst * 1000:.0f} ms, in this process {here.worst * 1000:.0f} ms); "
+          f"{probe.machine * 1000:.0f} ms, in this process {probe.here * 1000:.0f} ms); "
           f"logins answered {dict(answered)}")  # fmt: skip
     assert sum(answered.values()) >= 50, answered
     assert answered[429] > 0 and set(answered) <= {401, 429}, answered
