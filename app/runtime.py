@@ -101,8 +101,9 @@ class Runtime:
             # Wake on other processes' jobs: LISTEN on PostgreSQL, PRAGMA data_version on SQLite.
             wake = self.pool.wake
             listener = listener_for(deck.store, wake) or watcher_for(
-                deck.store, wake, types=deck.registry.names, queues=self.pool.queues, clock=deck.clock
-            )
+                deck.store, wake, types=deck.registry.names, queues=self.pool.queues, clock=deck.clock,
+                has_room=self.pool.has_room,
+            )  # fmt: skip
             if listener is not None:
                 self.services.append(listener)
         if isinstance(deck.clock, DatabaseClock):

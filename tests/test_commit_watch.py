@@ -80,3 +80,34 @@ def test_the_watcher_counts_version_changes_and_wakes_only_when_due(make_deck):
         wait_for(lambda: woken, 5, message="the watcher to wake the pool")
     finally:
         watcher.stop()
+
+
+def test_a_full_pool_has_a_commit_looked_at_once_it_has_room(make_deck):
+    """While the pool has no room the watcher reads nothing on a commit (its
+    own acks' commits would only wake a fetcher that can claim nothing); the
+    commit is looked at, and the pool woken, as soon as it has room."""
+    deck = make_deck()
+    other = make_deck()
+    woken: list[int] = []
+    room = False
+    asked = 0
+
+    def has_room() -> bool:
+        nonlocal asked
+        asked += 1
+        return room
+
+    watcher = CommitWatcher(deck.store.engine.url.database, lambda: woken.append(1), types=lambda: ["demo.noop"],
+                            clock=deck.clock, interval=0.002, has_room=has_room)  # fmt: skip
+    watcher.start()
+    try:
+        wait_for(watcher.watching.is_set, 5, message="the watcher to start")
+        other.enqueue("demo.noop")
+        seen = asked
+        wait_for(lambda: asked >= seen + 5, 5, message="the watcher to poll while the pool is full")
+        assert watcher.checks == 0 and woken == []
+        room = True
+        wait_for(lambda: woken, 5, message="the watcher to wake the pool once it has room")
+        assert watcher.checks == 1
+    finally:
+        watcher.stop()

@@ -130,6 +130,10 @@ class WorkerPool:
         names = self.registry.names()
         return [t for t in names if t not in on_loop] if on_loop else names
 
+    def has_room(self) -> bool:
+        """The fetcher would claim now: room on the threads, or for ``async def`` jobs on the loop."""
+        return not self.holdings.full() or bool(self._on_loop() and self.holdings.async_room())
+
     def _may_claim(self) -> bool:
         """The pool takes new jobs: its lease is held and it is healthy."""
         return not self.lease.lost and self.monitor.unhealthy_reason() is None
@@ -316,7 +320,7 @@ class WorkerPool:
     def _fetch_loop(self) -> None:
         failures = 0
         while not self._stopping.is_set():
-            if self.holdings.full() and not (self._on_loop() and self.holdings.async_room()):
+            if not self.has_room():
                 self.holdings.room.wait(timeout=self.poll_interval)
                 self.holdings.room.clear()
                 continue
