@@ -4,6 +4,7 @@ limit-aware claim (the policy itself lives in ``jobdeck.jobs.queues``)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 from jobdeck.core.states import State
 from jobdeck.store import postgres, statements
 from jobdeck.store.claim import _in_claim_order
-from jobdeck.store.flow_pipelined import driver_errors, lock_statement, send
+from jobdeck.store.flow_pipelined import driver_connection, driver_errors, send, send_first
 from jobdeck.store.lifecycle import Store
 from jobdeck.store.models import jobs, queue_state
 from jobdeck.store.records import JobRecord, claimed_records
@@ -97,171 +98,159 @@ def claim_due(
     and run through Core, the reads cost a claim of one job 630 us against
     the plain claim's 140, and a deployment with any limit pays that on
     every claim. On SQLite the plain claim is tried first, and kept when it
-    took no job over a limit (``_claim_unless_over``); on PostgreSQL, with
+    took no job over a limit (``_Claim.unless_over``); on PostgreSQL, with
     ``blocked``, it goes in one pipelined batch with the lock and the
-    counts (``_claim_pipelined``)."""
-    type_list = None if types is None else list(types)
-    queue_list = None if queues is None else list(queues)
+    counts (``_Claim.pipelined``)."""
+    claim = _Claim(
+        store, worker_id, now, limit, None if types is None else list(types), None if queues is None else list(queues)
+    )
     names = (list(limited_types), list(limited_queues))
     if store.dialect == "postgresql" and blocked is not None:
-        return _claim_pipelined(store, worker_id, now, limit, type_list, queue_list, names, decide, blocked)
+        return claim.pipelined(names, decide, blocked)
     with store.write() as conn:
         if store.dialect == "postgresql":
             conn.execute(postgres.lock_limited_claims())
-        running = []
-        for column, listed in zip(("type", "queue"), names):
-            rows = store.driver_rows(conn, _running(column, len(listed)), tuple(listed)) if listed else []
-            running.append({name: int(n) for name, n in rows})
+        running = [claim.count(conn, column, listed) for column, listed in zip(("type", "queue"), names)]
         full_t, skip_q, pick = decide(*running)
-        if store.sqlite and (type_list is not None or not full_t):
-            claimed = _claim_unless_over(
-                store, conn, worker_id, now, limit, type_list, queue_list, full_t, skip_q, pick
-            )
+        if store.sqlite and (claim.types is not None or not full_t):
+            claimed = claim.unless_over(conn, full_t, skip_q, pick)
             if claimed is not None:
                 return claimed
             full_t, skip_q, pick = decide(*running)  # a fresh pick: the tried one counted the rolled-back jobs
-        return _claim_picked(store, conn, worker_id, now, limit, type_list, queue_list, full_t, skip_q, pick)
+        return claim.picked(conn, full_t, skip_q, pick)
 
 
-def _claim_picked(
-    store: Store,
-    conn: Any,
-    worker_id: str,
-    now: datetime,
-    limit: int,
-    types: list[str] | None,
-    queues: list[str] | None,
-    full_types: list[str],
-    skip_queues: list[str],
-    pick: Pick,
-) -> list[JobRecord]:
-    """The due jobs read a little past ``limit``, ``pick``'s of them claimed."""
-    values = (store.stored_time(now), *(types or ()), *(queues or ()), *skip_queues, *full_types, limit * 4 + 16)
-    n_types = None if types is None else len(types)
-    n_queues = None if queues is None else len(queues)
-    due = statements.due_picks(DUE_COLUMNS, n_types, n_queues, len(skip_queues), len(full_types))
-    chosen = pick(store.driver_rows(conn, due, values))
-    if not chosen:
-        return []
-    return store.claim_ids(conn, worker_id, now, chosen)
+@dataclass(frozen=True)
+class _Claim:
+    """One limit-aware claim: who claims, when, up to how many, of which
+    types and queues (None: any)."""
 
+    store: Store
+    worker_id: str
+    now: datetime
+    limit: int
+    types: list[str] | None
+    queues: list[str] | None
 
-def _claim_pipelined(
-    store: Store,
-    worker_id: str,
-    now: datetime,
-    limit: int,
-    types: list[str] | None,
-    queues: list[str] | None,
-    names: tuple[list[str], list[str]],
-    decide: Decide,
-    blocked: Blocked,
-) -> list[JobRecord]:
-    """PostgreSQL: ``_claim_unless_over`` in one round trip before the
-    COMMIT, where the plain path takes five or six. One pipelined batch
-    sends the acker's completions (``Store.complete_and_claim``), the
-    advisory lock, the running counts, a savepoint and the plain claim
-    without the types and queues the last claim found blocked (``Blocked``).
-    The claim is kept when the counts block exactly those and ``pick``
-    would have chosen every job it took: then it took the jobs the picked
-    claim takes, the first due in claim order. Else, or when the batch's
-    completions left some to complete (``Ahead``: jobs in a workflow or a
-    batch, whose ends may make others due), it is rolled back to the
-    savepoint, those completions land, and the due jobs are read and
-    picked (``_claim_picked``): the claim sees every completion before it.
-    (The counts were read before those landed: short of the limits, never
-    over, as the flow claim's are.) With a concurrency limit on
-    a type the drain does not run (the demo's), a 20,000-job drain of the
-    bare pool kept 40 to 64% of the unlimited drain's rate without this."""
-    guess_full, guess_skip = blocked.value
-    plain_types = None if types is None else [t for t in types if t not in guess_full]
-    tries = (types is not None or not guess_full) and plain_types != []
-    ahead = store.take_ahead()
-    with store.write() as conn:
-        db = conn.connection.driver_connection
-        assert db is not None, "a checked-out connection has its driver connection"
-        with driver_errors(db):
-            with db.pipeline():
-                completing = [send(db, *sent) for sent in ahead.statements] if ahead is not None else []
-                send(db, lock_statement(), ())  # before the counts: they see the last limited claim's commit
-                counting = [
-                    send(db, _running(column, len(listed)), tuple(listed)) if listed else None
-                    for column, listed in zip(("type", "queue"), names)
-                ]
-                tried = None
-                if tries:
-                    db.cursor().execute("SAVEPOINT jobdeck_claim")
-                    plain = statements.claim(
-                        None if plain_types is None else len(plain_types),
-                        None if queues is None else len(queues),
-                        len(guess_skip),
-                    )
-                    values = (
-                        worker_id,
-                        store.stored_time(now),
-                        *(plain_types or ()),
-                        *(queues or ()),
-                        *guess_skip,
-                        limit,
-                    )
-                    tried = send(db, plain, values)
-            running = [{} if c is None else {name: int(n) for name, n in c.fetchall()} for c in counting]
-            rows = None if tried is None else tried.fetchall()
-            completed = [r for cursor in completing for r in cursor.fetchall()]
-        full_t, skip_q, pick = decide(*running)
-        blocked.value = answer = (tuple(sorted(full_t)), tuple(sorted(skip_q)))
-        claimed = None if rows is None else claimed_records(rows, worker_id, now.astimezone(UTC), None)
-        kept = (
-            claimed is not None
-            and (ahead is None or ahead.applied_all(completed))
-            and answer == (guess_full, guess_skip)
-            and len(pick([(j.id, j.type, j.queue) for j in claimed])) == len(claimed)
-        )
-        if claimed is not None and not kept:
-            with driver_errors(db):
-                db.cursor().execute("ROLLBACK TO SAVEPOINT jobdeck_claim")
-            full_t, skip_q, pick = decide(*running)  # a fresh pick: the tried one counted the rolled-back jobs
-        if ahead is not None:  # after the rollback, which would undo the completions it runs
-            ahead.land(completed)
-        if kept:
-            assert claimed is not None
-            return _in_claim_order(claimed)
-        return _claim_picked(store, conn, worker_id, now, limit, types, queues, full_t, skip_q, pick)
-
-
-def _claim_unless_over(
-    store: Store,
-    conn: Any,
-    worker_id: str,
-    now: datetime,
-    limit: int,
-    types: list[str] | None,
-    queues: list[str] | None,
-    full_types: list[str],
-    skip_queues: list[str],
-    pick: Pick,
-) -> list[JobRecord] | None:
-    """SQLite: the plain claim (one statement), but for the full types and
-    the queues to skip, under a savepoint; kept if ``pick`` would have chosen
-    every job it claimed (none over a limit: then they are the same jobs the
-    picked claim takes, the first due in claim order), else rolled back and
-    None. Most claims of a deployment with a limit take no limited job over
-    what is left: the due read of ``limit * 4 + 16`` rows, the pick and the
-    claim of ids cost the demo's 100,000 no-op jobs (one type limited) about
-    a tenth of the drain's CPU (docs/performance.md). Not on PostgreSQL,
-    where the savepoint costs two round trips more."""
-    if types is not None:
-        types = [t for t in types if t not in full_types]
-        if not types:
+    def picked(self, conn: Any, full_types: list[str], skip_queues: list[str], pick: Pick) -> list[JobRecord]:
+        """The due jobs read a little past ``limit``, ``pick``'s of them claimed."""
+        store, types, queues = self.store, self.types, self.queues
+        values = (
+            store.stored_time(self.now), *(types or ()), *(queues or ()), *skip_queues, *full_types, self.limit * 4 + 16
+        )  # fmt: skip
+        n_types = None if types is None else len(types)
+        n_queues = None if queues is None else len(queues)
+        due = statements.due_picks(DUE_COLUMNS, n_types, n_queues, len(skip_queues), len(full_types))
+        chosen = pick(store.driver_rows(conn, due, values))
+        if not chosen:
             return []
-    with translated_errors():
-        cursor = conn.connection.cursor()
-        cursor.execute("SAVEPOINT jobdeck_claim")
-    # An error in the claim ends the whole transaction (``write()`` rolls it back).
-    claimed = store.claim_in(conn, worker_id, now, limit, types, queues, skip_queues)
-    kept = len(pick([(j.id, j.type, j.queue) for j in claimed])) == len(claimed)
-    with translated_errors():
-        if not kept:
-            cursor.execute("ROLLBACK TO jobdeck_claim")
-        cursor.execute("RELEASE jobdeck_claim")
-    return claimed if kept else None
+        return store.claim_ids(conn, self.worker_id, self.now, chosen)
+
+    def unless_over(
+        self, conn: Any, full_types: list[str], skip_queues: list[str], pick: Pick
+    ) -> list[JobRecord] | None:
+        """SQLite: the plain claim (one statement), but for the full types and
+        the queues to skip, under a savepoint; kept if ``pick`` would have chosen
+        every job it claimed (none over a limit: then they are the same jobs the
+        picked claim takes, the first due in claim order), else rolled back and
+        None. Most claims of a deployment with a limit take no limited job over
+        what is left: the due read of ``limit * 4 + 16`` rows, the pick and the
+        claim of ids cost the demo's 100,000 no-op jobs (one type limited) about
+        a tenth of the drain's CPU (docs/performance.md). PostgreSQL sends the
+        same in a pipelined batch (``pipelined``), where the savepoint alone
+        would cost two round trips more."""
+        types = self.types
+        if types is not None:
+            types = [t for t in types if t not in full_types]
+            if not types:
+                return []
+        with translated_errors():
+            cursor = conn.connection.cursor()
+            cursor.execute("SAVEPOINT jobdeck_claim")
+        # An error in the claim ends the whole transaction (``write()`` rolls it back).
+        claimed = self.store.claim_in(conn, self.worker_id, self.now, self.limit, types, self.queues, skip_queues)
+        kept = len(pick([(j.id, j.type, j.queue) for j in claimed])) == len(claimed)
+        with translated_errors():
+            if not kept:
+                cursor.execute("ROLLBACK TO jobdeck_claim")
+            cursor.execute("RELEASE jobdeck_claim")
+        return claimed if kept else None
+
+    def pipelined(self, names: tuple[list[str], list[str]], decide: Decide, blocked: Blocked) -> list[JobRecord]:
+        """PostgreSQL: ``unless_over`` in one round trip before the COMMIT,
+        where the plain path takes five or six. One pipelined batch sends the
+        acker's completions (``Store.complete_and_claim``), the advisory lock,
+        the running counts of ``names`` (limited types, limited queues), a
+        savepoint and the plain claim without the types and queues the last
+        claim found blocked (``Blocked``). The claim is kept when the counts
+        block exactly those and ``pick`` would have chosen every job it took:
+        then it took the jobs the picked claim takes, the first due in claim
+        order. Else, or when the batch's completions left some to complete
+        (``Ahead``: jobs in a workflow or a batch, whose ends may make others
+        due), it is rolled back to the savepoint, those completions land,
+        and the due jobs are read and picked (``picked``): the claim sees
+        every completion before it, and after such completions the running
+        jobs are counted again (the batch counted the jobs they ended as
+        running: a refill that ended a limited job of a workflow left the
+        job waiting for its slot to the next claim). With a concurrency limit on a type the drain does not run (the
+        demo's), a 20,000-job drain of the bare pool kept 40 to 64% of the
+        unlimited drain's rate without this."""
+        guess = blocked.value
+        ahead = self.store.take_ahead()
+        with self.store.write() as conn:
+            db = driver_connection(conn)
+            with driver_errors(db):
+                with db.pipeline():
+                    completing = send_first(db, ahead)
+                    counting = [
+                        send(db, _running(column, len(listed)), tuple(listed)) if listed else None
+                        for column, listed in zip(("type", "queue"), names)
+                    ]
+                    trying = self._send_plain(db, *guess)
+                running = [{} if c is None else {name: int(n) for name, n in c.fetchall()} for c in counting]
+                tried = None if trying is None else self._records(trying.fetchall())
+                completed = [r for cursor in completing for r in cursor.fetchall()]
+            applied_all = ahead is None or ahead.applied_all(completed)
+            full_t, skip_q, pick = decide(*running)
+            blocked.value = (tuple(sorted(full_t)), tuple(sorted(skip_q)))
+            kept = (
+                tried is not None
+                and applied_all
+                and blocked.value == guess
+                and len(pick([(j.id, j.type, j.queue) for j in tried])) == len(tried)
+            )
+            if tried is not None and not kept:
+                with driver_errors(db):
+                    db.cursor().execute("ROLLBACK TO SAVEPOINT jobdeck_claim")
+            if ahead is not None:  # after the rollback, which would undo the completions it runs
+                ahead.land(completed)
+            if kept:
+                assert tried is not None
+                return _in_claim_order(tried)
+            if not applied_all:  # the jobs those completions ended ran when the batch counted
+                running = [self.count(conn, column, listed) for column, listed in zip(("type", "queue"), names)]
+            full_t, skip_q, pick = decide(*running)  # a fresh pick: the tried one counted the rolled-back jobs
+            return self.picked(conn, full_t, skip_q, pick)
+
+    def count(self, conn: Any, column: str, names: list[str]) -> dict[str, int]:
+        """Running jobs of each of ``names`` (types or queues), in ``conn``'s transaction."""
+        rows = self.store.driver_rows(conn, _running(column, len(names)), tuple(names)) if names else []
+        return {name: int(n) for name, n in rows}
+
+    def _send_plain(self, db: Any, full_types: tuple[str, ...], skip_queues: tuple[str, ...]) -> Any | None:
+        """Queue a savepoint and the plain claim without ``full_types`` and
+        ``skip_queues`` in the pipeline; its cursor. None where the claim's
+        type list cannot leave the full types out (no list, or none left)."""
+        types = None if self.types is None else [t for t in self.types if t not in full_types]
+        if types == [] or (types is None and full_types):
+            return None
+        db.cursor().execute("SAVEPOINT jobdeck_claim")
+        queues = self.queues
+        plain = statements.claim(None if types is None else len(types), None if queues is None else len(queues),
+                                 len(skip_queues))  # fmt: skip
+        values = (self.worker_id, self.store.stored_time(self.now), *(types or ()), *(queues or ()), *skip_queues,
+                  self.limit)  # fmt: skip
+        return send(db, plain, values)
+
+    def _records(self, rows: list[Any]) -> list[JobRecord]:
+        return claimed_records(rows, self.worker_id, self.now.astimezone(UTC), None)

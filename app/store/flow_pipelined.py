@@ -50,6 +50,7 @@ from jobdeck.store.models import flow_starts, jobs
 from jobdeck.store.records import JobRecord, claimed_records
 from jobdeck.store.sqlite import Prepared
 from jobdeck.store.statements import claim_ids_logging, due_picks
+from jobdeck.store.transactions import Ahead
 from sqlalchemy import bindparam, delete, select
 from sqlalchemy.exc import DBAPIError
 
@@ -103,12 +104,10 @@ def claim_flow(store: Store, request: FlowRequest, guess: Guess) -> tuple[list[J
 
     ahead = store.take_ahead()  # the acker's completions: before the lock, as when they ran apart
     with store.write() as conn:
-        db = conn.connection.driver_connection
-        assert db is not None, "a checked-out connection has its driver connection"
+        db = driver_connection(conn)
         with driver_errors(db):
             with db.pipeline():
-                completing = [send(db, *sent) for sent in ahead.statements] if ahead is not None else []
-                send(db, lock_statement(), ())  # before the reads: they see the last limited claim's commit
+                completing = send_first(db, ahead)
                 for name, before in request.prune:
                     send(db, _prune(), (name, store.stored_time(before)))
                 read_running = send(db, _running_by_key(), ())
@@ -215,6 +214,23 @@ def _send_walks(
         prepared = _walk_prepared(column, types is not None, queues is not None, bool(skipped))
         sent[column] = [(start, send(db, prepared, (now, start, want, *lists))) for start in dict.fromkeys([after, ""])]
     return sent
+
+
+def driver_connection(conn: Any) -> Any:
+    """The psycopg connection under a checked-out SQLAlchemy one."""
+    db = conn.connection.driver_connection
+    assert db is not None, "a checked-out connection has its driver connection"
+    return db
+
+
+def send_first(db: Any, ahead: Ahead | None) -> list[Any]:
+    """Queue what a limited claim's first batch opens with: the acker's
+    completions (``Ahead``), then the limited claims' advisory lock, so the
+    reads queued after it see the last limited claim's commit and the room
+    the completions free. The completions' cursors."""
+    completing = [send(db, *sent) for sent in ahead.statements] if ahead is not None else []
+    send(db, lock_statement(), ())
+    return completing
 
 
 def send(db: Any, prepared: Prepared, values: tuple[Any, ...]) -> Any:
