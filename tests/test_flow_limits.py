@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
-from jobdeck.jobs.flow import RateLimited
+from jobdeck.jobs.flow import START_SLACK, RateLimited
 from jobdeck.jobs.handlers import JobContext
 from jobdeck.store.models import attempts, jobs, workers
 from sqlalchemy import func, select
@@ -87,15 +87,36 @@ def test_a_rate_of_20_per_second_is_never_exceeded_across_three_processes(db_url
         wait_for(lambda: _finished(deck, 90), timeout=60, message="90 rate-limited jobs done")
     finally:
         stop(procs)
-    starts = sorted(s for s, _, _ in _intervals(deck))
-    assert len(starts) == 90, _attempt_outcomes(deck)
-    worst = max(sum(1 for t in starts[i:] if t - s < timedelta(seconds=1)) for i, s in enumerate(starts))
+    times = _claims_and_starts(deck)
+    assert len(times) == 90, _attempt_outcomes(deck)
+    claims = sorted(c for c, _ in times)
+    starts = sorted(s for _, s in times)
+    worst_claims, worst_starts = _most_in_a_second(claims), _most_in_a_second(starts)
+    lag = max((s - c).total_seconds() for c, s in times)
     took = (starts[-1] - starts[0]).total_seconds()
-    print(f"max starts in any 1 s window: {worst}; 90 starts over {took:.2f} s")
+    print(f"max in any 1 s window: {worst_claims} claims, {worst_starts} starts (a start at most {lag:.3f} s "
+          f"after its claim); 90 starts over {took:.2f} s")  # fmt: skip
 
-    assert worst <= 20
-    assert worst >= 10, "the limit should let about 20 a second through"
+    assert worst_claims <= 20  # the guarantee (docs/flow-control.md)
+    if lag <= START_SLACK:  # the window's slack covers the handlers' starts too, when none trails its claim by more
+        assert worst_starts <= 20
+    assert worst_claims >= 10, "the limit should let about 20 a second through"
     assert took >= 3.5, "90 jobs at 20/s take at least 4 windows"
+
+
+def _claims_and_starts(deck: Jobdeck) -> list[tuple[Any, Any]]:
+    """(claimed, started) of the tests' completed jobs, each run once: the
+    claim's time, which the rate limits, and its handler's start."""
+    stmt = select(jobs.c.claimed_at, attempts.c.started_at, jobs.c.payload).join(
+        attempts, attempts.c.job_id == jobs.c.id
+    )
+    stmt = stmt.where(attempts.c.outcome == "completed", jobs.c.attempt == 1)
+    with deck.store.read() as conn:
+        return [(c, s) for c, s, p in conn.execute(stmt) if json.loads(p).get("mark") == MARK]
+
+
+def _most_in_a_second(times: list[Any]) -> int:
+    return max(sum(1 for t in times[i:] if t - s < timedelta(seconds=1)) for i, s in enumerate(times))
 
 
 @pytest.mark.slow
