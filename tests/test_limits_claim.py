@@ -108,3 +108,23 @@ def test_a_limited_refill_claims_the_jobs_its_completions_made_due(make_deck: Ca
     assert accepted == [a.id]
     assert [j.id for j in refill] == [wf.jobs["b"]]
     assert deck.store.get(a.id).status == "completed"
+
+
+def test_a_refill_under_a_per_key_limit_claims_the_step_its_completion_promoted(
+    make_deck: Callable[..., Jobdeck],
+) -> None:
+    """The flow claim (a concurrency of one per key) in the acker's refill:
+    the completion of a workflow's first step, which the batch's statement
+    on PostgreSQL leaves to land after its reads, frees the key and promotes
+    the second step; the same refill claims it."""
+    clock = Clock()
+    deck = make_deck(clock=clock, types={"demo.noop": {"concurrency": 1, "concurrency_key": "payload.k"}})
+    types = ["demo.noop", "demo.sleep"]
+    wf = deck.workflow("two").add("a", "demo.noop", {"k": "x"}).add("b", "demo.noop", {"k": "x"}, depends_on=["a"])
+    wf = wf.enqueue()
+    [a] = deck.store.claim("w1", clock.now, limit=10, types=types)
+    assert a.id == wf.jobs["a"]
+    done = [Outcome(a.id, "w1", attempt=a.attempt)]
+    accepted, refill = deck.store.complete_and_claim(done, "w1", clock.now, limit=10, types=types)
+    assert accepted == [a.id]
+    assert [j.id for j in refill] == [wf.jobs["b"]]

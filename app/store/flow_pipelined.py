@@ -127,10 +127,15 @@ def claim_flow(store: Store, request: FlowRequest, guess: Guess) -> tuple[list[J
             unkeyed = {(name, k): int(n) for name, cur in read_starts for k, n in cur.fetchall()}
             head_rows = read_head.fetchall()
             walked = {c: {start: cursor.fetchall() for start, cursor in sent} for c, sent in sent_walks.items()}
+            landed_late = False
             if ahead is not None:
-                ahead.land([r for cursor in completing for r in cursor.fetchall()])
+                completed = [r for cursor in completing for r in cursor.fetchall()]
+                landed_late = not ahead.applied_all(completed)
+                ahead.land(completed)
+        if landed_late:  # those completions ended jobs the reads held running, and may have made others due
+            running = [Running(t, q, k, int(n)) for t, q, k, n in store.driver_rows(conn, _running_by_key(), ())]
         full = request.blocked(FlowReads(running, closed, unkeyed))
-        if full != guess.blocked:  # the head and the walks read the wrong types or queues: again, with these
+        if full != guess.blocked or landed_late:  # the head and the walks read what is stale now: again
             head_rows = store.driver_rows(conn, *head_values(*full))
             walked = {}
         reads = _Reads(store, conn)
