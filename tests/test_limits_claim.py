@@ -5,11 +5,12 @@ list and, once a limited type is full, the list of full types too."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.queues import Limits, QueueControls
-from jobdeck.store import Outcome
+from jobdeck.store import Outcome, controls
 
 from tests.conftest import Clock
 
@@ -128,3 +129,40 @@ def test_a_refill_under_a_per_key_limit_claims_the_step_its_completion_promoted(
     accepted, refill = deck.store.complete_and_claim(done, "w1", clock.now, limit=10, types=types)
     assert accepted == [a.id]
     assert [j.id for j in refill] == [wf.jobs["b"]]
+
+
+def test_claims_that_take_no_limited_job_skip_the_counts_and_still_hold_the_limit(
+    make_deck: Callable[..., Jobdeck], backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On SQLite, while the claims take no job of a limited type, the next
+    one claims without counting the running jobs (no limit is touched), and
+    counts again once a limited job comes due: the limit holds and the order
+    is the claim order."""
+    counted: list[str] = []
+    count = controls._Claim.count
+
+    def counting(claim: Any, conn: Any, column: str, names: list[str]) -> dict[str, int]:
+        counted.append(column)
+        return count(claim, conn, column, names)
+
+    monkeypatch.setattr(controls._Claim, "count", counting)
+    clock = Clock()
+    deck = make_deck(clock=clock)
+    QueueControls(deck.store, Limits(queues={}, types={"demo.sleep": 1}), refresh=0).install()
+    types = ["demo.sleep", "demo.noop"]
+
+    def claim() -> list[int]:
+        return [j.id for j in deck.store.claim("w1", clock.now, limit=5, types=types)]
+
+    for _ in range(3):
+        noop, _ = deck.enqueue("demo.noop")
+        assert claim() == [noop.id]
+    if backend == "sqlite":
+        assert len(counted) == 2, counted  # the first claim counted (types, queues); the next two did not
+    first, _ = deck.enqueue("demo.sleep", {"seconds": 60})
+    noop, _ = deck.enqueue("demo.noop")
+    second, _ = deck.enqueue("demo.sleep", {"seconds": 60})
+    assert claim() == [first.id, noop.id]
+    assert deck.store.get(second.id).status == "pending"
+    later, _ = deck.enqueue("demo.noop")
+    assert claim() == [later.id]  # the type is full

@@ -225,4 +225,5 @@ class QueueControls:
         return controls.claim_due(
             store, worker_id, now, limit=limit, types=types, queues=queues,
             limited_types=lim.types, limited_queues=lim.queues, decide=decide, blocked=self._blocked,
+            paused=paused,
         )  # fmt: skip

@@ -29,14 +29,21 @@ types, the queues to skip, how to pick)."""
 
 
 class Blocked:
-    """What the last limited claim's counts blocked: its full types and the
-    queues it skipped, sorted. PostgreSQL's claim sends its plain claim with
-    the counts, excluding these (``_claim_pipelined``); mostly they have not
-    changed since. One per policy, shared by its threads: a stale answer
-    costs a round trip, never a wrong claim."""
+    """What the last limited claim found: the full types and the queues it
+    skipped (``value``, sorted), and whether it took a job of a limited type
+    or queue (``took_limited``). PostgreSQL's claim sends its plain claim
+    with the counts, excluding what ``value`` names (``_Claim.pipelined``);
+    SQLite's claims without counting while the claims take no limited job
+    (``quiet``). Mostly neither has changed since. One per policy, shared
+    by its threads: a stale answer costs a statement, never a wrong claim."""
 
     def __init__(self) -> None:
         self.value: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+        self.took_limited = True
+
+    def quiet(self, paused: frozenset[str]) -> bool:
+        """The last claim took no limited job, and found none full: it skipped the paused queues alone."""
+        return not self.took_limited and self.value == ((), tuple(sorted(paused)))
 
 
 def paused_queues(store: Store) -> frozenset[str]:
@@ -86,6 +93,7 @@ def claim_due(
     limited_queues: Iterable[str],
     decide: Decide,
     blocked: Blocked | None = None,
+    paused: frozenset[str] = frozenset(),
 ) -> list[JobRecord]:
     """The limit-aware claim, in one write transaction no other limited
     claim interleaves with (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: an
@@ -98,9 +106,12 @@ def claim_due(
     and run through Core, the reads cost a claim of one job 630 us against
     the plain claim's 140, and a deployment with any limit pays that on
     every claim. On SQLite the plain claim is tried first, and kept when it
-    took no job over a limit (``_Claim.unless_over``); on PostgreSQL, with
-    ``blocked``, it goes in one pipelined batch with the lock and the
-    counts (``_Claim.pipelined``)."""
+    took no job over a limit (``_Claim.unless_over``); while the claims take
+    no limited job (``Blocked.quiet``), before the counts, and kept when it
+    takes none (the counts read every running job: hundreds, each claim of a
+    drain). On PostgreSQL, with ``blocked``, it goes in one pipelined batch
+    with the lock and the counts (``_Claim.pipelined``). ``paused``: the
+    queues ``decide`` skips besides the full ones."""
     claim = _Claim(
         store, worker_id, now, limit, None if types is None else list(types), None if queues is None else list(queues)
     )
@@ -110,14 +121,31 @@ def claim_due(
     with store.write() as conn:
         if store.dialect == "postgresql":
             conn.execute(postgres.lock_limited_claims())
-        running = [claim.count(conn, column, listed) for column, listed in zip(("type", "queue"), names)]
-        full_t, skip_q, pick = decide(*running)
-        if store.sqlite and (claim.types is not None or not full_t):
-            claimed = claim.unless_over(conn, full_t, skip_q, pick)
+        elif blocked is not None and blocked.quiet(paused):
+            claimed = claim.tried(conn, claim.types, sorted(paused), lambda got: not _limited(got, names))
             if claimed is not None:
                 return claimed
-            full_t, skip_q, pick = decide(*running)  # a fresh pick: the tried one counted the rolled-back jobs
-        return claim.picked(conn, full_t, skip_q, pick)
+        running = [claim.count(conn, column, listed) for column, listed in zip(("type", "queue"), names)]
+        full_t, skip_q, pick = decide(*running)
+        claimed = None
+        if store.sqlite and (claim.types is not None or not full_t):
+            claimed = claim.unless_over(conn, full_t, skip_q, pick)
+            if claimed is None:
+                full_t, skip_q, pick = decide(*running)  # a fresh pick: the tried one counted the rolled-back jobs
+        if claimed is None:
+            claimed = claim.picked(conn, full_t, skip_q, pick)
+        if blocked is not None:
+            blocked.value, blocked.took_limited = (
+                (tuple(sorted(full_t)), tuple(sorted(skip_q))),
+                _limited(claimed, names),
+            )
+        return claimed
+
+
+def _limited(claimed: list[JobRecord], names: tuple[list[str], list[str]]) -> bool:
+    """Any of ``claimed`` is of a limited type or in a limited queue (``names``)."""
+    types, queues = names
+    return any(j.type in types or j.queue in queues for j in claimed)
 
 
 @dataclass(frozen=True)
@@ -164,12 +192,22 @@ class _Claim:
             types = [t for t in types if t not in full_types]
             if not types:
                 return []
+        return self.tried(
+            conn, types, skip_queues, lambda got: len(pick([(j.id, j.type, j.queue) for j in got])) == len(got)
+        )
+
+    def tried(
+        self, conn: Any, types: list[str] | None, skip_queues: list[str], keep: Callable[[list[JobRecord]], bool]
+    ) -> list[JobRecord] | None:
+        """SQLite: the plain claim of ``types`` but for ``skip_queues``, under
+        a savepoint; kept if ``keep`` says so of what it claimed, else rolled
+        back and None."""
         with translated_errors():
             cursor = conn.connection.cursor()
             cursor.execute("SAVEPOINT jobdeck_claim")
         # An error in the claim ends the whole transaction (``write()`` rolls it back).
         claimed = self.store.claim_in(conn, self.worker_id, self.now, self.limit, types, self.queues, skip_queues)
-        kept = len(pick([(j.id, j.type, j.queue) for j in claimed])) == len(claimed)
+        kept = keep(claimed)
         with translated_errors():
             if not kept:
                 cursor.execute("ROLLBACK TO jobdeck_claim")
