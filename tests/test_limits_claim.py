@@ -92,35 +92,23 @@ def test_a_type_freed_since_the_last_claim_is_claimed_again_in_claim_order(make_
     assert deck.store.get(second.id).status == "running"
 
 
-def test_a_limited_refill_claims_the_jobs_its_completions_made_due(make_deck: Callable[..., Jobdeck]) -> None:
-    """A workflow step's completion in the acker's refill promotes the next
-    step, and the same transaction's limited claim takes it: the claim comes
-    after every completion, also where PostgreSQL sends the completions and
-    a first try of the claim in one batch."""
-    clock = Clock()
-    deck = make_deck(clock=clock)
-    QueueControls(deck.store, Limits(queues={}, types={"demo.sleep": 1}), refresh=0).install()
-    types = ["demo.sleep", "demo.noop"]
-    wf = deck.workflow("two").add("a", "demo.noop").add("b", "demo.noop", depends_on=["a"]).enqueue()
-    [a] = deck.store.claim("w1", clock.now, limit=10, types=types)
-    assert a.id == wf.jobs["a"]
-    done = [Outcome(a.id, "w1", attempt=a.attempt)]
-    accepted, refill = deck.store.complete_and_claim(done, "w1", clock.now, limit=10, types=types)
-    assert accepted == [a.id]
-    assert [j.id for j in refill] == [wf.jobs["b"]]
-    assert deck.store.get(a.id).status == "completed"
-
-
-def test_a_refill_under_a_per_key_limit_claims_the_step_its_completion_promoted(
-    make_deck: Callable[..., Jobdeck],
+@pytest.mark.parametrize("limit", ["type", "key"])
+def test_a_limited_refill_claims_the_step_its_completion_promoted(
+    make_deck: Callable[..., Jobdeck], limit: str
 ) -> None:
-    """The flow claim (a concurrency of one per key) in the acker's refill:
-    the completion of a workflow's first step, which the batch's statement
-    on PostgreSQL leaves to land after its reads, frees the key and promotes
-    the second step; the same refill claims it."""
+    """A workflow step's completion in the acker's refill promotes the next
+    step, and the same transaction's limited claim takes it, under a type's
+    concurrency (the queue policy) and under a concurrency of one per key
+    (the flow claim). The claim comes after every completion, also where
+    PostgreSQL sends the completions and the claim's first reads in one
+    batch and the step's completion lands after them."""
     clock = Clock()
-    deck = make_deck(clock=clock, types={"demo.noop": {"concurrency": 1, "concurrency_key": "payload.k"}})
-    types = ["demo.noop", "demo.sleep"]
+    if limit == "type":
+        deck = make_deck(clock=clock)
+        QueueControls(deck.store, Limits(queues={}, types={"demo.sleep": 1}), refresh=0).install()
+    else:
+        deck = make_deck(clock=clock, types={"demo.noop": {"concurrency": 1, "concurrency_key": "payload.k"}})
+    types = ["demo.sleep", "demo.noop"]
     wf = deck.workflow("two").add("a", "demo.noop", {"k": "x"}).add("b", "demo.noop", {"k": "x"}, depends_on=["a"])
     wf = wf.enqueue()
     [a] = deck.store.claim("w1", clock.now, limit=10, types=types)
@@ -129,6 +117,7 @@ def test_a_refill_under_a_per_key_limit_claims_the_step_its_completion_promoted(
     accepted, refill = deck.store.complete_and_claim(done, "w1", clock.now, limit=10, types=types)
     assert accepted == [a.id]
     assert [j.id for j in refill] == [wf.jobs["b"]]
+    assert deck.store.get(a.id).status == "completed"
 
 
 def test_claims_that_take_no_limited_job_skip_the_counts_and_still_hold_the_limit(

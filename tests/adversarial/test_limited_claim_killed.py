@@ -62,41 +62,27 @@ def _signal(pid: int, how: str) -> None:
         engine.dispose()
 
 
-@POSTGRES_ONLY
-@pytest.mark.parametrize("how", ["terminate", "cancel"])
-def test_a_refill_killed_waiting_for_the_claim_lock_applies_nothing(
-    make_deck: Callable[..., Jobdeck], how: str
-) -> None:
-    """The refill's batch completes a job, then waits for the limited
-    claims' advisory lock (held here from another session); its backend
-    is terminated (or its statement cancelled) there. The refill raises a
-    SQLAlchemy error and nothing of it is applied: the job is still
-    running, with no attempt row; the same refill again then applies it
-    once and claims, and the deck's pool works on."""
+def _signalled_waiting_for_the_lock(deck: Jobdeck, call: Callable[[], Any], how: str) -> dict[str, Any]:
+    """Run ``call`` in a thread while another session holds the limited
+    claims' advisory lock; once its backend waits for the lock, signal it
+    (``how``: terminate or cancel), then release the lock. What ``call``
+    answered (``result``) or raised (``error``)."""
     from tests.pgtest import admin_engine
 
-    clock = Clock()
-    deck = make_deck(clock=clock)
-    policy(deck, types={"demo.sleep": 1})
-    types = ["demo.sleep", "demo.noop"]
-    a, _ = deck.enqueue("demo.noop")
-    [job] = deck.store.claim("w1", clock.now, limit=1, types=types)
-    assert job.id == a.id
-    nxt, _ = deck.enqueue("demo.noop")
     holder = admin_engine()
     got: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            got["result"] = call()
+        except BaseException as exc:
+            got["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
     try:
         with holder.connect() as lock_conn:
             lock_conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": postgres.CLAIM_LOCK})
             lock_conn.commit()
-
-            def refill() -> None:
-                try:
-                    got["result"] = deck.store.complete_and_claim([done(job)], "w1", clock.now, limit=5, types=types)
-                except BaseException as exc:
-                    got["error"] = exc
-
-            thread = threading.Thread(target=refill, daemon=True)
             thread.start()
             try:
                 pid = wait_for(lambda: _backend_waiting_on_advisory_lock(schema_name(deck)), timeout=10)
@@ -108,7 +94,33 @@ def test_a_refill_killed_waiting_for_the_claim_lock_applies_nothing(
     finally:
         holder.dispose()
     thread.join(timeout=10)
-    assert not thread.is_alive()
+    assert not thread.is_alive(), "the call still waits after its backend was signalled"
+    return got
+
+
+@POSTGRES_ONLY
+@pytest.mark.parametrize("how", ["terminate", "cancel"])
+def test_a_refill_killed_waiting_for_the_claim_lock_applies_nothing(
+    make_deck: Callable[..., Jobdeck], how: str
+) -> None:
+    """The refill's batch completes a job, then waits for the limited
+    claims' advisory lock (held here from another session); its backend
+    is terminated (or its statement cancelled) there. The refill raises a
+    SQLAlchemy error and nothing of it is applied: the job is still
+    running, with no attempt row; the same refill again then applies it
+    once and claims, and the deck's pool works on."""
+
+    clock = Clock()
+    deck = make_deck(clock=clock)
+    policy(deck, types={"demo.sleep": 1})
+    types = ["demo.sleep", "demo.noop"]
+    a, _ = deck.enqueue("demo.noop")
+    [job] = deck.store.claim("w1", clock.now, limit=1, types=types)
+    assert job.id == a.id
+    nxt, _ = deck.enqueue("demo.noop")
+    got = _signalled_waiting_for_the_lock(
+        deck, lambda: deck.store.complete_and_claim([done(job)], "w1", clock.now, limit=5, types=types), how
+    )
     assert "result" not in got, f"the refill answered {got.get('result')} though its backend was {how}d"
     assert isinstance(got["error"], sqlalchemy.exc.SQLAlchemyError), repr(got["error"])
     assert deck.store.get(a.id).status == "running"
@@ -169,37 +181,12 @@ def test_a_claim_cancelled_waiting_for_the_lock_leaves_the_pool_usable(make_deck
     for the advisory lock: it raises a SQLAlchemy error, claims nothing,
     and the next claims on the same deck (the same pooled connections)
     work and take the jobs in claim order."""
-    from tests.pgtest import admin_engine
 
     clock = Clock()
     deck = make_deck(clock=clock)
     policy(deck, types={"demo.sleep": 1})
     jobs_ = [deck.enqueue("demo.noop")[0].id for _ in range(3)]
-    holder = admin_engine()
-    got: dict[str, Any] = {}
-    try:
-        with holder.connect() as lock_conn:
-            lock_conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": postgres.CLAIM_LOCK})
-            lock_conn.commit()
-
-            def claim() -> None:
-                try:
-                    got["result"] = deck.store.claim("w1", clock.now, limit=1)
-                except BaseException as exc:
-                    got["error"] = exc
-
-            thread = threading.Thread(target=claim, daemon=True)
-            thread.start()
-            try:
-                pid = wait_for(lambda: _backend_waiting_on_advisory_lock(schema_name(deck)), timeout=10)
-                _signal(pid, "cancel")
-                thread.join(timeout=10)
-            finally:
-                lock_conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": postgres.CLAIM_LOCK})
-                lock_conn.commit()
-    finally:
-        holder.dispose()
-    assert not thread.is_alive()
+    got = _signalled_waiting_for_the_lock(deck, lambda: deck.store.claim("w1", clock.now, limit=1), "cancel")
     assert isinstance(got.get("error"), sqlalchemy.exc.SQLAlchemyError), got
     assert [deck.store.get(i).status for i in jobs_] == ["pending"] * 3
     for expected in jobs_:
