@@ -11,11 +11,15 @@ from jobdeck.runtime import Runtime
 from jobdeck.worker.commit_watch import CommitWatcher
 
 from tests.conftest import wait_for
+from tests.helpers import STARVED_SAID
 
 
-def test_a_job_enqueued_through_another_engine_starts_without_waiting_for_the_poll(make_deck):
+def test_a_job_enqueued_through_another_engine_starts_without_waiting_for_the_poll(make_deck, caplog):
     """Two decks on one file stand for two processes: with a 30 s poll
-    interval only the watcher can start the job promptly."""
+    interval only the watcher can start the job promptly. A pool starved of
+    CPU claims nothing while its lease is lost: such a slow start is excused
+    only where the pool said so (seen at a low priority beside a full run:
+    5.6 s, its heartbeat 5.1 s late)."""
     producer = make_deck()
     consumer = make_deck(workers=2, poll_interval=30.0)
     runtime = Runtime(consumer, services=False)
@@ -25,12 +29,15 @@ def test_a_job_enqueued_through_another_engine_starts_without_waiting_for_the_po
         wait_for(watcher.watching.is_set, 5, message="the watcher to open its connection")
 
         def run_one(timed: bool) -> None:
+            caplog.clear()
             job, _ = producer.enqueue("demo.noop")
             started = time.monotonic()
             wait_for(lambda: producer.store.get(job.id).status is State.COMPLETED, 10,
                      message=f"job {job.id} to complete")  # fmt: skip
+            took = time.monotonic() - started
+            starved = any(s in r.getMessage() for r in caplog.records for s in STARVED_SAID)
             if timed:
-                assert time.monotonic() - started < 3.0, "started by the 30 s poll, not by the watcher"
+                assert took < 3.0 or starved, f"started by the 30 s poll, not by the watcher ({took:.1f} s)"
 
         run_one(timed=False)  # the pool's start-up claim may take this one
         before = watcher.wakes
