@@ -84,7 +84,7 @@ class QueueControls:
         """Rate limits and concurrency per key (``jobdeck.jobs.flow``); with any, ``flow_claim`` claims."""
         self.flow_claim = FlowClaim(self.flow, limits)
         self._blocked = controls.Blocked()
-        """What the last limited claim found blocked (PostgreSQL's claim sends its plain claim with its counts)."""
+        """What the last limited claim found (``controls.Blocked``): what each dialect's claim may skip."""
         self.refresh = refresh
         self._monotonic = monotonic
         self._paused: frozenset[str] = frozenset()

@@ -230,9 +230,10 @@ class _Claim:
         every completion before it, and after such completions the running
         jobs are counted again (the batch counted the jobs they ended as
         running: a refill that ended a limited job of a workflow left the
-        job waiting for its slot to the next claim). With a concurrency limit on a type the drain does not run (the
-        demo's), a 20,000-job drain of the bare pool kept 40 to 64% of the
-        unlimited drain's rate without this."""
+        job waiting for its slot to the next claim). With a concurrency
+        limit on a type the drain does not run (the demo's), a 20,000-job
+        drain of the bare pool kept 40 to 64% of the unlimited drain's rate
+        without this."""
         guess = blocked.value
         ahead = self.store.take_ahead()
         with self.store.write() as conn:
