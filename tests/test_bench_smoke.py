@@ -123,3 +123,11 @@ def test_the_executor_scenarios_async_drain_runs_an_async_handler_on_postgres(db
     run = result["async"]["runs"]["jobdeck"][0]
     assert run.get("rate", 0) > 0, run  # raises in the harness unless every job completed
     assert "| jobs/s | " in eb.table(result)
+
+
+def test_the_limits_scenario_drains_every_variant(tmp_path: Path) -> None:
+    from bench import limits_bench
+
+    result = limits_bench.compare(tmp_path, 300, 1)
+    assert set(result["median"]) == set(limits_bench.VARIANTS)
+    assert all(rate > 0 for rate in result["median"].values()), result
