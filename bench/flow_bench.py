@@ -12,12 +12,11 @@ commit. Run both ``--synchronous`` values and PostgreSQL to see it."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 from bench.common import NOOP, Counter, make_deck
-from bench.jobdeck_bench import pool_maker
+from bench.jobdeck_bench import timed_drain
 
 FLOW = {"concurrency": 1, "concurrency_key": "payload.k", "rate": "100000/1s"}
 
@@ -37,16 +36,7 @@ def drain_keyed(
             deck.enqueue_many([{"type": NOOP, "payload": {"k": i % keys}} for i in range(start, min(n, start + 5000))])
         if deck.store.dialect == "postgresql":
             _analyze(deck)
-        pool = pool_maker()(deck, threads)
-        t0 = time.perf_counter()
-        pool.start()
-        if not counter.done.wait(timeout=max(120.0, n / 100)):
-            raise RuntimeError(f"flow drain stalled at {counter.n}/{n}")
-        while pool.inflight:
-            time.sleep(0.001)  # acks still being committed
-        elapsed = time.perf_counter() - t0
-        pool.stop(grace=5)
-        return n / elapsed
+        return timed_drain(deck, counter, n, threads, max(120.0, n / 100), "flow drain")
     finally:
         deck.store.engine.dispose()
 

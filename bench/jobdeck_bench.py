@@ -40,6 +40,21 @@ def pool_maker() -> Any:
     return WorkerPool
 
 
+def timed_drain(deck: Any, counter: Counter, n: int, threads: int, timeout: float, what: str = "drain") -> float:
+    """jobs/s for a pool of ``threads`` on ``deck`` draining ``n`` jobs that
+    hit ``counter``, from the pool's start until every completion is committed."""
+    pool = pool_maker()(deck, threads)
+    t0 = time.perf_counter()
+    pool.start()
+    if not counter.done.wait(timeout=timeout):
+        raise RuntimeError(f"{what} stalled at {counter.n}/{n}")
+    while pool.inflight:
+        time.sleep(0.001)  # acks still being committed
+    elapsed = time.perf_counter() - t0
+    pool.stop(grace=5)
+    return n / elapsed
+
+
 def drain(workdir: Path, n: int, synchronous: str = "FULL", threads: int = 4, **overrides: Any) -> float:
     """jobs/s for an embedded pool draining ``n`` pre-enqueued no-op jobs,
     from pool start until every completion is committed. ``overrides`` go to
@@ -48,19 +63,11 @@ def drain(workdir: Path, n: int, synchronous: str = "FULL", threads: int = 4, **
     deck = make_deck(workdir / "drain.db", synchronous, threads, handler=lambda p, c: counter.hit(), **overrides)
     try:
         _fill(deck, n)
-        pool = pool_maker()(deck, threads)
-        t0 = time.perf_counter()
-        pool.start()
-        if not counter.done.wait(timeout=max(60.0, n / 500)):
-            raise RuntimeError(f"drain stalled at {counter.n}/{n}")
-        while pool.inflight:
-            time.sleep(0.001)  # acks still being committed
-        elapsed = time.perf_counter() - t0
-        pool.stop(grace=5)
+        rate = timed_drain(deck, counter, n, threads, max(60.0, n / 500))
         done = _completed(deck)
         if done != n:
             raise RuntimeError(f"drain: {done} completed, expected {n}")
-        return n / elapsed
+        return rate
     finally:
         deck.store.engine.dispose()
 

@@ -13,13 +13,12 @@ The switch is for this measurement only (it replaces the policy's
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 from bench.common import NOOP, Counter, make_deck
 from bench.flow_bench import _analyze, _empty_postgres
-from bench.jobdeck_bench import pool_maker
+from bench.jobdeck_bench import timed_drain
 
 LIMIT = {"bench.other": {"concurrency": 2}}
 VARIANTS = ("unlimited", "counting", "limited")
@@ -53,16 +52,7 @@ def drain(workdir: Path, n: int, variant: str, threads: int = 4, **overrides: An
         if variant == "counting":
             policy = deck.store.claim_policy
             policy._blocked = None if postgres else _Counting()
-        pool = pool_maker()(deck, threads)
-        t0 = time.perf_counter()
-        pool.start()
-        if not counter.done.wait(timeout=max(120.0, n / 100)):
-            raise RuntimeError(f"{variant} drain stalled at {counter.n}/{n}")
-        while pool.inflight:
-            time.sleep(0.001)  # acks still being committed
-        elapsed = time.perf_counter() - t0
-        pool.stop(grace=5)
-        return n / elapsed
+        return timed_drain(deck, counter, n, threads, max(120.0, n / 100), f"{variant} drain")
     finally:
         deck.store.engine.dispose()
 
