@@ -43,7 +43,7 @@ class Blocked:
 
     def quiet(self, paused: frozenset[str]) -> bool:
         """The last claim took no limited job, and found none full: it skipped the paused queues alone."""
-        return not self.took_limited and self.value == ((), tuple(sorted(paused)))
+        return not self.took_limited and self.value == found([], list(paused))
 
 
 def paused_queues(store: Store) -> frozenset[str]:
@@ -125,7 +125,7 @@ def claim_due(
             claimed = claim.tried(conn, claim.types, sorted(paused), lambda got: not _limited(got, names))
             if claimed is not None:
                 return claimed
-        running = [claim.count(conn, column, listed) for column, listed in zip(("type", "queue"), names)]
+        running = claim.counts(conn, names)
         full_t, skip_q, pick = decide(*running)
         claimed = None
         if store.sqlite and (claim.types is not None or not full_t):
@@ -135,11 +135,14 @@ def claim_due(
         if claimed is None:
             claimed = claim.picked(conn, full_t, skip_q, pick)
         if blocked is not None:
-            blocked.value, blocked.took_limited = (
-                (tuple(sorted(full_t)), tuple(sorted(skip_q))),
-                _limited(claimed, names),
-            )
+            blocked.value = found(full_t, skip_q)
+            blocked.took_limited = _limited(claimed, names)
         return claimed
+
+
+def found(full_types: list[str], skip_queues: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A claim's answer as ``Blocked.value`` holds it: both lists sorted."""
+    return tuple(sorted(full_types)), tuple(sorted(skip_queues))
 
 
 def _limited(claimed: list[JobRecord], names: tuple[list[str], list[str]]) -> bool:
@@ -251,7 +254,7 @@ class _Claim:
                 completed = [r for cursor in completing for r in cursor.fetchall()]
             applied_all = ahead is None or ahead.applied_all(completed)
             full_t, skip_q, pick = decide(*running)
-            blocked.value = (tuple(sorted(full_t)), tuple(sorted(skip_q)))
+            blocked.value = found(full_t, skip_q)
             kept = (
                 tried is not None
                 and applied_all
@@ -267,9 +270,13 @@ class _Claim:
                 assert tried is not None
                 return _in_claim_order(tried)
             if not applied_all:  # the jobs those completions ended ran when the batch counted
-                running = [self.count(conn, column, listed) for column, listed in zip(("type", "queue"), names)]
+                running = self.counts(conn, names)
             full_t, skip_q, pick = decide(*running)  # a fresh pick: the tried one counted the rolled-back jobs
             return self.picked(conn, full_t, skip_q, pick)
+
+    def counts(self, conn: Any, names: tuple[list[str], list[str]]) -> list[dict[str, int]]:
+        """Running jobs of each limited type and of each limited queue (``names``), in ``conn``'s transaction."""
+        return [self.count(conn, column, listed) for column, listed in zip(("type", "queue"), names)]
 
     def count(self, conn: Any, column: str, names: list[str]) -> dict[str, int]:
         """Running jobs of each of ``names`` (types or queues), in ``conn``'s transaction."""
