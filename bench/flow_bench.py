@@ -31,24 +31,24 @@ def drain_keyed(
     deck = make_deck(workdir / "flow.db", synchronous, threads, handler=lambda p, c: counter.hit(), **overrides)
     try:
         if deck.store.dialect == "postgresql":
-            _empty_postgres(deck)
+            empty_postgres(deck)
         for start in range(0, n, 5000):
             deck.enqueue_many([{"type": NOOP, "payload": {"k": i % keys}} for i in range(start, min(n, start + 5000))])
         if deck.store.dialect == "postgresql":
-            _analyze(deck)
+            analyze(deck)
         return timed_drain(deck, counter, n, threads, max(120.0, n / 100), "flow drain")
     finally:
         deck.store.engine.dispose()
 
 
-def _empty_postgres(deck: Any) -> None:
+def empty_postgres(deck: Any) -> None:
     from sqlalchemy import text
 
     with deck.store.write() as conn:
         conn.execute(text("TRUNCATE jobs, attempts, flow_starts, flow_closed, stats_minutely CASCADE"))
 
 
-def _analyze(deck: Any) -> None:
+def analyze(deck: Any) -> None:
     """The local PostgreSQL has autovacuum off and TRUNCATE drops statistics."""
     with deck.store.engine.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM ANALYZE jobs")

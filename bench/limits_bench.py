@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import NOOP, Counter, make_deck
-from bench.flow_bench import _analyze, _empty_postgres
+from bench.flow_bench import analyze, empty_postgres
 from bench.jobdeck_bench import timed_drain
 
 LIMIT = {"bench.other": {"concurrency": 2}}
@@ -44,11 +44,11 @@ def drain(workdir: Path, n: int, variant: str, threads: int = 4, **overrides: An
     try:
         postgres = deck.store.dialect == "postgresql"
         if postgres:
-            _empty_postgres(deck)
+            empty_postgres(deck)
         for start in range(0, n, 5000):
             deck.enqueue_many([{"type": NOOP} for _ in range(start, min(n, start + 5000))])
         if postgres:
-            _analyze(deck)
+            analyze(deck)
         if variant == "counting":
             policy = deck.store.claim_policy
             policy._blocked = None if postgres else _Counting()
