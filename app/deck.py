@@ -49,7 +49,7 @@ from jobdeck.maintenance.upkeep import Maintenance, parse_retention
 from jobdeck.store import JobRecord, NewJob, Store
 from jobdeck.store.lifecycle import Edited, JobChanges, Seen
 from jobdeck.store.opening import open_store
-from jobdeck.store.records import Enqueued
+from jobdeck.store.records import Answered, Enqueued
 from jobdeck.store.timekeeping import database_time
 from jobdeck.tracing import AttemptTracer, tracer_for
 
@@ -349,9 +349,7 @@ class Jobdeck:
         duplicate), in order: ``POST /api/jobs/bulk`` and ``jobdeck enqueue
         --file``. One refused job refuses them all (``ItemRefused`` naming its
         index); nothing is inserted."""
-        limit = self.config.max_bulk_jobs
-        if not 1 <= len(items) <= limit:
-            raise InvalidField("jobs", f"1 to {limit} jobs in one call (max_bulk_jobs), not {len(items)}")
+        self._bulk_size(items)
         now = self.clock()
         news = []
         for i, item in enumerate(items):
@@ -360,6 +358,30 @@ class Jobdeck:
             except JobdeckError as exc:
                 raise ItemRefused(i, exc) from None
         return self.store.enqueue_each(news, now)
+
+    def enqueue_bulk(self, items: Sequence[Any]) -> list[Answered]:
+        """``enqueue_each`` answered by id (``POST /api/jobs/bulk``, ``jobdeck
+        enqueue --file``): the same checks, one transaction and answer per
+        job, without a ``JobRecord`` made for each. Jobs of the common shape
+        (a type and a payload, nothing else) are checked in one pass and
+        inserted as ``enqueue_many`` inserts them (``Intake.plain_jobs``);
+        any other call, or one that pass refuses, goes through
+        ``enqueue_each``, whose refusal names the job."""
+        self._bulk_size(items)
+        now = self.clock()
+        try:
+            plain = self.intake.plain_jobs(items, now)
+        except JobdeckError:
+            plain = None  # refused again below, by index
+        if plain is None:
+            return [Answered(e.job.id, e.created, e.duplicate, e.changed) for e in self.enqueue_each(items)]
+        trace = self.tracing.current_traceparent() if self.tracing is not None else None
+        return [Answered(job_id, True, False, False) for job_id in self.store.enqueue_plain(plain, now, trace)]
+
+    def _bulk_size(self, items: Sequence[Any]) -> None:
+        limit = self.config.max_bulk_jobs
+        if not 1 <= len(items) <= limit:
+            raise InvalidField("jobs", f"1 to {limit} jobs in one call (max_bulk_jobs), not {len(items)}")
 
     def enqueue_many(self, items: Sequence[Mapping[str, Any]]) -> list[int]:
         """Enqueue many jobs in one transaction (each item as for the API)."""

@@ -1,4 +1,4 @@
-"""``POST /api/jobs/bulk`` (``jobdeck.web.api.bulk``, ``Jobdeck.enqueue_each``) on
+"""``POST /api/jobs/bulk`` (``jobdeck.web.api.bulk``, ``Jobdeck.enqueue_bulk``) on
 both databases: each job checked and answered as ``POST /api/jobs`` checks
 and answers one, in order, in one transaction; one refused job refuses the
 call with its index, and nothing is inserted."""
@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from jobdeck import create_app
+from jobdeck.core.errors import ItemRefused
 from jobdeck.core.validation import max_body_bytes
 from jobdeck.deck import Jobdeck
 
@@ -294,3 +295,92 @@ def test_json_refused_inside_a_job_names_the_job(client: Any, deck: Jobdeck, raw
     error = check(r, BULK, "post")
     assert error["field"] == field and error.get("index") == (1 if field != "body" else None)
     assert total(deck) == 0
+
+
+PLAIN_REFUSED = [
+    ({"type": "demo.nope"}, "type"),
+    ({"type": 7}, "type"),
+    ({"type": "demo.noop", "payload": [1, 2]}, "payload"),
+    ({"type": "demo.noop", "payload": {"s": "x" * 2000}}, "payload"),
+    ({"type": "demo.noop", "payload": {"k": float("inf")}}, "payload.k"),
+]
+"""Jobs of the one-pass shape (a type and a payload only) that the single enqueue refuses."""
+
+
+@pytest.mark.parametrize(("item", "field"), PLAIN_REFUSED)
+@pytest.mark.parametrize("first", [True, False], ids=["first-of-its-type", "after-one-of-its-type"])
+def test_a_refused_job_among_plain_ones_is_named_by_its_index(
+    make_deck: Any, clock: Any, item: dict[str, Any], field: str, first: bool
+) -> None:
+    """The common shape is checked in one pass (``Jobdeck.enqueue_bulk``): a
+    refusal there still names the job, as ``enqueue_each`` names it."""
+    deck = make_deck(clock, max_payload_bytes=1000)
+    client = create_app(deck=deck).test_client()
+    items = [{"type": "demo.noop", "payload": {"n": 1}}, {"type": "demo.send-email", "payload": {"user_id": "u"}}]
+    if not first:
+        items.append({"type": "demo.noop", "payload": {"n": 3}})
+    index = len(items)
+    items.append(item)
+    with pytest.raises(ItemRefused) as each:
+        deck.enqueue_each(items)
+    with pytest.raises(ItemRefused) as refused:
+        deck.enqueue_bulk(items)
+    assert (refused.value.index, refused.value.inner_field, str(refused.value)) == (index, field, str(each.value))
+    if field != "payload.k":  # JSON cannot carry inf: the Python call can
+        alone = client.post("/api/jobs", json=item)
+        r = bulk(client, items)
+        assert r.status_code == alone.status_code in (413, 422)
+        error = check(r, BULK, "post")
+        assert (error["field"], error["index"], error["error"]) == (f"jobs[{index}].{field}", index, str(each.value))
+    assert total(deck) == 0, "nothing of the call was inserted"
+
+
+def test_plain_jobs_are_stored_and_answered_as_enqueue_each_stores_and_answers_them(
+    client: Any, deck: Jobdeck, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one pass inserts what ``enqueue_each`` would, row for row, and
+    answers the same; any other shape still goes through ``enqueue_each``."""
+    items = [
+        {"type": "demo.noop", "payload": {"n": 1}},
+        {"type": "demo.send-email", "payload": {"user_id": "u1", "tags": ["a", "\u00e9"]}},
+        {"type": "demo.noop"},
+        {"type": "demo.noop", "payload": {}},
+        {"type": "demo.noop", "payload": {"nested": {"deep": [1, {"x": None}]}, "n": 2.5}},
+    ]
+    through_each = [e.job.id for e in deck.enqueue_each(items)]
+    in_process = [a.id for a in deck.enqueue_bulk(items)]
+    each_calls: list[int] = []
+    enqueue_each = deck.enqueue_each
+
+    def counted(jobs: Any) -> Any:
+        each_calls.append(len(jobs))
+        return enqueue_each(jobs)
+
+    monkeypatch.setattr(deck, "enqueue_each", counted)
+    got = answered(bulk(client, items))
+    assert each_calls == [], "the common shape takes the one pass"
+    assert [(j["created"], j["duplicate"], j["replaced"]) for j in got] == [(True, False, False)] * len(items)
+    through_bulk = [j["id"] for j in got]
+    assert through_bulk == sorted(through_bulk) and through_bulk[0] > in_process[-1] > through_each[-1]
+
+    def rows(ids: list[int]) -> list[dict[str, Any]]:
+        with deck.store.engine.connect() as conn:
+            found = {r["id"]: r for r in (dict(m) for m in conn.exec_driver_sql("SELECT * FROM jobs").mappings())}
+        return [{k: v for k, v in found[i].items() if k != "id"} for i in ids]
+
+    for a, b in zip(rows(in_process), rows(through_each), strict=True):
+        assert a == b, {k: (v, b[k]) for k, v in a.items() if v != b[k]}
+    sent = [json.loads(json.dumps(i, sort_keys=True)) for i in items]  # as the test client sends them
+    assert rows(through_bulk) == rows([e.job.id for e in enqueue_each(sent)])
+    assert answered(bulk(client, [*items[:2], {"type": "demo.noop", "priority": 5}])) and each_calls == [3]
+
+
+def test_enqueue_bulk_answers_plain_jobs_by_id(deck: Jobdeck) -> None:
+    """What ``jobdeck enqueue --file`` prints a line of, for each job."""
+    got = deck.enqueue_bulk([{"type": "demo.noop", "payload": {"n": n}} for n in range(3)])
+    ids = [a.id for a in got]
+    assert ids == sorted(set(ids)) and len(ids) == 3
+    assert [a._asdict() for a in got] == [
+        {"id": i, "created": True, "duplicate": False, "replaced": False} for i in ids
+    ]
+    assert [deck.store.get(a.id).payload for a in got] == [{"n": 0}, {"n": 1}, {"n": 2}]

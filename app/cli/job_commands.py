@@ -86,7 +86,7 @@ def _unknown_type(message: str, job_type: Any, demo: bool) -> str:
 
 def _enqueue_file(jobs_file: BinaryIO, demo: bool, create: bool) -> None:
     """``enqueue --file``: read the lines (``read_jobs``), then enqueue them
-    all through ``Jobdeck.enqueue_each``, the bulk API's way."""
+    all through ``Jobdeck.enqueue_bulk``, the bulk API's way."""
     from jobdeck.core.errors import InvalidField, ItemRefused, JobdeckError, UnknownType
 
     with operator_deck(demo=demo, create=create) as deck:
@@ -94,7 +94,7 @@ def _enqueue_file(jobs_file: BinaryIO, demo: bool, create: bool) -> None:
         if not items:
             raise click.ClickException("no jobs in the file: give one JSON object a line")
         try:
-            enqueued = deck.enqueue_each(items)
+            enqueued = deck.enqueue_bulk(items)
         except ItemRefused as exc:
             where = f"line {lines[exc.index]}: " + (f"{exc.inner_field}: " if exc.inner_field else "")
             reason = exc.reason
@@ -104,8 +104,7 @@ def _enqueue_file(jobs_file: BinaryIO, demo: bool, create: bool) -> None:
         except (InvalidField, JobdeckError) as exc:
             raise click.ClickException(f"{exc}; nothing was enqueued") from None
     for e in enqueued:
-        answer = {"id": e.job.id, "created": e.created, "duplicate": e.duplicate, "replaced": e.changed}
-        click.echo(json.dumps(answer))
+        click.echo(json.dumps(e._asdict()))
     there = sum(not e.created for e in enqueued)
     already = f"; {there} already there (by key or unique key)" if there else ""
     click.echo(f"enqueued {len(enqueued) - there} of {len(enqueued)} jobs{already}", err=True)

@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from jobdeck.core.states import SCHEDULED, AttemptOutcome, State
 from jobdeck.core.uniqueness import STATE_BITS
@@ -261,6 +261,17 @@ class Holders:
 
     running: list[RunningGroup]
     pools: list[PoolRow]
+
+
+class Answered(NamedTuple):
+    """One job of a bulk enqueue as ``POST /api/jobs/bulk`` answers it
+    (``Jobdeck.enqueue_bulk``): what ``Enqueued`` says of it, by the job's id
+    alone. ``replaced`` is ``Enqueued.changed``."""
+
+    id: int
+    created: bool
+    duplicate: bool
+    replaced: bool
 
 
 class Enqueued(tuple[JobRecord, bool]):

@@ -5,7 +5,7 @@
                              (200 when no job was created: every one was there already)
 
 Each job is checked as ``POST /api/jobs`` checks one and answered as one is
-(``Jobdeck.enqueue_each``); one refused job refuses the call with the job's
+(``Jobdeck.enqueue_bulk``); one refused job refuses the call with the job's
 own status and ``jobs[i].field`` (``ItemRefused``), nothing inserted. The
 route is the ``api`` blueprint's, with its token check, cross-site refusal
 and JSON-body rule. Its body may be larger than any other request's
@@ -47,9 +47,8 @@ def enqueue_bulk() -> Any:
     items = data.get("jobs")
     if not isinstance(items, list):
         raise InvalidField("jobs", f"required, a list of 1 to {deck.config.max_bulk_jobs} jobs (max_bulk_jobs)")
-    enqueued = deck.enqueue_each(items)
-    answer = [{"id": e.job.id, "created": e.created, "duplicate": e.duplicate, "replaced": e.changed} for e in enqueued]
-    return jsonify({"jobs": answer}), 201 if any(e.created for e in enqueued) else 200
+    enqueued = deck.enqueue_bulk(items)
+    return jsonify({"jobs": [e._asdict() for e in enqueued]}), 201 if any(e.created for e in enqueued) else 200
 
 
 def _in_a_job(exc: InvalidField) -> JobdeckError:
