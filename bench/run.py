@@ -32,7 +32,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import executor_bench, flow_bench, pg_bench, raw, serve_bench, shipped_bench, workflow_bench  # noqa: E402
+from bench import (  # noqa: E402
+    bulk_bench,
+    executor_bench,
+    flow_bench,
+    pg_bench,
+    raw,
+    serve_bench,
+    shipped_bench,
+    workflow_bench,
+)
 from bench import jobdeck_bench as jb  # noqa: E402
 from bench.common import REPO, machine, median, repeat  # noqa: E402
 from bench.compare import run_child  # noqa: E402
@@ -45,11 +54,11 @@ REDIS_START = ("redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 -
 FULL = dict(drain=100_000, peer_drain={"huey": 20_000, "rq": 3_000, "procrastinate": 3_000}, enqueue=5_000,
             peer_enqueue=2_000, many=200_000, latency=1_000, xlatency=50, http_seconds=5, steady_seconds=60,
             dashboard=1_000_000, dashboard_requests=50, memory=1_000_000, flow=20_000, workflows=10_000,
-            runs=3, paired_rounds=6)  # fmt: skip
+            bulk_calls=10, runs=3, paired_rounds=6)  # fmt: skip
 QUICK = dict(drain=5_000, peer_drain={"huey": 1_000, "rq": 200, "procrastinate": 200}, enqueue=300,
              peer_enqueue=200, many=10_000, latency=100, xlatency=10, http_seconds=1, steady_seconds=2,
-             dashboard=10_000, dashboard_requests=10, memory=10_000, flow=2_000, workflows=1_000, runs=3,
-             paired_rounds=2)  # fmt: skip
+             dashboard=10_000, dashboard_requests=10, memory=10_000, flow=2_000, workflows=1_000, bulk_calls=2,
+             runs=3, paired_rounds=2)  # fmt: skip
 TINY = dict(drain=300, enqueue=50, many=2_000, latency=20, flow=200, workflows=100, runs=1)
 
 
@@ -156,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
                 result["peers"]["huey_paired"] = huey_paired(c, work)
         if "10" in only and not args.tiny:
             result["postgres"] = postgres_scenarios(args.quick, args.no_peers)
+            if "skipped" not in result["postgres"]:
+                url = bulk_bench.postgres_database()
+                result["postgres"]["http_bulk"] = bulk_bench.compare(work, c["bulk_calls"], c["runs"], url)
         if "12" in only and not args.tiny:
             counts = dict(executor_bench.QUICK if args.quick else executor_bench.FULL)
             result["executors"] = executor_bench.run(counts, {"async", "process"}, not args.no_peers,
@@ -180,6 +192,7 @@ def serve_scenarios(c: dict[str, Any], only: set[str], work: Path, drain: float 
         r["http"] = serve_bench.http_enqueue(work, c["http_seconds"], c["runs"])
         print(f"  http: {r['http']}", flush=True)
         r["http_single"] = serve_bench.single_enqueue(work, c["http_seconds"], c["runs"])
+        r["http_bulk"] = bulk_bench.compare(work, c["bulk_calls"], c["runs"])
     if "4" in only:
         r["latency_cross"] = serve_bench.latency_cross_process(work, c["xlatency"])
         print(f"  latency cross-process: {r['latency_cross']}", flush=True)
