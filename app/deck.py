@@ -362,19 +362,17 @@ class Jobdeck:
     def enqueue_bulk(self, items: Sequence[Any]) -> list[Answered]:
         """``enqueue_each`` answered by id (``POST /api/jobs/bulk``, ``jobdeck
         enqueue --file``): the same checks, one transaction and answer per
-        job, without a ``JobRecord`` made for each. Jobs of the common shape
-        (a type and a payload, nothing else) are checked in one pass and
-        inserted as ``enqueue_many`` inserts them (``Intake.plain_jobs``);
-        any other call, or one that pass refuses, goes through
-        ``enqueue_each``, whose refusal names the job."""
+        job, without a ``JobRecord`` made for each. A call whose jobs all
+        take the common shape (``Intake.plain_shape``: a type and a payload,
+        nothing else) is checked in one pass and inserted as ``enqueue_many``
+        inserts it (``Intake.plain_jobs``, whose refusal names the job as
+        ``enqueue_each``'s does); any other call goes through ``enqueue_each``.
+        Either way each job is checked once."""
         self._bulk_size(items)
-        now = self.clock()
-        try:
-            plain = self.intake.plain_jobs(items, now)
-        except JobdeckError:
-            plain = None  # refused again below, by index
-        if plain is None:
+        if not self.intake.plain_shape(items):
             return [Answered(e.job.id, e.created, e.duplicate, e.changed) for e in self.enqueue_each(items)]
+        now = self.clock()
+        plain = self.intake.plain_jobs(items, now)
         trace = self.tracing.current_traceparent() if self.tracing is not None else None
         return [Answered(job_id, True, False, False) for job_id in self.store.enqueue_plain(plain, now, trace)]
 
@@ -386,8 +384,11 @@ class Jobdeck:
     def enqueue_many(self, items: Sequence[Mapping[str, Any]]) -> list[int]:
         """Enqueue many jobs in one transaction (each item as for the API)."""
         now = self.clock()
-        plain = self.intake.plain_jobs(items, now)
-        if plain is not None:
-            trace = self.tracing.current_traceparent() if self.tracing is not None else None
-            return self.store.enqueue_plain(plain, now, trace)
-        return self.store.enqueue_many([self.new_job(item, now) for item in items], now)
+        if not self.intake.plain_shape(items):
+            return self.store.enqueue_many([self.new_job(item, now) for item in items], now)
+        try:
+            plain = self.intake.plain_jobs(items, now)
+        except ItemRefused as exc:
+            raise exc.refused from None  # this call's refusals never named the job
+        trace = self.tracing.current_traceparent() if self.tracing is not None else None
+        return self.store.enqueue_plain(plain, now, trace)

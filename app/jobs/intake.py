@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jobdeck.core.config import Config
-from jobdeck.core.errors import InvalidField, PayloadTooLarge, UnknownType
+from jobdeck.core.errors import InvalidField, ItemRefused, JobdeckError, PayloadTooLarge, UnknownType
 from jobdeck.core.validation import (
     MAX_QUEUE_CHARS,
     MAX_TYPE_CHARS,
@@ -115,37 +115,60 @@ class Intake:
             available_at=None if run_at is None else parse_time(run_at, "run_at"),
         )
 
-    def plain_jobs(self, items: Sequence[Mapping[str, Any]], now: datetime) -> list[PlainJob] | None:
-        """The common bulk shape (``{"type": ..., "payload": {...}}`` and no
-        other field) checked in one pass, without a ``NewJob`` per item (that
-        cost more than the insert): each type is checked, and its defaults
-        found, once by ``new_job`` itself, and each payload by
-        ``payload_json``, the check ``new_job`` makes. None when an item has
-        any other shape, or when keyed flow limits are configured (the keys
-        are computed by ``new_job``): then every item goes through ``new_job``."""
+    def plain_shape(self, items: Sequence[Any]) -> bool:
+        """Whether ``plain_jobs`` takes every item: each gives a type and a
+        payload and nothing else, no type has a unique rule, and no keyed
+        flow limit is configured (the keys are computed by ``new_job``).
+        Decided before any job is checked, so a call is checked once, by
+        one path or the other."""
         if self.flow.keyed_columns:
-            return None
+            return False
+        unique: dict[Any, bool] = {}
+        for item in items:
+            if type(item) is not dict or not _PLAIN.issuperset(item):
+                return False
+            if self.unique_types:
+                job_type = item.get("type")
+                if job_type not in unique:
+                    unique[job_type] = self._has_unique_rule(job_type)
+                if unique[job_type]:
+                    return False
+        return True
+
+    def _has_unique_rule(self, job_type: Any) -> bool:
+        try:
+            return isinstance(job_type, str) and check_name(job_type, "type", MAX_TYPE_CHARS) in self.unique_types
+        except InvalidField:
+            return False  # refused by the check, as new_job refuses it
+
+    def plain_jobs(self, items: Sequence[Mapping[str, Any]], now: datetime) -> list[PlainJob]:
+        """The common bulk shape (``plain_shape`` said so) checked in one
+        pass, without a ``NewJob`` per item (that cost more than the
+        insert): each type is checked, and its defaults found, once by
+        ``new_job`` itself, and each payload by ``payload_json`` and its
+        type's shape, the checks ``new_job`` makes, in its order. A refused
+        job raises ``ItemRefused`` with its index."""
         defaults: dict[str, tuple[str, int, int, PayloadShape | None]] = {}
         jobs: list[PlainJob] = []
         append = jobs.append
         payload_json = self.payload_json
-        for item in items:
-            if type(item) is not dict or not _PLAIN.issuperset(item):
-                return None
-            job_type = item.get("type")
-            d = defaults.get(job_type) if type(job_type) is str else None
-            if d is None:
-                new = self.new_job(item, now)
-                if new.unique is not None:
-                    return None  # a unique type: each job is checked against the others
-                spec = self.registry.get(new.type)
-                shape = spec.payload_shape if spec is not None else None
-                d = defaults[new.type] = (new.queue, new.priority, new.max_retries, shape)
-                append((new.type, d[0], new.payload_json or "{}", d[1], d[2]))
-            else:
-                append((job_type, d[0], payload_json(item.get("payload")), d[1], d[2]))  # type: ignore[arg-type]
-                if d[3] is not None:
-                    d[3].check(item.get("payload"))
+        for i, item in enumerate(items):
+            try:
+                job_type = item.get("type")
+                d = defaults.get(job_type) if type(job_type) is str else None
+                if d is None:
+                    new = self.new_job(item, now)
+                    assert new.unique is None and new.rate_key is None is new.concurrency_key, "not a plain job"
+                    spec = self.registry.get(new.type)
+                    shape = spec.payload_shape if spec is not None else None
+                    d = defaults[new.type] = (new.queue, new.priority, new.max_retries, shape)
+                    append((new.type, d[0], new.payload_json or "{}", d[1], d[2]))
+                else:
+                    append((job_type, d[0], payload_json(item.get("payload")), d[1], d[2]))  # type: ignore[arg-type]
+                    if d[3] is not None:
+                        d[3].check(item.get("payload"))
+            except JobdeckError as exc:
+                raise ItemRefused(i, exc) from None
         return jobs
 
     def payload_json(self, payload: Any) -> str:
