@@ -18,10 +18,14 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+UNMOUNT_WAIT = 30.0
+"""How long ``remount`` waits for the file system's last open file to close."""
 
 
 def required() -> bool:
@@ -87,10 +91,26 @@ class Ext4Disk:
 
     def remount(self) -> None:
         """Unmount and mount again, writable (its journal replayed): what an
-        operator does once the disk is sound. Nothing may hold it open."""
-        _unmount(self.folder)
+        operator does once the disk is sound. It first waits until nothing
+        holds the file system (a process that just exited may still be
+        letting go of its files). Unmounted lazily instead, a file still
+        open keeps the read-only instance alive, and mounting the image
+        again hands back that same instance, still read-only (seen in a CI
+        run: the restarted server's first write failed, "attempt to write a
+        readonly database", and the kernel logged no second mount)."""
+        deadline = time.monotonic() + UNMOUNT_WAIT
+        while (unmounted := _run("umount", str(self.folder))).returncode != 0:
+            if time.monotonic() > deadline:
+                holders = _run("fuser", "-vm", str(self.folder))
+                raise AssertionError(
+                    f"{self.folder} still busy after {UNMOUNT_WAIT:g} s: {unmounted.stderr.strip()}; "
+                    f"held by: {holders.stdout}{holders.stderr}"
+                )
+            time.sleep(0.05)  # a poll with a deadline
         mounted = _run("mount", "-o", "loop,errors=remount-ro", str(self.image), str(self.folder))
         assert mounted.returncode == 0, mounted.stderr
+        options = _run("findmnt", "-no", "OPTIONS", str(self.folder)).stdout.split(",")
+        assert "rw" in options, f"mounted again, but not writable: {options}"
         self._trigger = self._trigger_of(self.folder)
 
     def make_read_only(self) -> None:
