@@ -98,7 +98,7 @@ def table(result: dict[str, Any]) -> str:
                          f"(p99 {f['p99_ms']:.1f} ms, {f['errors']} errors) | refused POST (422): {f['control']:,.0f} "
                          f"({f['ratio']:.0%}, median of the rounds' ratios) | – | – | – | >= 80% of the control, "
                          f"p99 < 25 ms | {_ok(f['met'])} |")  # fmt: skip
-    for bulk in (s.get("http_bulk"), (result.get("postgres") or {}).get("http_bulk")):
+    for bulk in (s.get("http_bulk"), result.get("http_bulk_postgres")):
         if bulk:
             lines.append(f"| 3. bulk HTTP enqueue, {bulk['database']}, {bulk['clients']} clients x 1,000 jobs/call "
                          f"(jobs/s) | {bulk['http']:,.0f} | in-process enqueue_many: {bulk['in_process']:,.0f} "

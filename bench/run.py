@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             result["postgres"] = postgres_scenarios(args.quick, args.no_peers)
             if "skipped" not in result["postgres"]:
                 url = bulk_bench.postgres_database()
-                result["postgres"]["http_bulk"] = bulk_bench.compare(work, c["bulk_calls"], c["runs"], url)
+                result["http_bulk_postgres"] = bulk_bench.compare(work, c["bulk_calls"], c["runs"], url)
         if "12" in only and not args.tiny:
             counts = dict(executor_bench.QUICK if args.quick else executor_bench.FULL)
             result["executors"] = executor_bench.run(counts, {"async", "process"}, not args.no_peers,
