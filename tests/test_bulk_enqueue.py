@@ -135,6 +135,10 @@ def test_the_types_unique_rule_applies_to_each_job(make_deck: Any, clock: Any) -
     got = answered(bulk(client, [{"type": "demo.noop", "payload": {"user": u}} for u in ("a", "b", "a")]))
     assert [j["duplicate"] for j in got] == [False, False, True] and got[2]["id"] == got[0]["id"]
     assert total(deck) == 2
+    for kind in ([1], {"a": 1}, None, 7):  # a type of another JSON kind, where a type has a unique rule
+        r = bulk(client, [{"type": "demo.send-email", "payload": {"user_id": "u"}}, {"type": kind, "payload": {}}])
+        assert r.status_code == 422 and check(r, BULK, "post")["field"] == "jobs[1].type", r.get_json()
+    assert total(deck) == 2
 
 
 @pytest.mark.parametrize(

@@ -127,19 +127,19 @@ class Intake:
         for item in items:
             if type(item) is not dict or not _PLAIN.issuperset(item):
                 return False
-            if self.unique_types:
-                job_type = item.get("type")
+            job_type = item.get("type")
+            if self.unique_types and type(job_type) is str:  # any other type is refused by the pass
                 if job_type not in unique:
                     unique[job_type] = self._has_unique_rule(job_type)
                 if unique[job_type]:
                     return False
         return True
 
-    def _has_unique_rule(self, job_type: Any) -> bool:
+    def _has_unique_rule(self, job_type: str) -> bool:
         try:
-            return isinstance(job_type, str) and check_name(job_type, "type", MAX_TYPE_CHARS) in self.unique_types
+            return check_name(job_type, "type", MAX_TYPE_CHARS) in self.unique_types
         except InvalidField:
-            return False  # refused by the check, as new_job refuses it
+            return False  # refused by the pass, as new_job refuses it
 
     def plain_jobs(self, items: Sequence[Mapping[str, Any]], now: datetime) -> list[PlainJob]:
         """The common bulk shape (``plain_shape`` said so) checked in one
