@@ -91,13 +91,19 @@ class Ext4Disk:
 
     def remount(self) -> None:
         """Unmount and mount again, writable (its journal replayed): what an
-        operator does once the disk is sound. It first waits until nothing
-        holds the file system (a process that just exited may still be
-        letting go of its files). Unmounted lazily instead, a file still
-        open keeps the read-only instance alive, and mounting the image
-        again hands back that same instance, still read-only (seen in a CI
-        run: the restarted server's first write failed, "attempt to write a
-        readonly database", and the kernel logged no second mount)."""
+        operator does once the disk is sound.
+
+        The image goes on a loop device of its own. The kernel keeps one
+        instance of a file system per device, alive while anything holds it:
+        a file still open, or a copy of the mount in a mount namespace made
+        while it was mounted (``unshare -m``, ``ip netns exec``: the
+        partition tests make them, beside this one in a parallel run).
+        Mounted again through the same device, the image came back as that
+        instance, still read-only (seen in two CI-like runs: the restarted
+        server's first write failed, "attempt to write a readonly
+        database", and the kernel logged no second mount). The old instance
+        writes nothing: its journal was aborted. A file written and synced
+        proves the new mount writable before the test goes on."""
         deadline = time.monotonic() + UNMOUNT_WAIT
         while (unmounted := _run("umount", str(self.folder))).returncode != 0:
             if time.monotonic() > deadline:
@@ -107,10 +113,20 @@ class Ext4Disk:
                     f"held by: {holders.stdout}{holders.stderr}"
                 )
             time.sleep(0.05)  # a poll with a deadline
-        mounted = _run("mount", "-o", "loop,errors=remount-ro", str(self.image), str(self.folder))
+        attached = _run("losetup", "--find", "--show", str(self.image))
+        assert attached.returncode == 0, attached.stderr
+        device = attached.stdout.strip()
+        mounted = _run("mount", "-o", "errors=remount-ro", device, str(self.folder))
+        _run("losetup", "--detach", device)  # in use: the kernel detaches it when it is unmounted
         assert mounted.returncode == 0, mounted.stderr
-        options = _run("findmnt", "-no", "OPTIONS", str(self.folder)).stdout.split(",")
-        assert "rw" in options, f"mounted again, but not writable: {options}"
+        probe = self.folder / ".writable"
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"remounted\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        probe.unlink()
         self._trigger = self._trigger_of(self.folder)
 
     def make_read_only(self) -> None:
