@@ -37,6 +37,7 @@ from jobdeck.store.engine import make_engine
 from sqlalchemy import text
 
 from bench.common import NOOP, make_deck, median
+from bench.flow_bench import empty_postgres
 from bench.serve_bench import fresh_db, process
 
 CLIENTS = 4
@@ -87,7 +88,7 @@ def in_process(workdir: Path, calls: int, database_url: str | None) -> float:
     deck = make_deck(workdir / "in-process.db", "FULL", 0, **overrides)
     try:
         if database_url:
-            _empty(deck)
+            empty_postgres(deck)
         bodies = {(c, i): _jobs(NOOP, c, i) for c in range(CLIENTS) for i in range(-1, calls)}
         rate = _timed(CLIENTS, calls, lambda c, i: deck.enqueue_many(bodies[c, i]))
         _check_count(deck.store.engine, calls)
@@ -103,7 +104,7 @@ def over_http(workdir: Path, calls: int, database_url: str | None) -> float:
     if database_url:
         deck = make_deck(workdir / "unused.db", "FULL", 0, database_url=database_url)
         try:
-            _empty(deck)
+            empty_postgres(deck)
         finally:
             deck.store.engine.dispose()
         extra["JOBDECK_DATABASE_URL"] = database_url
@@ -142,12 +143,6 @@ def _check_count(engine: Any, calls: int, kind: str = NOOP) -> None:
     expected = CLIENTS * (calls + 1) * PER_CALL
     if stored != expected:
         raise RuntimeError(f"{stored} jobs stored, {expected} sent")
-
-
-def _empty(deck: Any) -> None:
-    from bench.flow_bench import empty_postgres
-
-    empty_postgres(deck)
 
 
 def postgres_database(name: str = "jobdeck_bulk") -> str:

@@ -18,11 +18,12 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import wait_for
 
 UNMOUNT_WAIT = 30.0
 """How long ``remount`` waits for the file system's last open file to close."""
@@ -104,15 +105,12 @@ class Ext4Disk:
         database", and the kernel logged no second mount). The old instance
         writes nothing: its journal was aborted. A file written and synced
         proves the new mount writable before the test goes on."""
-        deadline = time.monotonic() + UNMOUNT_WAIT
-        while (unmounted := _run("umount", str(self.folder))).returncode != 0:
-            if time.monotonic() > deadline:
-                holders = _run("fuser", "-vm", str(self.folder))
-                raise AssertionError(
-                    f"{self.folder} still busy after {UNMOUNT_WAIT:g} s: {unmounted.stderr.strip()}; "
-                    f"held by: {holders.stdout}{holders.stderr}"
-                )
-            time.sleep(0.05)  # a poll with a deadline
+        wait_for(
+            lambda: _run("umount", str(self.folder)).returncode == 0,
+            UNMOUNT_WAIT,
+            interval=0.05,
+            message=f"the last open file on {self.folder} to close (fuser -vm names who holds it)",
+        )
         attached = _run("losetup", "--find", "--show", str(self.image))
         assert attached.returncode == 0, attached.stderr
         device = attached.stdout.strip()
