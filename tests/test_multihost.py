@@ -272,11 +272,9 @@ def test_three_processes_share_one_database(empty_db_url, tmp_path, backend):
         for job_id in held:
             history = store.attempts_of(job_id)
             told = [(a.attempt, a.outcome.value, a.worker_id, str(a.started_at), str(a.finished_at)) for a in history]
-            assert history[0].outcome == "stalled" and f":{pid}." in (history[0].worker_id or ""), (job_id, told)
-            assert history[-1].outcome == "completed" and f":{pid}." not in (history[-1].worker_id or ""), (
-                job_id,
-                told,
-            )
+            first, last = history[0], history[-1]
+            assert first.outcome == "stalled" and f":{pid}." in (first.worker_id or ""), (job_id, told)
+            assert last.outcome == "completed" and f":{pid}." not in (last.worker_id or ""), (job_id, told)
         assert held, "the victim held no jobs"
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{cluster.tails()}") from None
