@@ -40,6 +40,11 @@ class Clicks:
         self.page, self.n = page, 0
 
     def __call__(self, locator) -> None:
+        # As a person would, wait for the page to be ready: htmx's script is
+        # deferred and wires the page at DOMContentLoaded, so an hx-get button
+        # parsed before then and clicked at once did nothing (seen on a busy
+        # machine: "Retry all matching…" right after following a link).
+        self.page.wait_for_load_state("domcontentloaded")
         locator.click()
         self.n += 1
 
