@@ -142,9 +142,8 @@ def test_the_bulk_http_scenario_enqueues_every_job_both_ways_and_renders(
     # Each way raises unless every call answered 201 and every job it sent is stored.
     result = bulk_bench.compare(tmp_path, 1, 1, db_url if backend == "postgres" else None)
     assert result["http"] > 0 and result["in_process"] > 0 and result["kept"] == result["http"] / result["in_process"]
-    where = (
-        {"serve": {"http_bulk": result}} if backend == "sqlite" else {"http_bulk_postgres": result}
-    )  # as run.py puts it
+    # Where bench/run.py puts each database's figure.
+    where = {"serve": {"http_bulk": result}} if backend == "sqlite" else {"http_bulk_postgres": result}
     text = table({"machine": {"cores": 2, "python": "3", "sqlite": "3", "loadavg_at_start": [0, 0, 0]},
                   "mode": "tiny", "counts": {**TINY, "runs": 1}, "jobdeck": {}, **where})  # fmt: skip
     assert f"| 3. bulk HTTP enqueue, {result['database']}, 4 clients x 1,000 jobs/call (jobs/s) |" in text
