@@ -145,6 +145,12 @@ def test_past_its_timeout_the_attempt_fails_and_its_late_result_is_refused(contr
         if contract.executor == "process":
             assert dead.error == "timed out after 0.5 s; worker process killed"
             wait_for(lambda: exited(pid), timeout=5, message="the timed-out child is gone")
+        if contract.executor == "async":
+            # The task's cancel runs on the loop's thread, which a starved
+            # machine can run after the failure is recorded: "go" written
+            # first let the handler finish (seen in CI's quick tier).
+            stopped = contract.folder / "stopped"
+            wait_for(stopped.exists, timeout=WAIT, message="the timed-out handler's task is cancelled")
         contract.go()
         wait_for(lambda: job not in pool.running_jobs(), timeout=WAIT, message="the attempt is over")
         if contract.executor == "thread":  # a thread cannot be killed: its handler ran on, and its result came late
