@@ -6,6 +6,7 @@ other processes rescue its jobs.)"""
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import pytest
@@ -67,3 +68,66 @@ def test_a_late_beat_is_logged_and_shown_on_the_workers_page(
         assert pool.heart.beat_once()  # on time again: the last late one stays shown
     assert "heartbeat late" not in caplog.text
     assert _late(pool) == (seconds, at)
+
+
+def _run_loop(pool: WorkerPool, beat: Any, events: list[str]) -> tuple[threading.Thread, threading.Event]:
+    """The pool's heartbeat loop on a thread, with ``beat`` as its beat; the
+    loop's end goes in ``events``."""
+    ended = threading.Event()
+
+    def loop() -> None:
+        pool.heart.heartbeat_loop(ended)
+        events.append("loop ended")
+
+    pool.heart.beat_once = beat  # type: ignore[method-assign]
+    thread = threading.Thread(target=loop, name="test-heartbeat-loop", daemon=True)
+    thread.start()
+    return thread, ended
+
+
+def test_the_heartbeat_loop_ends_after_its_beats_in_flight(pool: WorkerPool) -> None:
+    """The pool's stop joins this loop before it writes the worker's last
+    state: a beat still in flight then would land after it, and its thread
+    outlive the stopped pool."""
+    started, release = threading.Event(), threading.Event()
+    events: list[str] = []
+
+    def slow_beat() -> bool:
+        started.set()
+        release.wait(10)
+        events.append("beat ended")
+        return True
+
+    thread, ended = _run_loop(pool, slow_beat, events)
+    assert started.wait(10), "no beat started"
+    ended.set()
+    thread.join(timeout=1.0)  # the loop waits for its beat
+    assert thread.is_alive()
+    release.set()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert events[-2:] == ["beat ended", "loop ended"]
+    assert not [t for t in threading.enumerate() if t.name == "jobdeck-beat" and t.is_alive()]
+
+
+def test_a_beat_stuck_past_the_lease_does_not_hold_the_loop(pool: WorkerPool) -> None:
+    """A beat stuck on a dead connection holds the loop's end for one lease
+    (half of stall_timeout, 2 s here), not for ever."""
+    started, release = threading.Event(), threading.Event()
+    events: list[str] = []
+
+    def stuck_beat() -> bool:
+        started.set()
+        release.wait(60)
+        return True
+
+    thread, ended = _run_loop(pool, stuck_beat, events)
+    try:
+        assert started.wait(10), "no beat started"
+        ended.set()
+        set_at = since_boot()
+        thread.join(timeout=30)
+        assert not thread.is_alive() and events == ["loop ended"]
+        assert since_boot() - set_at >= pool.lease.ttl - 0.5  # it did wait for the beat, up to the lease
+    finally:
+        release.set()

@@ -120,7 +120,12 @@ class Heartbeats:
     def heartbeat_loop(self, ended: threading.Event) -> None:
         """Start a beat every interval (at least four per lease, half of
         ``stall_timeout``), each on a thread of its own: a beat still waiting
-        after one interval does not hold up the next."""
+        after one interval does not hold up the next.
+
+        When ``ended`` is set, the loop ends once its beats in flight have
+        landed or given up, for at most one lease: the pool's ``stop`` joins
+        this loop before it writes the worker's last state, so no beat of
+        the stopped pool lands after it (nor outlives it as a thread)."""
         interval = min(self.heartbeat_interval, self.lease.ttl / 2)
         beats: list[threading.Thread] = []
         while not ended.wait(interval):
@@ -130,6 +135,9 @@ class Heartbeats:
             beat = threading.Thread(target=self.beat_once, name="jobdeck-beat", daemon=True)
             beat.start()
             beats.append(beat)
+        give_up_at = since_boot() + self.lease.ttl
+        for beat in beats:
+            beat.join(timeout=max(0.0, give_up_at - since_boot()))
 
     # -- the lease ---------------------------------------------------------------
 
