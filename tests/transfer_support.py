@@ -20,7 +20,7 @@ from jobdeck.core.config import Config, load
 from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import Registry
-from jobdeck.store.models import Base
+from jobdeck.store.models import metadata
 from sqlalchemy import Connection, Table, func, insert, select
 from werkzeug.security import generate_password_hash
 
@@ -249,7 +249,7 @@ def _hold_jobs(deck: Jobdeck, client: Any, made: Deployment, total_jobs: int) ->
 
 def _job_count(deck: Jobdeck) -> int:
     with deck.store.engine.connect() as conn:
-        return int(conn.execute(select(func.count()).select_from(Base.metadata.tables["jobs"])).scalar_one())
+        return int(conn.execute(select(func.count()).select_from(metadata.tables["jobs"])).scalar_one())
 
 
 def _dead_ids(deck: Jobdeck) -> list[int]:
@@ -290,7 +290,7 @@ def fill_empty_tables(conn: Connection, now: datetime) -> list[str]:
     (a foreign key takes an existing parent's key): the copy must carry
     every table, whatever wrote to it. Returns the tables filled."""
     filled = []
-    for table in Base.metadata.sorted_tables:
+    for table in metadata.sorted_tables:
         if conn.execute(select(func.count()).select_from(table)).scalar_one():
             continue
         conn.execute(insert(table).values(_row(conn, table, now)))

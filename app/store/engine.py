@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from jobdeck.core import forks, processes
-from jobdeck.store.models import Base
+from jobdeck.store.models import metadata
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.dialects.sqlite.base import SQLiteCompiler
 from sqlalchemy.engine import make_url
@@ -321,4 +321,4 @@ def _journal_mode_wal(cur: Any) -> None:
 
 
 def create_schema(engine: Engine) -> None:
-    Base.metadata.create_all(engine)
+    metadata.create_all(engine)

@@ -27,7 +27,7 @@ from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from jobdeck.core.config import ConfigError
-from jobdeck.store.models import Base
+from jobdeck.store.models import metadata
 from sqlalchemy import Connection, Engine, Index, inspect
 
 SCRIPT_LOCATION = str(Path(__file__).parent / "migrations")
@@ -156,7 +156,7 @@ def differences(engine: Engine) -> list[Any]:
     """
     with engine.connect() as conn, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*expression-based index.*", category=UserWarning)
-        diffs = list(compare_metadata(MigrationContext.configure(conn), Base.metadata))
+        diffs = list(compare_metadata(MigrationContext.configure(conn), metadata))
     removed = {d[1].name: d[1] for d in diffs if isinstance(d, tuple) and d[0] == "remove_index"}
     added = {d[1].name: d[1] for d in diffs if isinstance(d, tuple) and d[0] == "add_index"}
     same = {name for name in removed.keys() & added.keys() if _columns(removed[name]) == _columns(added[name])}

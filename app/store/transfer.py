@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from jobdeck.store.engine import make_engine
-from jobdeck.store.models import Base
+from jobdeck.store.models import metadata
 from jobdeck.store.schema import ensure_current
 from jobdeck.store.transfer_checks import (
     CopyError,
@@ -74,7 +74,7 @@ class TableCount:
 
 def copied_tables() -> list[Table]:
     """The tables the copy moves, each after the tables it refers to."""
-    return [t for t in Base.metadata.sorted_tables if t.name not in SKIPPED]
+    return [t for t in metadata.sorted_tables if t.name not in SKIPPED]
 
 
 def copy_database(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from alembic import context
-from jobdeck.store.models import Base, UTCDateTime
+from jobdeck.store.models import UTCDateTime, metadata
 from sqlalchemy import TextClause
 
 config = context.config
@@ -41,7 +41,7 @@ def run() -> None:
         raise RuntimeError("run migrations through jobdeck.store.migrate (jobdeck db upgrade), not the alembic command")
     context.configure(
         connection=connection,
-        target_metadata=Base.metadata,
+        target_metadata=metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         render_item=render_item,
         include_object=include_object,

@@ -1,6 +1,6 @@
 """The tables. Typed SQLAlchemy models; the store queries them through Core.
 
-Importing this package defines every table on ``Base.metadata`` (the
+Importing this package defines every table on ``metadata`` (the
 migrations compare against it), each module holding one family of tables."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from jobdeck.store.models.columns import (
     Base,
     BigID,
     UTCDateTime,
+    metadata,
     status_in,
 )
 from jobdeck.store.models.feature_tables import (
@@ -81,6 +82,7 @@ __all__ = [
     "ERROR_STATES",
     "FLOW_KEY_COLUMNS",
     "Base",
+    "metadata",
     "Job",
     "INTERRUPTED",
     "CANCELLED",

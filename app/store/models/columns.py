@@ -67,3 +67,7 @@ FLOW_KEY_COLUMNS = ("rate_key", "concurrency_key")
 
 class Base(DeclarativeBase):
     pass
+
+
+metadata = Base.metadata
+"""Every table (``jobdeck.store.models``); the migrations compare against it."""
