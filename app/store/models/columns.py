@@ -1,6 +1,6 @@
 """What every table is built from: the UTC time type, the id type, the
-declarative base, and the state lists the partial indexes and the store's
-statements share."""
+metadata every table is defined on, and the state lists the partial indexes
+and the store's statements share."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from sqlalchemy import (
     DateTime,
     Dialect,
     Integer,
+    MetaData,
     literal_column,
 )
-from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import TypeDecorator
 
@@ -64,10 +64,5 @@ ERROR_STATES = [State.FAILED.value, State.DEAD.value]
 """The states whose jobs are grouped by error (``ix_jobs_error_groups`` holds only these)."""
 FLOW_KEY_COLUMNS = ("rate_key", "concurrency_key")
 
-
-class Base(DeclarativeBase):
-    pass
-
-
-metadata = Base.metadata
+metadata = MetaData()
 """Every table (``jobdeck.store.models``); the migrations compare against it."""
