@@ -292,10 +292,10 @@ def run(quick: bool = False, rounds: int | None = None, scenarios: list[str] | N
     return result
 
 
-STACK = ("sqlalchemy", "sqlalchemy.orm", "sqlalchemy.dialects.postgresql.psycopg")
+STACK = ("sqlalchemy", "sqlalchemy.dialects.postgresql.psycopg")
 """What any Jobdeck process on PostgreSQL imports before a line of its own:
-the product's fixed stack (SQLAlchemy 2 with its typed ORM models) and the
-driver."""
+the product's fixed stack (SQLAlchemy 2's Core: the tables are Core tables,
+and no process loads the ORM) and the driver."""
 
 
 def stack_floor() -> float:

@@ -1,5 +1,5 @@
-"""A Jobdeck process's start-up: its imports (SQLAlchemy with its ORM, the
-models, click, a child's handler modules) make most of the objects it will
+"""A Jobdeck process's start-up: its imports (SQLAlchemy, the tables,
+click, a child's handler modules) make most of the objects it will
 ever hold, and they live as long as it does. The cyclic collector walked
 them again and again as they piled up, and every full collection after
 start-up walked them all again. A process that Jobdeck starts itself (the
