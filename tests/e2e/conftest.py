@@ -7,7 +7,7 @@ A missing /usr/bin/chromium fails these tests: CI must never skip them."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,23 @@ def dialogs(page: Any) -> list[str]:
 WIDTHS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
 """The two widths every operator task is tried at: a laptop, and a phone
 (390 px is an iPhone 12 to 15 in portrait)."""
+
+
+@contextmanager
+def new_page_ready(page: Any) -> Iterator[None]:
+    """Around a click (or tap) that opens another page: once the block is
+    left, that page is in and its deferred scripts have wired it.
+
+    htmx and dashboard.js are loaded with ``defer`` and wire the page at
+    DOMContentLoaded (hx-get, hx-post, the Menu button). A click on such a
+    button after the new page's HTML is in but before that event does
+    nothing, and the test times out waiting for what it should have shown
+    (seen on a busy machine). ``page.goto`` waits for the load event; a click
+    that navigates does not. This waits for the navigation the block starts,
+    not for the state of whichever page is showing, so the page being left
+    cannot answer it."""
+    with page.expect_navigation(wait_until="domcontentloaded"):
+        yield
 
 
 def nav(page: Any) -> Any:

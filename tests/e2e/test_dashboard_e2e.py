@@ -8,6 +8,8 @@ import pytest
 from jobdeck.core.states import State
 from playwright.sync_api import expect
 
+from tests.e2e.conftest import new_page_ready
+
 pytestmark = pytest.mark.e2e
 
 
@@ -37,7 +39,8 @@ def test_failing_job_lands_in_dead_letter_with_both_attempts_then_retry(live, pa
     expect(row).to_be_visible(timeout=20000)
     expect(row).to_contain_text("card declined")
     live.shot(page, "dead-letter")
-    row.locator("a").first.click()
+    with new_page_ready(page):  # its Retry button below is htmx's
+        row.locator("a").first.click()
     expect(page.locator("#job-live .badge")).to_have_text("Dead letter")
     timeline = page.locator(".timeline .attempt")
     expect(timeline).to_have_count(2)

@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.conftest import wait_for
-from tests.e2e.conftest import nav
+from tests.e2e.conftest import nav, new_page_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -30,7 +30,8 @@ def test_retry_all_in_one_error_group(live, page, dialogs, width):
     wait_for(lambda: all(_attempts(live, j) == 1 for j in [*cards, down]), timeout=20, message="all failed once")
 
     page.goto(live.url + "/")
-    nav(page).get_by_role("link", name="Errors").click()
+    with new_page_ready(page):  # its "Retry all" buttons are htmx's
+        nav(page).get_by_role("link", name="Errors").click()
     group = page.locator("article.error-group", has_text="RuntimeError: card ? declined")
     expect(group).to_contain_text("3", timeout=20000)
     expect(group.get_by_role("link", name=f"#{cards[-1]}")).to_be_visible()  # the newest as the sample
