@@ -21,6 +21,7 @@ from playwright.sync_api import expect
 from werkzeug.security import generate_password_hash
 
 from tests.conftest import wait_for
+from tests.e2e.conftest import new_page_ready
 from tests.e2e.test_screenshots import PHONE, SCHEDULES, _fire_schedules, _seed_counters
 
 pytestmark = pytest.mark.e2e
@@ -211,7 +212,8 @@ def test_a_phone_card_opens_its_job_and_the_menu_holds_the_nav(live, page, dialo
     item = page.locator(".dead-item").first  # the latest dead job of its type: either, as they die together
     shown = item.get_attribute("data-job")
     assert shown in {str(i) for i in ids}, shown
-    _tap(page, item.locator(".error-text"))
+    with new_page_ready(page):  # its Menu button below is dashboard.js's
+        _tap(page, item.locator(".error-text"))
     expect(page).to_have_url(f"{live.url}/jobs/{shown}")
 
     nav = page.locator("nav.mainnav")
