@@ -229,6 +229,7 @@ def test_core_operator_tasks_take_three_clicks_from_the_overview(make_live, page
     if width == "phone":
         click(page.get_by_role("button", name="Menu"))
     click(page.locator(".mainnav").get_by_role("link", name="Schedules"))
+    expect(page).to_have_url(re.compile(r"/schedules$"))  # the next click's wait is then for this page
     nightly = page.locator('tr[data-schedule="nightly-report"]')
     click(nightly.get_by_role("button", name="Pause"))
     expect(nightly.locator(".badge-paused")).to_be_visible()
