@@ -7,13 +7,15 @@ listens on), then builds the app and starts this process's runtime (workers
 and scheduler) once; ``jobdeck serve`` does the same with granian or waitress.
 
 The runtime stops (gracefully, within ``shutdown_grace``) when the process
-exits: through ``atexit`` under gunicorn, and through a ``multiprocessing``
-finalizer in a worker that ``multiprocessing`` started and that skips
-``atexit`` (``granian --interface wsgi jobdeck.wsgi:app``).
+exits: under gunicorn before Python shuts ``concurrent.futures`` down (below),
+and through a ``multiprocessing`` finalizer in a worker that
+``multiprocessing`` started and that skips ``atexit`` (``granian --interface
+wsgi jobdeck.wsgi:app``).
 """
 
 import atexit
 import multiprocessing.util
+import threading
 
 from jobdeck import create_app
 from jobdeck.core.config import load
@@ -30,4 +32,14 @@ app = create_app(config)
 runtime = Runtime.for_app(app)
 runtime.start()
 atexit.register(runtime.stop)
+# At exit Python shuts concurrent.futures down, refusing new work, before it
+# runs ``atexit``: the scheduler's jobs that came due in between failed to
+# start, each logged with a traceback ("cannot schedule new futures after
+# interpreter shutdown"), and the pool ran on without its process starter.
+# ``threading``'s own exit hooks run first, newest first (concurrent.futures
+# registered its hook when it was imported, before this one); ``atexit``
+# stays for a Python without them. A second stop returns at once.
+stop_before_futures = getattr(threading, "_register_atexit", None)
+if stop_before_futures is not None:
+    stop_before_futures(runtime.stop)
 multiprocessing.util.Finalize(runtime, runtime.stop, exitpriority=10)
