@@ -35,7 +35,8 @@ atexit.register(runtime.stop)
 # At exit Python shuts concurrent.futures down, refusing new work, before it
 # runs ``atexit``: the scheduler's jobs that came due in between failed to
 # start, each logged with a traceback ("cannot schedule new futures after
-# interpreter shutdown"), and the pool ran on without its process starter.
+# interpreter shutdown"), as would anything else handed to a thread pool
+# then (the process executor starts its children through one).
 # ``threading``'s own exit hooks run first, newest first (concurrent.futures
 # registered its hook when it was imported, before this one); ``atexit``
 # stays for a Python without them. A second stop returns at once.

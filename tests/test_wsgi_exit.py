@@ -15,8 +15,6 @@ import pytest
 
 pytestmark = pytest.mark.slow  # a process of its own
 
-ROOT = Path(__file__).parents[1]
-
 
 def test_a_process_that_imports_the_wsgi_app_and_exits_stops_its_runtime_cleanly(tmp_path: Path) -> None:
     # The maintenance jobs' first runs are due at start: they come due while the process exits.
