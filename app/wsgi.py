@@ -14,6 +14,7 @@ wsgi jobdeck.wsgi:app``).
 """
 
 import atexit
+import logging
 import multiprocessing.util
 import threading
 
@@ -32,15 +33,32 @@ app = create_app(config)
 runtime = Runtime.for_app(app)
 runtime.start()
 atexit.register(runtime.stop)
-# At exit Python shuts concurrent.futures down, refusing new work, before it
-# runs ``atexit``: the scheduler's jobs that came due in between failed to
-# start, each logged with a traceback ("cannot schedule new futures after
-# interpreter shutdown"), as would anything else handed to a thread pool
-# then (the process executor starts its children through one).
-# ``threading``'s own exit hooks run first, newest first (concurrent.futures
-# registered its hook when it was imported, before this one); ``atexit``
-# stays for a Python without them. A second stop returns at once.
-stop_before_futures = getattr(threading, "_register_atexit", None)
-if stop_before_futures is not None:
-    stop_before_futures(runtime.stop)
 multiprocessing.util.Finalize(runtime, runtime.stop, exitpriority=10)
+
+
+def stop_before_futures() -> None:
+    """The runtime's stop, run by threading's exit hooks. At exit Python
+    shuts concurrent.futures down, refusing new work, before it runs
+    ``atexit``: the scheduler's jobs that came due in between failed to
+    start, each logged with a traceback ("cannot schedule new futures after
+    interpreter shutdown"), as would anything else handed to a thread pool
+    then (the process executor starts its children through one). These
+    hooks run first, newest first (concurrent.futures registered its own
+    when it was imported); ``atexit`` stays for a Python without them, and a
+    stop after a finished one returns at once.
+
+    A signal that ends the stop early (a gunicorn worker raises SystemExit
+    from its SIGQUIT and SIGINT handlers) hurries it instead: the running
+    jobs are released at once by the stop that ``atexit`` runs again, as a
+    second signal does for ``jobdeck serve``. Nothing leaves this hook: an
+    exception would skip the hooks after it, which join the thread pools."""
+    try:
+        runtime.stop()
+    except BaseException as exc:  # noqa: BLE001 (SystemExit and KeyboardInterrupt too, by design)
+        runtime.hurry()
+        logging.getLogger("jobdeck").warning("the runtime's stop at exit was cut short (%r): releasing its jobs", exc)
+
+
+register_hook = getattr(threading, "_register_atexit", None)
+if register_hook is not None:
+    register_hook(stop_before_futures)

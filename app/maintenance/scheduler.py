@@ -158,7 +158,10 @@ class SchedulerService:
         if self.scheduler is not None:
             # Not waiting: a loop stuck on a connection the network dropped
             # held the stop (and the pool's grace behind it) for 15-20 s.
-            self.scheduler.shutdown(wait=False)
+            # A stop run again after one that a signal cut short (at exit,
+            # jobdeck.wsgi) finds it shut down already.
+            if self.scheduler.running:
+                self.scheduler.shutdown(wait=False)
             self.scheduler = None
         with _running_lock:
             if _running is self:

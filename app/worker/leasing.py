@@ -124,8 +124,12 @@ class Heartbeats:
 
         When ``ended`` is set, the loop ends once its beats in flight have
         landed or given up, for at most one lease: the pool's ``stop`` joins
-        this loop before it writes the worker's last state, so no beat of
-        the stopped pool lands after it (nor outlives it as a thread)."""
+        this loop before it writes the worker's last state, so a beat of the
+        stopped pool does not land after it (nor outlive it as a thread).
+        The stop waits for this loop only until its own deadline, though: a
+        stop with a short grace, or hurried, can write its last state with a
+        beat still waiting on the database. Such a beat moves the row's
+        ``heartbeat_at``, never its ``stopped_at``."""
         interval = min(self.heartbeat_interval, self.lease.ttl / 2)
         beats: list[threading.Thread] = []
         while not ended.wait(interval):
