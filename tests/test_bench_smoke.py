@@ -147,3 +147,13 @@ def test_the_bulk_http_scenario_enqueues_every_job_both_ways_and_renders(
     text = table({"machine": {"cores": 2, "python": "3", "sqlite": "3", "loadavg_at_start": [0, 0, 0]},
                   "mode": "tiny", "counts": {**TINY, "runs": 1}, "jobdeck": {}, **where})  # fmt: skip
     assert f"| 3. bulk HTTP enqueue, {result['database']}, 4 clients x 1,000 jobs/call (jobs/s) |" in text
+
+
+def test_the_idle_scenario_measures_both_shipped_processes() -> None:
+    from bench.idle_bench import run, table
+
+    result = run(seconds=0.5, rounds=1, peers=False)
+    shares = {name: r["median"] for name, r in result["systems"].items()}
+    assert set(shares) == {"jobdeck worker --demo", "jobdeck serve --demo"}
+    assert all(0 <= share < 200 for share in shares.values()), shares  # of one core; two cores at most
+    assert "jobdeck serve --demo" in table(result)

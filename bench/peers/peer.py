@@ -77,6 +77,22 @@ def huey_enqueue(n: int, _threads: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def huey_idle(seconds: int, threads: int) -> float:
+    """Not a rate: the share of one core (percent) an idle consumer with
+    Huey's defaults (``bench.idle_bench``) spent over ``seconds``, after
+    three seconds to settle."""
+    tmp = Path(tempfile.mkdtemp())
+    huey, _task = _huey(tmp / "huey.db")
+    consumer = huey.create_consumer(workers=threads, worker_type="thread")
+    consumer.start()
+    _done.wait(3.0)  # the consumer's start-up is left out (nothing sets _done here)
+    cpu, wall = time.process_time(), time.monotonic()
+    _done.wait(seconds)
+    share = 100 * (time.process_time() - cpu) / (time.monotonic() - wall)
+    consumer.stop(graceful=True)
+    return share
+
+
 # -- RQ ---------------------------------------------------------------------
 
 
