@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from jobdeck.core.states import State
 from jobdeck.runtime import Runtime
-from jobdeck.worker import commit_watch
+from jobdeck.worker import commit_watch, file_changes
 from jobdeck.worker.commit_watch import CommitWatcher
 from jobdeck.worker.file_changes import open_changes
 
@@ -257,3 +257,17 @@ def test_file_changes_follow_a_symlinked_database(tmp_path):
         assert changes.wait(5) is True
     finally:
         changes.close()
+
+
+class _RefusingLibc:
+    """A libc whose ``inotify_init1`` fails, as at the per-user limit of instances (EMFILE)."""
+
+    def inotify_init1(self, flags: int) -> int:
+        return -1
+
+
+def test_no_inotify_instance_means_polling_and_a_line_in_the_log(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(file_changes, "_lib", lambda: _RefusingLibc())
+    with caplog.at_level("INFO", logger="jobdeck.commit_watch"):
+        assert open_changes(str(tmp_path / "jobdeck.db")) is None
+    assert "polling every few milliseconds" in caplog.text

@@ -18,10 +18,12 @@ pool's own acks move the version on every commit, and each read then only
 woke a fetcher that could claim nothing (2.5% of a ``jobdeck worker``'s
 GIL samples in a profiled drain).
 
-When to read: every ``interval`` (5 ms) while the database's files are
-being written, and for ``HOT`` (a quarter of a second) after the last
-write; otherwise it sleeps until a write (``jobdeck.worker.file_changes``,
-inotify), and reads at least every ``IDLE`` (half a second) even with none.
+When to read: after a write to the database's files, every ``interval``
+(5 ms) until the version moves with no write since (the writes' commit is
+visible: it becomes so only after the writer's sync), for at most ``HOT`` (a
+quarter of a second) after the last write; otherwise it sleeps until a write
+(``jobdeck.worker.file_changes``, inotify), and reads at least every
+``IDLE`` (half a second) even with none.
 Read every 5 ms whatever happened, an idle process spent 3 to 4% of a core
 on it. Where inotify cannot be had (not Linux, or the per-user limit of
 instances reached) it reads every ``interval``, as it always did.
@@ -47,9 +49,11 @@ from jobdeck.worker.file_changes import FileChanges, open_changes
 log = logging.getLogger("jobdeck.commit_watch")
 
 HOT = 0.25
-"""Seconds of reads every ``interval`` after a write to the database's files:
-the commit the write belongs to becomes visible only after the writer's sync
-(``jobdeck.worker.file_changes``)."""
+"""The longest stretch of reads every ``interval`` after a write to the
+database's files with the version still where it was: the commit the write
+belongs to becomes visible only after the writer's sync
+(``jobdeck.worker.file_changes``), and a write may belong to no commit (a
+checkpoint, a transaction rolled back)."""
 IDLE = 0.5
 """The longest sleep with no write seen: a bound on how late a commit whose
 writes gave no event (a network mount written from another machine) is seen."""
@@ -129,25 +133,28 @@ class CommitWatcher:
                 conn.close()
 
     def _watch(self, conn: sqlite3.Connection, changes: FileChanges | None) -> None:
-        version = data_version(conn)
+        version = seen = data_version(conn)
         self.watching.set()
         hot_until = 0.0
         while not self._stop.is_set():
             if changes is None or time.monotonic() < hot_until:
                 if self._stop.wait(self.interval):
                     break
-                if changes is not None and changes.wait(0):
-                    hot_until = time.monotonic() + HOT
+                written = changes is not None and changes.wait(0)
             else:
                 self.sleeping.set()
                 written = changes.wait(self.idle)
                 self.sleeping.clear()
-                if written:
-                    hot_until = time.monotonic() + HOT
                 if self._stop.is_set():
                     break
+            if written:
+                hot_until = time.monotonic() + HOT
             self.reads += 1
             now = data_version(conn)
+            if now != seen:
+                seen = now
+                if not written:
+                    hot_until = 0.0  # the commit the writes belonged to is visible, and nothing was written since
             if now == version or not self.has_room():
                 continue  # a full pool's commits are looked at once it has room: nothing due is missed
             version = now
