@@ -16,6 +16,7 @@ from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
 from jobdeck.store.models import jobs
 from sqlalchemy import event, update
+from werkzeug.security import generate_password_hash
 
 STARVED = ("stalled", "interrupted")
 """The outcomes of an attempt handed on from a process starved of CPU: rescued
@@ -23,6 +24,17 @@ by the others past ``stall_timeout``, or given back when its lease was lost."""
 STARVED_SAID = ("heartbeat late", "lost its lease")
 """What such a process logs (``jobdeck.worker.leasing``): a test excuses a
 starved attempt only where a process said one of these."""
+
+PASSWORD_METHOD = "scrypt:1024:8:1"
+"""The tests' users' password hashes: scrypt with 1/32 of werkzeug's default
+work factor (32768), about 4 ms a hash or a check where the default takes
+0.1 s of CPU. A hash names its method, and sign-in checks whatever a hash
+names, so the code under test is the same; only werkzeug's loop is shorter.
+Users' hashes, from ``jobdeck hash-password``, keep the default."""
+
+
+def password_hash(password: str) -> str:
+    return generate_password_hash(password, method=PASSWORD_METHOD)
 
 
 def force_state(deck: Jobdeck, job_id: int, state: State, worker_id: str | None = "w1", **values: Any) -> None:

@@ -18,9 +18,9 @@ from jobdeck.runtime import pool_for
 from jobdeck.store import Outcome
 from jobdeck.store.artifacts import get_artifact
 from openapi_check import check
-from werkzeug.security import generate_password_hash
 
 from tests.conftest import wait_for
+from tests.helpers import password_hash
 
 TOKEN = "artifact-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -189,7 +189,7 @@ def test_a_job_without_artifacts_shows_no_card(dash, deck):
 
 
 def test_dashboard_download_needs_a_login_and_viewers_may_download(deck):
-    users = {"victor": {"password_hash": generate_password_hash("victor-secret"), "role": "viewer"}}
+    users = {"victor": {"password_hash": password_hash("victor-secret"), "role": "viewer"}}
     client = make_dash_app(deck, users=users).test_client()
     job_id = _stored(deck, {"report.csv": ("a,b\r\n", None)})
     url = f"/jobs/{job_id}/artifacts/report.csv"

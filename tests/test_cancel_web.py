@@ -12,8 +12,8 @@ from jobdeck import create_app
 from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
 from jobdeck.store.audit import list_audit
-from werkzeug.security import generate_password_hash
 
+from tests.helpers import password_hash
 from tests.openapi_check import check
 
 CANCEL = "/api/jobs/{job_id}/cancel"
@@ -84,7 +84,7 @@ def test_api_cancel_needs_the_token(make_deck, clock) -> None:
 
 
 def _signed_in(deck: Jobdeck, role: str):
-    users = {"ann": {"password_hash": generate_password_hash("ann-secret-1"), "role": role}}
+    users = {"ann": {"password_hash": password_hash("ann-secret-1"), "role": role}}
     client = make_dash_app(deck, users=users).test_client()
     token = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/login").get_data(as_text=True)).group(1)
     login = client.post("/login", data={"username": "ann", "password": "ann-secret-1", "csrf_token": token})

@@ -11,12 +11,13 @@ from click.testing import CliRunner
 from dashboard_support import csrf_token, make_dash_app, make_dead, post
 from jobdeck.cli import main, refuse_exposed
 from jobdeck.core.states import State
-from werkzeug.security import generate_password_hash
+
+from tests.helpers import password_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 USERS = {
-    "alice": {"password_hash": generate_password_hash("alice-secret"), "role": "operator"},
-    "victor": {"password_hash": generate_password_hash("victor-secret"), "role": "viewer"},
+    "alice": {"password_hash": password_hash("alice-secret"), "role": "operator"},
+    "victor": {"password_hash": password_hash("victor-secret"), "role": "viewer"},
 }
 
 

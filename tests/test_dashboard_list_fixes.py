@@ -15,7 +15,8 @@ from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
 from jobdeck.store import Outcome
 from jobdeck.store.audit import list_audit
-from werkzeug.security import generate_password_hash
+
+from tests.helpers import password_hash
 
 REPORT = "demo.report"
 
@@ -176,7 +177,7 @@ def test_cancel_selected_asks_running_jobs_to_stop(dash, deck) -> None:
 
 def test_cancel_selected_refuses_a_viewer(deck) -> None:
     job, _ = deck.enqueue("demo.noop")
-    users = {"ann": {"password_hash": generate_password_hash("ann-secret-1"), "role": "viewer"}}
+    users = {"ann": {"password_hash": password_hash("ann-secret-1"), "role": "viewer"}}
     client = make_dash_app(deck, users=users).test_client()
     token = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/login").get_data(as_text=True)).group(1)
     client.post("/login", data={"username": "ann", "password": "ann-secret-1", "csrf_token": token})

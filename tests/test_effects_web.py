@@ -112,9 +112,9 @@ def test_resolve_needs_the_csrf_token(dash, deck):
 def test_a_viewer_sees_effects_but_cannot_mark_them(deck):
     import re
 
-    from werkzeug.security import generate_password_hash
+    from tests.helpers import password_hash
 
-    users = {"victor": {"password_hash": generate_password_hash("victor-secret"), "role": "viewer"}}
+    users = {"victor": {"password_hash": password_hash("victor-secret"), "role": "viewer"}}
     client = make_dash_app(deck, users=users).test_client()
     job_id = make_unknown(deck)
     token = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/login").get_data(as_text=True)).group(1)

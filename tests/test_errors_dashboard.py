@@ -14,7 +14,8 @@ from jobdeck.core.states import State
 from jobdeck.store import Outcome
 from jobdeck.store.audit import list_audit
 from test_error_groups import fail_jobs
-from werkzeug.security import generate_password_hash
+
+from tests.helpers import password_hash
 
 pytestmark = pytest.mark.backends
 
@@ -114,7 +115,7 @@ def test_a_hostile_group_filter_is_refused_with_a_message(dash, deck):
 def test_viewers_see_no_group_buttons_and_cannot_act(make_deck, clock):
     deck = make_deck(clock)
     keys, _ = _groups(deck)
-    users = {"victor": {"password_hash": generate_password_hash("victor-secret"), "role": "viewer"}}
+    users = {"victor": {"password_hash": password_hash("victor-secret"), "role": "viewer"}}
     client = make_dash_app(deck, users=users).test_client()
     login = client.get("/login").get_data(as_text=True)
     token = re.search(r'name="csrf_token" value="([^"]+)"', login).group(1)

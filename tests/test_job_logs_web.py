@@ -91,9 +91,10 @@ def test_the_poll_fragment_refuses_bad_arguments(dash, deck) -> None:
 
 def test_the_log_and_its_poll_need_a_login(deck) -> None:
     from dashboard_support import make_dash_app
-    from werkzeug.security import generate_password_hash
 
-    users = {"vera": {"password_hash": generate_password_hash("vera-secret"), "role": "viewer"}}
+    from tests.helpers import password_hash
+
+    users = {"vera": {"password_hash": password_hash("vera-secret"), "role": "viewer"}}
     client = make_dash_app(deck, users=users).test_client()
     job_id = _running(deck)
     _log(deck, job_id, 1, "secret line")

@@ -12,7 +12,8 @@ from jobdeck.core.states import State
 from jobdeck.store import Outcome
 from jobdeck.store.overview import Snapshots, queue_latency
 from jobdeck.web.dashboard.present import attempts_allowed
-from werkzeug.security import generate_password_hash
+
+from tests.helpers import password_hash
 
 
 class Ticks:
@@ -244,7 +245,7 @@ def test_overview_lists_dead_jobs_with_filter_and_fix_links_escaped(dash, deck):
 
 
 def test_a_viewer_gets_no_fix_link_on_the_overview(deck):
-    users = {"victor": {"password_hash": generate_password_hash("victor-secret"), "role": "viewer"}}
+    users = {"victor": {"password_hash": password_hash("victor-secret"), "role": "viewer"}}
     client = make_dash_app(deck, users=users).test_client()
     token = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/login").get_data(as_text=True)).group(1)
     client.post("/login", data={"username": "victor", "password": "victor-secret", "csrf_token": token})

@@ -226,9 +226,10 @@ def test_fires_once_per_fire_time_across_two_real_processes(db_url, tmp_path):
 
 def test_a_viewer_can_look_but_not_change_schedules(make_config, registry, clock):
     from dashboard_support import make_dash_app
-    from werkzeug.security import generate_password_hash
 
-    users = {"victor": {"password_hash": generate_password_hash("victor-secret"), "role": "viewer"}}
+    from tests.helpers import password_hash
+
+    users = {"victor": {"password_hash": password_hash("victor-secret"), "role": "viewer"}}
     deck = Jobdeck(make_config(), registry, clock=clock)
     deck.init_db()
     client = make_dash_app(deck, users=users).test_client()

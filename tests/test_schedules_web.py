@@ -102,9 +102,9 @@ def test_queues_page_shows_counts_limits_and_type_limits(make_config, registry, 
 
 
 def test_viewer_sees_no_schedule_or_queue_buttons_and_is_refused(make_config, registry, clock):
-    from werkzeug.security import generate_password_hash
+    from tests.helpers import password_hash
 
-    users = {"victor": {"password_hash": generate_password_hash("pw-victor"), "role": "viewer"}}
+    users = {"victor": {"password_hash": password_hash("pw-victor"), "role": "viewer"}}
     deck = Jobdeck(make_config(schedules=SCHEDULES, users=users), registry, clock=clock)
     app = create_app(deck=deck)
     app.config["TESTING"] = True

@@ -256,10 +256,10 @@ def test_a_workflow_action_without_the_csrf_token_is_refused(dash: Any, deck: Jo
 
 
 def test_a_viewer_sees_no_workflow_actions_and_is_refused_them(deck: Jobdeck) -> None:
-    from werkzeug.security import generate_password_hash
+    from tests.helpers import password_hash
 
     wf = _diamond(deck)
-    users = {"victor": {"password_hash": generate_password_hash("victor-secret"), "role": "viewer"}}
+    users = {"victor": {"password_hash": password_hash("victor-secret"), "role": "viewer"}}
     client = make_dash_app(deck, users=users).test_client()
     login = client.get("/login").get_data(as_text=True)
     token = re.search(r'name="csrf_token" value="([^"]+)"', login)

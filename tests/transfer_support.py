@@ -22,14 +22,14 @@ from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import Registry
 from jobdeck.store.models import metadata
 from sqlalchemy import Connection, Table, func, insert, select
-from werkzeug.security import generate_password_hash
 
 from tests.conftest import wait_for
+from tests.helpers import password_hash
 
 TOKEN = "copy-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 USER, PASSWORD = "olivia", "olivia-secret"
-PASSWORD_HASH = generate_password_hash(PASSWORD)
+PASSWORD_HASH = password_hash(PASSWORD)
 """One hash for both sides: a session is bound to the hash it signed in with."""
 HELD = "held"
 """The paused queue whose jobs stay pending."""

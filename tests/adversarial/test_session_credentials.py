@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 import requests
-from werkzeug.security import generate_password_hash
 
 from tests.adversarial.cli_process import JobdeckProcess, write_config
 from tests.adversarial.websec_support import form_token
+from tests.helpers import password_hash
 
 pytestmark = pytest.mark.slow
 
-OLD = generate_password_hash("alice-old-secret")
-NEW = generate_password_hash("alice-new-secret")
+OLD = password_hash("alice-old-secret")
+NEW = password_hash("alice-new-secret")
 
 
 class Server:

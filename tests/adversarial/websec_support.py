@@ -10,11 +10,11 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from werkzeug.security import generate_password_hash
+from tests.helpers import password_hash
 
 USERS = {
-    "alice": {"password_hash": generate_password_hash("alice-secret"), "role": "operator"},
-    "victor": {"password_hash": generate_password_hash("victor-secret"), "role": "viewer"},
+    "alice": {"password_hash": password_hash("alice-secret"), "role": "operator"},
+    "victor": {"password_hash": password_hash("victor-secret"), "role": "viewer"},
 }
 
 

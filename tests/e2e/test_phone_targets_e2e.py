@@ -18,11 +18,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from jobdeck.maintenance.upkeep import Maintenance
 from playwright.sync_api import expect
-from werkzeug.security import generate_password_hash
 
 from tests.conftest import wait_for
 from tests.e2e.conftest import new_page_ready
 from tests.e2e.test_screenshots import PHONE, SCHEDULES, _fire_schedules, _seed_counters
+from tests.helpers import password_hash
 
 pytestmark = pytest.mark.e2e
 
@@ -32,7 +32,7 @@ MIN = 44
 HEADER_MAX = 60
 """The sticky top bar on a phone: one row (a 44 px target and its padding)."""
 
-USERS = {"alice": {"password_hash": generate_password_hash("alice-secret"), "role": "operator"}}
+USERS = {"alice": {"password_hash": password_hash("alice-secret"), "role": "operator"}}
 
 MEASURE = """() => {
   const root = document.documentElement;
