@@ -104,7 +104,7 @@ def _ready(what: str, argv: list[str], url: str, proc: subprocess.Popen[bytes], 
         engine.dispose()
 
 
-def jobdeck_idle(what: str, seconds: float, work: Path) -> float:
+def jobdeck_idle(what: str, seconds: float, work: Path, settle: float = SETTLE) -> float:
     """The share of one core (percent) an idle ``jobdeck worker`` or ``serve`` spends."""
     folder = Path(tempfile.mkdtemp(prefix=f"idle-{what}-", dir=work))
     url = f"sqlite:///{folder / 'jobdeck.db'}"
@@ -113,7 +113,7 @@ def jobdeck_idle(what: str, seconds: float, work: Path) -> float:
         proc = subprocess.Popen(argv, cwd=folder, env=env, stdout=out, stderr=out)
     try:
         _ready(what, argv, url, proc, time.monotonic() + 60)
-        time.sleep(SETTLE)  # start-up's own work left out of the measurement
+        time.sleep(settle)  # start-up's own work left out of the measurement
         pids = _tree(proc.pid)
         cpu, wall = _cpu_seconds(pids), time.monotonic()
         time.sleep(seconds)  # the measurement window: the process is left alone
@@ -137,10 +137,10 @@ def huey_idle(seconds: float) -> float:
     return float(json.loads(out.stdout.strip().splitlines()[-1])["rate"])
 
 
-def run(seconds: float, rounds: int, peers: bool = True) -> dict[str, Any]:
+def run(seconds: float, rounds: int, peers: bool = True, settle: float = SETTLE) -> dict[str, Any]:
     systems: dict[str, Any] = {
-        "jobdeck worker --demo": lambda work: jobdeck_idle("worker", seconds, work),
-        "jobdeck serve --demo": lambda work: jobdeck_idle("serve", seconds, work),
+        "jobdeck worker --demo": lambda work: jobdeck_idle("worker", seconds, work, settle),
+        "jobdeck serve --demo": lambda work: jobdeck_idle("serve", seconds, work, settle),
     }
     if peers:
         systems["Huey consumer (defaults, 4 threads)"] = lambda work: huey_idle(seconds)

@@ -152,7 +152,7 @@ def test_the_bulk_http_scenario_enqueues_every_job_both_ways_and_renders(
 def test_the_idle_scenario_measures_both_shipped_processes() -> None:
     from bench.idle_bench import run, table
 
-    result = run(seconds=0.5, rounds=1, peers=False)
+    result = run(seconds=0.5, rounds=1, peers=False, settle=0.1)
     shares = {name: r["median"] for name, r in result["systems"].items()}
     assert set(shares) == {"jobdeck worker --demo", "jobdeck serve --demo"}
     assert all(0 <= share < 200 for share in shares.values()), shares  # of one core; two cores at most
