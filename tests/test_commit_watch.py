@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 import sqlite3
 import threading
@@ -216,7 +218,8 @@ def test_a_commit_that_gives_no_event_is_still_seen_within_idle(make_deck, monke
 def test_file_changes_report_the_databases_files_only(tmp_path):
     """A write to the database, its ``-wal`` or its ``-journal`` is reported;
     one to another file of the folder is not; an interrupted wait returns at
-    once; a removed folder makes every wait report (the caller reads)."""
+    once; a renamed folder is still watched; a removed one makes every wait
+    report (the caller reads)."""
     folder = tmp_path / "db"
     folder.mkdir()
     changes = open_changes(str(folder / "jobdeck.db"))
@@ -231,7 +234,13 @@ def test_file_changes_report_the_databases_files_only(tmp_path):
         started = time.monotonic()
         assert changes.wait(60) is False
         assert time.monotonic() - started < 30
-        shutil.rmtree(folder)
+        moved = tmp_path / "moved"
+        folder.rename(moved)  # inotify follows the folder, and the files keep their names
+        assert changes.wait(0.2) is False
+        assert not changes.gone
+        (moved / "jobdeck.db-wal").write_bytes(b"page")
+        assert changes.wait(5) is True
+        shutil.rmtree(moved)
         assert changes.wait(5) is True
         assert changes.gone
     finally:
@@ -271,3 +280,85 @@ def test_no_inotify_instance_means_polling_and_a_line_in_the_log(tmp_path, monke
     with caplog.at_level("INFO", logger="jobdeck.commit_watch"):
         assert open_changes(str(tmp_path / "jobdeck.db")) is None
     assert "polling every few milliseconds" in caplog.text
+
+
+class _WriteThenSync:
+    """File changes in which the test says when a commit's pages were
+    written (one event); the commit becomes visible later, after the
+    writer's sync, which gives no event (an fsync, and the WAL index in
+    shared memory, make none)."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._written = False
+
+    def write(self) -> None:
+        self._written = True
+        self._event.set()
+
+    def wait(self, timeout: float) -> bool:
+        self._event.wait(timeout)
+        self._event.clear()
+        written, self._written = self._written, False
+        return written
+
+    def interrupt(self) -> None:
+        self._event.set()
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_commit_visible_long_after_its_write_still_wakes_the_pool_promptly(make_deck, monkeypatch):
+    """With ``synchronous=FULL`` a commit writes its pages (the event),
+    syncs, then becomes visible (no event). A slow disk holds the sync for
+    hundreds of milliseconds: the watcher keeps reading every ``interval``
+    until the version moves (for up to ``HOT``), instead of going back to
+    sleep and seeing the commit only at its ``idle`` read (5 s here; a
+    first version stopped reading 0.25 s after the write)."""
+    changes = _WriteThenSync()
+    monkeypatch.setattr(commit_watch, "open_changes", lambda path: changes)
+    deck = make_deck()
+    other = make_deck()
+    woken: list[float] = []
+    watcher = CommitWatcher(deck.store.engine.url.database, lambda: woken.append(time.monotonic()),
+                            types=lambda: ["demo.noop"], clock=deck.clock, idle=5.0)  # fmt: skip
+    watcher.start()
+    try:
+        wait_for(watcher.sleeping.is_set, 5, message="the watcher to sleep")
+        changes.write()  # the enqueue's pages reach the -wal ...
+        time.sleep(0.6)  # ... the disk holds the writer's sync (the scenario, not a wait for something) ...
+        other.enqueue("demo.noop")  # ... and the commit becomes visible
+        visible = time.monotonic()
+        wait_for(lambda: woken, 10, message="the watcher to wake the pool")
+        assert woken[0] - visible < 2.0, f"seen {woken[0] - visible:.2f} s after the commit became visible"
+    finally:
+        watcher.stop()
+
+
+def test_no_file_descriptor_for_the_watch_means_polling_not_a_dead_watcher(make_deck, monkeypatch):
+    """Out of file descriptors for a moment (EMFILE) as the watcher opens its
+    watch: it polls instead (a first version's thread died of the OSError,
+    and the pool was never woken again)."""
+    real_pipe = os.pipe
+    failed: list[int] = []
+
+    def pipe_once_short() -> tuple[int, int]:
+        if not failed and threading.current_thread().name == "jobdeck-commit-watch":
+            failed.append(1)
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return real_pipe()
+
+    monkeypatch.setattr(file_changes.os, "pipe", pipe_once_short)
+    deck = make_deck()
+    other = make_deck()
+    woken: list[int] = []
+    watcher = _watcher(deck, woken, idle=60.0)
+    watcher.start()
+    try:
+        wait_for(lambda: failed, 5, message="the watcher to try its pipe")
+        other.enqueue("demo.noop")
+        wait_for(lambda: woken, 5, message="the watcher to wake the pool after the EMFILE")
+        assert watcher._thread is not None and watcher._thread.is_alive()
+    finally:
+        watcher.stop()

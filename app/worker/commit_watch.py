@@ -21,12 +21,14 @@ GIL samples in a profiled drain).
 When to read: after a write to the database's files, every ``interval``
 (5 ms) until the version moves with no write since (the writes' commit is
 visible: it becomes so only after the writer's sync), for at most ``HOT`` (a
-quarter of a second) after the last write; otherwise it sleeps until a write
+couple of seconds, in case the write belonged to no commit) after the last
+write; otherwise it sleeps until a write
 (``jobdeck.worker.file_changes``, inotify), and reads at least every
 ``IDLE`` (half a second) even with none.
 Read every 5 ms whatever happened, an idle process spent 3 to 4% of a core
-on it. Where inotify cannot be had (not Linux, or the per-user limit of
-instances reached) it reads every ``interval``, as it always did.
+on it. Where inotify cannot be had (not Linux, the per-user limit of
+instances reached, no file descriptor left) it reads every ``interval``, as
+it always did.
 
 Like the PostgreSQL listener (``jobdeck.worker.listener``) it is only an accelerator:
 the pool still polls every ``poll_interval``, so if the watcher fails,
@@ -48,12 +50,13 @@ from jobdeck.worker.file_changes import FileChanges, open_changes
 
 log = logging.getLogger("jobdeck.commit_watch")
 
-HOT = 0.25
+HOT = 2.0
 """The longest stretch of reads every ``interval`` after a write to the
-database's files with the version still where it was: the commit the write
+database's files with the version still where it was. The commit the write
 belongs to becomes visible only after the writer's sync
-(``jobdeck.worker.file_changes``), and a write may belong to no commit (a
-checkpoint, a transaction rolled back)."""
+(``jobdeck.worker.file_changes``), which a loaded disk or a network volume
+can hold for hundreds of milliseconds; a write may also belong to no commit
+(a checkpoint, a transaction rolled back), and then the reads stop here."""
 IDLE = 0.5
 """The longest sleep with no write seen: a bound on how late a commit whose
 writes gave no event (a network mount written from another machine) is seen."""
@@ -119,10 +122,14 @@ class CommitWatcher:
                 log.warning("commit watcher cannot open %s (%s); polling only", self.path, exc)
                 self._stop.wait(1.0)
                 continue
-            self._changes = changes = open_changes(self.path)
+            try:
+                self._changes = changes = open_changes(self.path)
+            except OSError as exc:
+                log.warning("commit watcher cannot watch %s (%s); polling every few milliseconds", self.path, exc)
+                self._changes = changes = None
             try:
                 self._watch(conn, changes)
-            except sqlite3.Error as exc:
+            except (sqlite3.Error, OSError) as exc:
                 log.warning("commit watcher failed (%s); reopening", exc, exc_info=True)
                 self._stop.wait(0.5)
             finally:

@@ -19,8 +19,8 @@ file's folder gives none (a network mount written from another machine).
 
 The folder is watched, not the files: the ``-wal`` and ``-journal`` files
 come and go. ``open_changes`` returns None where inotify is missing (not
-Linux) or refused (the per-user limit of instances, 128 by default), and
-the caller then polls as before.
+Linux) or refused (the per-user limit of instances, 128 by default, or no
+file descriptor left), and the caller then polls as before.
 """
 
 from __future__ import annotations
@@ -40,19 +40,19 @@ from pathlib import Path
 log = logging.getLogger("jobdeck.commit_watch")
 
 IN_MODIFY = 0x00000002
-IN_CLOSE_WRITE = 0x00000008
 IN_MOVED_TO = 0x00000080
 IN_CREATE = 0x00000100
 IN_DELETE_SELF = 0x00000400
-IN_MOVE_SELF = 0x00000800
 IN_Q_OVERFLOW = 0x00004000
 IN_IGNORED = 0x00008000
 IN_NONBLOCK = os.O_NONBLOCK
 IN_CLOEXEC = os.O_CLOEXEC
-MASK = IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE_SELF | IN_MOVE_SELF
-"""A write, a file written and closed, a file moved in or made; the folder
-itself gone (then every wait answers at once: the caller falls back to its
-reads)."""
+MASK = IN_MODIFY | IN_MOVED_TO | IN_CREATE | IN_DELETE_SELF
+"""A write, a file moved in or made; the folder itself removed (then every
+wait answers at once: the caller falls back to reading every few
+milliseconds). A folder renamed is still watched (inotify follows it) and its
+files keep their names, so a rename changes nothing here. A file closed is
+left out: a connection closing writes nothing a commit needs seen."""
 _EVENT = struct.Struct("iIII")
 """``struct inotify_event`` before its name: wd, mask, cookie, len."""
 _SUFFIXES = ("", "-wal", "-journal")
@@ -92,7 +92,7 @@ class FileChanges:
         self._poll.register(self._fd, select.POLLIN)
         self._poll.register(self._wake_r, select.POLLIN)
         self.gone = False
-        """The watched folder was removed or moved: no event will come any more."""
+        """The watched folder was removed: no event will come any more."""
 
     def wait(self, timeout: float) -> bool:
         """Sleep until one of the database's files is written, ``interrupt``
@@ -115,7 +115,9 @@ class FileChanges:
                 _wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
                 name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
                 offset += _EVENT.size + length
-                if mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED):
+                if mask & (IN_DELETE_SELF | IN_IGNORED):
+                    if not self.gone:
+                        log.warning("commit watcher: the database's folder was removed; polling every few milliseconds")
                     self.gone = True
                     written = True
                 elif mask & IN_Q_OVERFLOW or name in self._names:
@@ -161,4 +163,9 @@ def open_changes(database: str) -> FileChanges | None:
             log.info("commit watcher: cannot watch %s (%s); polling every few milliseconds", folder, reason)
             return None
     names = frozenset(os.fsencode(path.name + suffix) for path in paths for suffix in _SUFFIXES)
-    return FileChanges(fd, names)
+    try:
+        return FileChanges(fd, names)
+    except OSError as exc:  # its pipe: out of file descriptors for a moment (EMFILE)
+        os.close(fd)
+        log.info("commit watcher: cannot watch %s (%s); polling every few milliseconds", paths, exc)
+        return None
