@@ -356,7 +356,8 @@ def test_no_file_descriptor_for_the_watch_means_polling_not_a_dead_watcher(make_
     watcher = _watcher(deck, woken, idle=60.0)
     watcher.start()
     try:
-        wait_for(lambda: failed, 5, message="the watcher to try its pipe")
+        wait_for(watcher.watching.is_set, 5, message="the watcher to start")  # after its first read
+        assert failed, "the watcher did not try its pipe"
         other.enqueue("demo.noop")
         wait_for(lambda: woken, 5, message="the watcher to wake the pool after the EMFILE")
         assert watcher._thread is not None and watcher._thread.is_alive()
