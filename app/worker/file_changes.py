@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import logging
 import os
@@ -65,11 +64,11 @@ def _lib() -> ctypes.CDLL | None:
     global _libc
     if _libc is None and sys.platform.startswith("linux"):
         try:
-            lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            lib = ctypes.CDLL(None, use_errno=True)  # the C library Python itself runs on
             lib.inotify_init1.argtypes = [ctypes.c_int]
             lib.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
             _libc = lib
-        except (OSError, AttributeError):  # no libc by that name, or one without inotify
+        except (OSError, AttributeError):  # a C library without inotify
             return None
     return _libc
 
