@@ -182,26 +182,38 @@ def test_without_inotify_the_watcher_reads_every_interval(make_deck, monkeypatch
         watcher.stop()
 
 
-class _Deaf:
-    """File changes that never report a write (a folder on a network mount
-    written from another machine): every wait runs out."""
+class _Changes:
+    """File changes in which the test says when a commit's pages were
+    written (``write``, one event); the commit may become visible later,
+    after the writer's sync, which gives no event (an fsync, and the WAL
+    index in shared memory, make none). Never written to, every wait runs
+    out, as on a network mount written from another machine."""
 
     def __init__(self) -> None:
-        self._interrupted = threading.Event()
+        self._event = threading.Event()
+        self._written = False
+
+    def write(self) -> None:
+        self._written = True
+        self._event.set()
 
     def wait(self, timeout: float) -> bool:
-        self._interrupted.wait(timeout)
-        return False
+        self._event.wait(timeout)
+        self._event.clear()
+        written, self._written = self._written, False
+        return written
 
     def interrupt(self) -> None:
-        self._interrupted.set()
+        self._event.set()
 
     def close(self) -> None:
         pass
 
 
 def test_a_commit_that_gives_no_event_is_still_seen_within_idle(make_deck, monkeypatch):
-    monkeypatch.setattr(commit_watch, "open_changes", lambda path: _Deaf())
+    """A folder on a network mount written from another machine gives no
+    event: every wait runs out, and the read after ``idle`` sees the commit."""
+    monkeypatch.setattr(commit_watch, "open_changes", lambda path: _Changes())
     deck = make_deck()
     other = make_deck()
     woken: list[int] = []
@@ -282,33 +294,6 @@ def test_no_inotify_instance_means_polling_and_a_line_in_the_log(tmp_path, monke
     assert "polling every few milliseconds" in caplog.text
 
 
-class _WriteThenSync:
-    """File changes in which the test says when a commit's pages were
-    written (one event); the commit becomes visible later, after the
-    writer's sync, which gives no event (an fsync, and the WAL index in
-    shared memory, make none)."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self._written = False
-
-    def write(self) -> None:
-        self._written = True
-        self._event.set()
-
-    def wait(self, timeout: float) -> bool:
-        self._event.wait(timeout)
-        self._event.clear()
-        written, self._written = self._written, False
-        return written
-
-    def interrupt(self) -> None:
-        self._event.set()
-
-    def close(self) -> None:
-        pass
-
-
 def test_a_commit_visible_long_after_its_write_still_wakes_the_pool_promptly(make_deck, monkeypatch):
     """With ``synchronous=FULL`` a commit writes its pages (the event),
     syncs, then becomes visible (no event). A slow disk holds the sync for
@@ -316,7 +301,7 @@ def test_a_commit_visible_long_after_its_write_still_wakes_the_pool_promptly(mak
     until the version moves (for up to ``HOT``), instead of going back to
     sleep and seeing the commit only at its ``idle`` read (5 s here; a
     first version stopped reading 0.25 s after the write)."""
-    changes = _WriteThenSync()
+    changes = _Changes()
     monkeypatch.setattr(commit_watch, "open_changes", lambda path: changes)
     deck = make_deck()
     other = make_deck()
