@@ -52,9 +52,7 @@ while deck.store.get(job.id).status.value != "running" and time.monotonic() < de
 print(job.id, deck.store.get(job.id).status.value, flush=True)
 
 def quit_mid_stop():  # the signal comes while the stop at exit waits out its grace
-    deadline = time.monotonic() + 60
-    while not pool._stopping.is_set() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    pool._stopping.wait(60)
     os.kill(os.getpid(), signal.SIGQUIT)
 
 threading.Thread(target=quit_mid_stop, daemon=True).start()
