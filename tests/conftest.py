@@ -128,8 +128,8 @@ class _CompiledAcrossEngines(LRUCache[Any, Any]):
         if settings is None:
             settings = (type(dialect), *sorted(
                 (name, value if isinstance(value, (bool, int, float, str, tuple, type(None))) else id(value))
-                for name, value in vars(dialect).items() if name not in self._OWN
-            ))  # fmt: skip
+                for name, value in dict(vars(dialect)).items() if name not in self._OWN
+            ))  # fmt: skip  # a copy: another thread may be memoizing an attribute on the dialect meanwhile
             self._settings[dialect] = settings
         return settings
 
