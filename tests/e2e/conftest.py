@@ -1,8 +1,9 @@
 """A live Jobdeck for the browser tests: the real WSGI app served by
 waitress on 127.0.0.1 (port 0) in a thread, with a real worker pool, on a
-temporary SQLite file; Debian's Chromium driven by pytest-playwright.
+temporary SQLite file; Debian's Chromium headless shell driven by
+pytest-playwright.
 
-A missing /usr/bin/chromium fails these tests: CI must never skip them."""
+A missing /usr/bin/chromium-headless-shell fails these tests: CI must never skip them."""
 
 from __future__ import annotations
 
