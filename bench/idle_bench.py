@@ -39,7 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import REPO, machine  # noqa: E402
-from bench.serve_bench import _stop  # noqa: E402
+from bench.serve_bench import stop  # noqa: E402
 from bench.shipped_bench import command  # noqa: E402
 
 SETTLE = 3.0
@@ -120,7 +120,7 @@ def jobdeck_idle(what: str, seconds: float, work: Path, settle: float = SETTLE) 
         time.sleep(seconds)  # the measurement window: the process is left alone
         return 100 * (_cpu_seconds(pids) - cpu) / (time.monotonic() - wall)
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 def huey_idle(seconds: float) -> float:

@@ -60,7 +60,7 @@ def process(
                 _wait_healthy(proc, port, db.parent / f"serve-{port}.log")
             yield proc, port
         finally:
-            _stop(proc)
+            stop(proc)
 
 
 def get(port: int, path: str, conn: http.client.HTTPConnection | None = None) -> tuple[int, bytes]:
@@ -180,7 +180,7 @@ def http_server(
             _wait_healthy(proc, port, db.parent / f"gunicorn-{port}.log")
             yield proc, port
         finally:
-            _stop(proc)
+            stop(proc)
 
 
 def http_enqueue(
@@ -324,7 +324,8 @@ def _wait_healthy(proc: subprocess.Popen[bytes], port: int, log: Path, timeout: 
         time.sleep(0.05)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """End a server or worker process: SIGTERM, and SIGKILL past a minute (the idle harness uses it too)."""
     proc.terminate()
     try:
         proc.wait(timeout=60)
