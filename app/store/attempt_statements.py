@@ -329,25 +329,44 @@ def heartbeat() -> Any:
     )
 
 
-@lru_cache(maxsize=2)
-def heartbeat_held(dialect: str) -> Any:
+@lru_cache(maxsize=4)
+def heartbeat_held(dialect: str, voidable: bool = False) -> Any:
     """Every job a worker holds; rows another transaction holds (an ack
     finishing them) are skipped, not waited for: waiting deadlocked with an
     ack batch locking the same rows in another order. Returns (id,
     cancel_requested_at, attempt): how other processes' cancels reach the pool (not
     ``IS NOT NULL``: SQLite's RETURNING answered it true for NULL).
-    Values: worker, now."""
+    Values: worker, now, and with ``voidable`` void_at (``beat_time``)."""
     held = select(jobs.c.id).where(jobs.c.worker_id == bindparam("worker"), in_states(Transition.HEARTBEAT))
     return (
         update(jobs)
         .where(among(held.with_for_update(skip_locked=True).scalar_subquery(), dialect))
-        .values(heartbeat_at=NOW)
+        .values(heartbeat_at=beat_time(jobs.c.heartbeat_at) if voidable else NOW)
         .returning(jobs.c.id, jobs.c.cancel_requested_at, jobs.c.attempt)
     )
 
 
-def heartbeat_worker() -> Any:
-    return update(workers).where(workers.c.id == bindparam("worker")).values(heartbeat_at=NOW)
+def heartbeat_worker(voidable: bool = False) -> Any:
+    heartbeat_at = beat_time(workers.c.heartbeat_at) if voidable else NOW
+    return update(workers).where(workers.c.id == bindparam("worker")).values(heartbeat_at=heartbeat_at)
+
+
+def beat_time(column: Any) -> Any:
+    """PostgreSQL: what a beat writes in ``column``: ``now``, unless it
+    reaches the row later than ``void_at`` on the server's clock; then the
+    value stays as it is (values: now, void_at).
+
+    A beat's statement can reach the server long after its ``now`` was
+    read: sent into a partition, TCP resends it once the network is back,
+    seconds later, or it waits on a row lock. Written then, it moved the
+    worker's heartbeat back past a fresher beat's, and a sweeper rescued the
+    jobs of a live worker (seen: a host cut off for 0.7 of ``stall_timeout``
+    had a job rescued and run twice, once its network was back). Read in the
+    row's new value, the server's clock is read when the row is written
+    (after any lock wait); in the WHERE clause it was read once, as the
+    statement started."""
+    landed_in_time = func.clock_timestamp() <= bindparam("void_at", type_=jobs.c.updated_at.type)
+    return case((landed_in_time, NOW), else_=column)
 
 
 def set_progress() -> Any:

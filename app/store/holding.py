@@ -5,7 +5,7 @@ that a job is held, which finishing it shares (``jobdeck.store.finish``)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from jobdeck.core.errors import JobNotFound, NotHeld, StaleAttempt, TransitionRefused
@@ -57,7 +57,9 @@ class Holding(Graph, Claiming):
         beat = self.heartbeat_pool(worker_id, now)
         return len(beat.held), beat.cancelled
 
-    def heartbeat_pool(self, worker_id: str, now: datetime | Callable[[], datetime]) -> PoolBeat:
+    def heartbeat_pool(
+        self, worker_id: str, now: datetime | Callable[[], datetime], *, void_after: float | None = None
+    ) -> PoolBeat:
         """Heartbeat every job a worker holds, and the worker itself; returns
         the jobs beaten (id and attempt: a pool finds there a job it claimed
         without knowing, whose claim's reply was lost) and the ids of those a
@@ -68,11 +70,21 @@ class Holding(Graph, Claiming):
         and claims it vouches for, nor behind other processes' writers.
         Given a clock, the time written is read once the write lock is held,
         so a beat that had to wait still says "alive now", not "alive when
-        it started waiting"."""
+        it started waiting".
+
+        ``void_after`` (PostgreSQL; ``now`` on the database's clock): a beat
+        whose statements reach the server more than this many seconds after
+        ``now`` changes nothing (``attempt_statements.beat_time``): resent
+        after a partition, it would move the heartbeat back past a fresher
+        beat's. On SQLite the time is read with the file's write lock held, so
+        a beat lands when it says."""
+        voidable = void_after is not None and not self.sqlite
         with self.write(urgent=True) as conn:
-            params = {"worker": worker_id, "now": now() if callable(now) else now}
-            beaten = conn.execute(attempt_statements.heartbeat_held(self.dialect), params).all()
-            conn.execute(attempt_statements.heartbeat_worker(), params)
+            params: dict[str, Any] = {"worker": worker_id, "now": now() if callable(now) else now}
+            if voidable:
+                params["void_at"] = params["now"] + timedelta(seconds=void_after or 0.0)
+            beaten = conn.execute(attempt_statements.heartbeat_held(self.dialect, voidable), params).all()
+            conn.execute(attempt_statements.heartbeat_worker(voidable), params)
         return PoolBeat(
             {job_id: attempt for job_id, _, attempt in beaten},
             [job_id for job_id, requested_at, _ in beaten if requested_at is not None],
