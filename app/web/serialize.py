@@ -3,6 +3,7 @@ by the API and the dashboard, with every time written by ``iso``."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -10,7 +11,6 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from flask import current_app, g, has_request_context
 from jobdeck.core.states import priority_label
 from jobdeck.jobs.waiting import Situation, WaitingReasons, for_deck, situation_loader
 from jobdeck.store import AttemptRecord, JobRecord
@@ -199,6 +199,8 @@ def enqueue_waiting(now: datetime, holders: Holders | None = None) -> None:
     ``holders``, what the enqueue read right after its commit
     (``Enqueued.holders``), or else from a read shared with the concurrent
     enqueue answers (``SharedRead``)."""
+    from flask import current_app, g
+
     deck = current_app.extensions["jobdeck"]
     if holders is not None:
         g.jobdeck_waiting = WaitingReasons(situation_loader(deck, now, holders))
@@ -210,9 +212,15 @@ def enqueue_waiting(now: datetime, holders: Holders | None = None) -> None:
 def request_waiting() -> WaitingReasons | None:
     """This request's "why is it waiting?" reasons (``jobdeck.jobs.waiting``), made
     once per request so a list of jobs reads the store once; None outside a
-    request (the CLI's ``show``), where job JSON has no ``waiting_reason``."""
-    if not has_request_context():
+    request (the CLI's ``show``), where job JSON has no ``waiting_reason``.
+    Flask is not imported for it: a process that never loaded Flask (the
+    CLI's ``enqueue``, ``show`` and ``jobs``) is in no request, and loading it
+    cost each of those commands about a tenth of a second."""
+    flask = sys.modules.get("flask")
+    if flask is None or not flask.has_request_context():
         return None
+    from flask import current_app, g
+
     reasons: WaitingReasons | None = g.get("jobdeck_waiting")
     if reasons is None:
         deck = current_app.extensions["jobdeck"]
