@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from jobdeck import create_app
 from jobdeck.core.clock import DatabaseClock
+from jobdeck.jobs.flow import START_SLACK
 from jobdeck.store.models import jobs
 from jobdeck.store.postgres import CLAIM_LOCK
 from sqlalchemy import select, text
@@ -139,3 +140,42 @@ def test_a_limited_claim_that_waited_for_the_claim_lock_is_not_stalled_at_once(m
     print(f"claimed job's heartbeat {beat.isoformat()}, {(now - beat).total_seconds():.2f} s old at once")
     assert deck.store.rescue_stalled(now, STALL) == [], "a job claimed a moment ago was rescued as stalled"
     assert _job(deck, job_id).status == "running"
+
+
+def test_a_rate_limited_claim_that_waited_for_the_claim_lock_logs_its_starts_when_they_happened(
+    make_deck: Any, request: Any
+) -> None:
+    """A rate-limited claim reads its time, waits for the claim lock, then
+    claims and logs its starts (``flow_starts``) at that old time: the
+    starts leave the rate's window early by as long as the claim waited,
+    and the next claim takes a second full batch within one window."""
+    rate, period, waited = 4, 3.0, 2.0
+    deck = make_deck(stall_timeout=STALL, types={"demo.noop": {"rate": f"{rate}/{period:g}s"}})
+    assert isinstance(deck.clock, DatabaseClock)
+    deck.enqueue_many([{"type": "demo.noop", "payload": {"i": i}} for i in range(3 * rate)])
+
+    schema = request.node.pg_schema
+    engine = deck.store.engine
+    with engine.connect() as other:
+        other.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": CLAIM_LOCK})
+        thread, answers, errors = _in_thread(lambda: deck.store.claim("host-a", deck.clock(), limit=3 * rate))
+        wait_for(lambda: _waiting_on_a_lock(engine, schema), timeout=30, message="the claim waits on the claim lock")
+        blocked = deck.clock()  # the claim read its time before this
+        wait_for(lambda: deck.clock() > blocked + timedelta(seconds=waited), timeout=30, message="the claim waited")
+        released = deck.clock()  # the claim's jobs start after this
+        other.commit()
+    thread.join(timeout=30)
+    assert not thread.is_alive() and not errors, errors
+    [first] = answers
+    assert len(first) == rate
+
+    # A window (the period and its slack) after the first claim read its time,
+    # less than one period after its jobs started.
+    window = timedelta(seconds=period + START_SLACK + 0.05)
+    wait_for(lambda: deck.clock() > blocked + window, timeout=30, message="a window from the read")
+    second = deck.store.claim("host-b", deck.clock(), limit=3 * rate)
+    after = deck.clock()
+    assert after < released + timedelta(seconds=period), "the test was too slow to tell"
+    print(f"rate {rate}/{period:g}s: claimed {len(first)}, then {len(second)} "
+          f"{(after - released).total_seconds():.2f} s after the first batch started")  # fmt: skip
+    assert second == [], "a second batch within one window of the first's starts"
