@@ -319,12 +319,14 @@ def stalled(cutoff: Any, limit: int) -> Select[Any]:
 # -- while running ---------------------------------------------------------------
 
 
-def heartbeat() -> Any:
-    """One job's heartbeat (the HTTP worker's). Values: job, worker, now."""
+def heartbeat(voidable: bool = False) -> Any:
+    """One job's heartbeat (the HTTP worker's). Values: job, worker, now,
+    and with ``voidable`` void_at (``beat_time``): an HTTP worker has no row
+    of its own, so its jobs are judged by this heartbeat alone."""
     return (
         update(jobs)
         .where(jobs.c.id == bindparam("job"), jobs.c.worker_id == bindparam("worker"), in_states(Transition.HEARTBEAT))
-        .values(heartbeat_at=NOW, updated_at=NOW)
+        .values(heartbeat_at=beat_time(jobs.c.heartbeat_at) if voidable else NOW, updated_at=NOW)
         .returning(*JOB_COLUMNS)
     )
 

@@ -37,10 +37,17 @@ class Holding(Graph, Claiming):
 
     # -- while running ------------------------------------------------------------
 
-    def heartbeat(self, job_id: int, worker_id: str, now: datetime) -> JobRecord:
-        """One job's heartbeat (the HTTP worker's); urgent, like ``heartbeat_worker``."""
+    def heartbeat(self, job_id: int, worker_id: str, now: datetime, *, void_after: float | None = None) -> JobRecord:
+        """One job's heartbeat (the HTTP worker's); urgent, like ``heartbeat_worker``.
+        ``void_after`` as in ``heartbeat_pool``: on PostgreSQL a beat that
+        reaches the job's row later than that after ``now`` leaves its
+        heartbeat as it is (the job is still checked as held)."""
+        voidable = void_after is not None and not self.sqlite
+        params: dict[str, Any] = {"job": job_id, "worker": worker_id, "now": now}
+        if voidable:
+            params["void_at"] = now + timedelta(seconds=void_after or 0.0)
         with self.write(urgent=True) as conn:
-            row = conn.execute(attempt_statements.heartbeat(), {"job": job_id, "worker": worker_id, "now": now}).first()
+            row = conn.execute(attempt_statements.heartbeat(voidable), params).first()
             if row is None:
                 self._held(conn, job_id, worker_id, Transition.HEARTBEAT)
                 raise self._why_refused(conn, job_id, Transition.HEARTBEAT)
