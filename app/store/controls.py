@@ -3,8 +3,9 @@ limit-aware claim (the policy itself lives in ``jobdeck.jobs.queues``)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from jobdeck.core.states import State
 from jobdeck.store import postgres, statements
 from jobdeck.store.claim import _in_claim_order
+from jobdeck.store.flow import after_waiting
 from jobdeck.store.flow_pipelined import driver_connection, driver_errors, send, send_first
 from jobdeck.store.lifecycle import Store
 from jobdeck.store.models import jobs, queue_state
@@ -112,16 +114,18 @@ def claim_due(
     drain). On PostgreSQL, with ``blocked``, it goes in one pipelined batch
     with the lock and the counts (``_Claim.pipelined``). ``paused``: the
     queues ``decide`` skips besides the full ones."""
+    entered = time.monotonic()
     claim = _Claim(
         store, worker_id, now, limit, None if types is None else list(types), None if queues is None else list(queues)
     )
     names = (list(limited_types), list(limited_queues))
     if store.dialect == "postgresql" and blocked is not None:
-        return claim.pipelined(names, decide, blocked)
+        return claim.pipelined(names, decide, blocked, entered)
     with store.write() as conn:
         if store.dialect == "postgresql":
             conn.execute(postgres.lock_limited_claims())
-        elif blocked is not None and blocked.quiet(paused):
+        claim = claim.waited(entered)  # the lock may have kept it waiting
+        if store.sqlite and blocked is not None and blocked.quiet(paused):
             claimed = claim.tried(conn, claim.types, sorted(paused), lambda got: not _limited(got, names))
             if claimed is not None:
                 return claimed
@@ -162,6 +166,12 @@ class _Claim:
     limit: int
     types: list[str] | None
     queues: list[str] | None
+
+    def waited(self, since: float) -> _Claim:
+        """This claim with its time moved on by a wait for the claim lock
+        longer than ``WAITED`` (``jobdeck.store.flow.after_waiting``); itself otherwise."""
+        stamp = after_waiting(self.now, since)
+        return self if stamp == self.now else replace(self, now=stamp)
 
     def picked(self, conn: Any, full_types: list[str], skip_queues: list[str], pick: Pick) -> list[JobRecord]:
         """The due jobs read a little past ``limit``, ``pick``'s of them claimed."""
@@ -217,7 +227,9 @@ class _Claim:
             cursor.execute("RELEASE jobdeck_claim")
         return claimed if kept else None
 
-    def pipelined(self, names: tuple[list[str], list[str]], decide: Decide, blocked: Blocked) -> list[JobRecord]:
+    def pipelined(
+        self, names: tuple[list[str], list[str]], decide: Decide, blocked: Blocked, entered: float
+    ) -> list[JobRecord]:
         """PostgreSQL: ``unless_over`` in one round trip before the COMMIT,
         where the plain path takes five or six. One pipelined batch sends the
         acker's completions (``Store.complete_and_claim``), the advisory lock,
@@ -236,7 +248,10 @@ class _Claim:
         job waiting for its slot to the next claim). With a concurrency
         limit on a type the drain does not run (the demo's), a 20,000-job
         drain of the bare pool kept 40 to 64% of the unlimited drain's rate
-        without this."""
+        without this. A batch that waited for the lock (``entered``: when the
+        claim began) longer than ``WAITED`` keeps no plain claim, which it
+        stamped with its time before the wait: the picked claim stamps the
+        time after it."""
         guess = blocked.value
         ahead = self.store.take_ahead()
         with self.store.write() as conn:
@@ -255,8 +270,10 @@ class _Claim:
             applied_all = ahead is None or ahead.applied_all(completed)
             full_t, skip_q, pick = decide(*running)
             blocked.value = found(full_t, skip_q)
+            after = self.waited(entered)
             kept = (
                 tried is not None
+                and after is self
                 and applied_all
                 and blocked.value == guess
                 and len(pick([(j.id, j.type, j.queue) for j in tried])) == len(tried)
@@ -272,7 +289,7 @@ class _Claim:
             if not applied_all:  # the jobs those completions ended ran when the batch counted
                 running = self.counts(conn, names)
             full_t, skip_q, pick = decide(*running)  # a fresh pick: the tried one counted the rolled-back jobs
-            return self.picked(conn, full_t, skip_q, pick)
+            return after.picked(conn, full_t, skip_q, pick)
 
     def counts(self, conn: Any, names: tuple[list[str], list[str]]) -> list[dict[str, int]]:
         """Running jobs of each limited type and of each limited queue (``names``), in ``conn``'s transaction."""

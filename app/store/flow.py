@@ -15,10 +15,11 @@ many jobs one key holds.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -159,11 +160,34 @@ def _walk_keys(
     return [r[1] for r in rows if r[1] is not None], cursor
 
 
+WAITED = 0.25
+"""Seconds a limited claim may take from reading its time to its writes
+before it stamps them later (``after_waiting``): a rate's window is widened
+by as much (``jobdeck.jobs.flow.START_SLACK``)."""
+
+
+def after_waiting(now: datetime, since: float) -> datetime:
+    """The time a limited claim writes on the jobs it claims (``claimed_at``,
+    ``heartbeat_at``) and on the starts it logs: ``now``, which its caller
+    read before the claim waited for the limited claims' lock (PostgreSQL's
+    advisory lock, SQLite's write lock), moved on by the wait (``since``, on
+    the monotonic clock, when the claim began) when it took longer than
+    ``WAITED``. Stamped with the time read before a long wait, an HTTP
+    worker's job was claimed already older than ``stall_timeout``, and a
+    sweeper rescued it at once; a rate limit's starts were logged early by
+    the wait, and the next claim took a second batch within one window. The
+    reads keep ``now``: read with an earlier time, they count more starts in
+    a window and find fewer jobs due, never more."""
+    waited = time.monotonic() - since
+    return now + timedelta(seconds=waited) if waited > WAITED else now
+
+
 def claim_flow(store: Store, request: FlowRequest) -> tuple[list[JobRecord], dict[str, str]]:
     """The flow claim, in one write transaction no other limited claim
     interleaves with (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: the queue
     policy's advisory lock, taken first). Returns the claimed jobs and
     where the next walks start."""
+    entered = time.monotonic()
     now, type_list, queue_list, skip = request.now, request.types, request.queues, list(request.skip_queues)
     n_types = None if type_list is None else len(type_list)
     n_queues = None if queue_list is None else len(queue_list)
@@ -203,11 +227,12 @@ def claim_flow(store: Store, request: FlowRequest) -> tuple[list[JobRecord], dic
                 chosen = decide()
         if not chosen:
             return [], cursors
-        claimed = store.claim_ids(conn, request.worker_id, now, [i for i, _ in chosen])
+        stamp = after_waiting(now, entered)
+        claimed = store.claim_ids(conn, request.worker_id, stamp, [i for i, _ in chosen])
         got = {j.id for j in claimed}
         started = Counter(start for i, starts in chosen if i in got for start in starts)
         if started:
-            log = [{"limit_name": n, "key": k, "started_at": now, "count": c} for (n, k), c in started.items()]
+            log = [{"limit_name": n, "key": k, "started_at": stamp, "count": c} for (n, k), c in started.items()]
             conn.execute(insert(flow_starts), log)
         return claimed, cursors
 

@@ -22,6 +22,7 @@ all its time in this claim, most of it waiting on round trips."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ from jobdeck.store.flow import (
     _starts_since,
     _walk,
     _walk_keys,
+    after_waiting,
 )
 from jobdeck.store.lifecycle import Store
 from jobdeck.store.models import flow_starts, jobs
@@ -89,6 +91,7 @@ def claim_flow(store: Store, request: FlowRequest, guess: Guess) -> tuple[list[J
     with the others (read again when the answer differs now). Returns also
     this claim's answer."""
     assert store.dialect == "postgresql"
+    entered = time.monotonic()
     now, type_list, queue_list, skip = request.now, request.types, request.queues, list(request.skip_queues)
     n_types = None if type_list is None else len(type_list)
     n_queues = None if queue_list is None else len(queue_list)
@@ -169,9 +172,10 @@ def claim_flow(store: Store, request: FlowRequest, guess: Guess) -> tuple[list[J
         ids = [i for i, _ in chosen]
         logged = [(i, name, key) for i, starts in chosen for name, key in starts]
         prepared = claim_ids_logging(len(ids))
+        stamp = after_waiting(now, entered)  # the claim and its starts: when they happen, after any wait for the lock
         params = (
             request.worker_id,
-            store.stored_time(now),
+            store.stored_time(stamp),
             *ids,
             [s[0] for s in logged],
             [s[1] for s in logged],
@@ -183,7 +187,7 @@ def claim_flow(store: Store, request: FlowRequest, guess: Guess) -> tuple[list[J
                 if commits:
                     db.commit()  # in the same batch: the claim's last round trip
             got = claimed.fetchall()
-        return _in_claim_order(claimed_records(got, request.worker_id, now.astimezone(UTC), None)), cursors, answered
+        return _in_claim_order(claimed_records(got, request.worker_id, stamp.astimezone(UTC), None)), cursors, answered
 
 
 @dataclass(frozen=True)

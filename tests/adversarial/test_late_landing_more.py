@@ -105,13 +105,6 @@ def test_an_http_workers_beat_that_lands_late_does_not_move_the_jobs_heartbeat_b
     assert _job(deck, job_id).status == "running"
 
 
-OPEN = (
-    "open defect: a limited or flow claim on PostgreSQL reads its time before it waits for the claim lock, "
-    "and stamps and logs that time (docs/reliability.md); strict: this fails once it is fixed"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=OPEN)
 def test_a_limited_claim_that_waited_for_the_claim_lock_is_not_stalled_at_once(make_deck: Any, request: Any) -> None:
     """A claim under a concurrency limit reads its time, then waits for the
     advisory lock of limited claims (held by another process's claim, held
@@ -149,7 +142,6 @@ def test_a_limited_claim_that_waited_for_the_claim_lock_is_not_stalled_at_once(m
     assert _job(deck, job_id).status == "running"
 
 
-@pytest.mark.xfail(strict=True, reason=OPEN)
 def test_a_rate_limited_claim_that_waited_for_the_claim_lock_logs_its_starts_when_they_happened(
     make_deck: Any, request: Any
 ) -> None:
