@@ -1,0 +1,212 @@
+"""Writes that reach PostgreSQL late, with a time read before they were sent.
+
+Sent into a partition, a statement waits in TCP's resend queue and reaches
+the server seconds after its time was read, once the network is back; held
+on a lock, it lands when the lock goes. Written with the time read before,
+such writes
+
+- moved a pool's heartbeat back past a fresher beat's, and a sweeper rescued
+  the jobs of a live worker (a host cut off for 0.7 of ``stall_timeout`` had
+  one of its jobs rescued and run a second time: ``test_partition``, seen on
+  a busy machine);
+- moved an HTTP worker's job heartbeat back the same way (an HTTP worker has
+  no row of its own: its jobs are judged by their own heartbeat alone);
+- stamped a job claimed under limits, after a long wait for the limited
+  claims' lock, already older than ``stall_timeout``, and logged a rate
+  limit's starts early by the wait.
+
+Each test holds the write on a lock (the same every run), lets the deck's
+clock run past what matters, and, for a heartbeat, lands a fresher one first.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from jobdeck import create_app
+from jobdeck.core.clock import DatabaseClock
+from jobdeck.jobs.flow import START_SLACK
+from jobdeck.runtime import pool_for
+from jobdeck.store.models import jobs, workers
+from jobdeck.store.postgres import CLAIM_LOCK
+from sqlalchemy import select, text
+
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+
+STALL = 2.0
+LEASE = STALL / 2
+"""A pool's lease: past it a beat is void."""
+
+
+@dataclass
+class Held:
+    """What ``held_on_a_lock`` saw: the call's answer, the fresher value
+    written first (if any), and the deck's time once the call waited on the
+    lock (it read its time before) and when the lock went."""
+
+    answer: Any
+    fresher: Any
+    blocked: datetime
+    released: datetime
+
+
+def held_on_a_lock(
+    deck: Any, schema: str, lock: str, params: dict[str, Any], call: Any, hold: float, fresher: str | None = None
+) -> Held:
+    """Take ``lock`` on another connection, run ``call`` on a thread until it
+    waits on it, let ``hold`` seconds of the deck's clock pass after that
+    (the call read its time before), run ``fresher`` (an UPDATE ...
+    RETURNING, the write that lands first) and let the lock go."""
+    engine = deck.store.engine
+    answers: list[Any] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            answers.append(call())
+        except BaseException as exc:  # reported by the test, not lost in the thread
+            errors.append(exc)
+
+    with engine.connect() as other:
+        other.execute(text(lock), params)
+        thread = threading.Thread(target=run, name="late-write")
+        thread.start()
+        wait_for(lambda: _waiting_on_a_lock(engine, schema), timeout=30, message="the write waits on the lock")
+        blocked = deck.clock()
+        wait_for(lambda: deck.clock() > blocked + timedelta(seconds=hold), timeout=30, message=f"{hold} s")
+        first = other.execute(text(fresher), params).scalar_one() if fresher else None
+        released = deck.clock()
+        other.commit()
+    thread.join(timeout=30)
+    assert not thread.is_alive() and not errors, errors
+    return Held(answers[0], first, blocked, released)
+
+
+def _waiting_on_a_lock(engine: Any, schema: str) -> int:
+    """This test's sessions waiting on a lock (row or advisory); a fresh look
+    each time (a transaction reads ``pg_stat_activity`` once)."""
+    with engine.connect() as conn:
+        return conn.execute(
+            text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :name AND wait_event_type = 'Lock'"),
+            {"name": schema},
+        ).scalar_one()
+
+
+def _job(deck: Any, job_id: int) -> Any:
+    with deck.store.read() as conn:
+        return conn.execute(select(jobs.c.status, jobs.c.heartbeat_at).where(jobs.c.id == job_id)).one()
+
+
+def test_a_pool_beat_that_lands_late_does_not_move_the_heartbeat_back(make_deck: Any, request: Any) -> None:
+    deck = make_deck(stall_timeout=STALL, heartbeat_interval=0.5)
+    assert isinstance(deck.clock, DatabaseClock)  # the deck's own clock on PostgreSQL
+    pool = pool_for(deck, 1)  # registered, not started: no beat lands but the test's own
+    worker = pool.worker_id
+    deck.store.register_worker(worker, "host-a", 4242, 1, deck.clock())
+    job_id = deck.enqueue("demo.noop", {}).job.id
+    [claimed] = deck.store.claim(worker, deck.clock(), limit=1)
+    assert claimed.id == job_id and pool.lease.ttl == LEASE
+
+    held = held_on_a_lock(
+        deck, request.node.pg_schema, "SELECT 1 FROM workers WHERE id = :w FOR UPDATE", {"w": worker},
+        pool.heart.heartbeat_once, LEASE,
+        fresher="UPDATE workers SET heartbeat_at = clock_timestamp() WHERE id = :w RETURNING heartbeat_at",
+    )  # fmt: skip
+    with deck.store.read() as conn:
+        beat = conn.execute(select(workers.c.heartbeat_at).where(workers.c.id == worker)).scalar_one()
+    print(f"a fresher beat landed at {held.fresher.isoformat()}; the worker's heartbeat after the late one: "
+          f"{beat.isoformat()}")  # fmt: skip
+    assert beat >= held.fresher, "the late beat moved the worker's heartbeat back"
+    # A sweeper whose cutoff falls between the late beat's time and the
+    # fresher beat rescues nothing: the worker is alive. (The held job's own
+    # beat went first and was not held up: row locks make the beat skip a
+    # job, not wait for it; its heartbeat is older than the cutoff either way.)
+    assert deck.store.rescue_stalled(held.fresher + timedelta(seconds=STALL, microseconds=-1), STALL) == []
+
+
+def test_an_http_workers_beat_that_lands_late_does_not_move_the_jobs_heartbeat_back(
+    make_deck: Any, request: Any
+) -> None:
+    """``POST /api/jobs/<id>/heartbeat``: the server reads its clock, then
+    the UPDATE waits (here on the job's row; after a partition between the
+    server and the database, in TCP's resend queue) while the worker's next
+    beat, through another server process or connection, lands."""
+    deck = make_deck(stall_timeout=STALL, heartbeat_interval=0.5)
+    assert isinstance(deck.clock, DatabaseClock)
+    client = create_app(deck=deck).test_client()
+    job_id = deck.enqueue("demo.noop", {}).job.id
+    claimed = client.post("/api/jobs/claim", json={"worker_id": "ext"}).get_json()
+    assert claimed["id"] == job_id
+
+    held = held_on_a_lock(
+        deck, request.node.pg_schema, "SELECT 1 FROM jobs WHERE id = :j FOR UPDATE", {"j": job_id},
+        lambda: client.post(f"/api/jobs/{job_id}/heartbeat", json={"worker_id": "ext"}).status_code, LEASE,
+        fresher="UPDATE jobs SET heartbeat_at = clock_timestamp() WHERE id = :j RETURNING heartbeat_at",
+    )  # fmt: skip
+    assert held.answer == 200
+    status, beat = _job(deck, job_id)
+    print(f"fresher beat {held.fresher.isoformat()}, the job's heartbeat after the late one: {beat.isoformat()}")
+    assert beat >= held.fresher, "the late beat moved the job's heartbeat back"
+    assert deck.store.rescue_stalled(held.fresher + timedelta(seconds=STALL, microseconds=-1), STALL) == []
+    assert _job(deck, job_id).status == "running"
+
+
+def test_a_limited_claim_that_waited_for_the_claim_lock_is_not_stalled_at_once(make_deck: Any, request: Any) -> None:
+    """A claim under a concurrency limit reads its time, then waits for the
+    advisory lock of limited claims (held by another process's claim, held
+    up itself by a partition or a slow database). Stamped with the time
+    from before the wait, an HTTP worker's job was older than
+    ``stall_timeout`` the moment it was claimed, and a sweeper rescued it
+    before the worker even got the reply."""
+    deck = make_deck(stall_timeout=STALL, heartbeat_interval=0.5, types={"demo.noop": {"concurrency": 2}})
+    assert isinstance(deck.clock, DatabaseClock)
+    client = create_app(deck=deck).test_client()
+    job_id = deck.enqueue("demo.noop", {}).job.id
+
+    held = held_on_a_lock(
+        deck, request.node.pg_schema, "SELECT pg_advisory_xact_lock(:k)", {"k": CLAIM_LOCK},
+        lambda: client.post("/api/jobs/claim", json={"worker_id": "ext"}).get_json(), STALL,
+    )  # fmt: skip
+    assert held.answer is not None and held.answer["id"] == job_id, "the worker holds the job"
+    # At once, before the worker's first beat is due: nobody may judge it stalled.
+    status, beat = _job(deck, job_id)
+    now = deck.clock()
+    print(f"claimed job's heartbeat {beat.isoformat()}, {(now - beat).total_seconds():.2f} s old at once")
+    assert deck.store.rescue_stalled(now, STALL) == [], "a job claimed a moment ago was rescued as stalled"
+    assert _job(deck, job_id).status == "running"
+
+
+def test_a_rate_limited_claim_that_waited_for_the_claim_lock_logs_its_starts_when_they_happened(
+    make_deck: Any, request: Any
+) -> None:
+    """A rate-limited claim reads its time, waits for the claim lock, then
+    claims and logs its starts (``flow_starts``). Logged at the time from
+    before the wait, the starts left the rate's window early by as long as
+    the claim waited, and the next claim took a second full batch within
+    one window."""
+    rate, period, waited = 4, 3.0, 2.0
+    deck = make_deck(stall_timeout=STALL, types={"demo.noop": {"rate": f"{rate}/{period:g}s"}})
+    assert isinstance(deck.clock, DatabaseClock)
+    deck.enqueue_many([{"type": "demo.noop", "payload": {"i": i}} for i in range(3 * rate)])
+
+    held = held_on_a_lock(
+        deck, request.node.pg_schema, "SELECT pg_advisory_xact_lock(:k)", {"k": CLAIM_LOCK},
+        lambda: deck.store.claim("host-a", deck.clock(), limit=3 * rate), waited,
+    )  # fmt: skip
+    assert len(held.answer) == rate
+    # A window (the period and its slack) after the first claim read its time,
+    # less than one period after its jobs started.
+    window = timedelta(seconds=period + START_SLACK + 0.05)
+    wait_for(lambda: deck.clock() > held.blocked + window, timeout=30, message="a window from the read")
+    second = deck.store.claim("host-b", deck.clock(), limit=3 * rate)
+    after = deck.clock()
+    assert after < held.released + timedelta(seconds=period), "the test was too slow to tell"
+    print(f"rate {rate}/{period:g}s: claimed {len(held.answer)}, then {len(second)} "
+          f"{(after - held.released).total_seconds():.2f} s after the first batch started")  # fmt: skip
+    assert second == [], "a second batch within one window of the first's starts"
