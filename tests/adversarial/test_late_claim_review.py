@@ -1,0 +1,71 @@
+"""Review of the limited claim that stamps the time after its wait for the claim lock (ff47531).
+
+``flow.after_waiting`` measures the wait from when ``claim_flow`` / ``claim_due``
+began (``entered``). A wait that happens before that point is not measured.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from contextlib import closing
+from datetime import timedelta
+from typing import Any
+
+from jobdeck.jobs.flow import START_SLACK
+
+from tests.conftest import wait_for
+
+
+def _in_thread(target: Any) -> tuple[threading.Thread, list[Any], list[BaseException]]:
+    answers: list[Any] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            answers.append(target())
+        except BaseException as exc:  # reported by the test, not lost in the thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="late-claim")
+    thread.start()
+    return thread, answers, errors
+
+
+def _write_locked(deck: Any) -> sqlite3.Connection:
+    """Another process's writer: the SQLite file's write lock, held until commit."""
+    other = sqlite3.connect(deck.store.engine.url.database, isolation_level=None, timeout=30)
+    other.execute("BEGIN IMMEDIATE")
+    return other
+
+
+def test_sqlite_acker_refill_that_waited_for_the_write_lock_logs_rate_starts_when_they_happened(make_deck: Any) -> None:
+    """The pool's acker refills with ``complete_and_claim``: on SQLite its own
+    ``write()`` takes the file's write lock (BEGIN IMMEDIATE) *before* the
+    flow claim begins, so ``claim_flow``'s ``entered`` is taken after the
+    wait and ``after_waiting`` sees none: the starts are logged at the time
+    read before the wait, and a claim a window after that read (less than a
+    period after the jobs started) takes a second full batch."""
+    rate, period, waited = 4, 3.0, 2.0
+    deck = make_deck(types={"demo.noop": {"rate": f"{rate}/{period:g}s"}})
+    deck.enqueue_many([{"type": "demo.noop", "payload": {"i": i}} for i in range(3 * rate)])
+
+    with closing(_write_locked(deck)) as other:
+        read = deck.clock()  # the acker read its time, then waits for the file's write lock
+        thread, answers, errors = _in_thread(lambda: deck.store.complete_and_claim([], "host-a", read, limit=3 * rate))
+        wait_for(lambda: deck.clock() > read + timedelta(seconds=waited), timeout=30, message="the refill waited")
+        released = deck.clock()  # the refill's jobs start after this
+        other.execute("COMMIT")
+    thread.join(timeout=30)
+    assert not thread.is_alive() and not errors, errors
+    [(_, first)] = answers
+    assert len(first) == rate
+
+    window = timedelta(seconds=period + START_SLACK + 0.05)
+    wait_for(lambda: deck.clock() > read + window, timeout=30, message="a window from the read")
+    second = deck.store.claim("host-b", deck.clock(), limit=3 * rate)
+    after = deck.clock()
+    assert after < released + timedelta(seconds=period), "the test was too slow to tell"
+    print(f"claimed {len(first)} (claimed_at {first[0].claimed_at}), then {len(second)} "
+          f"{(after - released).total_seconds():.2f} s after the first batch started")  # fmt: skip
+    assert second == [], "a second batch within one window of the first's starts"
