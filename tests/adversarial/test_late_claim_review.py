@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from contextlib import closing
 from datetime import timedelta
 from typing import Any
 
 from jobdeck.jobs.flow import START_SLACK
+from jobdeck.store.models import jobs
+from sqlalchemy import select
 
-from tests.conftest import wait_for
+from tests.conftest import Clock, wait_for
 
 
 def _in_thread(target: Any) -> tuple[threading.Thread, list[Any], list[BaseException]]:
@@ -69,3 +72,31 @@ def test_sqlite_acker_refill_that_waited_for_the_write_lock_logs_rate_starts_whe
     print(f"claimed {len(first)} (claimed_at {first[0].claimed_at}), then {len(second)} "
           f"{(after - released).total_seconds():.2f} s after the first batch started")  # fmt: skip
     assert second == [], "a second batch within one window of the first's starts"
+
+
+def test_fixed_clock_rate_limited_claim_logs_its_start_at_the_injected_time(make_deck: Any) -> None:
+    """An injected clock: the claim reads T, waits (another writer holds
+    SQLite's lock longer than WAITED, real time), and logs its start at T
+    plus the real wait. In the injected time line the next window opens at
+    T + period + slack, yet a claim there finds the start still in it."""
+    clock = Clock()
+    t = clock()
+    deck = make_deck(clock=clock, types={"demo.noop": {"rate": "1/1s"}})
+    deck.enqueue_many([{"type": "demo.noop", "payload": {"i": i}} for i in range(2)])
+
+    with closing(_write_locked(deck)) as other:
+        thread, answers, errors = _in_thread(lambda: deck.store.claim("host-a", t, limit=2))
+        began = time.monotonic()
+        wait_for(lambda: time.monotonic() > began + 0.6, timeout=30, message="longer than WAITED, real time")
+        other.execute("COMMIT")
+    thread.join(timeout=30)
+    assert not thread.is_alive() and not errors, errors
+    [[first]] = answers
+    with deck.store.read() as conn:
+        claimed_at = conn.execute(select(jobs.c.claimed_at).where(jobs.c.id == first.id)).scalar_one()
+    print(f"injected clock {t.isoformat()}, claimed_at {claimed_at.isoformat()}")
+
+    clock.advance(1 + START_SLACK + 0.01)  # one window of the injected clock later
+    second = deck.store.claim("host-a", clock(), limit=2)
+    assert len(second) == 1, "a window after the first start (injected time), the rate refused"
+    assert claimed_at == t, "the claim stamped the injected time plus real elapsed time"
