@@ -100,3 +100,25 @@ def test_fixed_clock_rate_limited_claim_logs_its_start_at_the_injected_time(make
     second = deck.store.claim("host-a", clock(), limit=2)
     assert len(second) == 1, "a window after the first start (injected time), the rate refused"
     assert claimed_at == t, "the claim stamped the injected time plus real elapsed time"
+
+
+def test_fixed_clock_concurrency_limited_claim_takes_a_job_not_due_on_the_injected_clock(make_deck: Any) -> None:
+    """``controls.claim_due``: ``waited`` replaces the claim's ``now``, and
+    ``picked`` / ``tried`` read the due jobs with it (the commit says the
+    reads keep the earlier time). With an injected clock at T, a job due at
+    T + 0.3 s is claimed at T because the claim waited 0.6 s of real time."""
+    clock = Clock()
+    t = clock()
+    deck = make_deck(clock=clock, types={"demo.noop": {"concurrency": 2}})
+    later = deck.enqueue("demo.noop", {}, delay_seconds=0.3).job.id
+
+    with closing(_write_locked(deck)) as other:
+        thread, answers, errors = _in_thread(lambda: deck.store.claim("host-a", t, limit=1))
+        began = time.monotonic()
+        wait_for(lambda: time.monotonic() > began + 0.6, timeout=30, message="longer than WAITED, real time")
+        other.execute("COMMIT")
+    thread.join(timeout=30)
+    assert not thread.is_alive() and not errors, errors
+    [claimed] = answers
+    print(f"injected clock {t.isoformat()}, job {later} due at +0.3 s; claimed {[j.id for j in claimed]}")
+    assert claimed == [], "a job not yet due on the claim's clock was claimed"
