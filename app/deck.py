@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from jobdeck import actions
-from jobdeck.core.clock import Clock, DatabaseClock, default_clock
+from jobdeck.core.clock import Clock, DatabaseClock, HostClock, default_clock
 from jobdeck.core.config import Config, artifact_max_bytes, load, log_limits
 from jobdeck.core.errors import InvalidField, ItemRefused, JobdeckError
 from jobdeck.health import Health
@@ -85,6 +85,7 @@ class Jobdeck:
             )
         self.clock: Clock = clock
         """What every time this deck writes or compares comes from (``jobdeck.core.clock``)."""
+        self.store.fresh_time = clock if isinstance(clock, DatabaseClock | HostClock) else None
         self.store.backoff = self.backoff
         self.store.artifact_max_bytes = artifact_max_bytes(config)
         self.unique_types: dict[str, Unique] = parse_unique_types(config)

@@ -3,7 +3,6 @@ limit-aware claim (the policy itself lives in ``jobdeck.jobs.queues``)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -114,17 +113,16 @@ def claim_due(
     drain). On PostgreSQL, with ``blocked``, it goes in one pipelined batch
     with the lock and the counts (``_Claim.pipelined``). ``paused``: the
     queues ``decide`` skips besides the full ones."""
-    entered = time.monotonic()
     claim = _Claim(
         store, worker_id, now, limit, None if types is None else list(types), None if queues is None else list(queues)
     )
     names = (list(limited_types), list(limited_queues))
     if store.dialect == "postgresql" and blocked is not None:
-        return claim.pipelined(names, decide, blocked, entered)
+        return claim.pipelined(names, decide, blocked)
     with store.write() as conn:
         if store.dialect == "postgresql":
             conn.execute(postgres.lock_limited_claims())
-        claim = claim.waited(entered)  # the lock may have kept it waiting
+        claim = claim.waited()  # the lock may have kept it waiting
         if store.sqlite and blocked is not None and blocked.quiet(paused):
             claimed = claim.tried(conn, claim.types, sorted(paused), lambda got: not _limited(got, names))
             if claimed is not None:
@@ -167,10 +165,12 @@ class _Claim:
     types: list[str] | None
     queues: list[str] | None
 
-    def waited(self, since: float) -> _Claim:
-        """This claim with its time moved on by a wait for the claim lock
-        longer than ``WAITED`` (``jobdeck.store.flow.after_waiting``); itself otherwise."""
-        stamp = after_waiting(self.now, since)
+    def waited(self) -> _Claim:
+        """This claim at the time after a wait for the claim lock longer than
+        ``WAITED`` (``jobdeck.store.flow.after_waiting``); itself otherwise.
+        Its reads move on too: on the deck's own clock the later time is
+        still no later than the real one, so no job is claimed before it is due."""
+        stamp = after_waiting(self.store, self.now)
         return self if stamp == self.now else replace(self, now=stamp)
 
     def picked(self, conn: Any, full_types: list[str], skip_queues: list[str], pick: Pick) -> list[JobRecord]:
@@ -227,9 +227,7 @@ class _Claim:
             cursor.execute("RELEASE jobdeck_claim")
         return claimed if kept else None
 
-    def pipelined(
-        self, names: tuple[list[str], list[str]], decide: Decide, blocked: Blocked, entered: float
-    ) -> list[JobRecord]:
+    def pipelined(self, names: tuple[list[str], list[str]], decide: Decide, blocked: Blocked) -> list[JobRecord]:
         """PostgreSQL: ``unless_over`` in one round trip before the COMMIT,
         where the plain path takes five or six. One pipelined batch sends the
         acker's completions (``Store.complete_and_claim``), the advisory lock,
@@ -248,10 +246,9 @@ class _Claim:
         job waiting for its slot to the next claim). With a concurrency
         limit on a type the drain does not run (the demo's), a 20,000-job
         drain of the bare pool kept 40 to 64% of the unlimited drain's rate
-        without this. A batch that waited for the lock (``entered``: when the
-        claim began) longer than ``WAITED`` keeps no plain claim, which it
-        stamped with its time before the wait: the picked claim stamps the
-        time after it."""
+        without this. A batch that waited for the lock longer than ``WAITED``
+        keeps no plain claim, which it stamped with its time before the wait:
+        the picked claim stamps the time after it (``waited``)."""
         guess = blocked.value
         ahead = self.store.take_ahead()
         with self.store.write() as conn:
@@ -270,7 +267,7 @@ class _Claim:
             applied_all = ahead is None or ahead.applied_all(completed)
             full_t, skip_q, pick = decide(*running)
             blocked.value = found(full_t, skip_q)
-            after = self.waited(entered)
+            after = self.waited()
             kept = (
                 tried is not None
                 and after is self

@@ -15,11 +15,10 @@ many jobs one key holds.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -161,25 +160,28 @@ def _walk_keys(
 
 
 WAITED = 0.25
-"""Seconds a limited claim may take from reading its time to its writes
-before it stamps them later (``after_waiting``): a rate's window is widened
-by as much (``jobdeck.jobs.flow.START_SLACK``)."""
+"""Seconds a limited claim may take from its caller's reading of the time
+to its writes before it stamps them later (``after_waiting``): a rate's
+window is widened by as much (``jobdeck.jobs.flow.START_SLACK``)."""
 
 
-def after_waiting(now: datetime, since: float) -> datetime:
+def after_waiting(store: Store, now: datetime) -> datetime:
     """The time a limited claim writes on the jobs it claims (``claimed_at``,
-    ``heartbeat_at``) and on the starts it logs: ``now``, which its caller
-    read before the claim waited for the limited claims' lock (PostgreSQL's
-    advisory lock, SQLite's write lock), moved on by the wait (``since``, on
-    the monotonic clock, when the claim began) when it took longer than
-    ``WAITED``. Stamped with the time read before a long wait, an HTTP
-    worker's job was claimed already older than ``stall_timeout``, and a
-    sweeper rescued it at once; a rate limit's starts were logged early by
-    the wait, and the next claim took a second batch within one window. The
-    reads keep ``now``: read with an earlier time, they count more starts in
-    a window and find fewer jobs due, never more."""
-    waited = time.monotonic() - since
-    return now + timedelta(seconds=waited) if waited > WAITED else now
+    ``heartbeat_at``) and on the starts it logs, read once it holds the
+    limited claims' lock: ``now``, which its caller read before, or, when
+    the deck's clock (``Store.fresh_time``) has moved on more than
+    ``WAITED`` since (the claim waited for the lock: PostgreSQL's advisory
+    lock, SQLite's write lock; or the acker's retries), the clock's time.
+    Stamped with the time from before a long wait, an HTTP worker's job was
+    claimed already older than ``stall_timeout`` and a sweeper rescued it at
+    once; a rate limit's starts were logged early by the wait, and the next
+    claim took a second batch within one window. A clock a test injected is
+    left alone: its ``now`` is the test's."""
+    fresh = store.fresh_time
+    if fresh is None:
+        return now
+    later = fresh()
+    return later if (later - now).total_seconds() > WAITED else now
 
 
 def claim_flow(store: Store, request: FlowRequest) -> tuple[list[JobRecord], dict[str, str]]:
@@ -187,7 +189,6 @@ def claim_flow(store: Store, request: FlowRequest) -> tuple[list[JobRecord], dic
     interleaves with (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: the queue
     policy's advisory lock, taken first). Returns the claimed jobs and
     where the next walks start."""
-    entered = time.monotonic()
     now, type_list, queue_list, skip = request.now, request.types, request.queues, list(request.skip_queues)
     n_types = None if type_list is None else len(type_list)
     n_queues = None if queue_list is None else len(queue_list)
@@ -227,7 +228,7 @@ def claim_flow(store: Store, request: FlowRequest) -> tuple[list[JobRecord], dic
                 chosen = decide()
         if not chosen:
             return [], cursors
-        stamp = after_waiting(now, entered)
+        stamp = after_waiting(store, now)  # the reads keep ``now``: earlier, they count more starts, find fewer due
         claimed = store.claim_ids(conn, request.worker_id, stamp, [i for i, _ in chosen])
         got = {j.id for j in claimed}
         started = Counter(start for i, starts in chosen if i in got for start in starts)

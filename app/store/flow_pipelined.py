@@ -22,7 +22,6 @@ all its time in this claim, most of it waiting on round trips."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -91,7 +90,6 @@ def claim_flow(store: Store, request: FlowRequest, guess: Guess) -> tuple[list[J
     with the others (read again when the answer differs now). Returns also
     this claim's answer."""
     assert store.dialect == "postgresql"
-    entered = time.monotonic()
     now, type_list, queue_list, skip = request.now, request.types, request.queues, list(request.skip_queues)
     n_types = None if type_list is None else len(type_list)
     n_queues = None if queue_list is None else len(queue_list)
@@ -172,7 +170,7 @@ def claim_flow(store: Store, request: FlowRequest, guess: Guess) -> tuple[list[J
         ids = [i for i, _ in chosen]
         logged = [(i, name, key) for i, starts in chosen for name, key in starts]
         prepared = claim_ids_logging(len(ids))
-        stamp = after_waiting(now, entered)  # the claim and its starts: when they happen, after any wait for the lock
+        stamp = after_waiting(store, now)  # the claim and its starts: when they happen, after any wait for the lock
         params = (
             request.worker_id,
             store.stored_time(stamp),

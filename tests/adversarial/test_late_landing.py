@@ -17,11 +17,17 @@ such writes
 
 Each test holds the write on a lock (the same every run), lets the deck's
 clock run past what matters, and, for a heartbeat, lands a fresher one first.
+A claim re-reads the deck's own clock after the wait; a clock a test
+injected is left alone (the last tests, on SQLite, whose write lock makes a
+claim wait as PostgreSQL's advisory lock does).
 """
 
 from __future__ import annotations
 
+import sqlite3
 import threading
+import time
+from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -35,9 +41,9 @@ from jobdeck.store.models import jobs, workers
 from jobdeck.store.postgres import CLAIM_LOCK
 from sqlalchemy import select, text
 
-from tests.conftest import wait_for
+from tests.conftest import Clock, wait_for
 
-pytestmark = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+ON_POSTGRES = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 
 STALL = 2.0
 LEASE = STALL / 2
@@ -64,19 +70,9 @@ def held_on_a_lock(
     (the call read its time before), run ``fresher`` (an UPDATE ...
     RETURNING, the write that lands first) and let the lock go."""
     engine = deck.store.engine
-    answers: list[Any] = []
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            answers.append(call())
-        except BaseException as exc:  # reported by the test, not lost in the thread
-            errors.append(exc)
-
     with engine.connect() as other:
         other.execute(text(lock), params)
-        thread = threading.Thread(target=run, name="late-write")
-        thread.start()
+        thread, answers, errors = _in_thread(call)
         wait_for(lambda: _waiting_on_a_lock(engine, schema), timeout=30, message="the write waits on the lock")
         blocked = deck.clock()
         wait_for(lambda: deck.clock() > blocked + timedelta(seconds=hold), timeout=30, message=f"{hold} s")
@@ -86,6 +82,22 @@ def held_on_a_lock(
     thread.join(timeout=30)
     assert not thread.is_alive() and not errors, errors
     return Held(answers[0], first, blocked, released)
+
+
+def _in_thread(target: Any) -> tuple[threading.Thread, list[Any], list[BaseException]]:
+    """``target`` run on a thread of its own: its answer, or what it raised."""
+    answers: list[Any] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            answers.append(target())
+        except BaseException as exc:  # reported by the test, not lost in the thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="late-write")
+    thread.start()
+    return thread, answers, errors
 
 
 def _waiting_on_a_lock(engine: Any, schema: str) -> int:
@@ -103,6 +115,7 @@ def _job(deck: Any, job_id: int) -> Any:
         return conn.execute(select(jobs.c.status, jobs.c.heartbeat_at).where(jobs.c.id == job_id)).one()
 
 
+@ON_POSTGRES
 def test_a_pool_beat_that_lands_late_does_not_move_the_heartbeat_back(make_deck: Any, request: Any) -> None:
     deck = make_deck(stall_timeout=STALL, heartbeat_interval=0.5)
     assert isinstance(deck.clock, DatabaseClock)  # the deck's own clock on PostgreSQL
@@ -130,6 +143,7 @@ def test_a_pool_beat_that_lands_late_does_not_move_the_heartbeat_back(make_deck:
     assert deck.store.rescue_stalled(held.fresher + timedelta(seconds=STALL, microseconds=-1), STALL) == []
 
 
+@ON_POSTGRES
 def test_an_http_workers_beat_that_lands_late_does_not_move_the_jobs_heartbeat_back(
     make_deck: Any, request: Any
 ) -> None:
@@ -157,6 +171,7 @@ def test_an_http_workers_beat_that_lands_late_does_not_move_the_jobs_heartbeat_b
     assert _job(deck, job_id).status == "running"
 
 
+@ON_POSTGRES
 def test_a_limited_claim_that_waited_for_the_claim_lock_is_not_stalled_at_once(make_deck: Any, request: Any) -> None:
     """A claim under a concurrency limit reads its time, then waits for the
     advisory lock of limited claims (held by another process's claim, held
@@ -182,6 +197,7 @@ def test_a_limited_claim_that_waited_for_the_claim_lock_is_not_stalled_at_once(m
     assert _job(deck, job_id).status == "running"
 
 
+@ON_POSTGRES
 def test_a_rate_limited_claim_that_waited_for_the_claim_lock_logs_its_starts_when_they_happened(
     make_deck: Any, request: Any
 ) -> None:
@@ -210,3 +226,91 @@ def test_a_rate_limited_claim_that_waited_for_the_claim_lock_logs_its_starts_whe
     print(f"rate {rate}/{period:g}s: claimed {len(held.answer)}, then {len(second)} "
           f"{(after - held.released).total_seconds():.2f} s after the first batch started")  # fmt: skip
     assert second == [], "a second batch within one window of the first's starts"
+
+
+def _write_locked(deck: Any) -> sqlite3.Connection:
+    """Another process's writer: the SQLite file's write lock, held until commit."""
+    other = sqlite3.connect(deck.store.engine.url.database, isolation_level=None, timeout=30)
+    other.execute("BEGIN IMMEDIATE")
+    return other
+
+
+def test_sqlite_acker_refill_that_waited_for_the_write_lock_logs_rate_starts_when_they_happened(make_deck: Any) -> None:
+    """The pool's acker refills with ``complete_and_claim``: on SQLite its own
+    ``write()`` takes the file's write lock (BEGIN IMMEDIATE) before the flow
+    claim begins. Measured from the claim's start (as first fixed), that
+    wait was not seen: the starts were logged at the time read before it,
+    and a claim a window after that read (less than a period after the jobs
+    started) took a second full batch."""
+    rate, period, waited = 4, 3.0, 2.0
+    deck = make_deck(types={"demo.noop": {"rate": f"{rate}/{period:g}s"}})
+    deck.enqueue_many([{"type": "demo.noop", "payload": {"i": i}} for i in range(3 * rate)])
+
+    with closing(_write_locked(deck)) as other:
+        read = deck.clock()  # the acker read its time, then waits for the file's write lock
+        thread, answers, errors = _in_thread(lambda: deck.store.complete_and_claim([], "host-a", read, limit=3 * rate))
+        wait_for(lambda: deck.clock() > read + timedelta(seconds=waited), timeout=30, message="the refill waited")
+        released = deck.clock()  # the refill's jobs start after this
+        other.execute("COMMIT")
+    thread.join(timeout=30)
+    assert not thread.is_alive() and not errors, errors
+    [(_, first)] = answers
+    assert len(first) == rate
+
+    window = timedelta(seconds=period + START_SLACK + 0.05)
+    wait_for(lambda: deck.clock() > read + window, timeout=30, message="a window from the read")
+    second = deck.store.claim("host-b", deck.clock(), limit=3 * rate)
+    after = deck.clock()
+    assert after < released + timedelta(seconds=period), "the test was too slow to tell"
+    print(f"claimed {len(first)} (claimed_at {first[0].claimed_at}), then {len(second)} "
+          f"{(after - released).total_seconds():.2f} s after the first batch started")  # fmt: skip
+    assert second == [], "a second batch within one window of the first's starts"
+
+
+def test_fixed_clock_rate_limited_claim_logs_its_start_at_the_injected_time(make_deck: Any) -> None:
+    """An injected clock: the claim reads T and waits (another writer holds
+    SQLite's lock longer than ``WAITED``, in real time). It logs its start at
+    T: plus the real wait (as first fixed), a claim one window later on the
+    injected time line found the start still in it."""
+    clock = Clock()
+    t = clock()
+    deck = make_deck(clock=clock, types={"demo.noop": {"rate": "1/1s"}})
+    deck.enqueue_many([{"type": "demo.noop", "payload": {"i": i}} for i in range(2)])
+
+    with closing(_write_locked(deck)) as other:
+        thread, answers, errors = _in_thread(lambda: deck.store.claim("host-a", t, limit=2))
+        began = time.monotonic()
+        wait_for(lambda: time.monotonic() > began + 0.6, timeout=30, message="longer than WAITED, real time")
+        other.execute("COMMIT")
+    thread.join(timeout=30)
+    assert not thread.is_alive() and not errors, errors
+    [[first]] = answers
+    with deck.store.read() as conn:
+        claimed_at = conn.execute(select(jobs.c.claimed_at).where(jobs.c.id == first.id)).scalar_one()
+    print(f"injected clock {t.isoformat()}, claimed_at {claimed_at.isoformat()}")
+
+    clock.advance(1 + START_SLACK + 0.01)  # one window of the injected clock later
+    second = deck.store.claim("host-a", clock(), limit=2)
+    assert len(second) == 1, "a window after the first start (injected time), the rate refused"
+    assert claimed_at == t, "the claim stamped the injected time plus real elapsed time"
+
+
+def test_fixed_clock_concurrency_limited_claim_takes_a_job_not_due_on_the_injected_clock(make_deck: Any) -> None:
+    """``controls.claim_due`` reads the due jobs with the time after the wait.
+    With an injected clock at T and the real wait added to it (as first
+    fixed), a job due at T + 0.3 s was claimed after 0.6 s of real waiting."""
+    clock = Clock()
+    t = clock()
+    deck = make_deck(clock=clock, types={"demo.noop": {"concurrency": 2}})
+    later = deck.enqueue("demo.noop", {}, delay_seconds=0.3).job.id
+
+    with closing(_write_locked(deck)) as other:
+        thread, answers, errors = _in_thread(lambda: deck.store.claim("host-a", t, limit=1))
+        began = time.monotonic()
+        wait_for(lambda: time.monotonic() > began + 0.6, timeout=30, message="longer than WAITED, real time")
+        other.execute("COMMIT")
+    thread.join(timeout=30)
+    assert not thread.is_alive() and not errors, errors
+    [claimed] = answers
+    print(f"injected clock {t.isoformat()}, job {later} due at +0.3 s; claimed {[j.id for j in claimed]}")
+    assert claimed == [], "a job not yet due on the claim's clock was claimed"
