@@ -60,11 +60,11 @@ class Transactions:
         self.storage = StorageHealth(engine, self._write_lock)
         """Whether writes land now (``jobdeck.store.storage``): health and the sweeper ask it."""
         self._decode: Callable[[Any], JobRecord] = JobRecord.from_sqlite if self.sqlite else JobRecord.from_columns
+        """A job row as the dialect's path returns it, decoded."""
         self.fresh_time: Callable[[], datetime] | None = None
         """The deck's clock when it is the real one (the database's or the
         host's, not one a test injected): a limited claim reads it again
         after waiting for the claim lock (``jobdeck.store.flow.after_waiting``)."""
-        """A job row as the dialect's path returns it, decoded."""
         self._autocommit: Engine | None = (
             None if self.sqlite else engine.execution_options(isolation_level="AUTOCOMMIT")
         )
