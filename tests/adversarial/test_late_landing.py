@@ -235,6 +235,19 @@ def _write_locked(deck: Any) -> sqlite3.Connection:
     return other
 
 
+def _claimed_behind_the_write_lock(deck: Any, now: Any, limit: int) -> Any:
+    """A claim at ``now`` (an injected time) that waits 0.6 s of real time,
+    longer than ``WAITED``, for SQLite's write lock, held by another writer."""
+    with closing(_write_locked(deck)) as other:
+        thread, answers, errors = _in_thread(lambda: deck.store.claim("host-a", now, limit=limit))
+        began = time.monotonic()
+        wait_for(lambda: time.monotonic() > began + 0.6, timeout=30, message="longer than WAITED, real time")
+        other.execute("COMMIT")
+    thread.join(timeout=30)
+    assert not thread.is_alive() and not errors, errors
+    return answers[0]
+
+
 def test_sqlite_acker_refill_that_waited_for_the_write_lock_logs_rate_starts_when_they_happened(make_deck: Any) -> None:
     """The pool's acker refills with ``complete_and_claim``: on SQLite its own
     ``write()`` takes the file's write lock (BEGIN IMMEDIATE) before the flow
@@ -277,14 +290,7 @@ def test_fixed_clock_rate_limited_claim_logs_its_start_at_the_injected_time(make
     deck = make_deck(clock=clock, types={"demo.noop": {"rate": "1/1s"}})
     deck.enqueue_many([{"type": "demo.noop", "payload": {"i": i}} for i in range(2)])
 
-    with closing(_write_locked(deck)) as other:
-        thread, answers, errors = _in_thread(lambda: deck.store.claim("host-a", t, limit=2))
-        began = time.monotonic()
-        wait_for(lambda: time.monotonic() > began + 0.6, timeout=30, message="longer than WAITED, real time")
-        other.execute("COMMIT")
-    thread.join(timeout=30)
-    assert not thread.is_alive() and not errors, errors
-    [[first]] = answers
+    [first] = _claimed_behind_the_write_lock(deck, t, limit=2)
     with deck.store.read() as conn:
         claimed_at = conn.execute(select(jobs.c.claimed_at).where(jobs.c.id == first.id)).scalar_one()
     print(f"injected clock {t.isoformat()}, claimed_at {claimed_at.isoformat()}")
@@ -304,13 +310,6 @@ def test_fixed_clock_concurrency_limited_claim_takes_a_job_not_due_on_the_inject
     deck = make_deck(clock=clock, types={"demo.noop": {"concurrency": 2}})
     later = deck.enqueue("demo.noop", {}, delay_seconds=0.3).job.id
 
-    with closing(_write_locked(deck)) as other:
-        thread, answers, errors = _in_thread(lambda: deck.store.claim("host-a", t, limit=1))
-        began = time.monotonic()
-        wait_for(lambda: time.monotonic() > began + 0.6, timeout=30, message="longer than WAITED, real time")
-        other.execute("COMMIT")
-    thread.join(timeout=30)
-    assert not thread.is_alive() and not errors, errors
-    [claimed] = answers
+    claimed = _claimed_behind_the_write_lock(deck, t, limit=1)
     print(f"injected clock {t.isoformat()}, job {later} due at +0.3 s; claimed {[j.id for j in claimed]}")
     assert claimed == [], "a job not yet due on the claim's clock was claimed"
