@@ -86,6 +86,8 @@ class Jobdeck:
         self.clock: Clock = clock
         """What every time this deck writes or compares comes from (``jobdeck.core.clock``)."""
         self.store.fresh_time = clock if isinstance(clock, DatabaseClock | HostClock) else None
+        on_database_clock = isinstance(clock, DatabaseClock) and not self.store.sqlite
+        self.store.void_after = config.stall_timeout / 2 if on_database_clock else None
         self.store.backoff = self.backoff
         self.store.artifact_max_bytes = artifact_max_bytes(config)
         self.unique_types: dict[str, Unique] = parse_unique_types(config)

@@ -355,18 +355,11 @@ def heartbeat_worker(voidable: bool = False) -> Any:
 
 def beat_time(column: Any) -> Any:
     """PostgreSQL: what a beat writes in ``column``: ``now``, unless it
-    reaches the row later than ``void_at`` on the server's clock; then the
-    value stays as it is (values: now, void_at).
-
-    A beat's statement can reach the server long after its ``now`` was
-    read: sent into a partition, TCP resends it once the network is back,
-    seconds later, or it waits on a row lock. Written then, it moved the
-    worker's heartbeat back past a fresher beat's, and a sweeper rescued the
-    jobs of a live worker (seen: a host cut off for 0.7 of ``stall_timeout``
-    had a job rescued and run twice, once its network was back). Read in the
-    row's new value, the server's clock is read when the row is written
-    (after any lock wait); in the WHERE clause it was read once, as the
-    statement started."""
+    reaches the row later than ``void_at`` on the server's clock (resent
+    after a partition, or held on a lock: ``Store.heartbeat_pool``); then
+    the value stays as it is. Read in the row's new value, the server's
+    clock is read when the row is written, after any lock wait; in the
+    WHERE clause it was read once, as the statement started."""
     landed_in_time = func.clock_timestamp() <= bindparam("void_at", type_=jobs.c.updated_at.type)
     return case((landed_in_time, NOW), else_=column)
 

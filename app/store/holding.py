@@ -37,17 +37,12 @@ class Holding(Graph, Claiming):
 
     # -- while running ------------------------------------------------------------
 
-    def heartbeat(self, job_id: int, worker_id: str, now: datetime, *, void_after: float | None = None) -> JobRecord:
+    def heartbeat(self, job_id: int, worker_id: str, now: datetime) -> JobRecord:
         """One job's heartbeat (the HTTP worker's); urgent, like ``heartbeat_worker``.
-        ``void_after`` as in ``heartbeat_pool``: on PostgreSQL a beat that
-        reaches the job's row later than that after ``now`` leaves its
-        heartbeat as it is (the job is still checked as held)."""
-        voidable = void_after is not None and not self.sqlite
-        params: dict[str, Any] = {"job": job_id, "worker": worker_id, "now": now}
-        if voidable:
-            params["void_at"] = now + timedelta(seconds=void_after or 0.0)
+        A late one is void as in ``heartbeat_pool`` (the job is still checked as held)."""
+        params = self._beat_params({"job": job_id, "worker": worker_id, "now": now})
         with self.write(urgent=True) as conn:
-            row = conn.execute(attempt_statements.heartbeat(voidable), params).first()
+            row = conn.execute(attempt_statements.heartbeat("void_at" in params), params).first()
             if row is None:
                 self._held(conn, job_id, worker_id, Transition.HEARTBEAT)
                 raise self._why_refused(conn, job_id, Transition.HEARTBEAT)
@@ -64,9 +59,7 @@ class Holding(Graph, Claiming):
         beat = self.heartbeat_pool(worker_id, now)
         return len(beat.held), beat.cancelled
 
-    def heartbeat_pool(
-        self, worker_id: str, now: datetime | Callable[[], datetime], *, void_after: float | None = None
-    ) -> PoolBeat:
+    def heartbeat_pool(self, worker_id: str, now: datetime | Callable[[], datetime]) -> PoolBeat:
         """Heartbeat every job a worker holds, and the worker itself; returns
         the jobs beaten (id and attempt: a pool finds there a job it claimed
         without knowing, whose claim's reply was lost) and the ids of those a
@@ -79,23 +72,27 @@ class Holding(Graph, Claiming):
         so a beat that had to wait still says "alive now", not "alive when
         it started waiting".
 
-        ``void_after`` (PostgreSQL; ``now`` on the database's clock): a beat
-        whose statements reach the server more than this many seconds after
-        ``now`` changes nothing (``attempt_statements.beat_time``): resent
-        after a partition, it would move the heartbeat back past a fresher
-        beat's. On SQLite the time is read with the file's write lock held, so
-        a beat lands when it says."""
-        voidable = void_after is not None and not self.sqlite
+        On PostgreSQL, on the database's clock, a beat whose statements reach
+        the server more than ``Store.void_after`` seconds after its time
+        changes nothing (``attempt_statements.beat_time``): resent after a
+        partition, it would move the heartbeat back past a fresher beat's. On
+        SQLite the time is read with the file's write lock held, so a beat
+        lands when it says."""
         with self.write(urgent=True) as conn:
-            params: dict[str, Any] = {"worker": worker_id, "now": now() if callable(now) else now}
-            if voidable:
-                params["void_at"] = params["now"] + timedelta(seconds=void_after or 0.0)
+            params = self._beat_params({"worker": worker_id, "now": now() if callable(now) else now})
+            voidable = "void_at" in params
             beaten = conn.execute(attempt_statements.heartbeat_held(self.dialect, voidable), params).all()
             conn.execute(attempt_statements.heartbeat_worker(voidable), params)
         return PoolBeat(
             {job_id: attempt for job_id, _, attempt in beaten},
             [job_id for job_id, requested_at, _ in beaten if requested_at is not None],
         )
+
+    def _beat_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A beat's values, with ``void_at`` when late beats are void (``void_after``)."""
+        if self.void_after is not None:
+            params["void_at"] = params["now"] + timedelta(seconds=self.void_after)
+        return params
 
     def set_progress(
         self, job_id: int, attempt: int, worker_id: str, progress: float | None, message: str | None, now: datetime

@@ -61,6 +61,10 @@ class Transactions:
         """Whether writes land now (``jobdeck.store.storage``): health and the sweeper ask it."""
         self._decode: Callable[[Any], JobRecord] = JobRecord.from_sqlite if self.sqlite else JobRecord.from_columns
         """A job row as the dialect's path returns it, decoded."""
+        self.void_after: float | None = None
+        """PostgreSQL, on the database's clock: seconds after its time past which
+        a heartbeat that reaches its row changes nothing (half of
+        ``stall_timeout``; ``attempt_statements.beat_time``). None: every beat lands."""
         self.fresh_time: Callable[[], datetime] | None = None
         """The deck's clock when it is the real one (the database's or the
         host's, not one a test injected): a limited claim reads it again

@@ -66,10 +66,7 @@ class Heartbeats:
         time is read once the store's write lock is held. The answer names
         the held jobs cancelled meanwhile (by any process): their handlers
         are told at once. Returns how many jobs were beaten."""
-        # On the database's clock a beat that reaches the server after the
-        # lease it would renew has run out is void (``Store.heartbeat_pool``).
-        void_after = self.lease.ttl if isinstance(self.clock, DatabaseClock) else None
-        beat = self.store.heartbeat_pool(self.worker_id, now or self.clock, void_after=void_after)
+        beat = self.store.heartbeat_pool(self.worker_id, now or self.clock)
         self.holdings.cancel_running(beat.cancelled, held=True)
         self._release_orphans(beat)
         return len(beat.held)

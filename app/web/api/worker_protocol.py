@@ -21,7 +21,6 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from flask import jsonify
-from jobdeck.core.clock import DatabaseClock
 from jobdeck.core.errors import InvalidField, TransitionRefused
 from jobdeck.core.validation import check_result_size, check_text
 from jobdeck.deck import Jobdeck
@@ -80,21 +79,12 @@ def heartbeat(job_id: int) -> Any:
     worker_id = api._worker_id(data)
     now = deck.clock()
     lines = parse_lines(data["logs"], now) if data.get("logs") is not None else None
-    job = deck.store.heartbeat(job_id, worker_id, now, void_after=_void_after(deck))
+    job = deck.store.heartbeat(job_id, worker_id, now)
     # The worker's cue to stop: the job was cancelled while it ran.
     answer = {**job_json(job, now), "cancel": job.cancel_requested_at is not None}
     if lines is not None:
         answer["logs_kept"] = append_lines(deck.store, job_id, job.attempt, lines, 0, deck.log_limits) if lines else 0
     return jsonify(answer)
-
-
-def _void_after(deck: Jobdeck) -> float | None:
-    """On the database's clock, a job's beat that reaches its row more than
-    half of ``stall_timeout`` after the server read its time is void
-    (``Store.heartbeat``): held on a lock, or resent after a partition
-    between this server and the database, it moved the job's heartbeat back
-    past the worker's next beat, and a sweeper rescued the live job."""
-    return deck.config.stall_timeout / 2 if isinstance(deck.clock, DatabaseClock) else None
 
 
 def _last_lines(deck: Jobdeck, job_id: int, worker_id: str, data: dict[str, Any], now: Any) -> None:
@@ -106,7 +96,7 @@ def _last_lines(deck: Jobdeck, job_id: int, worker_id: str, data: dict[str, Any]
         return
     lines = parse_lines(data["logs"], now)
     try:
-        job = deck.store.heartbeat(job_id, worker_id, now, void_after=_void_after(deck))
+        job = deck.store.heartbeat(job_id, worker_id, now)
     except TransitionRefused:
         return
     if lines:
