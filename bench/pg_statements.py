@@ -36,18 +36,38 @@ from bench.pg_jobdeck import Jobdeck  # noqa: E402
 WORKER = "bench-worker"
 
 
+def _walinspect(conn: Any) -> str:
+    """The schema ``pg_walinspect`` is in, created in ``public`` if it is
+    not there. An extension is one per database, whatever the search path: made
+    without a schema, it went into the first schema on the path, a test's own,
+    and another run on the same database (CI's quick tiers) then found it
+    "existing" but off its path, or dropped with that schema. ``conn`` is in
+    autocommit."""
+    import psycopg
+
+    try:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect WITH SCHEMA public")
+    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):
+        pass  # another session created it at the same moment
+    (schema,) = conn.execute(
+        "SELECT quote_ident(n.nspname) FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace"
+        " WHERE e.extname = 'pg_walinspect'"
+    ).fetchone()
+    return str(schema)
+
+
 def _explain(conn: Any, text: str, params: tuple[Any, ...]) -> dict[str, float]:
     """Run ``text`` under EXPLAIN ANALYZE; its WAL is read from the log
     itself (``pg_walinspect``): a plan's WAL counters miss the work of a
     data-modifying CTE that no node reads from."""
-    conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    walinspect = _walinspect(conn)
     start = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
     plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + text, params).fetchall())
     # The statement committed, so its WAL is flushed; the insert position may
     # already be past what is flushed (other sessions), which the reader refuses.
     end = conn.execute("SELECT pg_current_wal_flush_lsn()").fetchone()[0]
     records, size = conn.execute(
-        "SELECT count(*), coalesce(sum(record_length), 0) FROM pg_get_wal_records_info(%s, %s)"
+        f"SELECT count(*), coalesce(sum(record_length), 0) FROM {walinspect}.pg_get_wal_records_info(%s, %s)"
         " WHERE resource_manager NOT IN ('Transaction', 'XLOG', 'Standby')",  # not the commit, nor the background's
         (start, end),
     ).fetchone()
