@@ -20,6 +20,7 @@ the consumers and of the server).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import statistics
 import sys
@@ -45,10 +46,8 @@ def _walinspect(conn: Any) -> str:
     autocommit."""
     import psycopg
 
-    try:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect WITH SCHEMA public")
-    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):
-        pass  # another session created it at the same moment
+    with contextlib.suppress(psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect WITH SCHEMA public")  # or another session did
     (schema,) = conn.execute(
         "SELECT quote_ident(n.nspname) FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace"
         " WHERE e.extname = 'pg_walinspect'"
