@@ -15,7 +15,7 @@ from jobdeck.core.states import AttemptOutcome, State, Transition
 from jobdeck.store import postgres
 from jobdeck.store.models import attempts, jobs, workers
 from jobdeck.store.sqlite import Prepared
-from jobdeck.store.statements import GROUPS, JOB_COLUMNS, NOW, among, binds, in_states
+from jobdeck.store.statements import GROUPS, JOB_COLUMNS, NOW, among, binds, in_states, on_time
 from sqlalchemy import (
     BigInteger,
     Integer,
@@ -355,13 +355,10 @@ def heartbeat_worker(voidable: bool = False) -> Any:
 
 def beat_time(column: Any) -> Any:
     """PostgreSQL: what a beat writes in ``column``: ``now``, unless it
-    reaches the row later than ``void_at`` on the server's clock (resent
+    reaches the row later than ``void_at`` (``statements.on_time``: resent
     after a partition, or held on a lock: ``Store.heartbeat_pool``); then
-    the value stays as it is. Read in the row's new value, the server's
-    clock is read when the row is written, after any lock wait; in the
-    WHERE clause it was read once, as the statement started."""
-    landed_in_time = func.clock_timestamp() <= bindparam("void_at", type_=jobs.c.updated_at.type)
-    return case((landed_in_time, NOW), else_=column)
+    the value stays as it is."""
+    return on_time(column)
 
 
 def set_progress() -> Any:

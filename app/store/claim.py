@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jobdeck.store import statements
 from jobdeck.store.records import JobRecord, claimed_records
 from jobdeck.store.sqlite import Prepared, parse_time_required, translated_errors
+from jobdeck.store.timekeeping import after_waiting
 from jobdeck.store.transactions import Transactions
 from sqlalchemy import Connection
 
@@ -61,12 +62,20 @@ class Claiming(Transactions):
         type_list = None if types is None else list(types)
         queue_list = None if queues is None else list(queues)
         excluded = list(exclude_queues or ())
+        # A claim held up (on SQLite, for the write lock it holds by now) or
+        # landing late (on PostgreSQL: void_at) stamps the time it claims at,
+        # not the time its caller read before.
+        now = after_waiting(self, now)
+        voidable = self.void_after is not None
         prepared = statements.claim(
             None if type_list is None else len(type_list),
             None if queue_list is None else len(queue_list),
             len(excluded),
+            voidable,
         )
         values = (worker_id, self._t(now), *(type_list or ()), *(queue_list or ()), *excluded, limit)
+        if self.void_after is not None:
+            values += (self._t(now + timedelta(seconds=self.void_after)),)
         return self._claimed(conn, prepared, values, worker_id, now)
 
     def claim_ids(self, conn: Connection, worker_id: str, now: datetime, ids: Sequence[int]) -> list[JobRecord]:

@@ -12,12 +12,12 @@ from typing import Any
 from jobdeck.core.states import State
 from jobdeck.store import postgres, statements
 from jobdeck.store.claim import _in_claim_order
-from jobdeck.store.flow import after_waiting
 from jobdeck.store.flow_pipelined import driver_connection, driver_errors, send, send_first
 from jobdeck.store.lifecycle import Store
 from jobdeck.store.models import jobs, queue_state
 from jobdeck.store.records import JobRecord, claimed_records
 from jobdeck.store.sqlite import Prepared, translated_errors
+from jobdeck.store.timekeeping import after_waiting
 from sqlalchemy import func, select
 
 DUE_COLUMNS = (jobs.c.id, jobs.c.type, jobs.c.queue)
@@ -167,7 +167,7 @@ class _Claim:
 
     def waited(self) -> _Claim:
         """This claim at the time after a wait for the claim lock longer than
-        ``WAITED`` (``jobdeck.store.flow.after_waiting``); itself otherwise.
+        ``WAITED`` (``jobdeck.store.timekeeping.after_waiting``); itself otherwise.
         Its reads move on too: on the deck's own clock the later time is
         still no later than the real one, so no job is claimed before it is due."""
         stamp = after_waiting(self.store, self.now)

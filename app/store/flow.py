@@ -27,6 +27,7 @@ from jobdeck.store.lifecycle import Store
 from jobdeck.store.models import CLAIMABLE_STATES, UTCDateTime, flow_closed, flow_starts, jobs
 from jobdeck.store.records import JobRecord
 from jobdeck.store.sqlite import Prepared, parse_time_required
+from jobdeck.store.timekeeping import after_waiting
 from sqlalchemy import Connection, TextClause, bindparam, delete, func, insert, select, text
 
 CANDIDATE_COLUMNS = (
@@ -157,31 +158,6 @@ def _walk_keys(
         rows += [r for r in walk("", n - len(rows)) if r[0] not in seen]
     cursor = rows[-1][0] if len(rows) >= n else ""
     return [r[1] for r in rows if r[1] is not None], cursor
-
-
-WAITED = 0.25
-"""Seconds a limited claim may take from its caller's reading of the time
-to its writes before it stamps them later (``after_waiting``): a rate's
-window is widened by as much (``jobdeck.jobs.flow.START_SLACK``)."""
-
-
-def after_waiting(store: Store, now: datetime) -> datetime:
-    """The time a limited claim writes on the jobs it claims (``claimed_at``,
-    ``heartbeat_at``) and on the starts it logs, read once it holds the
-    limited claims' lock: ``now``, which its caller read before, or, when
-    the deck's clock (``Store.fresh_time``) has moved on more than
-    ``WAITED`` since (the claim waited for the lock: PostgreSQL's advisory
-    lock, SQLite's write lock; or the acker's retries), the clock's time.
-    Stamped with the time from before a long wait, an HTTP worker's job was
-    claimed already older than ``stall_timeout`` and a sweeper rescued it at
-    once; a rate limit's starts were logged early by the wait, and the next
-    claim took a second batch within one window. A clock a test injected is
-    left alone: its ``now`` is the test's."""
-    fresh = store.fresh_time
-    if fresh is None:
-        return now
-    later = fresh()
-    return later if (later - now).total_seconds() > WAITED else now
 
 
 def claim_flow(store: Store, request: FlowRequest) -> tuple[list[JobRecord], dict[str, str]]:

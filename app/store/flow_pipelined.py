@@ -44,13 +44,13 @@ from jobdeck.store.flow import (
     _starts_since,
     _walk,
     _walk_keys,
-    after_waiting,
 )
 from jobdeck.store.lifecycle import Store
 from jobdeck.store.models import flow_starts, jobs
 from jobdeck.store.records import JobRecord, claimed_records
 from jobdeck.store.sqlite import Prepared
 from jobdeck.store.statements import claim_ids_logging, due_picks
+from jobdeck.store.timekeeping import after_waiting
 from jobdeck.store.transactions import Ahead
 from sqlalchemy import bindparam, delete, select
 from sqlalchemy.exc import DBAPIError

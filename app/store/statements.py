@@ -37,6 +37,7 @@ from sqlalchemy import (
     and_,
     any_,
     bindparam,
+    case,
     func,
     insert,
     literal_column,
@@ -247,14 +248,30 @@ def ids_by_key() -> Select[Any]:
 # -- claim -----------------------------------------------------------------------
 
 
-def _claimed_values() -> dict[str, Any]:
+def on_time(late: Any) -> Any:
+    """PostgreSQL: ``now``, the time its caller read before it sent the
+    statement, unless the row is written later than ``void_at`` on the
+    server's clock (the statement resent after a partition, or held on a
+    lock); then ``late``. Read in the row's new value, the server's clock is
+    read when the row is written, after any lock wait; in a WHERE clause it
+    was read once, as the statement started. Values: now, void_at."""
+    return case((func.clock_timestamp() <= bindparam("void_at", type_=jobs.c.updated_at.type), NOW), else_=late)
+
+
+def _claimed_values(voidable: bool = False) -> dict[str, Any]:
     """What a claim sets; each of ``CLAIM_SETS`` to a value the claimer
-    holds (the decoders of ``CLAIM_COLUMNS`` fill them in from it)."""
+    holds (the decoders of ``CLAIM_COLUMNS`` fill them in from it). With
+    ``voidable`` (PostgreSQL), a claim that lands later than ``void_at``
+    stamps the server's time instead (``on_time``): stamped with the time
+    read before, a claim held up past ``stall_timeout`` made an HTTP
+    worker's job stalled the moment it was claimed, and a sweeper rescued
+    it. The record the claimer gets keeps ``now``."""
+    stamp = on_time(func.clock_timestamp()) if voidable else NOW
     values = {
         "status": State.RUNNING.value,
         "worker_id": bindparam("worker"),
-        "claimed_at": NOW,
-        "heartbeat_at": NOW,
+        "claimed_at": stamp,
+        "heartbeat_at": stamp,
         "updated_at": NOW,
         "progress": None,
         "progress_message": None,
@@ -304,16 +321,18 @@ def due_picks(
 
 
 @lru_cache(maxsize=256)
-def claim(n_types: int | None, n_queues: int | None, n_excluded: int) -> Prepared:
+def claim(n_types: int | None, n_queues: int | None, n_excluded: int, voidable: bool = False) -> Prepared:
     """pending|failed (due) -> running, up to ``limit`` jobs in one statement.
-    Values: worker, now, *types, *queues, *excluded queues, limit.
+    Values: worker, now, *types, *queues, *excluded queues, limit, and with
+    ``voidable`` (PostgreSQL only) void_at (``_claimed_values``).
     The dialects differ in how the update finds the picked rows (``among``)."""
     picked = due(n_types, n_queues, n_excluded).limit(bindparam("limit", type_=Integer)).scalar_subquery()
     stmts = [
-        update(jobs).where(among(picked, dialect)).values(_claimed_values()).returning(*CLAIM_COLUMNS)
+        update(jobs).where(among(picked, dialect)).values(_claimed_values(voidable)).returning(*CLAIM_COLUMNS)
         for dialect in ("postgresql", "sqlite")
     ]
-    return Prepared(stmts[0], ["worker", *due_order(n_types, n_queues, n_excluded), "limit"], stmts[1])
+    order = ["worker", *due_order(n_types, n_queues, n_excluded), "limit", *(["void_at"] if voidable else [])]
+    return Prepared(stmts[0], order, stmts[1])
 
 
 @lru_cache(maxsize=512)

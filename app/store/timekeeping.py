@@ -13,6 +13,33 @@ from sqlalchemy import update
 
 if TYPE_CHECKING:
     from jobdeck.store import Store
+    from jobdeck.store.transactions import Transactions
+
+
+WAITED = 0.25
+"""Seconds a limited claim may take from its caller's reading of the time
+to its writes before it stamps them later (``after_waiting``): a rate's
+window is widened by as much (``jobdeck.jobs.flow.START_SLACK``)."""
+
+
+def after_waiting(store: Transactions, now: datetime) -> datetime:
+    """The time a claim writes on the jobs it claims (``claimed_at``,
+    ``heartbeat_at``) and, under flow limits, on the starts it logs, read
+    once it holds its lock (the limited claims' advisory lock on
+    PostgreSQL, SQLite's write lock): ``now``, which its caller read before,
+    or, when the deck's clock (``Store.fresh_time``) has moved on more than
+    ``WAITED`` since (the claim waited for the lock, or the acker retried),
+    the clock's time.
+    Stamped with the time from before a long wait, an HTTP worker's job was
+    claimed already older than ``stall_timeout`` and a sweeper rescued it at
+    once; a rate limit's starts were logged early by the wait, and the next
+    claim took a second batch within one window. A clock a test injected is
+    left alone: its ``now`` is the test's."""
+    fresh = store.fresh_time
+    if fresh is None:
+        return now
+    later = fresh()
+    return later if (later - now).total_seconds() > WAITED else now
 
 
 def database_time(store: Store) -> datetime:

@@ -68,7 +68,7 @@ class Transactions:
         self.fresh_time: Callable[[], datetime] | None = None
         """The deck's clock when it is the real one (the database's or the
         host's, not one a test injected): a limited claim reads it again
-        after waiting for the claim lock (``jobdeck.store.flow.after_waiting``)."""
+        after waiting for the claim lock (``jobdeck.store.timekeeping.after_waiting``)."""
         self._autocommit: Engine | None = (
             None if self.sqlite else engine.execution_options(isolation_level="AUTOCOMMIT")
         )

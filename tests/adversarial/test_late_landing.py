@@ -13,7 +13,9 @@ such writes
   no row of its own: its jobs are judged by their own heartbeat alone);
 - stamped a job claimed under limits, after a long wait for the limited
   claims' lock, already older than ``stall_timeout``, and logged a rate
-  limit's starts early by the wait.
+  limit's starts early by the wait;
+- stamped a job claimed with no limits (one statement, held up on its way
+  or on a lock) the same way.
 
 Each test holds the write on a lock (the same every run), lets the deck's
 clock run past what matters, and, for a heartbeat, lands a fresher one first.
@@ -198,6 +200,32 @@ def test_a_limited_claim_that_waited_for_the_claim_lock_is_not_stalled_at_once(m
 
 
 @ON_POSTGRES
+def test_a_plain_claim_that_lands_late_is_not_stalled_at_once(make_deck: Any, request: Any) -> None:
+    """An HTTP worker's claim with no limit is one statement: the server reads
+    its clock, and the statement reaches the database late (resent after a
+    partition; held here on a lock of the jobs table, as a migration or a
+    bulk action takes it). Stamped with the time from before, the job was
+    older than ``stall_timeout`` the moment it was claimed, and a sweeper
+    rescued it before the worker's first beat: it ran twice."""
+    deck = make_deck(stall_timeout=STALL, heartbeat_interval=0.5)
+    assert isinstance(deck.clock, DatabaseClock)
+    client = create_app(deck=deck).test_client()
+    job_id = deck.enqueue("demo.noop", {}).job.id
+
+    held = held_on_a_lock(
+        deck, request.node.pg_schema, "LOCK TABLE jobs IN SHARE MODE", {},
+        lambda: client.post("/api/jobs/claim", json={"worker_id": "ext"}).get_json(), STALL,
+    )  # fmt: skip
+    assert held.answer is not None and held.answer["id"] == job_id, "the worker holds the job"
+    status, beat = _job(deck, job_id)
+    now = deck.clock()
+    print(f"claimed job's heartbeat {beat.isoformat()}, {(now - beat).total_seconds():.2f} s old at once")
+    assert beat >= held.released - timedelta(seconds=0.5), "the claim stamped the time read before it waited"
+    assert deck.store.rescue_stalled(now, STALL) == [], "a job claimed a moment ago was rescued as stalled"
+    assert _job(deck, job_id).status == "running"
+
+
+@ON_POSTGRES
 def test_a_rate_limited_claim_that_waited_for_the_claim_lock_logs_its_starts_when_they_happened(
     make_deck: Any, request: Any
 ) -> None:
@@ -246,6 +274,32 @@ def _claimed_behind_the_write_lock(deck: Any, now: Any, limit: int) -> Any:
     thread.join(timeout=30)
     assert not thread.is_alive() and not errors, errors
     return answers[0]
+
+
+def test_sqlite_plain_claim_that_waited_for_the_write_lock_is_not_stalled_at_once(make_deck: Any) -> None:
+    """The same on SQLite, on the host's clock: an HTTP worker's claim reads
+    the time, then waits for the file's write lock (another process's long
+    write) past ``stall_timeout``."""
+    deck = make_deck(stall_timeout=STALL, heartbeat_interval=0.5)
+    client = create_app(deck=deck).test_client()
+    job_id = deck.enqueue("demo.noop", {}).job.id
+
+    with closing(_write_locked(deck)) as other:
+        thread, answers, errors = _in_thread(
+            lambda: client.post("/api/jobs/claim", json={"worker_id": "ext"}).get_json()
+        )
+        began = deck.clock()
+        wait_for(lambda: deck.clock() > began + timedelta(seconds=STALL), timeout=30, message="past stall_timeout")
+        released = deck.clock()
+        other.execute("COMMIT")
+    thread.join(timeout=30)
+    assert not thread.is_alive() and not errors, errors
+    assert answers[0] is not None and answers[0]["id"] == job_id, "the worker holds the job"
+    status, beat = _job(deck, job_id)
+    now = deck.clock()
+    print(f"claimed job's heartbeat {beat.isoformat()}, {(now - beat).total_seconds():.2f} s old at once")
+    assert beat >= released - timedelta(seconds=0.5), "the claim stamped the time read before it waited"
+    assert deck.store.rescue_stalled(now, STALL) == [], "a job claimed a moment ago was rescued as stalled"
 
 
 def test_sqlite_acker_refill_that_waited_for_the_write_lock_logs_rate_starts_when_they_happened(make_deck: Any) -> None:
