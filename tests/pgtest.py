@@ -69,11 +69,16 @@ def schema_url(schema: str) -> str:
 
 
 def terminate_backends(schema: str) -> int:
-    """Kill every server connection of this test (as a database restart would)."""
+    """Kill every server connection of this test, as a database restart
+    would, and wait (up to 5 s each) until they are gone. Without the wait,
+    a backend starved of CPU had not yet taken its signal when this
+    returned: the test's next statement went out on it and was the one
+    refused (seen in ``test_backends``, on a busy machine), where after a
+    restart the pool finds the connection dead before it is used."""
     engine = admin_engine()
     try:
         with engine.begin() as conn:
-            return _terminate(conn, schema)
+            return _terminate(conn, schema, wait_ms=5000)
     finally:
         engine.dispose()
 
