@@ -63,26 +63,33 @@ class Claiming(Transactions):
         queue_list = None if queues is None else list(queues)
         excluded = list(exclude_queues or ())
         # A claim held up (on SQLite, for the write lock it holds by now) or
-        # landing late (on PostgreSQL: void_at) stamps the time it claims at,
-        # not the time its caller read before.
+        # landing late (on PostgreSQL: ``void_at``) stamps the time it claims
+        # at, not the time its caller read before.
         now = after_waiting(self, now)
-        voidable = self.void_after is not None
         prepared = statements.claim(
             None if type_list is None else len(type_list),
             None if queue_list is None else len(queue_list),
             len(excluded),
-            voidable,
+            self.void_after is not None,
         )
         values = (worker_id, self._t(now), *(type_list or ()), *(queue_list or ()), *excluded, limit)
-        if self.void_after is not None:
-            values += (self._t(now + timedelta(seconds=self.void_after)),)
-        return self._claimed(conn, prepared, values, worker_id, now)
+        return self._claimed(conn, prepared, values + self.void_at(now), worker_id, now)
 
     def claim_ids(self, conn: Connection, worker_id: str, now: datetime, ids: Sequence[int]) -> list[JobRecord]:
         """Inside the caller's write transaction (``jobdeck.jobs.queues`` picks the ids
         under its concurrency limits): claim exactly ``ids``, those still
         claimable, in claim order."""
-        return self._claimed(conn, statements.claim_ids(len(ids)), (worker_id, self._t(now), *ids), worker_id, now)
+        prepared = statements.claim_ids(len(ids), self.void_after is not None)
+        return self._claimed(conn, prepared, (worker_id, self._t(now), *ids, *self.void_at(now)), worker_id, now)
+
+    def void_at(self, now: datetime) -> tuple[Any, ...]:
+        """A claim's last value when it is voidable (PostgreSQL on the
+        database's clock: ``Store.void_after``): the time past which it
+        stamps the server's time as it lands, not ``now``
+        (``statements.on_time``). Nothing otherwise."""
+        if self.void_after is None:
+            return ()
+        return (self._t(now + timedelta(seconds=self.void_after)),)
 
     def _claimed(
         self, conn: Connection, prepared: Prepared, values: tuple[Any, ...], worker_id: str, now: datetime

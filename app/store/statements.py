@@ -336,26 +336,29 @@ def claim(n_types: int | None, n_queues: int | None, n_excluded: int, voidable: 
 
 
 @lru_cache(maxsize=512)
-def claim_ids(n: int) -> Prepared:
+def claim_ids(n: int, voidable: bool = False) -> Prepared:
     """Claim the ``n`` given jobs, each only if still claimable (the queue
-    policy picks the ids itself). Values: worker, now, *ids."""
+    policy picks the ids itself). Values: worker, now, *ids, and with
+    ``voidable`` (PostgreSQL only) void_at (``_claimed_values``)."""
     stmt = (
         update(jobs)
         .where(jobs.c.id.in_(binds("id_", n, BigInteger())), claimable())
-        .values(_claimed_values())
+        .values(_claimed_values(voidable))
         .returning(*CLAIM_COLUMNS)
     )
-    return Prepared(stmt, ["worker", "now", *names("id_", n)])
+    return Prepared(stmt, ["worker", "now", *names("id_", n), *(["void_at"] if voidable else [])])
 
 
 @lru_cache(maxsize=512)
-def claim_ids_logging(n: int) -> Prepared:
+def claim_ids_logging(n: int, voidable: bool = False) -> Prepared:
     """PostgreSQL: ``claim_ids(n)`` and, in the same statement, the flow
     starts of the jobs it claimed (a picked job that another transaction
     took or ended meanwhile is not claimed, and its starts are not logged).
     Values: worker, now, *ids, then the starts as three arrays, one element
-    a start: the job's id, the limit, the key."""
-    claimed = claim_ids(n).stmt.cte("claimed")
+    a start: the job's id, the limit, the key; with ``voidable``, void_at
+    last (the starts too are logged at the time the statement lands, when
+    it lands late: ``on_time``)."""
+    claimed = claim_ids(n, voidable).stmt.cte("claimed")
     start = (
         func.unnest(
             bindparam("start_ids", type_=ARRAY(BigInteger)),
@@ -366,13 +369,14 @@ def claim_ids_logging(n: int) -> Prepared:
         .render_derived(name="start")
     )
     started = (
-        select(start.c.limit_name, start.c.key, NOW, func.count())
+        select(start.c.limit_name, start.c.key, on_time(func.clock_timestamp()) if voidable else NOW, func.count())
         .join(claimed, claimed.c.id == start.c.id)
         .group_by(start.c.limit_name, start.c.key)
     )
     logged = insert(flow_starts).from_select(["limit_name", "key", "started_at", "count"], started)
     stmt = select(claimed).add_cte(logged.cte("logged"))
-    return Prepared(stmt, ["worker", "now", *names("id_", n), "start_ids", "start_limits", "start_keys"])
+    starts = ["start_ids", "start_limits", "start_keys"]
+    return Prepared(stmt, ["worker", "now", *names("id_", n), *starts, *(["void_at"] if voidable else [])])
 
 
 def among(picked: Any, dialect: str) -> ColumnElement[bool]:
