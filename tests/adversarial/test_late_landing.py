@@ -173,6 +173,29 @@ def test_an_http_workers_beat_that_lands_late_does_not_move_the_jobs_heartbeat_b
     assert _job(deck, job_id).status == "running"
 
 
+def _held_claim(deck: Any, request: Any, client: Any, body: dict[str, Any]) -> Held:
+    """An HTTP worker's claim whose statements wait past ``stall_timeout``
+    on a lock of the jobs table (as a migration or a bulk action takes it)."""
+    return held_on_a_lock(
+        deck, request.node.pg_schema, "LOCK TABLE jobs IN SHARE MODE", {},
+        lambda: client.post("/api/jobs/claim", json=body).get_json(), STALL,
+    )  # fmt: skip
+
+
+def _judge(deck: Any, job_id: int, held: Held) -> None:
+    """The job an HTTP worker claimed a moment ago, behind a lock: stamped
+    after the wait, and not stalled (nobody may rescue it before its first
+    beat is due)."""
+    status, beat = _job(deck, job_id)
+    now = deck.clock()
+    print(f"claimed job's heartbeat {beat.isoformat()}, {(now - beat).total_seconds():.2f} s old at once; "
+          f"lock released at {held.released.isoformat()}")  # fmt: skip
+    rescued = [r.id for r in deck.store.rescue_stalled(now, STALL)]
+    assert job_id not in rescued, f"job {job_id}, claimed a moment ago, was rescued as stalled ({rescued})"
+    assert beat >= held.released - timedelta(seconds=0.5), "the claim stamped the time read before it landed"
+    assert _job(deck, job_id).status == "running"
+
+
 @ON_POSTGRES
 def test_a_limited_claim_that_waited_for_the_claim_lock_is_not_stalled_at_once(make_deck: Any, request: Any) -> None:
     """A claim under a concurrency limit reads its time, then waits for the
@@ -191,12 +214,7 @@ def test_a_limited_claim_that_waited_for_the_claim_lock_is_not_stalled_at_once(m
         lambda: client.post("/api/jobs/claim", json={"worker_id": "ext"}).get_json(), STALL,
     )  # fmt: skip
     assert held.answer is not None and held.answer["id"] == job_id, "the worker holds the job"
-    # At once, before the worker's first beat is due: nobody may judge it stalled.
-    status, beat = _job(deck, job_id)
-    now = deck.clock()
-    print(f"claimed job's heartbeat {beat.isoformat()}, {(now - beat).total_seconds():.2f} s old at once")
-    assert deck.store.rescue_stalled(now, STALL) == [], "a job claimed a moment ago was rescued as stalled"
-    assert _job(deck, job_id).status == "running"
+    _judge(deck, job_id, held)  # at once, before the worker's first beat is due
 
 
 @ON_POSTGRES
@@ -212,17 +230,9 @@ def test_a_plain_claim_that_lands_late_is_not_stalled_at_once(make_deck: Any, re
     client = create_app(deck=deck).test_client()
     job_id = deck.enqueue("demo.noop", {}).job.id
 
-    held = held_on_a_lock(
-        deck, request.node.pg_schema, "LOCK TABLE jobs IN SHARE MODE", {},
-        lambda: client.post("/api/jobs/claim", json={"worker_id": "ext"}).get_json(), STALL,
-    )  # fmt: skip
+    held = _held_claim(deck, request, client, {"worker_id": "ext"})
     assert held.answer is not None and held.answer["id"] == job_id, "the worker holds the job"
-    status, beat = _job(deck, job_id)
-    now = deck.clock()
-    print(f"claimed job's heartbeat {beat.isoformat()}, {(now - beat).total_seconds():.2f} s old at once")
-    assert beat >= held.released - timedelta(seconds=0.5), "the claim stamped the time read before it waited"
-    assert deck.store.rescue_stalled(now, STALL) == [], "a job claimed a moment ago was rescued as stalled"
-    assert _job(deck, job_id).status == "running"
+    _judge(deck, job_id, held)
 
 
 @ON_POSTGRES
@@ -254,26 +264,6 @@ def test_a_rate_limited_claim_that_waited_for_the_claim_lock_logs_its_starts_whe
     print(f"rate {rate}/{period:g}s: claimed {len(held.answer)}, then {len(second)} "
           f"{(after - held.released).total_seconds():.2f} s after the first batch started")  # fmt: skip
     assert second == [], "a second batch within one window of the first's starts"
-
-
-# -- claims that land late: the plain one, beside a full limit, under a rate ----------------------
-
-
-def _held_claim(deck: Any, request: Any, client: Any, body: dict[str, Any]) -> Any:
-    return held_on_a_lock(
-        deck, request.node.pg_schema, "LOCK TABLE jobs IN SHARE MODE", {},
-        lambda: client.post("/api/jobs/claim", json=body).get_json(), STALL,
-    )  # fmt: skip
-
-
-def _judge(deck: Any, job_id: int, held: Any) -> None:
-    status, beat = _job(deck, job_id)
-    now = deck.clock()
-    print(f"claimed job's heartbeat {beat.isoformat()}, {(now - beat).total_seconds():.2f} s old at once; "
-          f"lock released at {held.released.isoformat()}")  # fmt: skip
-    rescued = [r.id for r in deck.store.rescue_stalled(now, STALL)]
-    assert job_id not in rescued, f"job {job_id}, claimed a moment ago, was rescued as stalled ({rescued})"
-    assert beat >= held.released - timedelta(seconds=0.5), "the claim stamped the time read before it landed"
 
 
 @ON_POSTGRES
