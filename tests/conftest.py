@@ -12,7 +12,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,6 +22,7 @@ import pytest
 from jobdeck import create_app
 from jobdeck.core import forks
 from jobdeck.core.config import load
+from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
 from jobdeck.jobs.handlers import Registry
 from sqlalchemy import Engine
@@ -234,6 +235,23 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}")
         time.sleep(interval)  # polling interval with a deadline, not a fixed wait
+
+
+def all_in(deck: Jobdeck, ids: Iterable[int], states: Iterable[Any]) -> bool:
+    """Whether every job of ``ids`` is in one of ``states``, read in one
+    query. A poll that read the jobs one by one (``store.get``, a hundred
+    reads a poll every 10 ms) competes for the GIL with the pool it waits
+    for: on a starved machine (a quick tier in CI) a pool's 83 async jobs
+    were still running 25 s after it had its lease back, most likely its
+    event loop held back by that poll (not reproduced)."""
+    from jobdeck.store.models import jobs
+    from sqlalchemy import select
+
+    wanted = {State(s).value for s in states}
+    ids = list(ids)
+    with deck.store.read() as conn:
+        rows = conn.execute(select(jobs.c.status).where(jobs.c.id.in_(ids))).scalars().all()
+    return len(rows) == len(set(ids)) and all(r in wanted for r in rows)
 
 
 PLUMBING = (

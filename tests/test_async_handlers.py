@@ -21,7 +21,7 @@ from jobdeck.store.joblogs import lines_of
 from jobdeck.store.records import JobRecord
 from jobdeck.worker import async_loop
 
-from tests.conftest import wait_for
+from tests.conftest import all_in, wait_for
 
 pytestmark = pytest.mark.backends
 
@@ -82,7 +82,7 @@ def test_many_async_jobs_wait_at_once_without_holding_the_threads(live_deck: Job
     pool.start()
     try:
         done = {State.COMPLETED}
-        wait_for(lambda: all(live_deck.store.get(i).status in done for i in ids), timeout=30, message="all complete")
+        wait_for(lambda: all_in(live_deck, ids, done), timeout=30, message="all complete")
     finally:
         pool.stop(2.0)
     assert most[0] == 100, "as many in flight as async_concurrency, no more"
@@ -112,7 +112,7 @@ def test_async_concurrency_bounds_the_jobs_in_flight(make_deck, registry) -> Non
         wait_for(lambda: len(running) == 5, message="five start")
         assert pool.holdings.async_inflight == 5
         go.set()
-        wait_for(lambda: all(deck.store.get(i).status is State.COMPLETED for i in ids), message="all complete")
+        wait_for(lambda: all_in(deck, ids, [State.COMPLETED]), message="all complete")
     finally:
         pool.stop(2.0)
     assert most[0] == 5
@@ -354,7 +354,7 @@ def test_a_type_concurrency_limit_holds_for_async_jobs(make_deck, registry) -> N
     pool = pool_for(deck, 4)
     pool.start()
     try:
-        wait_for(lambda: all(deck.store.get(i).status is State.COMPLETED for i in ids), message="all complete")
+        wait_for(lambda: all_in(deck, ids, [State.COMPLETED]), message="all complete")
     finally:
         pool.stop(2.0)
     assert most[0] == 2
@@ -414,7 +414,7 @@ def test_the_context_from_the_loop_progress_and_captured_logs(make_deck, registr
             wait_for(lambda job=job: deck.store.get(job.id).progress == 0.4, message="the latest progress is stored")
             assert deck.store.get(job.id).progress_message == "second"
         pool.executors.loop.loop.call_soon_threadsafe(go.set)
-        wait_for(lambda: all(deck.store.get(j.id).status is State.COMPLETED for j in jobs), message="complete")
+        wait_for(lambda: all_in(deck, [j.id for j in jobs], [State.COMPLETED]), message="complete")
     finally:
         pool.stop(2.0)
     for n, job in enumerate(jobs):

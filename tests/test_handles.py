@@ -21,7 +21,7 @@ from jobdeck.jobs.handles import Handle, NoDeck, current_deck, use_deck
 from jobdeck.runtime import pool_for
 from jobdeck.store.records import JobFilter
 
-from tests.conftest import Clock, wait_for
+from tests.conftest import Clock, all_in, wait_for
 
 pytestmark = pytest.mark.backends
 
@@ -166,7 +166,7 @@ def test_what_a_handle_enqueues_a_real_pool_runs_sync_and_async(
     pool = pool_for(deck, 2)
     pool.start()
     try:
-        wait_for(lambda: all(deck.store.get(i).status is State.COMPLETED for i in ids), message="all three done")
+        wait_for(lambda: all_in(deck, ids, [State.COMPLETED]), message="all three done")
     finally:
         pool.stop(grace=5)
     assert [deck.store.get(i).result for i in ids] == [8, 15, 12]

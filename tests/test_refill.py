@@ -18,7 +18,7 @@ from jobdeck.store import Outcome
 from jobdeck.worker import acks
 from jobdeck.worker.pool import WorkerPool
 
-from tests.conftest import wait_for
+from tests.conftest import all_in, wait_for
 
 pytestmark = pytest.mark.backends
 
@@ -246,7 +246,7 @@ def test_a_limited_cycle_on_postgres_waits_for_the_jobs_still_running(
         )
         assert deck.store.get(fast).status is State.RUNNING, "completed alone, before the slow job ended"
         release.set()
-        wait_for(lambda: all(deck.store.get(i).status is State.COMPLETED for i in (fast, slow)), timeout=15)
+        wait_for(lambda: all_in(deck, (fast, slow), [State.COMPLETED]), timeout=15)
     finally:
         release.set()
         pool.stop(grace=5)

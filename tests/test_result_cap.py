@@ -15,7 +15,7 @@ from jobdeck.core.states import State
 from jobdeck.jobs.handlers import Registry
 from jobdeck.runtime import pool_for
 
-from tests.conftest import wait_for
+from tests.conftest import all_in, wait_for
 
 pytestmark = pytest.mark.backends
 
@@ -27,7 +27,7 @@ def _settled(deck: Any, *job_ids: int) -> dict[int, State]:
     pool.start()
     try:
         done = (State.COMPLETED, State.DEAD)
-        wait_for(lambda: all(deck.store.get(i).status in done for i in job_ids), message="every job to settle")
+        wait_for(lambda: all_in(deck, job_ids, done), message="every job to settle")
     finally:
         pool.stop(grace=5)
     return {i: deck.store.get(i).status for i in job_ids}

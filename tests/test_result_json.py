@@ -19,7 +19,7 @@ from jobdeck.jobs.handlers import JobContext, Registry
 from jobdeck.runtime import pool_for
 from jobdeck.worker.results import storable_result
 
-from tests.conftest import wait_for
+from tests.conftest import all_in, wait_for
 
 pytestmark = pytest.mark.backends
 
@@ -49,7 +49,7 @@ def _settle(deck: Jobdeck, job_ids: list[int]) -> None:
     pool.start()
     try:
         ended = (State.COMPLETED, State.DEAD)
-        wait_for(lambda: all(deck.store.get(i).status in ended for i in job_ids), message="every job to end")
+        wait_for(lambda: all_in(deck, job_ids, ended), message="every job to end")
     finally:
         pool.stop(grace=5)
 

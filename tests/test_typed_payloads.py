@@ -24,7 +24,7 @@ from jobdeck.jobs.handlers import JobContext, Registry
 from jobdeck.runtime import pool_for
 from jobdeck.store.records import JobFilter
 
-from tests.conftest import Clock, wait_for
+from tests.conftest import Clock, all_in, wait_for
 
 try:
     import pydantic
@@ -81,7 +81,7 @@ def _run(deck: Jobdeck, job_ids: list[int]) -> None:
     pool.start()
     try:
         ended = (State.COMPLETED, State.DEAD)
-        wait_for(lambda: all(deck.store.get(i).status in ended for i in job_ids), message="every job to end")
+        wait_for(lambda: all_in(deck, job_ids, ended), message="every job to end")
     finally:
         pool.stop(grace=5)
 

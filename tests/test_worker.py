@@ -13,7 +13,7 @@ from jobdeck.store.models import demo_charges, demo_outbox
 from jobdeck.worker.pool import WorkerPool
 from sqlalchemy import func, select
 
-from tests.conftest import wait_for
+from tests.conftest import all_in, wait_for
 
 pytestmark = pytest.mark.backends
 
@@ -240,7 +240,7 @@ def test_prefetched_jobs_are_shed_when_slow_jobs_hold_every_thread(make_deck, re
         other.start()
         wait_for(lambda: len(other.running_jobs()) == 1, message="another pool takes a shed job")
         gate.set()
-        wait_for(lambda: all(deck.store.get(i).status is State.COMPLETED for i in slow_ids), message="all done")
+        wait_for(lambda: all_in(deck, slow_ids, [State.COMPLETED]), message="all done")
     finally:
         gate.set()
         pool.stop(grace=5)

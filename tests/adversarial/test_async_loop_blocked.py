@@ -15,7 +15,7 @@ from jobdeck.deck import Jobdeck
 from jobdeck.jobs.context import JobContext
 from jobdeck.runtime import pool_for
 
-from tests.conftest import wait_for
+from tests.conftest import all_in, wait_for
 
 pytestmark = pytest.mark.backends
 
@@ -51,7 +51,7 @@ def test_a_loop_blocked_for_3_s_is_reported_and_the_other_async_jobs_resume(
             wait_for(lambda: any(h.job_id == bad.id for h in pool.executors.loop.held), timeout=5, message="reported")
             wait_for(lambda: live_deck.store.get(bad.id).status is State.COMPLETED, message="the blocker ends")
             done = {State.COMPLETED}
-            wait_for(lambda: all(live_deck.store.get(i).status in done for i in others), message="others resume")
+            wait_for(lambda: all_in(live_deck, others, done), message="others resume")
             wait_for(lambda: "runs again" in caplog.text, message="the end of the hold is logged")
     finally:
         pool.stop(2.0)
