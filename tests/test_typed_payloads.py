@@ -307,6 +307,7 @@ def _typed_process(payload: Order, ctx: JobContext) -> dict[str, Any]:
     return {"kind": type(payload).__name__, "skus": [line.sku for line in payload.lines], "pid": os.getpid()}
 
 
+@pytest.mark.slow  # starts a child interpreter: left out of the quick tier
 def test_a_typed_handler_in_a_child_process_gets_its_payload_converted(
     make_deck: Callable[..., Jobdeck], registry: Registry
 ) -> None:
