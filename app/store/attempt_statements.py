@@ -321,12 +321,12 @@ def stalled(cutoff: Any, limit: int) -> Select[Any]:
 
 def heartbeat(voidable: bool = False) -> Any:
     """One job's heartbeat (the HTTP worker's). Values: job, worker, now,
-    and with ``voidable`` void_at (``beat_time``): an HTTP worker has no row
+    and with ``voidable`` void_at (``statements.on_time``): an HTTP worker has no row
     of its own, so its jobs are judged by this heartbeat alone."""
     return (
         update(jobs)
         .where(jobs.c.id == bindparam("job"), jobs.c.worker_id == bindparam("worker"), in_states(Transition.HEARTBEAT))
-        .values(heartbeat_at=beat_time(jobs.c.heartbeat_at) if voidable else NOW, updated_at=NOW)
+        .values(heartbeat_at=on_time(jobs.c.heartbeat_at) if voidable else NOW, updated_at=NOW)
         .returning(*JOB_COLUMNS)
     )
 
@@ -338,27 +338,19 @@ def heartbeat_held(dialect: str, voidable: bool = False) -> Any:
     ack batch locking the same rows in another order. Returns (id,
     cancel_requested_at, attempt): how other processes' cancels reach the pool (not
     ``IS NOT NULL``: SQLite's RETURNING answered it true for NULL).
-    Values: worker, now, and with ``voidable`` void_at (``beat_time``)."""
+    Values: worker, now, and with ``voidable`` void_at (``statements.on_time``)."""
     held = select(jobs.c.id).where(jobs.c.worker_id == bindparam("worker"), in_states(Transition.HEARTBEAT))
     return (
         update(jobs)
         .where(among(held.with_for_update(skip_locked=True).scalar_subquery(), dialect))
-        .values(heartbeat_at=beat_time(jobs.c.heartbeat_at) if voidable else NOW)
+        .values(heartbeat_at=on_time(jobs.c.heartbeat_at) if voidable else NOW)
         .returning(jobs.c.id, jobs.c.cancel_requested_at, jobs.c.attempt)
     )
 
 
 def heartbeat_worker(voidable: bool = False) -> Any:
-    heartbeat_at = beat_time(workers.c.heartbeat_at) if voidable else NOW
+    heartbeat_at = on_time(workers.c.heartbeat_at) if voidable else NOW
     return update(workers).where(workers.c.id == bindparam("worker")).values(heartbeat_at=heartbeat_at)
-
-
-def beat_time(column: Any) -> Any:
-    """PostgreSQL: what a beat writes in ``column``: ``now``, unless it
-    reaches the row later than ``void_at`` (``statements.on_time``: resent
-    after a partition, or held on a lock: ``Store.heartbeat_pool``); then
-    the value stays as it is."""
-    return on_time(column)
 
 
 def set_progress() -> Any:

@@ -5,7 +5,7 @@ that a job is held, which finishing it shares (``jobdeck.store.finish``)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from jobdeck.core.errors import JobNotFound, NotHeld, StaleAttempt, TransitionRefused
@@ -74,7 +74,7 @@ class Holding(Graph, Claiming):
 
         On PostgreSQL, on the database's clock, a beat whose statements reach
         the server more than ``Store.void_after`` seconds after its time
-        changes nothing (``attempt_statements.beat_time``): resent after a
+        changes nothing (``statements.on_time``): resent after a
         partition, it would move the heartbeat back past a fresher beat's. On
         SQLite the time is read with the file's write lock held, so a beat
         lands when it says."""
@@ -89,9 +89,9 @@ class Holding(Graph, Claiming):
         )
 
     def _beat_params(self, params: dict[str, Any]) -> dict[str, Any]:
-        """A beat's values, with ``void_at`` when late beats are void (``void_after``)."""
-        if self.void_after is not None:
-            params["void_at"] = params["now"] + timedelta(seconds=self.void_after)
+        """A beat's values, with ``void_at`` when late beats are void (``Claiming.void_at``)."""
+        for void_at in self.void_at(params["now"]):
+            params["void_at"] = void_at
         return params
 
     def set_progress(

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 WAITED = 0.25
-"""Seconds a limited claim may take from its caller's reading of the time
+"""Seconds a claim may take from its caller's reading of the time
 to its writes before it stamps them later (``after_waiting``): a rate's
 window is widened by as much (``jobdeck.jobs.flow.START_SLACK``)."""
 

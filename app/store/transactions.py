@@ -63,12 +63,13 @@ class Transactions:
         """A job row as the dialect's path returns it, decoded."""
         self.void_after: float | None = None
         """PostgreSQL, on the database's clock: seconds after its time past which
-        a heartbeat that reaches its row changes nothing (half of
-        ``stall_timeout``; ``attempt_statements.beat_time``). None: every beat lands."""
+        a heartbeat that reaches its row changes nothing, and a claim stamps the
+        server's time instead of its own (half of ``stall_timeout``;
+        ``statements.on_time``, ``Claiming.void_at``). None: every write lands as it says."""
         self.fresh_time: Callable[[], datetime] | None = None
         """The deck's clock when it is the real one (the database's or the
-        host's, not one a test injected): a limited claim reads it again
-        after waiting for the claim lock (``jobdeck.store.timekeeping.after_waiting``)."""
+        host's, not one a test injected): a claim reads it again after waiting
+        for its lock (``jobdeck.store.timekeeping.after_waiting``)."""
         self._autocommit: Engine | None = (
             None if self.sqlite else engine.execution_options(isolation_level="AUTOCOMMIT")
         )
