@@ -79,8 +79,10 @@ class Claiming(Transactions):
         """Inside the caller's write transaction (``jobdeck.jobs.queues`` picks the ids
         under its concurrency limits): claim exactly ``ids``, those still
         claimable, in claim order."""
-        prepared = statements.claim_ids(len(ids), self.void_after is not None)
-        return self._claimed(conn, prepared, (worker_id, self._t(now), *ids, *self.void_at(now)), worker_id, now)
+        if self.sqlite:
+            return self._claimed(conn, statements.claim_ids(len(ids)), (worker_id, self._t(now), *ids), worker_id, now)
+        prepared = statements.claim_id_array(self.void_after is not None)
+        return self._claimed(conn, prepared, (worker_id, self._t(now), list(ids), *self.void_at(now)), worker_id, now)
 
     def void_at(self, now: datetime) -> tuple[Any, ...]:
         """A claim's last value when it is voidable (PostgreSQL on the
@@ -115,4 +117,4 @@ class Claiming(Transactions):
                 rows: list[Any] = conn.connection.cursor().execute(compiled.text, compiled.params(values)).fetchall()
             return rows
         compiled = prepared.postgres
-        return list(conn.exec_driver_sql(compiled.text, compiled.params(values)).fetchall())
+        return list(conn.exec_driver_sql(compiled.text, compiled.params(prepared.encoded(values))).fetchall())

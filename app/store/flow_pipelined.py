@@ -169,14 +169,14 @@ def claim_flow(store: Store, request: FlowRequest, guess: Guess) -> tuple[list[J
             return [], cursors, answered
         ids = [i for i, _ in chosen]
         logged = [(i, name, key) for i, starts in chosen for name, key in starts]
-        prepared = claim_ids_logging(len(ids), store.void_after is not None)
+        prepared = claim_ids_logging(store.void_after is not None)
         # The claim and its starts: when they happen, after any wait for the
         # lock, and when the statement lands, should it land late (void_at).
         stamp = after_waiting(store, now)
         params = (
             request.worker_id,
             store.stored_time(stamp),
-            *ids,
+            ids,
             [s[0] for s in logged],
             [s[1] for s in logged],
             [s[2] for s in logged],

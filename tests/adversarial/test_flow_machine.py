@@ -32,7 +32,10 @@ LIMITS = {
     RATED: {"rate": "2/5s", "rate_key": "payload.a"},
 }
 WINDOWS = {KEYED: (10.0, 3), RATED: (5.0, 2)}
-KEYS = st.sampled_from(["a", "b", "c", None])
+KEYS = st.sampled_from(["a", 'b "q" \\ {,}', "NULL", None])
+"""Keys that are awkward in an array literal (quotes, a backslash, braces, a
+comma; the word NULL, not the null key), which PostgreSQL's flow claim
+sends its starts' keys in (``statements.claim_ids_logging``)."""
 
 
 class FlowMachine(RuleBasedStateMachine):
