@@ -15,23 +15,20 @@ from jobdeck.core.states import AttemptOutcome, State, Transition
 from jobdeck.store import postgres
 from jobdeck.store.models import attempts, jobs, workers
 from jobdeck.store.sqlite import Prepared
-from jobdeck.store.statements import GROUPS, JOB_COLUMNS, NOW, among, binds, in_states, on_time
+from jobdeck.store.statements import GROUPS, JOB_COLUMNS, NOW, among, array_param, binds, in_states, on_time
 from sqlalchemy import (
     BigInteger,
     Integer,
     Select,
-    Text,
     and_,
     bindparam,
     case,
-    cast,
     func,
     insert,
     select,
     tuple_,
     update,
 )
-from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.sql.elements import ColumnElement
 
 # -- ending an attempt ------------------------------------------------------------
@@ -70,7 +67,7 @@ def _unnest(name: str, columns: Sequence[Any]) -> Any:
     the columns: a batch of any size is one statement of one shape (prepared
     once by the server) instead of a list of placeholders per size. Each
     array is bound as its text literal (``postgres.array_encoder``) and cast."""
-    arrays = [cast(bindparam(c.name, type_=Text()), pg_dialect.ARRAY(c.type)) for c in columns]
+    arrays = [array_param(c.name, c.type) for c in columns]
     return func.unnest(*arrays).table_valued(*(c.name for c in columns)).render_derived(name=name)
 
 

@@ -296,8 +296,9 @@ class Enqueueing(Transactions):
         from the sequence in the rows' order: sorted, they are in it. A job
         due ``now`` (the same object) is sent as NULL, which the statement reads as ``now``."""
         fields = list(zip(*rows, strict=True))
-        params: dict[str, Any] = {f: list(fields[statements.JOB_FIELDS.index(f)]) for f in statements.UNNEST_FIELDS}
-        params["available_at"] = [None if at is now else at for at in params["available_at"]]
+        columns = {f: fields[statements.JOB_FIELDS.index(f)] for f in statements.UNNEST_FIELDS}
+        columns["available_at"] = tuple(None if at is now else at for at in columns["available_at"])
+        params: dict[str, Any] = {f: statements.UNNEST_ENCODERS[f](values) for f, values in columns.items()}
         params["now"] = now
         return conn.execute(statements.enqueue_unnest(keyed), params).all()
 
