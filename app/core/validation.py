@@ -212,6 +212,8 @@ def check_name(value: Any, field: str, max_length: int) -> str:
         raise InvalidField(field, f"must be a non-empty string of at most {max_length} characters")
     _check_unicode(value, field)
     normal = value if value.isascii() else unicodedata.normalize("NFC", value)
+    if len(normal) > max_length:  # NFC lengthens some ("\u0958" is two characters once normalized)
+        raise InvalidField(field, f"must be a non-empty string of at most {max_length} characters once NFC-normalized")
     problem = hidden_problem(normal)
     if problem is not None:
         raise InvalidField(field, problem)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, cast
 
 from jobdeck.core.errors import DeadLetter, InvalidField
-from jobdeck.core.validation import MAX_QUEUE_CHARS, MAX_TYPE_CHARS
+from jobdeck.core.validation import MAX_QUEUE_CHARS, MAX_TYPE_CHARS, parse_priority
 from jobdeck.core.validation import check_name as checked_name
 from jobdeck.jobs.artifacts import InvalidArtifact
 from jobdeck.jobs.context import JobContext
@@ -121,8 +121,17 @@ class Registry:
         name = checked_name(name, "type", MAX_TYPE_CHARS)
         if queue is not None:
             queue = checked_name(queue, "queue", MAX_QUEUE_CHARS)
-        if max_retries is not None and max_retries < 0:
-            raise ValueError(f"{name}: max_retries must be >= 0")
+        if max_retries is not None and (
+            isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0
+        ):
+            raise ValueError(f"{name}: max_retries must be an integer >= 0")
+        if priority is not None:
+            # Checked as an enqueue's is: a float went to the store as it was,
+            # rounded by one insert's cast and cut short by a bulk one's literal.
+            try:
+                priority = parse_priority(priority)
+            except InvalidField as exc:
+                raise ValueError(f"{name}: {exc}") from None
         if timeout is not None and timeout <= 0:
             raise ValueError(f"{name}: timeout must be > 0")
         if isinstance(non_retryable, str):

@@ -13,17 +13,18 @@ through ``enqueue_many`` (plain and keyed), ``enqueue_bulk`` and
 claim logs each start under the exact key and keeps its limits; the claim
 of ids takes none, one, duplicates and missing ids as it should.
 
-What fails (defects):
+Two defects it found, fixed:
 
 - A queue name that NFC normalization makes longer than its column (60
-  times U+0958, 120 characters once composed) passes intake, whose length
-  check runs before the normalization; the bulk insert then answers 500 on
+  times U+0958, 120 characters once composed) passed intake, whose length
+  check ran before the normalization; the bulk insert then answered 500 on
   PostgreSQL (before cf7d055 the varchar(100)[] cast cut it to 100
-  characters without a word). It should be refused by name, a 400.
+  characters without a word). ``check_name`` now checks the normalized
+  length: refused by name, a 422.
 - A handler's default ``priority`` that is not an integer (2.7: not
-  checked at registration) is truncated by ``int_array`` (2) in a bulk
-  enqueue, where the single enqueue's cast rounds it (3); before cf7d055
-  both gave 3.
+  checked at registration) was truncated by ``int_array`` (2) in a bulk
+  enqueue, where the single enqueue's cast rounded it (3). ``Registry.handler``
+  now checks it as an enqueue's priority is checked.
 """
 
 from __future__ import annotations
@@ -176,38 +177,49 @@ def test_a_queue_longer_than_its_column_once_normalized_is_refused_by_name_in_a_
     deck = make_deck()
     client = create_app(deck=deck).test_client()
     response = client.post("/api/jobs/bulk", json={"jobs": [{"type": "demo.noop", "queue": LONG_AFTER_NFC}]})
-    # Now: 500 (value too long for type character varying(100)); before cf7d055:
-    # 201, the queue cut to 100 characters without a word.
-    assert response.status_code == 400, (response.status_code, response.get_data(as_text=True)[:300])
-    assert "queue" in response.get_data(as_text=True)
+    # Was 500 (value too long for type character varying(100)); before cf7d055,
+    # 201 with the queue cut to 100 characters without a word. A refused field is a 422.
+    assert response.status_code == 422, (response.status_code, response.get_data(as_text=True)[:300])
+    assert response.get_json()["field"] == "jobs[0].queue"
 
 
 @PG
 def test_a_queue_longer_than_its_column_once_normalized_is_refused_by_name_in_enqueue_many(make_deck, backend):
     deck = make_deck()
-    with pytest.raises(InvalidField) as refused:  # now: sqlalchemy DataError from the insert
+    with pytest.raises(InvalidField) as refused:  # was sqlalchemy's DataError from the insert
         deck.enqueue_many([{"type": "demo.noop", "queue": LONG_AFTER_NFC}, {"type": "demo.noop"}])
     assert "queue" in str(refused.value)
 
 
 @PG
 def test_a_queue_longer_than_its_column_once_normalized_is_refused_by_name_in_one_enqueue(make_deck, backend):
-    """The same gap in intake, on the single enqueue (not these commits': a 500 before them too)."""
+    """The same gap in intake, on the single enqueue (a 500 before cf7d055 too)."""
     deck = make_deck()
     client = create_app(deck=deck).test_client()
     response = client.post("/api/jobs", json={"type": "demo.noop", "queue": LONG_AFTER_NFC})
-    assert response.status_code == 400, (response.status_code, response.get_data(as_text=True)[:300])
+    assert response.status_code == 422, (response.status_code, response.get_data(as_text=True)[:300])
+    assert response.get_json()["field"] == "queue"
+
+
+@pytest.mark.parametrize("bad", [2.7, "2.5", True, "urgent", 10**9])
+def test_a_handler_default_priority_that_is_not_one_is_refused_when_registered(registry, bad):
+    """A float went to the store as it was: the single insert's cast rounded 2.7 to 3,
+    the bulk insert's literal (``int_array``) cut it to 2. ``Registry.handler`` now
+    checks ``priority`` as an enqueue's is checked, and names the handler."""
+    with pytest.raises(ValueError, match=r"t\.bad_priority: priority"):
+        registry.handler("t.bad_priority", priority=bad)(lambda ctx: None)
+    assert "t.bad_priority" not in registry
 
 
 @PG
 def test_a_handler_default_priority_is_the_same_one_at_a_time_and_in_bulk(make_deck, registry, backend):
-    """``Registry.handler`` does not check ``priority``; a float goes to the store as
-    it is. The single insert's cast rounds 2.7 to 3; ``int_array`` truncates it to 2
-    (before cf7d055 the bulk insert's cast rounded it to 3 as well)."""
-    registry.handler("t.float_priority", priority=2.7)(lambda ctx: None)  # type: ignore[arg-type]
+    """An integer or a label, stored alike by the single enqueue and both bulk paths."""
+    registry.handler("t.int_priority", priority=7)(lambda ctx: None)
+    registry.handler("t.label_priority", priority="high")(lambda ctx: None)  # type: ignore[arg-type]
     deck = make_deck()
-    one = deck.enqueue("t.float_priority").job.id
-    [plain] = deck.enqueue_many([{"type": "t.float_priority"}])
-    [keyed] = deck.enqueue_many([{"type": "t.float_priority", "idempotency_key": "k"}])
-    got = [deck.store.get(i).priority for i in (one, plain, keyed)]
-    assert got[0] == got[1] == got[2], f"one, plain bulk, keyed bulk: {got}"
+    for kind in ("t.int_priority", "t.label_priority"):
+        one = deck.enqueue(kind).job.id
+        [plain] = deck.enqueue_many([{"type": kind}])
+        [keyed] = deck.enqueue_many([{"type": kind, "idempotency_key": kind}])
+        got = [deck.store.get(i).priority for i in (one, plain, keyed)]
+        assert got[0] == got[1] == got[2] == registry.get(kind).priority, f"{kind}: one, plain bulk, keyed bulk: {got}"
