@@ -101,10 +101,24 @@ def flaky(payload: dict[str, Any], ctx: JobContext) -> dict[str, int]:
     return {"succeeded_on_attempt": ctx.attempt}
 
 
+MAX_DEMO_ID_CHARS = 100
+"""The demo tables' ``order_id`` and ``user_id`` columns."""
+
+
+def _demo_id(payload: dict[str, Any], field: str) -> str:
+    """``payload[field]`` as text: required, and at most the column's length
+    (PostgreSQL refused a longer one at the insert, inside the effect, which
+    left the charge's outcome unknown; SQLite stored it)."""
+    value = str(payload.get(field, ""))
+    if not value:
+        raise InvalidField(f"payload.{field}", "required")
+    if len(value) > MAX_DEMO_ID_CHARS:
+        raise InvalidField(f"payload.{field}", f"at most {MAX_DEMO_ID_CHARS} characters")
+    return value
+
+
 def send_email(payload: dict[str, Any], ctx: JobContext) -> None:
-    user_id = str(payload.get("user_id", ""))
-    if not user_id:
-        raise InvalidField("payload.user_id", "required")
+    user_id = _demo_id(payload, "user_id")
     send_demo_email(ctx.store, user_id, ctx.job_id, f"Hello user {user_id}", _now())
 
 
@@ -137,9 +151,7 @@ def charge_card(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     idempotency key, so an attempt whose outcome is unknown is charged again
     safely instead of going to dead; ``fail_after_charge`` fails the first
     attempt after the charge, to show the retry does not charge again."""
-    order_id = str(payload.get("order_id", ""))
-    if not order_id:
-        raise InvalidField("payload.order_id", "required")
+    order_id = _demo_id(payload, "order_id")
     amount = int(_number(payload, "amount_cents", 0))
     delay = _number(payload, "gateway_delay_seconds", 0.0)
     gateway = FakeGateway(ctx)

@@ -173,6 +173,7 @@ class JobContext:
         running is in flight, not lost: this attempt waits up to
         ``EFFECT_WAIT`` seconds for its outcome.
         """
+        key = effects.checked_key(key)
         if self.trace is not None:
             with self.trace.effect(key):
                 return self._effect(key, fn, replay_safe)

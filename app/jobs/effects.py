@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from jobdeck.core.errors import EffectNotFound, EffectOutcomeUnknown, EffectStepRefused, UnknownEffect
+from jobdeck.core.errors import EffectNotFound, EffectOutcomeUnknown, EffectStepRefused, InvalidField, UnknownEffect
 from jobdeck.core.states import EffectState
 from jobdeck.core.validation import check_result_size
 from jobdeck.store.effect_records import EffectRecord, storable
@@ -62,6 +62,19 @@ class Begun:
         """The error that sends the job to ``dead`` (UNKNOWN only)."""
         seen = self.record
         return EffectOutcomeUnknown(seen.key, seen.job_id, seen.attempt, seen.job_id == job_id)
+
+
+MAX_KEY = 255
+"""The ledger's key column: a longer key cannot name an effect."""
+
+
+def checked_key(key: Any) -> str:
+    """``key`` if the ledger can hold it: a string of at most ``MAX_KEY``
+    characters without NUL. Checked before anything is recorded or performed:
+    PostgreSQL refused a longer key only at the insert, and SQLite stored it."""
+    if not isinstance(key, str) or "\x00" in key or len(key) > MAX_KEY:
+        raise InvalidField("key", f"an effect key is a string of at most {MAX_KEY} characters, without NUL")
+    return key
 
 
 def begin(

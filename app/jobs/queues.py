@@ -38,8 +38,9 @@ from typing import Any
 
 from jobdeck import actions
 from jobdeck.core.config import Config, ConfigError
+from jobdeck.core.errors import InvalidField
 from jobdeck.core.states import State
-from jobdeck.core.validation import spellings
+from jobdeck.core.validation import MAX_QUEUE_CHARS, spellings
 from jobdeck.jobs.flow import Flow, Limits
 from jobdeck.jobs.flow_claim import FlowClaim
 from jobdeck.store import JobRecord, Store, controls
@@ -121,6 +122,8 @@ class QueueControls:
         queue of that spelling exists (one enqueued to before names were
         normalized): the operator meant both, and no lookalike is made."""
         *given, normal = spellings(name)
+        if len(normal) > MAX_QUEUE_CHARS:  # NFC lengthens some names past the column (``check_name``)
+            raise InvalidField("name", f"a queue name is 1 to {MAX_QUEUE_CHARS} characters once NFC-normalized")
         known = {q["name"] for q in self.list_queues()} if given else set()
         for spelled in [normal, *(g for g in given if g in known)]:
             controls.set_paused(self.store, spelled, paused, now)

@@ -35,6 +35,7 @@ from jobdeck.store.transfer_checks import (
     primary_key,
     refuse_live_pools,
     refuse_other_data,
+    refuse_overlong_values,
     refuse_unknown_schema,
     source_connection,
     sqlite_path,
@@ -101,6 +102,7 @@ def copy_database(
     with source_connection(source_url) as source:
         refuse_unknown_schema(source)
         refuse_live_pools(source, now, stale_after)
+        refuse_overlong_values(source, tables)
         engine = make_engine(target_url, pool_size=1)
         try:
             ensure_current(engine, auto_migrate=True)

@@ -19,7 +19,20 @@ from typing import Any
 from jobdeck.store.engine import make_engine
 from jobdeck.store.models import workers
 from jobdeck.store.schema import HEAD
-from sqlalchemy import Connection, Engine, Table, create_engine, event, func, inspect, select, text, tuple_
+from sqlalchemy import (
+    Connection,
+    Engine,
+    String,
+    Table,
+    create_engine,
+    event,
+    func,
+    inspect,
+    or_,
+    select,
+    text,
+    tuple_,
+)
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import StaticPool
@@ -142,6 +155,35 @@ def refuse_live_pools(source: Connection, now: datetime | None, stale_after: flo
             f"{pool.pid}), {ago:.0f} s ago, and never stopped: stop them, or, if they were killed, wait "
             f"until their last beat is {stale_after:.0f} s old, then run the copy again"
         )
+
+
+def refuse_overlong_values(source: Connection, tables: Sequence[Table]) -> None:
+    """Every bounded text in the source must fit its column. SQLite stores a
+    ``varchar(n)`` value of any length; PostgreSQL refuses a longer one, so
+    the copy would stop midway at that row's batch with the database's words.
+    One scan a table, before anything is written; the first row too long is named."""
+    for table in tables:
+        bounded = {c: n for c in table.c if (n := _bound(c))}
+        if not bounded:
+            continue
+        pk = primary_key(table)
+        too_long = or_(*(func.length(c) > n for c, n in bounded.items()))
+        row = source.execute(select(*pk, *bounded).where(too_long).order_by(*pk).limit(1)).first()
+        if row is None:
+            continue
+        key = tuple(row[: len(pk)])
+        column, n = next((c, n) for c, n in bounded.items() if len(getattr(row, c.name) or "") > n)
+        raise CopyRefused(
+            f"{table.name}.{column.name} of row {_shown(key)} is {len(getattr(row, column.name))} characters, "
+            f"longer than the {n} its column holds on the target (SQLite did not enforce it): "
+            "change or delete that row on the source, then run the copy again"
+        )
+
+
+def _bound(column: Any) -> int | None:
+    """The length a text column holds, None when unbounded."""
+    kind = column.type
+    return kind.length if isinstance(kind, String) else None
 
 
 def primary_key(table: Table) -> list[Any]:

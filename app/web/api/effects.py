@@ -34,8 +34,6 @@ bp = Blueprint("api_effects", __name__, url_prefix="/api/jobs")
 bp.before_request(api._authenticate)
 
 OUTCOMES = {s.value: s for s in EFFECT_RESOLUTIONS}
-MAX_KEY = 255
-"""The ledger's key column: a longer key cannot name an effect."""
 
 
 def _deck() -> Jobdeck:
@@ -57,9 +55,7 @@ def effects_of(job_id: int) -> Any:
 
 
 def _key(key: str) -> str:
-    if "\x00" in key or len(key) > MAX_KEY:
-        raise InvalidField("key", f"at most {MAX_KEY} characters, without NUL")
-    return key
+    return effects.checked_key(key)
 
 
 def _step(data: dict[str, Any]) -> tuple[str, int]:

@@ -88,6 +88,12 @@ def load_settings(config: Config) -> DashboardSettings:
     return DashboardSettings(poll, cache, load_users(config), int(failures), window)
 
 
+MAX_USER_NAME_CHARS = 200
+"""A user's name is stored with each session (``dashboard_sessions.user_name``)
+and as the actor of what they do (``audit_log.actor``, ``effects.resolved_by``,
+``runtime_schedules.updated_by``): columns of 200 characters."""
+
+
 def load_users(config: Config) -> dict[str, User]:
     table = config.extra.get("users", {}) or {}
     if not isinstance(table, dict):
@@ -95,6 +101,11 @@ def load_users(config: Config) -> dict[str, User]:
     users: dict[str, User] = {}
     for name, entry in table.items():
         key = f"users.{name}"
+        if len(name) > MAX_USER_NAME_CHARS:
+            raise ConfigError(
+                f"users.{name[:40]}...: a user name is at most {MAX_USER_NAME_CHARS} characters "
+                "(it is stored with each session and as the actor of each action)"
+            )
         if not isinstance(entry, dict):
             raise ConfigError(f"{key}: expected a table with password_hash and role")
         unknown = sorted(set(entry) - {"password_hash", "role"})
