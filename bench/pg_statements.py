@@ -83,7 +83,7 @@ def _explain(conn: Any, text: str, params: tuple[Any, ...]) -> dict[str, float]:
 
 def profile(jobs: int, batch: int, rounds: int) -> dict[str, dict[str, float]]:
     import psycopg
-    from jobdeck.store import attempt_statements, statements
+    from jobdeck.store import attempt_statements, claim_statements
 
     system = Jobdeck()
     system.install()
@@ -92,7 +92,7 @@ def profile(jobs: int, batch: int, rounds: int) -> dict[str, dict[str, float]]:
         pg_harness.vacuum_analyze(system.dsn)
     finally:
         system.close()
-    claim = statements.claim(1, None, 0)
+    claim = claim_statements.claim(1, None, 0)
     complete = attempt_statements.complete_recorded(False, alone=True)
     per_round: dict[str, list[dict[str, float]]] = {"claim": [], "completion and attempt rows": []}
     with psycopg.connect(system.dsn, autocommit=True) as conn:

@@ -13,9 +13,11 @@ from typing import Any
 
 from jobdeck.core.states import AttemptOutcome, State, Transition
 from jobdeck.store import postgres
+from jobdeck.store.claim_statements import among, on_time
 from jobdeck.store.models import attempts, jobs, workers
+from jobdeck.store.postgres import array_param
 from jobdeck.store.sqlite import Prepared
-from jobdeck.store.statements import GROUPS, JOB_COLUMNS, NOW, among, array_param, binds, in_states, on_time
+from jobdeck.store.statements import GROUPS, JOB_COLUMNS, NOW, binds, in_states
 from sqlalchemy import (
     BigInteger,
     Integer,
@@ -318,7 +320,7 @@ def stalled(cutoff: Any, limit: int) -> Select[Any]:
 
 def heartbeat(voidable: bool = False) -> Any:
     """One job's heartbeat (the HTTP worker's). Values: job, worker, now,
-    and with ``voidable`` void_at (``statements.on_time``): an HTTP worker has no row
+    and with ``voidable`` void_at (``claim_statements.on_time``): an HTTP worker has no row
     of its own, so its jobs are judged by this heartbeat alone."""
     return (
         update(jobs)
@@ -335,7 +337,7 @@ def heartbeat_held(dialect: str, voidable: bool = False) -> Any:
     ack batch locking the same rows in another order. Returns (id,
     cancel_requested_at, attempt): how other processes' cancels reach the pool (not
     ``IS NOT NULL``: SQLite's RETURNING answered it true for NULL).
-    Values: worker, now, and with ``voidable`` void_at (``statements.on_time``)."""
+    Values: worker, now, and with ``voidable`` void_at (``claim_statements.on_time``)."""
     held = select(jobs.c.id).where(jobs.c.worker_id == bindparam("worker"), in_states(Transition.HEARTBEAT))
     return (
         update(jobs)

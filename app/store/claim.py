@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from jobdeck.store import statements
+from jobdeck.store import claim_statements
 from jobdeck.store.records import JobRecord, claimed_records
 from jobdeck.store.sqlite import Prepared, parse_time_required, translated_errors
 from jobdeck.store.timekeeping import after_waiting
@@ -66,7 +66,7 @@ class Claiming(Transactions):
         # landing late (on PostgreSQL: ``void_at``) stamps the time it claims
         # at, not the time its caller read before.
         now = after_waiting(self, now)
-        prepared = statements.claim(
+        prepared = claim_statements.claim(
             None if type_list is None else len(type_list),
             None if queue_list is None else len(queue_list),
             len(excluded),
@@ -80,15 +80,17 @@ class Claiming(Transactions):
         under its concurrency limits): claim exactly ``ids``, those still
         claimable, in claim order."""
         if self.sqlite:
-            return self._claimed(conn, statements.claim_ids(len(ids)), (worker_id, self._t(now), *ids), worker_id, now)
-        prepared = statements.claim_id_array(self.void_after is not None)
+            return self._claimed(
+                conn, claim_statements.claim_ids(len(ids)), (worker_id, self._t(now), *ids), worker_id, now
+            )
+        prepared = claim_statements.claim_id_array(self.void_after is not None)
         return self._claimed(conn, prepared, (worker_id, self._t(now), list(ids), *self.void_at(now)), worker_id, now)
 
     def void_at(self, now: datetime) -> tuple[Any, ...]:
         """A claim's last value when it is voidable (PostgreSQL on the
         database's clock: ``Store.void_after``): the time past which it
         stamps the server's time as it lands, not ``now``
-        (``statements.on_time``). Nothing otherwise."""
+        (``claim_statements.on_time``). Nothing otherwise."""
         if self.void_after is None:
             return ()
         return (self._t(now + timedelta(seconds=self.void_after)),)

@@ -10,7 +10,7 @@ from functools import lru_cache
 from typing import Any
 
 from jobdeck.core.states import State
-from jobdeck.store import postgres, statements
+from jobdeck.store import claim_statements, postgres, statements
 from jobdeck.store.claim import _in_claim_order
 from jobdeck.store.flow_pipelined import driver_connection, driver_errors, send, send_first
 from jobdeck.store.lifecycle import Store
@@ -181,7 +181,7 @@ class _Claim:
         )  # fmt: skip
         n_types = None if types is None else len(types)
         n_queues = None if queues is None else len(queues)
-        due = statements.due_picks(DUE_COLUMNS, n_types, n_queues, len(skip_queues), len(full_types))
+        due = claim_statements.due_picks(DUE_COLUMNS, n_types, n_queues, len(skip_queues), len(full_types))
         chosen = pick(store.driver_rows(conn, due, values))
         if not chosen:
             return []
@@ -306,7 +306,7 @@ class _Claim:
             return None
         db.cursor().execute("SAVEPOINT jobdeck_claim")
         queues = self.queues
-        plain = statements.claim(None if types is None else len(types), None if queues is None else len(queues),
+        plain = claim_statements.claim(None if types is None else len(types), None if queues is None else len(queues),
                                  len(skip_queues))  # fmt: skip
         values = (self.worker_id, self.store.stored_time(self.now), *(types or ()), *(queues or ()), *skip_queues,
                   self.limit)  # fmt: skip

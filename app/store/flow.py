@@ -22,7 +22,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from jobdeck.store import postgres, statements
+from jobdeck.store import claim_statements, postgres, statements
 from jobdeck.store.lifecycle import Store
 from jobdeck.store.models import CLAIMABLE_STATES, UTCDateTime, flow_closed, flow_starts, jobs
 from jobdeck.store.records import JobRecord
@@ -180,7 +180,7 @@ def claim_flow(store: Store, request: FlowRequest) -> tuple[list[JobRecord], dic
         skip += [q for q in full_queues if q not in skip]
         want = min(request.limit, MAX_PICK) + 16
         values = (*(type_list or ()), *(queue_list or ()), *skip, *full_types, want)
-        head = statements.due_picks(CANDIDATE_COLUMNS, n_types, n_queues, len(skip), len(full_types))
+        head = claim_statements.due_picks(CANDIDATE_COLUMNS, n_types, n_queues, len(skip), len(full_types))
         rows = {r.id: r for r in reads.head(head, now, values)}
         keyed = [r for r in request.rated if r[2]]
 

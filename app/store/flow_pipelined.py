@@ -31,6 +31,7 @@ from typing import Any
 
 from jobdeck.store import postgres
 from jobdeck.store.claim import _in_claim_order
+from jobdeck.store.claim_statements import claim_ids_logging, due_picks
 from jobdeck.store.flow import (
     CANDIDATE_COLUMNS,
     MAX_PICK,
@@ -49,7 +50,6 @@ from jobdeck.store.lifecycle import Store
 from jobdeck.store.models import flow_starts, jobs
 from jobdeck.store.records import JobRecord, claimed_records
 from jobdeck.store.sqlite import Prepared
-from jobdeck.store.statements import claim_ids_logging, due_picks
 from jobdeck.store.timekeeping import after_waiting
 from jobdeck.store.transactions import Ahead
 from sqlalchemy import bindparam, delete, select

@@ -74,7 +74,7 @@ class Holding(Graph, Claiming):
 
         On PostgreSQL, on the database's clock, a beat whose statements reach
         the server more than ``Store.void_after`` seconds after its time
-        changes nothing (``statements.on_time``): resent after a
+        changes nothing (``claim_statements.on_time``): resent after a
         partition, it would move the heartbeat back past a fresher beat's. On
         SQLite the time is read with the file's write lock held, so a beat
         lands when it says."""

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jobdeck.core.states import AttemptOutcome
-from jobdeck.store import statements
+from jobdeck.store import claim_statements
 from jobdeck.store.lifecycle import Store
 from jobdeck.store.models import (
     attempts,
@@ -109,13 +109,13 @@ def _live_throughput(conn: Any, dialect: str, since: datetime, now: datetime) ->
 
 def queue_latency(store: Store, now: datetime) -> float | None:
     """How long the next job a worker could claim has been due: the claim's
-    own order (``statements.due``), so it reads one entry of the claim index.
+    own order (``claim_statements.due``), so it reads one entry of the claim index.
     Jobs in paused queues are left out: nobody can claim them, so their age
     is a person's choice, not a delay, and counting it raised an alarm that
     grew for as long as the pause lasted."""
     with store.read() as conn:
         paused = list(conn.execute(select(queue_state.c.name).where(queue_state.c.paused)).scalars())
-        stmt = statements.due(None, None, len(paused), columns=(jobs.c.available_at,), lock=False).limit(1)
+        stmt = claim_statements.due(None, None, len(paused), columns=(jobs.c.available_at,), lock=False).limit(1)
         values = {"now": now, **{f"skip_{i}": name for i, name in enumerate(paused)}}
         oldest = conn.execute(stmt, values).scalar()
     return None if oldest is None else max(0.0, (now - oldest).total_seconds())

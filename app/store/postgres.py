@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import DateTime, Integer, String, func, select
+from sqlalchemy import DateTime, Integer, String, Text, bindparam, cast, func, select
+from sqlalchemy.dialects import postgresql as pg_dialect
 
 CHANNEL = "jobdeck_jobs"
 NOTIFY_SQL = f"NOTIFY {CHANNEL}"
@@ -73,3 +74,13 @@ def array_encoder(sql_type: Any) -> Callable[[Sequence[Any]], str]:
     if isinstance(sql_type, String):
         return text_array
     raise TypeError(f"no array encoder for {sql_type!r}")
+
+
+def array_param(name: str, element: Any) -> Any:
+    """PostgreSQL: a list bound as its array literal (``array_encoder``),
+    cast to an array of ``element``. A string's length is left out of the
+    cast: an explicit cast to ``varchar(n)`` cuts a longer value short without
+    a word, where the column it is written to refuses it."""
+    if isinstance(element, String) and element.length is not None:
+        element = Text()
+    return cast(bindparam(name, type_=Text()), pg_dialect.ARRAY(element))

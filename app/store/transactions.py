@@ -65,7 +65,7 @@ class Transactions:
         """PostgreSQL, on the database's clock: seconds after its time past which
         a heartbeat that reaches its row changes nothing, and a claim stamps the
         server's time instead of its own (half of ``stall_timeout``;
-        ``statements.on_time``, ``Claiming.void_at``). None: every write lands as it says."""
+        ``claim_statements.on_time``, ``Claiming.void_at``). None: every write lands as it says."""
         self.fresh_time: Callable[[], datetime] | None = None
         """The deck's clock when it is the real one (the database's or the
         host's, not one a test injected): a claim reads it again after waiting

@@ -8,7 +8,7 @@ import sqlite3
 from datetime import datetime
 from functools import lru_cache
 
-from jobdeck.store import statements
+from jobdeck.store import claim_statements
 from jobdeck.store.sqlite import Compiled, db_time
 from sqlalchemy import literal_column
 
@@ -23,8 +23,8 @@ def data_version(conn: sqlite3.Connection) -> int:
 
 @lru_cache(maxsize=64)
 def _probe(n_types: int, n_queues: int | None) -> Compiled:
-    stmt = statements.due(n_types, n_queues, 0, columns=(literal_column("1"),), lock=False).limit(1)
-    return Compiled(stmt, tuple(statements.due_order(n_types, n_queues, 0)))
+    stmt = claim_statements.due(n_types, n_queues, 0, columns=(literal_column("1"),), lock=False).limit(1)
+    return Compiled(stmt, tuple(claim_statements.due_order(n_types, n_queues, 0)))
 
 
 def claimable_due(conn: sqlite3.Connection, now: datetime, types: list[str], queues: list[str] | None) -> bool:

@@ -1,8 +1,8 @@
 """PostgreSQL's array literals (``jobdeck.store.postgres.text_array``,
 ``int_array``, ``time_array``) against hostile values: the bulk enqueue
 (``statements.enqueue_unnest``), the claim of given ids
-(``statements.claim_id_array``) and the flow claim's starts
-(``statements.claim_ids_logging``).
+(``claim_statements.claim_id_array``) and the flow claim's starts
+(``claim_statements.claim_ids_logging``).
 
 What holds: every string an array literal could misread (quotes,
 backslashes, braces, commas, the word NULL in any case, empty strings,

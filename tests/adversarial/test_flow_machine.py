@@ -35,7 +35,7 @@ WINDOWS = {KEYED: (10.0, 3), RATED: (5.0, 2)}
 KEYS = st.sampled_from(["a", 'b "q" \\ {,}', "NULL", None])
 """Keys that are awkward in an array literal (quotes, a backslash, braces, a
 comma; the word NULL, not the null key), which PostgreSQL's flow claim
-sends its starts' keys in (``statements.claim_ids_logging``)."""
+sends its starts' keys in (``claim_statements.claim_ids_logging``)."""
 
 
 class FlowMachine(RuleBasedStateMachine):

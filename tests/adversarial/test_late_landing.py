@@ -242,7 +242,7 @@ LATE_CLAIMS: dict[str, tuple[dict[str, Any], Any, dict[str, Any]]] = {
     "named-types-and-queues-one-paused": ({}, _a_paused_queue, NAMED),
 }
 """(types config, what is set up first, the claim's body): each claim's
-last statement is a different one (``statements.claim``, ``claim_ids``,
+last statement is a different one (``claim_statements.claim``, ``claim_ids``,
 ``claim_ids_logging``)."""
 
 

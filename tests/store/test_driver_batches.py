@@ -117,10 +117,10 @@ def test_the_claim_finds_its_rows_by_key_on_an_analyzed_table(drv: Driver) -> No
     """Given ``id IN (subquery)`` on an analyzed table, PostgreSQL's planner
     hash-joined the picked ids against a scan of the whole table on every
     claim; the claim must reach its rows by the primary key on both databases."""
-    from jobdeck.store import statements
+    from jobdeck.store import claim_statements
 
     drv.store.enqueue_many([NewJob("demo.noop", {"i": i}) for i in range(3000)], drv.now)
-    prepared = statements.claim(1, None, 0)
+    prepared = claim_statements.claim(1, None, 0)
     values = ("w", drv.store._t(drv.now), "demo.noop", 250)
     with drv.store.engine.connect() as conn:
         if drv.store.sqlite:
