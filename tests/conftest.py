@@ -421,7 +421,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # A test may pin one with @pytest.mark.parametrize("backend", ["postgres"], indirect=True).
     pinned = any("backend" in str(m.args[0]) for m in metafunc.definition.iter_markers("parametrize"))
     if "backend" in metafunc.fixturenames and metafunc.definition.get_closest_marker("backends") and not pinned:
-        metafunc.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+        twin = pytest.param("postgres", marks=pytest.mark.postgres_twin)  # left out of the quick tier
+        metafunc.parametrize("backend", ["sqlite", twin], indirect=True)
 
 
 @pytest.fixture

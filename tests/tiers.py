@@ -2,8 +2,12 @@
 loaded by ``tests/conftest.py``).
 
 - Every test under ``tests/adversarial/`` is marked ``adversarial``; every
-  test marked none of ``slow``, ``e2e`` and ``adversarial`` is marked
-  ``quick``: ``python3 -m pytest -m quick`` is the edit-test loop.
+  test marked none of ``slow``, ``e2e``, ``adversarial`` and
+  ``postgres_twin`` is marked ``quick``: ``python3 -m pytest -m quick`` is
+  the edit-test loop. A ``postgres_twin`` is the PostgreSQL run of a test
+  that also runs on SQLite (``backends``): the quick tier runs its SQLite
+  run, which costs about half as much, and the full run runs both. Tests
+  of PostgreSQL alone stay quick.
 - The run is spread over processes by pytest-xdist (``-n`` in pyproject's
   ``addopts``). A test marked ``alone`` (timing-sensitive, several
   processes) runs with no other test of the run beside it: it takes a
@@ -30,7 +34,7 @@ import pytest
 
 HERE = Path(__file__).parent
 ADVERSARIAL = HERE / "adversarial"
-NOT_QUICK = ("slow", "e2e", "adversarial")
+NOT_QUICK = ("slow", "e2e", "adversarial", "postgres_twin")
 LOCKS = "jobdeck_locks"
 """The key, in xdist's worker input, of the folder that holds this run's locks."""
 SHARED = "JOBDECK_TEST_LOCKS"
