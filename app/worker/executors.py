@@ -113,10 +113,7 @@ class Executors:
             held["async"] = {"capacity": self.settings.async_concurrency, "busy": loop.running(), "lag": loop.lag()}
         children = self.children
         if children is not None:
-            held["process"] = {
-                "capacity": children.size, "busy": children.busy(), "children": children.children(),
-                "restarts": dict(sorted(children.restarts.items())),
-            }  # fmt: skip
+            held["process"] = children.summary()
         return held
 
     def in_process(self, job_type: str) -> bool:

@@ -180,16 +180,16 @@ class ProcessPool:
     def release(self, child: ChildProcess, replace: str | None = None) -> None:
         """Give ``child`` back after a job; ``replace`` names why it must be
         replaced instead (it is killed now, a fresh one started)."""
-        child.jobs_run += 1
-        child.job_id = None
-        if replace is None and self.max_jobs_per_child and child.jobs_run >= self.max_jobs_per_child:
+        jobs_run = child.jobs_run + 1
+        if replace is None and self.max_jobs_per_child and jobs_run >= self.max_jobs_per_child:
             replace = "recycled"
         if replace is None and not child.alive():
             replace = "crash"
         if replace is not None:
             child.kill()
-            log.info("replacing worker process %s (%s) after %d jobs", child.pid, replace, child.jobs_run)
-        with self._lock:
+            log.info("replacing worker process %s (%s) after %d jobs", child.pid, replace, jobs_run)
+        with self._lock:  # the child's job, its count and its place change at once (``summary``)
+            child.jobs_run, child.job_id = jobs_run, None
             if child in self._busy:
                 self._busy.remove(child)
             if replace is not None:
@@ -205,15 +205,20 @@ class ProcessPool:
 
     # -- what the Workers page shows ---------------------------------------------------
 
-    def busy(self) -> int:
+    def summary(self) -> dict[str, Any]:
+        """The pool at one moment: its capacity, busy children, each child
+        (pid, the job it runs, its resident memory, the jobs it ran) and the
+        children replaced by cause. Read under one hold of the lock: read
+        apart, a crash could show as counted while its dead child was still
+        listed running the crashed job, and the replacement missing."""
         with self._lock:
-            return len(self._busy)
-
-    def children(self) -> list[dict[str, Any]]:
-        """Each child: pid, the job it runs, its resident memory, the jobs it ran."""
-        with self._lock:
-            every = [*self._busy, *self._idle]
-        return [{"pid": c.pid, "job_id": c.job_id, "rss_mib": c.rss() >> 20, "jobs_run": c.jobs_run} for c in every]
+            busy = len(self._busy)
+            every = [(c, c.pid, c.job_id, c.jobs_run) for c in [*self._busy, *self._idle]]
+            restarts = dict(sorted(self.restarts.items()))
+        children = [
+            {"pid": pid, "job_id": job_id, "rss_mib": c.rss() >> 20, "jobs_run": ran} for c, pid, job_id, ran in every
+        ]
+        return {"capacity": self.size, "busy": busy, "children": children, "restarts": restarts}
 
     def pids(self) -> list[int]:
         with self._lock:
