@@ -17,7 +17,7 @@ CI = REPO / ".ci" / "run"
 
 
 def readme_test_command() -> str:
-    blocks = re.findall(r"```sh\n(.*?)```", (REPO / "README.md").read_text(encoding="utf-8"), re.S)
+    blocks: list[str] = re.findall(r"```sh\n(.*?)```", (REPO / "README.md").read_text(encoding="utf-8"), re.S)
     return blocks[1].strip()
 
 
