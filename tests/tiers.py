@@ -34,7 +34,9 @@ import pytest
 
 HERE = Path(__file__).parent
 ADVERSARIAL = HERE / "adversarial"
-NOT_QUICK = ("slow", "e2e", "adversarial", "postgres_twin")
+LONG = ("slow", "e2e", "adversarial")
+"""The long tests' markers: handed out first."""
+NOT_QUICK = (*LONG, "postgres_twin")
 LOCKS = "jobdeck_locks"
 """The key, in xdist's worker input, of the folder that holds this run's locks."""
 SHARED = "JOBDECK_TEST_LOCKS"
@@ -49,11 +51,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.adversarial)
         if not any(item.get_closest_marker(name) for name in NOT_QUICK):
             item.add_marker(pytest.mark.quick)
-    # The long tests first, the quick ones after them (each group in its own
+    # The long tests first, the short ones after them (each group in its own
     # order): xdist hands tests out in this order, so the run ends on tests
     # of a fraction of a second that fill whatever cores are free, not on a
     # multi-process test that waits most of its time while the others sit idle.
-    items.sort(key=lambda item: item.get_closest_marker("quick") is not None)
+    # A PostgreSQL twin of a quick test is short, though not quick.
+    items.sort(key=lambda item: not any(item.get_closest_marker(name) for name in LONG))
 
 
 def pytest_configure(config: pytest.Config) -> None:
