@@ -54,10 +54,6 @@ def effects_of(job_id: int) -> Any:
     return jsonify({"effects": [e.to_dict() for e in deck.store.ledger.of_job(job_id)]})
 
 
-def _key(key: str) -> str:
-    return effects.checked_key(key)
-
-
 def _step(data: dict[str, Any]) -> tuple[str, int]:
     """The worker and the attempt a step is for (the claim's ``attempt``)."""
     return api._worker_id(data), api._attempt(data)
@@ -69,7 +65,7 @@ def start(job_id: int, key: str) -> Any:
     side effect, or say why not (``jobdeck.jobs.effects.Decision``)."""
     deck = _deck()
     data = api._body()
-    key = _key(key)
+    key = effects.checked_key(key)
     worker_id, attempt = _step(data)
     replay_safe = data.get("replay_safe", False)
     if not isinstance(replay_safe, bool):
@@ -88,7 +84,7 @@ def finish(job_id: int, key: str) -> Any:
     attempt that reaches the key."""
     deck = _deck()
     data = api._body()
-    key = _key(key)
+    key = effects.checked_key(key)
     worker_id, attempt = _step(data)
     _job(deck, job_id)
     limit = deck.config.max_result_bytes
@@ -102,7 +98,7 @@ def withdraw(job_id: int, key: str) -> Any:
     next attempt that reaches the key performs it."""
     deck = _deck()
     data = api._body()
-    key = _key(key)
+    key = effects.checked_key(key)
     worker_id, attempt = _step(data)
     _job(deck, job_id)
     return jsonify(effects.withdraw(deck.store, key, job_id, attempt, worker_id, deck.clock()).to_dict())
@@ -115,7 +111,7 @@ def resolve(job_id: int, key: str) -> Any:
     ``result``, or performs it."""
     deck = _deck()
     data = api._body()
-    key = _key(key)
+    key = effects.checked_key(key)
     raw = data.get("outcome")
     outcome = OUTCOMES.get(raw) if isinstance(raw, str) else None
     if outcome is None:
