@@ -17,6 +17,12 @@ loaded by ``tests/conftest.py``).
   can share the locks when ``JOBDECK_TEST_LOCKS`` names one folder for all
   of them (CI's quick tiers on other Pythons run at a low CPU priority
   instead, .ci/run).
+- What each passed adversarial test prints (its figures: cases fuzzed,
+  kills, lost jobs, recovery times) is gathered into the run's summary,
+  "adversarial figures". These hooks live here, not in
+  ``tests/adversarial/conftest.py``: xdist's controller, which reports the
+  run, never loads that file (it collects nothing), and the section had
+  gone from every parallel run's log.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ LOCKS = "jobdeck_locks"
 SHARED = "JOBDECK_TEST_LOCKS"
 """An environment variable: a folder of locks shared with other runs."""
 _folder = pytest.StashKey[Path]()
+_FIGURES: list[tuple[str, str]] = []
+"""(test id, what it printed) of this process's passed adversarial tests."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
@@ -63,6 +71,22 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
         shared = os.environ.get(SHARED)
         config.stash[_folder] = Path(shared) if shared else Path(tempfile.mkdtemp(prefix="jobdeck-test-locks-"))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Keep what a passed adversarial test printed, for the run's summary
+    (in the controller, from the workers' reports, under xdist)."""
+    if report.when == "call" and report.passed and "adversarial" in report.keywords and report.capstdout.strip():
+        _FIGURES.append((report.nodeid, report.capstdout.strip()))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _FIGURES:
+        terminalreporter.section("adversarial figures")
+        for nodeid, text in _FIGURES:
+            terminalreporter.write_line(f"{nodeid}:")
+            for line in text.splitlines():
+                terminalreporter.write_line(f"    {line}")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
