@@ -196,3 +196,50 @@ def test_a_service_manager_that_signals_every_process_gets_a_graceful_stop(tmp_p
     finally:
         proc.kill()
         engine.dispose()
+
+
+_LOST = """
+import multiprocessing, signal, threading, time
+from jobdeck.web import granian_server
+
+granian_server.RESEND_AFTER = {resend}
+stops = multiprocessing.Value("i", {counted}, lock=False)
+stopped = threading.Event()
+got = []
+signal.signal(signal.SIGTERM, lambda *_: (got.append(time.monotonic()), stopped.set()))
+started = time.monotonic()
+watch = threading.Thread(target=granian_server._watch_stops, args=(lambda: not stopped.is_set(), stops, 0.02))
+watch.start()
+stopped.wait({wait})
+stopped.set()
+watch.join(5)
+print(len(got), round(got[0] - started, 2) if got else None, watch.is_alive(), flush=True)
+"""
+
+
+def _watch(counted: int, wait: float) -> tuple[int, float | None, bool]:
+    """``_watch_stops`` in a process of its own, whose SIGTERM handler (as
+    granian's) ends the serving: (signals it sent, seconds to the first,
+    the watcher still alive after the serving ended)."""
+    import subprocess
+    import sys
+
+    script = _LOST.format(resend=0.3, counted=counted, wait=wait)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    sent, first, alive = result.stdout.split()
+    return int(sent), None if first == "None" else float(first), alive == "True"
+
+
+@pytest.mark.slow  # other interpreters
+def test_a_worker_whose_stop_signal_was_lost_sends_it_to_itself_again() -> None:
+    """granian's worker watches the supervisor's count of stop signals: once
+    a stop is counted and the serve loop still runs ``RESEND_AFTER`` later,
+    the worker's own SIGTERM was lost, and it sends it again (once the
+    service-manager test above saw the worker serve on after both
+    processes were signalled). With no stop counted it sends nothing, and
+    it ends with the serving."""
+    sent, first, alive = _watch(counted=1, wait=20)
+    assert sent == 1 and first is not None and 0.3 <= first < 20 and not alive, (sent, first, alive)
+    sent, first, alive = _watch(counted=0, wait=1.5)
+    assert (sent, first, alive) == (0, None, False)
