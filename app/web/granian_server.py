@@ -26,9 +26,7 @@ waits ``shutdown_grace`` plus ``KILL_MARGIN`` seconds before it kills the
 worker. A second signal is passed on too: the worker releases its
 running jobs at once, as with waitress (``jobdeck.shutdown``). The runtime's
 grace is counted from the first signal, so the whole stop fits in
-``shutdown_grace`` when the requests in progress end promptly. The worker
-also watches the supervisor's count of stop signals: should its own
-signals be lost, it stops anyway (``_watch_stops``).
+``shutdown_grace`` when the requests in progress end promptly.
 
 If the worker exits on its own, the supervisor exits non-zero, so a process
 supervisor restarts ``jobdeck serve``: 3 as with waitress when the worker
@@ -50,9 +48,7 @@ import multiprocessing.util
 import os
 import signal
 import sys
-import threading
 import time
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -67,12 +63,6 @@ KILL_MARGIN = 10
 
 _HELD: list[int] = []
 """In the worker: the signals that came before granian listened for them."""
-
-WATCH_EVERY = 0.5
-"""Seconds between the worker's looks at the supervisor's stop count."""
-RESEND_AFTER = 3.0
-"""Seconds the worker's serve loop may run on after the supervisor counted
-a stop before the worker sends itself the lost signal again."""
 
 MAX_IDLE_SECONDS = 60
 """granian's upper bound on its header read timeout (60,000 ms)."""
@@ -215,10 +205,10 @@ def _serving(stops: Any, loop: Any) -> None:
     its loop does not run yet: hold signals until it does."""
     armed = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     _hold_signals()
-    loop.call_soon(_deliver, armed, stops, loop.is_running)
+    loop.call_soon(_deliver, armed, stops)
 
 
-def _deliver(armed: dict[int, Any], stops: Any, serving: Callable[[], bool]) -> None:
+def _deliver(armed: dict[int, Any], stops: Any) -> None:
     """On granian's running loop: its handlers back, and a stop that began
     while the worker started (a signal held here, or one the supervisor had
     and granian's idle loop lost) stops it now, as it would have then."""
@@ -227,39 +217,6 @@ def _deliver(armed: dict[int, Any], stops: Any, serving: Callable[[], bool]) -> 
     if _HELD or stops.value:
         os.kill(os.getpid(), signal.SIGTERM)
     _HELD.clear()
-    threading.Thread(target=_watch_stops, args=(serving, stops), name="jobdeck-stop-watch", daemon=True).start()
-
-
-def _watch_stops(serving: Callable[[], bool], stops: Any, every: float = WATCH_EVERY) -> None:
-    """In the worker, while ``serving()`` (granian's loop runs): once the
-    supervisor has counted a stop signal (``stops``) and the loop still runs
-    ``RESEND_AFTER`` seconds later, the stop's SIGTERM to this process was
-    lost on the way to granian's loop: send it again, and again every
-    ``RESEND_AFTER`` seconds until the loop ends. A resent signal is a
-    copy, not a second stop: the worker hurries only on the supervisor's
-    second signal, counted there (``_stop``).
-
-    Seen once in the suite, beside other work: a service manager signalled
-    both processes at once, the supervisor began its stop, and the
-    worker's loop served on with its job until the supervisor's kill
-    timeout; the handlers' hand-over (``_serving``, ``_deliver``) holds in
-    every case tried since, so the cause is not known."""
-    pause = threading.Event()
-    counted_at: float | None = None
-    while serving():
-        pause.wait(every)
-        if not stops.value:
-            continue
-        now = time.monotonic()
-        if counted_at is None:
-            counted_at = now
-        elif now - counted_at >= RESEND_AFTER and serving():
-            log.warning(
-                "the supervisor began a stop %.0f s ago and this worker still serves: its signal was lost; "
-                "sending it again", now - counted_at,
-            )  # fmt: skip
-            os.kill(os.getpid(), signal.SIGTERM)
-            counted_at = now
 
 
 def _stop(runtime: Any, grace: float, deadline: Any, stops: Any) -> None:
