@@ -69,7 +69,13 @@ def test_a_stop_during_a_slow_upload_stays_graceful(tmp_path: Path) -> None:
     the upload gets no answer, the runtime's graceful stop never runs
     ("shutting down: finishing running jobs" is never printed) and the
     supervisor kills the worker after its kill timeout (grace + 10 s),
-    leaving the job RUNNING for the stall sweep."""
+    leaving the job RUNNING for the stall sweep.
+
+    The mechanism, outside jobdeck's code: granian 2.8.9's worker survives
+    one extra SIGTERM during a drain, but not two (the code before the
+    change, given two SIGTERMs sent to the worker at 3.5 s and 6.5 s of such
+    a drain, hangs the same way). The watcher sends one every 3 s, so any
+    drain longer than about 6.5 s hangs the worker."""
     grace = 20.0
     config = write_config(
         tmp_path, shutdown_grace=grace, workers=1, http_server="granian", http_body_timeout=60.0, demo=True
@@ -96,7 +102,6 @@ def test_a_stop_during_a_slow_upload_stays_graceful(tmp_path: Path) -> None:
                     f"the upload got {answer[0]!r}, not an answer",
                     not (isinstance(answer[0], bytes) and answer[0].startswith(b"HTTP/1.1 ")),
                 ),
-                ("the supervisor killed the worker", "Killing worker" in output),
                 ("the runtime's graceful stop never ran", "shutting down: finishing running jobs" not in output),
                 (f"exit {code} after {seconds:.1f} s (grace {grace} s)", code != 0 or seconds >= grace),
                 (f"the running job was left {status.value}", status is not State.COMPLETED),
@@ -105,6 +110,34 @@ def test_a_stop_during_a_slow_upload_stays_graceful(tmp_path: Path) -> None:
             if bad
         ]
         assert not problems, "; ".join(problems) + f"\n{output}"
+    finally:
+        proc.kill()
+        engine.dispose()
+
+
+@pytest.mark.slow  # a real ``jobdeck serve``, stopped while a job runs 8 s
+def test_a_long_runtime_stop_after_the_loop_ended_gets_no_resent_signal(tmp_path: Path) -> None:
+    """PASSES (pins a guarantee of the change). With no request in
+    progress the serve loop ends at once on SIGTERM, and the watcher with
+    it: the runtime's stop then waits its 8 s for the running job without
+    any resent signal ("signal was lost" never logged), the job completes
+    and ``serve`` exits 0 within the grace."""
+    grace = 20.0
+    config = write_config(tmp_path, shutdown_grace=grace, workers=1, http_server="granian", demo=True)
+    engine = make_engine(f"sqlite:///{tmp_path / 'jobdeck.db'}", pool_size=2)
+    store = Store(engine)
+    proc = JobdeckProcess(tmp_path, config, "serve", log_level="info")
+    try:
+        proc.wait_serving()
+        job_id = store.enqueue(NewJob("demo.sleep", {"seconds": 8}, max_retries=3), datetime.now(UTC))[0].id
+        wait_for(lambda: proc.alive() and store.get(job_id).status is State.RUNNING, 30, message="the job to run")
+        proc.signal(signal.SIGTERM)
+        code, seconds = proc.wait_exit(timeout=grace + 30)
+        output = proc.out()
+        assert code == 0 and seconds < grace, (code, seconds, output)
+        assert "signal was lost" not in output, output
+        assert "shutting down: finishing running jobs" in output, output
+        assert store.get(job_id).status is State.COMPLETED, output
     finally:
         proc.kill()
         engine.dispose()
