@@ -141,3 +141,53 @@ def test_a_long_runtime_stop_after_the_loop_ended_gets_no_resent_signal(tmp_path
     finally:
         proc.kill()
         engine.dispose()
+
+
+@pytest.mark.slow  # a real ``jobdeck serve``, stopped twice during a slow upload
+def test_a_second_ctrl_c_during_a_slow_upload_releases_the_job_at_once(tmp_path: Path) -> None:
+    """FAILS on review55's change. Ctrl-C, then Ctrl-C again to release the
+    running job now, while a client uploads its body for 5 s. Before the
+    change the worker got two SIGTERMs (the supervisor's first and second),
+    answered the upload, released the job (pending again) and ``serve``
+    exited 0 about 5 s after the first signal. With ``_watch_stops`` the
+    watcher adds a third SIGTERM 3 s in, which granian's worker does not
+    survive during a drain: no answer, no release, and the supervisor kills
+    the worker after grace + 10 s, the job left RUNNING."""
+    grace = 10.0
+    config = write_config(
+        tmp_path, shutdown_grace=grace, workers=1, http_server="granian", http_body_timeout=60.0, demo=True
+    )
+    engine = make_engine(f"sqlite:///{tmp_path / 'jobdeck.db'}", pool_size=2)
+    store = Store(engine)
+    proc = JobdeckProcess(tmp_path, config, "serve", log_level="info")
+    try:
+        proc.wait_serving()
+        job_id = store.enqueue(NewJob("demo.sleep", {"seconds": 120}, max_retries=3), datetime.now(UTC))[0].id
+        wait_for(lambda: proc.alive() and store.get(job_id).status is State.RUNNING, 30, message="the job to run")
+        answer: list[bytes | str] = []
+        assert _slow_upload(proc.port, 5.0, answer).wait(10)
+        time.sleep(0.3)
+        proc.signal(signal.SIGINT)
+        time.sleep(1.0)
+        proc.signal(signal.SIGINT)  # again: release the running job now
+        code, seconds = proc.wait_exit(timeout=grace + 30)
+        wait_for(lambda: bool(answer), 10, message="the upload's answer")
+        output = proc.out()
+        status = store.get(job_id).status
+        problems = [
+            text
+            for text, bad in [
+                (
+                    f"the upload got {answer[0]!r}, not an answer",
+                    not (isinstance(answer[0], bytes) and answer[0].startswith(b"HTTP/1.1 ")),
+                ),
+                ("the runtime's stop never ran", "shutting down: finishing running jobs" not in output),
+                (f"exit {code} {seconds:.1f} s after the second signal", code != 0 or seconds >= grace),
+                (f"the job was left {status.value}, not released", status is not State.PENDING),
+            ]
+            if bad
+        ]
+        assert not problems, "; ".join(problems) + f"\n{output}"
+    finally:
+        proc.kill()
+        engine.dispose()
