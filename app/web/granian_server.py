@@ -31,7 +31,7 @@ grace is counted from the first signal, so the whole stop fits in
 If the worker exits on its own, the supervisor exits non-zero, so a process
 supervisor restarts ``jobdeck serve``: 3 as with waitress when the worker
 stopped itself as unhealthy (``exit_when_unhealthy``), 1 after another
-exit. A worker killed by a signal (a crash, the OOM killer) takes the
+exit, and 1 when a stop had to kill the worker at the kill timeout. A worker killed by a signal (a crash, the OOM killer) takes the
 supervisor with it by the same signal, and a killed supervisor takes its
 worker (SIGKILL on the parent's death): either way ``jobdeck serve`` dies
 whole, as one waitress process would, and the crash matrix holds for both.
@@ -91,6 +91,14 @@ def serve(config: Config) -> None:
             deadline.value = time.monotonic() + config.shutdown_grace
             super().signal_handler_interrupt(*args, **kwargs)  # type: ignore[no-untyped-call]
 
+        killed_at_timeout = False
+        """The worker outlived ``workers_kill_timeout`` and was killed: its runtime never finished its stop."""
+
+        def _stop_workers(self) -> None:
+            running = [w for w in self.wrks if w.is_alive()]  # type: ignore[no-untyped-call]
+            super()._stop_workers()  # type: ignore[no-untyped-call]
+            self.killed_at_timeout = any(getattr(w.inner, "exitcode", None) == -signal.SIGKILL for w in running)
+
         def shutdown(self, exit_code: int = 0) -> None:
             from jobdeck.runtime import EXIT_UNHEALTHY
 
@@ -100,6 +108,12 @@ def serve(config: Config) -> None:
             killed_by = next((-code for code in codes if code is not None and code < 0), None)
             try:
                 super().shutdown(exit_code)  # type: ignore[no-untyped-call]
+                if self.killed_at_timeout:  # a clean exit would tell the service manager the stop went well
+                    log.error(
+                        "the worker process did not stop within shutdown_grace + %d s and was killed: its running "
+                        "jobs were not released (the stalled sweep rescues them)", KILL_MARGIN,
+                    )  # fmt: skip
+                    sys.exit(1)
             finally:
                 if killed_by is not None:
                     _die_by(killed_by)

@@ -24,7 +24,7 @@ from jobdeck.store.engine import make_engine
 from jobdeck.store.models import attempts, jobs
 from sqlalchemy import select
 
-from tests.adversarial.cli_process import JobdeckProcess, write_config
+from tests.adversarial.cli_process import JobdeckProcess, children, write_config
 from tests.conftest import wait_for
 
 GRACE = 5.0
@@ -196,3 +196,30 @@ def test_a_service_manager_that_signals_every_process_gets_a_graceful_stop(tmp_p
     finally:
         proc.kill()
         engine.dispose()
+
+
+@pytest.mark.slow  # a real jobdeck serve, and its kill timeout
+def test_serve_exits_non_zero_when_its_stop_had_to_kill_the_worker(tmp_path: Path) -> None:
+    """A granian worker that cannot stop (here frozen by SIGSTOP) is killed
+    at the supervisor's kill timeout, ``shutdown_grace`` + ``KILL_MARGIN``.
+    Its runtime never finished its stop (running jobs not released), so
+    ``jobdeck serve`` exits 1 and says so: it exited 0, and a service
+    manager took the stop for a clean one."""
+    from jobdeck.web.granian_server import KILL_MARGIN
+
+    grace = 1.0
+    config = write_config(tmp_path, shutdown_grace=grace, workers=1, http_server="granian")
+    proc = JobdeckProcess(tmp_path, config, "serve")
+    try:
+        proc.wait_serving()
+        worker = children(proc.proc.pid)
+        assert len(worker) == 1, worker
+        os.kill(worker[0], signal.SIGSTOP)
+        proc.signal(signal.SIGTERM)
+        code, seconds = proc.wait_exit(timeout=grace + KILL_MARGIN + 30)
+        output = proc.out()
+        assert code == 1, f"exit {code} after {seconds:.1f} s\n{output}"
+        assert seconds >= grace + KILL_MARGIN - 1, f"exit after {seconds:.1f} s: the worker was not waited for\n{output}"
+        assert "did not stop within shutdown_grace" in output, output
+    finally:
+        proc.kill()
