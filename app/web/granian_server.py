@@ -31,10 +31,12 @@ grace is counted from the first signal, so the whole stop fits in
 If the worker exits on its own, the supervisor exits non-zero, so a process
 supervisor restarts ``jobdeck serve``: 3 as with waitress when the worker
 stopped itself as unhealthy (``exit_when_unhealthy``), 1 after another
-exit, and 1 when a stop had to kill the worker at the kill timeout. A worker killed by a signal (a crash, the OOM killer) takes the
-supervisor with it by the same signal, and a killed supervisor takes its
-worker (SIGKILL on the parent's death): either way ``jobdeck serve`` dies
-whole, as one waitress process would, and the crash matrix holds for both.
+exit. A stop that had to kill the worker at the kill timeout exits 1 too
+(its running jobs were not released). A worker killed by a signal (a
+crash, the OOM killer) takes the supervisor with it by the same signal,
+and a killed supervisor takes its worker (SIGKILL on the parent's death):
+either way ``jobdeck serve`` dies whole, as one waitress process would,
+and the crash matrix holds for both.
 """
 
 from __future__ import annotations
