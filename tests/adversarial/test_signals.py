@@ -219,7 +219,9 @@ def test_serve_exits_non_zero_when_its_stop_had_to_kill_the_worker(tmp_path: Pat
         code, seconds = proc.wait_exit(timeout=grace + KILL_MARGIN + 30)
         output = proc.out()
         assert code == 1, f"exit {code} after {seconds:.1f} s\n{output}"
-        assert seconds >= grace + KILL_MARGIN - 1, f"exit after {seconds:.1f} s: the worker was not waited for\n{output}"
+        assert seconds >= grace + KILL_MARGIN - 1, (
+            f"exit after {seconds:.1f} s: the worker was not waited for\n{output}"
+        )
         assert "did not stop within shutdown_grace" in output, output
     finally:
         proc.kill()
