@@ -81,20 +81,13 @@ def _slow_upload(port: int, seconds: float, result: list[bytes | str]) -> thread
 def test_a_stop_during_a_slow_upload_stays_graceful(tmp_path: Path) -> None:
     """A SIGTERM while a client still uploads its body (8 s) and a job runs
     (10 s): the request is answered, the job finishes, and ``serve`` exits 0
-    within the grace. (Failed with the watcher.) Without it, the request was
-    answered, the job finished, and ``serve`` exited 0 in about 11 s. With
-    ``_watch_stops``, the worker resends SIGTERM to itself at 3 s and 6 s
-    ("its signal was lost") although nothing was lost; the drain is cut,
-    the upload gets no answer, the runtime's graceful stop never runs
-    ("shutting down: finishing running jobs" is never printed) and the
-    supervisor kills the worker after its kill timeout (grace + 10 s),
-    leaving the job RUNNING for the stall sweep.
+    within the grace (about 11 s here).
 
-    The mechanism, outside jobdeck's code: granian 2.8.9's worker survives
-    one extra SIGTERM during a drain, but not two (the code before the
-    change, given two SIGTERMs sent to the worker at 3.5 s and 6.5 s of such
-    a drain, hangs the same way). The watcher sends one every 3 s, so any
-    drain longer than about 6.5 s hangs the worker."""
+    With the watcher, the worker sent itself SIGTERM at 3 s and 6 s of the
+    drain; granian 2.8.9's worker survives one extra SIGTERM during a drain
+    but not two (two sent by hand hang it the same way): the upload got no
+    answer, the runtime's graceful stop never ran, and the supervisor killed
+    the worker at grace + 10 s, the job left running."""
     grace = 20.0
     config = write_config(
         tmp_path, shutdown_grace=grace, workers=1, http_server="granian", http_body_timeout=60.0, demo=True
@@ -136,13 +129,10 @@ def test_a_stop_during_a_slow_upload_stays_graceful(tmp_path: Path) -> None:
 @pytest.mark.slow  # a real ``jobdeck serve``, stopped twice during a slow upload
 def test_a_second_ctrl_c_during_a_slow_upload_releases_the_job_at_once(tmp_path: Path) -> None:
     """Ctrl-C, then Ctrl-C again to release the running job now, while a
-    client uploads its body for 5 s: the upload is answered and the job
-    released. (Failed with the watcher.) Without it, the worker got two SIGTERMs (the supervisor's first and second),
-    answered the upload, released the job (pending again) and ``serve``
-    exited 0 about 5 s after the first signal. With ``_watch_stops`` the
-    watcher adds a third SIGTERM 3 s in, which granian's worker does not
-    survive during a drain: no answer, no release, and the supervisor kills
-    the worker after grace + 10 s, the job left RUNNING."""
+    client uploads its body for 5 s: the worker gets the supervisor's two
+    SIGTERMs, answers the upload, releases the job (pending again), and
+    ``serve`` exits 0 about 5 s after the first signal. With the watcher a
+    third SIGTERM came 3 s in, and the worker hung as above."""
     grace = 10.0
     config = write_config(
         tmp_path, shutdown_grace=grace, workers=1, http_server="granian", http_body_timeout=60.0, demo=True
