@@ -9,8 +9,10 @@ tests kill or crash the worker *during* the stop, long before the timeout.
 from __future__ import annotations
 
 import os
+import re
 import resource
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -91,3 +93,95 @@ def test_a_worker_that_crashes_during_the_stop_does_not_give_a_clean_exit(tmp_pa
     SIGSEGV.)"""
     code, seconds, output = _stop_with_a_running_job(tmp_path, signal.SIGSEGV)
     assert code != 0, f"exit {code} after {seconds:.1f} s though the worker crashed mid-stop:\n{output}"
+
+
+@pytest.mark.slow
+def test_held_a_worker_oom_killed_before_the_stop_still_takes_serve_down_by_sigkill(tmp_path: Path) -> None:
+    """HELD (pins a guarantee). The worker SIGKILLed while serving, no stop
+    begun: serve dies by SIGKILL, as the module docstring says, and does not
+    blame the kill timeout (the worker was dead before ``_stop_workers``)."""
+    config = write_config(tmp_path, shutdown_grace=5.0, workers=1, http_server="granian")
+    proc = JobdeckProcess(tmp_path, config, "serve")
+    try:
+        proc.wait_serving()
+        worker = children(proc.proc.pid)
+        assert len(worker) == 1, worker
+        os.kill(worker[0], signal.SIGKILL)
+        code, _ = proc.wait_exit(timeout=30)
+        output = proc.out()
+        assert code == -signal.SIGKILL, f"exit {code}:\n{output}"
+        assert "did not stop within shutdown_grace" not in output, output
+    finally:
+        proc.kill()
+
+
+@pytest.mark.slow
+def test_held_a_stop_that_takes_most_of_the_grace_exits_0(tmp_path: Path) -> None:
+    """HELD (pins a guarantee). A running job that finishes a second before
+    ``shutdown_grace`` ends: the stop is clean, serve exits 0 and logs no
+    kill-timeout error."""
+    grace = 4.0
+    config = write_config(tmp_path, shutdown_grace=grace, workers=1, http_server="granian")
+    proc = JobdeckProcess(tmp_path, config, "serve")
+    engine = make_engine(f"sqlite:///{tmp_path / 'jobdeck.db'}", pool_size=2)
+    store = Store(engine)
+    try:
+        proc.wait_serving()
+        job_id = store.enqueue(NewJob("demo.sleep", {"seconds": grace - 1}, max_retries=3), _now())[0].id
+        wait_for(lambda: proc.alive() and store.get(job_id).status is State.RUNNING, 30, message="the job to run")
+        proc.signal(signal.SIGTERM)
+        code, seconds = proc.wait_exit(timeout=grace + 20)
+        output = proc.out()
+        assert code == 0, f"exit {code} after {seconds:.1f} s:\n{output}"
+        assert "did not stop within shutdown_grace" not in output, output
+        assert store.get(job_id).status is State.COMPLETED, output
+    finally:
+        proc.kill()
+        engine.dispose()
+
+
+@pytest.mark.slow
+def test_sighup_does_not_run_two_job_runtimes_at_once(tmp_path: Path) -> None:
+    """DEFECT (pre-existing, on the SIGHUP path the brief names; not
+    introduced by this change). granian's SIGHUP handler reloads: it forks a
+    new worker, whose ``_load`` starts a second runtime (worker pool and
+    scheduler), and only then sends SIGTERM to the old worker, whose runtime
+    finishes its running jobs for up to ``shutdown_grace``. The module
+    docstring promises exactly one pool per ``jobdeck serve``; for the grace
+    two pools and two schedulers run. (A terminal hang-up ends a waitress
+    serve; here it doubles the runtime.) And if the old worker is stuck,
+    ``_respawn_workers`` kills it at the kill timeout with its jobs
+    unreleased, a path the new ``killed_at_timeout`` never sees."""
+    config = write_config(tmp_path, shutdown_grace=30.0, workers=1, http_server="granian")
+    proc = JobdeckProcess(tmp_path, config, "serve", log_level="info")
+    engine = make_engine(f"sqlite:///{tmp_path / 'jobdeck.db'}", pool_size=2)
+    store = Store(engine)
+    try:
+        proc.wait_serving()
+        job_id = store.enqueue(NewJob("demo.sleep", {"seconds": 120}, max_retries=3), _now())[0].id
+        wait_for(lambda: proc.alive() and store.get(job_id).status is State.RUNNING, 30, message="the job to run")
+        old = children(proc.proc.pid)
+        assert len(old) == 1, old
+        proc.signal(signal.SIGHUP)
+        began = time.monotonic()
+        while time.monotonic() - began < 10:
+            proc.alive()
+            now = children(proc.proc.pid)
+            new = [pid for pid in now if pid != old[0]]
+            output = proc.out()
+            both_pools = (
+                old[0] in now
+                and bool(new)
+                and f"worker pool vm:{new[0]}." in output
+                and f"worker pool vm:{old[0]}." in output
+                and not re.search(rf"worker pool vm:{old[0]}\.\S+ stopped", output)
+            )
+            assert not both_pools, (
+                f"{time.monotonic() - began:.1f} s after SIGHUP, the old worker {old[0]} (its pool still running job "
+                f"{job_id}: {store.get(job_id).status}) and the new worker {new[0]} (its own pool started) run at "
+                f"once:\n{output}"
+            )
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        engine.dispose()
