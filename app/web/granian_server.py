@@ -17,8 +17,8 @@ runtime (worker pool and scheduler) once, in ``_load``; the supervisor
 never starts one, so there is one pool per ``jobdeck serve`` as with
 waitress. granian has no reloader here.
 
-Stopping: SIGTERM or Ctrl-C reaches the supervisor, which passes SIGTERM
-to the worker. The worker stops accepting, lets the requests in progress
+Stopping: SIGTERM, Ctrl-C or SIGHUP (there is no reload) reaches the
+supervisor, which passes SIGTERM to the worker. The worker stops accepting, lets the requests in progress
 finish, and on its way out (a ``multiprocessing`` finalizer, which runs
 when the worker's serve loop returns) stops the runtime with
 ``shutdown_grace``: running jobs finish or are released. The supervisor
@@ -33,10 +33,10 @@ supervisor restarts ``jobdeck serve``: 3 as with waitress when the worker
 stopped itself as unhealthy (``exit_when_unhealthy``), 1 after another
 exit. A stop that had to kill the worker at the kill timeout exits 1 too
 (its running jobs were not released). A worker killed by a signal (a
-crash, the OOM killer) takes the supervisor with it by the same signal,
-and a killed supervisor takes its worker (SIGKILL on the parent's death):
-either way ``jobdeck serve`` dies whole, as one waitress process would,
-and the crash matrix holds for both.
+crash, the OOM killer), before a stop or during one, takes the supervisor
+with it by the same signal, and a killed supervisor takes its worker
+(SIGKILL on the parent's death): either way ``jobdeck serve`` dies whole,
+as one waitress process would, and the crash matrix holds for both.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -93,13 +94,25 @@ def serve(config: Config) -> None:
             deadline.value = time.monotonic() + config.shutdown_grace
             super().signal_handler_interrupt(*args, **kwargs)  # type: ignore[no-untyped-call]
 
+        def signal_handler_reload(self, *args: Any, **kwargs: Any) -> None:
+            """SIGHUP stops ``jobdeck serve`` as SIGTERM does. granian's reload
+            forked a new worker, with a second runtime, while the old one
+            still finished its jobs: two pools and two schedulers at once."""
+            self.signal_handler_interrupt(*args, **kwargs)
+
         killed_at_timeout = False
-        """The worker outlived ``workers_kill_timeout`` and was killed: its runtime never finished its stop."""
+        """granian killed a worker that outlived ``workers_kill_timeout``: its runtime never finished its stop."""
+        ended_in_stop: tuple[int, ...] = ()
+        """The exit codes of the workers that were running when the stop began (but one killed at the timeout)."""
 
         def _stop_workers(self) -> None:
             running = [w for w in self.wrks if w.is_alive()]  # type: ignore[no-untyped-call]
+            killed: list[Any] = []
+            for w in running:  # granian kills at the timeout through each worker's ``kill``: note which
+                w.kill = partial(_noted_kill, w.kill, w, killed)  # type: ignore[method-assign]
             super()._stop_workers()  # type: ignore[no-untyped-call]
-            self.killed_at_timeout = any(getattr(w.inner, "exitcode", None) == -signal.SIGKILL for w in running)
+            self.killed_at_timeout = bool(killed)
+            self.ended_in_stop = tuple(getattr(w.inner, "exitcode", None) or 0 for w in running if w not in killed)
 
         def shutdown(self, exit_code: int = 0) -> None:
             from jobdeck.runtime import EXIT_UNHEALTHY
@@ -110,12 +123,17 @@ def serve(config: Config) -> None:
             killed_by = next((-code for code in codes if code is not None and code < 0), None)
             try:
                 super().shutdown(exit_code)  # type: ignore[no-untyped-call]
-                if self.killed_at_timeout:  # a clean exit would tell the service manager the stop went well
+                # A clean exit would tell the service manager the stop went well.
+                if self.killed_at_timeout:
                     log.error(
                         "the worker process did not stop within shutdown_grace + %d s and was killed: its running "
                         "jobs were not released (the stalled sweep rescues them)", KILL_MARGIN,
                     )  # fmt: skip
                     sys.exit(1)
+                if killed_by is None:  # killed during the stop (a crash, the OOM killer): as before it
+                    killed_by = next((-code for code in self.ended_in_stop if code < 0), None)
+                if killed_by is None and any(self.ended_in_stop):
+                    sys.exit(next(code for code in self.ended_in_stop if code))
             finally:
                 if killed_by is not None:
                     _die_by(killed_by)
@@ -146,6 +164,11 @@ def serve(config: Config) -> None:
         workers_kill_timeout=math.ceil(config.shutdown_grace) + KILL_MARGIN,
     )
     server.serve(target_loader=partial(_load, config, deadline, stops), wrap_loader=True)
+
+
+def _noted_kill(kill: Callable[[], None], worker: Any, killed: list[Any]) -> None:
+    killed.append(worker)
+    kill()
 
 
 def _die_by(signum: int) -> None:
