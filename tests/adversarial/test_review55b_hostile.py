@@ -65,16 +65,17 @@ def _stop_with_a_running_job(tmp_path: Path, crash: int) -> tuple[int, float, st
 def test_a_worker_oom_killed_during_the_stop_is_not_reported_as_killed_at_the_kill_timeout(tmp_path: Path) -> None:
     """Failed, fixed. The worker is SIGKILLed by someone else (the OOM killer, an
     operator's ``kill -9``) a second into a stop whose kill timeout is
-    ``shutdown_grace`` + 10 = 40 s away. ``_stop_workers`` sees exit code
-    -SIGKILL and sets ``killed_at_timeout``, so serve logs "the worker process
+    ``shutdown_grace`` + 10 = 40 s away: serve dies by SIGKILL too. It was:
+    ``_stop_workers`` saw exit code -SIGKILL and set ``killed_at_timeout``,
+    so serve logged "the worker process
     did not stop within shutdown_grace + 10 s and was killed" - false: granian
-    killed nothing (no "Killing worker" line), the stop took about a second.
-    The module docstring says a worker killed by a signal (a crash, the OOM
-    killer) takes serve with it by the same signal; here serve exits 1 with a
-    message that sends the operator to look at a slow stop instead of memory."""
+    killed nothing (no "Killing worker" line), the stop took about a second;
+    and it exited 1 with a message that sent the operator to look at a slow
+    stop instead of memory."""
     code, seconds, output = _stop_with_a_running_job(tmp_path, signal.SIGKILL)
     assert "Killing worker" not in output, output  # granian did not kill it
     assert seconds < GRACE
+    assert code == -signal.SIGKILL, f"exit {code}: serve did not die by its worker's signal\n{output}"
     assert "did not stop within shutdown_grace" not in output, (
         f"exit {code} after {seconds:.1f} s, the worker killed by someone else, yet serve blames the kill timeout:\n"
         f"{output}"
@@ -86,14 +87,12 @@ def test_a_worker_that_crashes_during_the_stop_does_not_give_a_clean_exit(tmp_pa
     """Failed, fixed (the failure mode the commit set out to fix, by another path).
     The worker dies by SIGSEGV while its runtime waits out the grace for a
     running job: the job is never released (it stays ``running`` for the
-    stalled sweep), exactly what a kill at the kill timeout leaves behind.
-    ``killed_at_timeout`` only looks for -SIGKILL, and ``shutdown`` reads the
-    worker's exit code before the stop, so serve exits 0: the service manager
-    takes a stop whose running jobs were never released, and whose worker
-    crashed, for a clean one. (Outside a stop a SIGSEGV takes serve down by
-    SIGSEGV.)"""
+    stalled sweep), and serve dies by SIGSEGV, as outside a stop. It was:
+    ``killed_at_timeout`` looked for -SIGKILL only, and ``shutdown`` read the
+    worker's exit code before the stop, so serve exited 0, and the service
+    manager took the stop for a clean one."""
     code, seconds, output = _stop_with_a_running_job(tmp_path, signal.SIGSEGV)
-    assert code != 0, f"exit {code} after {seconds:.1f} s though the worker crashed mid-stop:\n{output}"
+    assert code == -signal.SIGSEGV, f"exit {code} after {seconds:.1f} s though the worker crashed mid-stop:\n{output}"
 
 
 @pytest.mark.slow
