@@ -18,9 +18,10 @@ never starts one, so there is one pool per ``jobdeck serve`` as with
 waitress. granian has no reloader here.
 
 Stopping: SIGTERM, Ctrl-C or SIGHUP (there is no reload) reaches the
-supervisor, which passes SIGTERM to the worker. The worker stops accepting, lets the requests in progress
-finish, and on its way out (a ``multiprocessing`` finalizer, which runs
-when the worker's serve loop returns) stops the runtime with
+supervisor, which passes SIGTERM to the worker. The worker stops
+accepting, lets the requests in progress finish, and on its way out (a
+``multiprocessing`` finalizer, which runs when the worker's serve loop
+returns) stops the runtime with
 ``shutdown_grace``: running jobs finish or are released. The supervisor
 waits ``shutdown_grace`` plus ``KILL_MARGIN`` seconds before it kills the
 worker. A second signal is passed on too: the worker releases its
@@ -167,6 +168,7 @@ def serve(config: Config) -> None:
 
 
 def _noted_kill(kill: Callable[[], None], worker: Any, killed: list[Any]) -> None:
+    """A worker's ``kill``, noted in ``killed`` first (granian kills at its kill timeout only)."""
     killed.append(worker)
     kill()
 
