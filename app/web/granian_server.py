@@ -111,8 +111,14 @@ def serve(config: Config) -> None:
             killed: list[Any] = []
             for w in running:  # granian kills at the timeout through each worker's ``kill``: note which
                 w.kill = partial(_noted_kill, w.kill, w, killed)  # type: ignore[method-assign]
+            began = time.monotonic()
             super()._stop_workers()  # type: ignore[no-untyped-call]
-            self.killed_at_timeout = bool(killed)
+            # granian also calls ``kill`` on a worker that has just exited, when
+            # its liveness check races the exit ("Killing worker-1 after it
+            # refused to gracefully stop" after a stop of 0.1 s): only a kill
+            # at the timeout counts.
+            timeout = self.workers_kill_timeout or 0
+            self.killed_at_timeout = bool(killed) and time.monotonic() - began >= timeout - 1
             self.ended_in_stop = tuple(getattr(w.inner, "exitcode", None) or 0 for w in running if w not in killed)
 
         def shutdown(self, exit_code: int = 0) -> None:
