@@ -11,9 +11,15 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from jobdeck.core.states import State
+from jobdeck.store import NewJob, Store
+from jobdeck.store.engine import make_engine
 
 from tests.conftest import wait_for
 
@@ -142,3 +148,26 @@ class JobdeckProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+@contextmanager
+def serving_a_job(
+    tmp_path: Path, seconds: float, *, preexec_fn: Callable[[], None] | None = None, log_level: str = "warning",
+    **config: Any,
+) -> Iterator[tuple[JobdeckProcess, Store, int]]:  # fmt: skip
+    """``jobdeck serve`` (granian, one worker process) on a SQLite file in
+    ``tmp_path`` with ``config``, serving, and a ``demo.sleep`` job of
+    ``seconds`` running in it: (the process, a store on its database, the
+    job's id). The process is killed and the store closed on the way out."""
+    path = write_config(tmp_path, workers=1, http_server="granian", **config)
+    proc = JobdeckProcess(tmp_path, path, "serve", preexec_fn=preexec_fn, log_level=log_level)
+    engine = make_engine(f"sqlite:///{tmp_path / 'jobdeck.db'}", pool_size=2)
+    store = Store(engine)
+    try:
+        proc.wait_serving()
+        job_id = store.enqueue(NewJob("demo.sleep", {"seconds": seconds}, max_retries=3), datetime.now(UTC))[0].id
+        wait_for(lambda: proc.alive() and store.get(job_id).status is State.RUNNING, 30, message="the job to run")
+        yield proc, store, job_id
+    finally:
+        proc.kill()
+        engine.dispose()

@@ -20,15 +20,12 @@ import signal
 import socket
 import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from jobdeck.core.states import State
-from jobdeck.store import NewJob, Store
-from jobdeck.store.engine import make_engine
 
-from tests.adversarial.cli_process import JobdeckProcess, write_config
+from tests.adversarial.cli_process import serving_a_job
 from tests.conftest import wait_for
 
 
@@ -89,16 +86,11 @@ def test_a_stop_during_a_slow_upload_stays_graceful(tmp_path: Path) -> None:
     answer, the runtime's graceful stop never ran, and the supervisor killed
     the worker at grace + 10 s, the job left running."""
     grace = 20.0
-    config = write_config(
-        tmp_path, shutdown_grace=grace, workers=1, http_server="granian", http_body_timeout=60.0, demo=True
-    )
-    engine = make_engine(f"sqlite:///{tmp_path / 'jobdeck.db'}", pool_size=2)
-    store = Store(engine)
-    proc = JobdeckProcess(tmp_path, config, "serve", log_level="info")
-    try:
-        proc.wait_serving()
-        job_id = store.enqueue(NewJob("demo.sleep", {"seconds": 10}, max_retries=3), datetime.now(UTC))[0].id
-        wait_for(lambda: proc.alive() and store.get(job_id).status is State.RUNNING, 30, message="the job to run")
+    with serving_a_job(tmp_path, 10, log_level="info", shutdown_grace=grace, http_body_timeout=60.0) as (
+        proc,
+        store,
+        job_id,
+    ):
         answer: list[bytes | str] = []
         assert _slow_upload(proc.port, 8.0, answer).wait(10)
         proc.signal(signal.SIGTERM)
@@ -121,9 +113,6 @@ def test_a_stop_during_a_slow_upload_stays_graceful(tmp_path: Path) -> None:
             if bad
         ]
         assert not problems, "; ".join(problems) + f"\n{output}"
-    finally:
-        proc.kill()
-        engine.dispose()
 
 
 @pytest.mark.slow  # a real ``jobdeck serve``, stopped twice during a slow upload
@@ -134,16 +123,11 @@ def test_a_second_ctrl_c_during_a_slow_upload_releases_the_job_at_once(tmp_path:
     ``serve`` exits 0 about 5 s after the first signal. With the watcher a
     third SIGTERM came 3 s in, and the worker hung as above."""
     grace = 10.0
-    config = write_config(
-        tmp_path, shutdown_grace=grace, workers=1, http_server="granian", http_body_timeout=60.0, demo=True
-    )
-    engine = make_engine(f"sqlite:///{tmp_path / 'jobdeck.db'}", pool_size=2)
-    store = Store(engine)
-    proc = JobdeckProcess(tmp_path, config, "serve", log_level="info")
-    try:
-        proc.wait_serving()
-        job_id = store.enqueue(NewJob("demo.sleep", {"seconds": 120}, max_retries=3), datetime.now(UTC))[0].id
-        wait_for(lambda: proc.alive() and store.get(job_id).status is State.RUNNING, 30, message="the job to run")
+    with serving_a_job(tmp_path, 120, log_level="info", shutdown_grace=grace, http_body_timeout=60.0) as (
+        proc,
+        store,
+        job_id,
+    ):
         answer: list[bytes | str] = []
         assert _slow_upload(proc.port, 5.0, answer).wait(10)
         proc.signal(signal.SIGINT)
@@ -167,6 +151,3 @@ def test_a_second_ctrl_c_during_a_slow_upload_releases_the_job_at_once(tmp_path:
             if bad
         ]
         assert not problems, "; ".join(problems) + f"\n{output}"
-    finally:
-        proc.kill()
-        engine.dispose()

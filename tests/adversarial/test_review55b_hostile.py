@@ -18,19 +18,11 @@ from pathlib import Path
 
 import pytest
 from jobdeck.core.states import State
-from jobdeck.store import NewJob, Store
-from jobdeck.store.engine import make_engine
 
-from tests.adversarial.cli_process import JobdeckProcess, children, write_config
+from tests.adversarial.cli_process import JobdeckProcess, children, serving_a_job, write_config
 from tests.conftest import wait_for
 
 GRACE = 30.0  # the kill timeout is GRACE + KILL_MARGIN: far beyond these tests' stops
-
-
-def _now():  # type: ignore[no-untyped-def]
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC)
 
 
 def _no_core() -> None:
@@ -40,14 +32,7 @@ def _no_core() -> None:
 def _stop_with_a_running_job(tmp_path: Path, crash: int) -> tuple[int, float, str]:
     """serve with a long job running; SIGTERM; once the worker's runtime is
     stopping (the job kept within the grace), the worker dies by ``crash``."""
-    config = write_config(tmp_path, shutdown_grace=GRACE, workers=1, http_server="granian")
-    proc = JobdeckProcess(tmp_path, config, "serve", preexec_fn=_no_core)
-    engine = make_engine(f"sqlite:///{tmp_path / 'jobdeck.db'}", pool_size=2)
-    store = Store(engine)
-    try:
-        proc.wait_serving()
-        job_id = store.enqueue(NewJob("demo.sleep", {"seconds": 120}, max_retries=3), _now())[0].id
-        wait_for(lambda: proc.alive() and store.get(job_id).status is State.RUNNING, 30, message="the job to run")
+    with serving_a_job(tmp_path, 120, preexec_fn=_no_core, shutdown_grace=GRACE) as (proc, store, job_id):
         worker = children(proc.proc.pid)
         assert len(worker) == 1, worker
         proc.signal(signal.SIGTERM)
@@ -56,9 +41,6 @@ def _stop_with_a_running_job(tmp_path: Path, crash: int) -> tuple[int, float, st
         code, seconds = proc.wait_exit(timeout=GRACE)  # well before the kill timeout
         assert store.get(job_id).status is State.RUNNING  # not released: the stalled sweep must rescue it
         return code, seconds, proc.out()
-    finally:
-        proc.kill()
-        engine.dispose()
 
 
 @pytest.mark.slow
@@ -121,23 +103,13 @@ def test_held_a_stop_that_takes_most_of_the_grace_exits_0(tmp_path: Path) -> Non
     ``shutdown_grace`` ends: the stop is clean, serve exits 0 and logs no
     kill-timeout error."""
     grace = 4.0
-    config = write_config(tmp_path, shutdown_grace=grace, workers=1, http_server="granian")
-    proc = JobdeckProcess(tmp_path, config, "serve")
-    engine = make_engine(f"sqlite:///{tmp_path / 'jobdeck.db'}", pool_size=2)
-    store = Store(engine)
-    try:
-        proc.wait_serving()
-        job_id = store.enqueue(NewJob("demo.sleep", {"seconds": grace - 1}, max_retries=3), _now())[0].id
-        wait_for(lambda: proc.alive() and store.get(job_id).status is State.RUNNING, 30, message="the job to run")
+    with serving_a_job(tmp_path, grace - 1, shutdown_grace=grace) as (proc, store, job_id):
         proc.signal(signal.SIGTERM)
         code, seconds = proc.wait_exit(timeout=grace + 20)
         output = proc.out()
         assert code == 0, f"exit {code} after {seconds:.1f} s:\n{output}"
         assert "did not stop within shutdown_grace" not in output, output
         assert store.get(job_id).status is State.COMPLETED, output
-    finally:
-        proc.kill()
-        engine.dispose()
 
 
 @pytest.mark.slow
@@ -152,14 +124,7 @@ def test_sighup_stops_serve_and_never_runs_two_job_runtimes_at_once(tmp_path: Pa
     running jobs for up to ``shutdown_grace``: two pools and two
     schedulers at once, where the module promises one per serve."""
     grace = 3.0
-    config = write_config(tmp_path, shutdown_grace=grace, workers=1, http_server="granian")
-    proc = JobdeckProcess(tmp_path, config, "serve", log_level="info")
-    engine = make_engine(f"sqlite:///{tmp_path / 'jobdeck.db'}", pool_size=2)
-    store = Store(engine)
-    try:
-        proc.wait_serving()
-        job_id = store.enqueue(NewJob("demo.sleep", {"seconds": 120}, max_retries=3), _now())[0].id
-        wait_for(lambda: proc.alive() and store.get(job_id).status is State.RUNNING, 30, message="the job to run")
+    with serving_a_job(tmp_path, 120, log_level="info", shutdown_grace=grace) as (proc, store, job_id):
         old = children(proc.proc.pid)
         assert len(old) == 1, old
         proc.signal(signal.SIGHUP)
@@ -174,6 +139,3 @@ def test_sighup_stops_serve_and_never_runs_two_job_runtimes_at_once(tmp_path: Pa
         assert not forked, f"SIGHUP forked worker(s) {sorted(forked)} beside {old[0]}:\n{output}"
         assert proc.proc.returncode == 0, output
         assert store.get(job_id).status is State.PENDING, f"{store.get(job_id).status}: not released\n{output}"
-    finally:
-        proc.kill()
-        engine.dispose()
