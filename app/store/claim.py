@@ -66,14 +66,35 @@ class Claiming(Transactions):
         # landing late (on PostgreSQL: ``void_at``) stamps the time it claims
         # at, not the time its caller read before.
         now = after_waiting(self, now)
+        priorities = self.claimable_priorities(conn)
+        if priorities == []:
+            return []  # no job is pending or failed: nothing to claim, due or not
         prepared = claim_statements.claim(
             None if type_list is None else len(type_list),
             None if queue_list is None else len(queue_list),
             len(excluded),
             self.void_after is not None,
+            None if priorities is None else len(priorities),
         )
-        values = (worker_id, self._t(now), *(type_list or ()), *(queue_list or ()), *excluded, limit)
+        values = (
+            worker_id,
+            self._t(now),
+            *(type_list or ()),
+            *(queue_list or ()),
+            *excluded,
+            *(priorities or ()),
+            limit,
+        )
         return self._claimed(conn, prepared, values + self.void_at(now), worker_id, now)
+
+    def claimable_priorities(self, conn: Connection) -> list[int] | None:
+        """SQLite: the priorities a due read in ``conn``'s transaction names
+        (``claim_statements.claimable_priorities``); None on PostgreSQL, whose
+        reads name none."""
+        if not self.sqlite:
+            return None
+        with translated_errors():
+            return claim_statements.claimable_priorities(conn.connection.cursor())
 
     def claim_ids(self, conn: Connection, worker_id: str, now: datetime, ids: Sequence[int]) -> list[JobRecord]:
         """Inside the caller's write transaction (``jobdeck.jobs.queues`` picks the ids

@@ -176,12 +176,19 @@ class _Claim:
     def picked(self, conn: Any, full_types: list[str], skip_queues: list[str], pick: Pick) -> list[JobRecord]:
         """The due jobs read a little past ``limit``, ``pick``'s of them claimed."""
         store, types, queues = self.store, self.types, self.queues
+        priorities = store.claimable_priorities(conn)
+        if priorities == []:
+            return []
         values = (
-            store.stored_time(self.now), *(types or ()), *(queues or ()), *skip_queues, *full_types, self.limit * 4 + 16
+            store.stored_time(self.now), *(types or ()), *(queues or ()), *skip_queues, *(priorities or ()),
+            *full_types, self.limit * 4 + 16,
         )  # fmt: skip
         n_types = None if types is None else len(types)
         n_queues = None if queues is None else len(queues)
-        due = claim_statements.due_picks(DUE_COLUMNS, n_types, n_queues, len(skip_queues), len(full_types))
+        n_priorities = None if priorities is None else len(priorities)
+        due = claim_statements.due_picks(
+            DUE_COLUMNS, n_types, n_queues, len(skip_queues), len(full_types), n_priorities
+        )
         chosen = pick(store.driver_rows(conn, due, values))
         if not chosen:
             return []

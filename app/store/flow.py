@@ -179,9 +179,13 @@ def claim_flow(store: Store, request: FlowRequest) -> tuple[list[JobRecord], dic
         full_types, full_queues = request.blocked(FlowReads(running, closed, unkeyed))
         skip += [q for q in full_queues if q not in skip]
         want = min(request.limit, MAX_PICK) + 16
-        values = (*(type_list or ()), *(queue_list or ()), *skip, *full_types, want)
-        head = claim_statements.due_picks(CANDIDATE_COLUMNS, n_types, n_queues, len(skip), len(full_types))
-        rows = {r.id: r for r in reads.head(head, now, values)}
+        priorities = store.claimable_priorities(conn)
+        values = (*(type_list or ()), *(queue_list or ()), *skip, *(priorities or ()), *full_types, want)
+        n_priorities = None if priorities is None else len(priorities)
+        head = claim_statements.due_picks(
+            CANDIDATE_COLUMNS, n_types, n_queues, len(skip), len(full_types), n_priorities
+        )
+        rows = {r.id: r for r in reads.head(head, now, values)} if priorities != [] else {}
         keyed = [r for r in request.rated if r[2]]
 
         def decide() -> list[tuple[int, list[tuple[str, str]]]]:
