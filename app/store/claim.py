@@ -13,6 +13,9 @@ from jobdeck.store.timekeeping import after_waiting
 from jobdeck.store.transactions import Transactions
 from sqlalchemy import Connection
 
+UNREAD = object()
+"""``complete_and_claim`` has not read the claimable priorities (``Claiming.claimable_priorities``)."""
+
 
 def _in_claim_order(claimed: list[JobRecord]) -> list[JobRecord]:
     claimed.sort(key=lambda j: (-j.priority, j.available_at, j.id))
@@ -90,9 +93,14 @@ class Claiming(Transactions):
     def claimable_priorities(self, conn: Connection) -> list[int] | None:
         """SQLite: the priorities a due read in ``conn``'s transaction names
         (``claim_statements.claimable_priorities``); None on PostgreSQL, whose
-        reads name none."""
+        reads name none. Inside ``complete_and_claim`` the ones it read after
+        its completions: the transaction's claims only take jobs out of the
+        claimable ones, so a priority read then still holds every due job."""
         if not self.sqlite:
             return None
+        read: list[int] | None | object = getattr(self._joined, "priorities", UNREAD)
+        if read is not UNREAD and getattr(self._joined, "conn", None) is conn:
+            return read  # type: ignore[return-value]
         with translated_errors():
             return claim_statements.claimable_priorities(conn.connection.cursor())
 

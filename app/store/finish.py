@@ -13,6 +13,7 @@ from jobdeck.core.fingerprint import fingerprint
 from jobdeck.core.states import AttemptOutcome, State, Transition
 from jobdeck.store import attempt_statements
 from jobdeck.store.attempt_statements import CANCELLED_WHILE_RUNNING
+from jobdeck.store.claim import UNREAD
 from jobdeck.store.enqueue import dumps
 from jobdeck.store.faults import storable_text
 from jobdeck.store.holding import CANCELLED, Holding
@@ -60,6 +61,11 @@ class Finishing(Holding):
                     accepted = self.complete_many(outcomes, now)
                 else:
                     self._joined.ahead = self._completions_ahead(outcomes, now, accepted)
+                if self.sqlite and limit > 0:
+                    # Read now, not between the handover and the claim: the
+                    # executors handed work take the GIL at the first statement
+                    # that lets it go, and the claim would wait for it.
+                    self._joined.priorities = self.claimable_priorities(conn)
                 if before_claim is not None:
                     before_claim()
                 self._joined.last = True  # nothing follows the claim but the commit
@@ -71,6 +77,7 @@ class Finishing(Holding):
                 self._joined.conn = None
                 self._joined.last = False
                 self._joined.ahead = None
+                self._joined.priorities = UNREAD
         return accepted, claimed
 
     def _completions_ahead(self, outcomes: Sequence[Outcome], now: datetime, accepted: list[int]) -> Ahead:
