@@ -157,3 +157,15 @@ def test_the_idle_scenario_measures_both_shipped_processes() -> None:
     assert set(shares) == {"jobdeck worker --demo", "jobdeck serve --demo"}
     assert all(0 <= share < 200 for share in shares.values()), shares  # of one core; two cores at most
     assert "jobdeck serve --demo" in table(result)
+
+
+def test_the_scheduled_jobs_scenario_runs_every_trickled_job_and_renders() -> None:
+    """Tiny sizes: every trickled job must run (the harness raises otherwise),
+    on SQLite with a real worker process; the claim with nothing due is timed too."""
+    from bench.scheduled_bench import run, table
+
+    result = run(scheduled=300, rate=20, seconds=0.5, rounds=1, database_url=None)
+    assert set(result["medians"]) == {0, 300}
+    assert all(r[0]["jobs"] == 10 for r in result["rounds"].values())
+    assert all(0 <= m["p50_ms"] <= m["p99_ms"] for m in result["medians"].values())
+    assert "beside 300 jobs scheduled for later" in table(result)
