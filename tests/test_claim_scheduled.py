@@ -201,3 +201,25 @@ def test_the_commit_watchers_probe_among_scheduled_jobs(make_deck: Callable[...,
         assert not conn.in_transaction
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_the_queue_latency_read_among_scheduled_jobs(make_deck: Callable[..., Jobdeck]) -> None:
+    """The overview's queue latency (how long the next claimable job has been
+    due) reads no scheduled job: None while every job is scheduled for later,
+    the due job's age once one is due, in about as many SQLite steps as
+    beside no scheduled job."""
+    from jobdeck.store.overview import queue_latency
+
+    clock = Clock()
+    deck = make_deck(clock=clock)
+    for _ in range(4):
+        deck.enqueue_many([{"type": "demo.noop", "priority": i % 4, "delay_seconds": 3600} for i in range(5_000)])
+    with _steps(deck) as counted:
+        assert queue_latency(deck.store, clock.now) is None
+    assert counted[0] <= 5, f"{counted[0]}k steps for a latency with nothing due"
+    deck.enqueue("demo.fail", priority=-3)
+    clock.advance(7)
+    with _steps(deck) as counted:
+        assert queue_latency(deck.store, clock.now) == pytest.approx(7.0)
+    assert counted[0] <= 5, f"{counted[0]}k steps for a latency with one job due"

@@ -61,13 +61,17 @@ class Finishing(Holding):
                     accepted = self.complete_many(outcomes, now)
                 else:
                     self._joined.ahead = self._completions_ahead(outcomes, now, accepted)
+                changes = None
                 if self.sqlite and limit > 0:
                     # Read now, not between the handover and the claim: the
                     # executors handed work take the GIL at the first statement
                     # that lets it go, and the claim would wait for it.
                     self._joined.priorities = self.claimable_priorities(conn)
+                    changes = _changes(conn)
                 if before_claim is not None:
                     before_claim()
+                    if changes is not None and _changes(conn) != changes:
+                        self._joined.priorities = UNREAD  # it wrote in this transaction: the claim reads them again
                 self._joined.last = True  # nothing follows the claim but the commit
                 claimed = self.claim(worker_id, now, limit=limit, types=types, queues=queues) if limit > 0 else []
                 ahead = self.take_ahead()
@@ -345,3 +349,10 @@ def _by_worker(outcomes: Sequence[Outcome]) -> dict[tuple[str, bool, str | None]
     for o in outcomes:
         groups.setdefault((o.worker_id, o.result is not None, o.executor), []).append(o)
     return groups
+
+
+def _changes(conn: Connection) -> int:
+    """SQLite: the rows ``conn``'s connection has written since it opened (``sqlite3``'s ``total_changes``)."""
+    raw = conn.connection.dbapi_connection
+    assert raw is not None, "a checked-out connection has its driver connection"
+    return int(raw.total_changes)

@@ -109,15 +109,24 @@ def _live_throughput(conn: Any, dialect: str, since: datetime, now: datetime) ->
 
 def queue_latency(store: Store, now: datetime) -> float | None:
     """How long the next job a worker could claim has been due: the claim's
-    own order (``claim_statements.due``), so it reads one entry of the claim index.
+    own order (``claim_statements.due``), so it reads one entry of the claim index
+    (on SQLite, one per priority the claimable jobs hold).
     Jobs in paused queues are left out: nobody can claim them, so their age
     is a person's choice, not a delay, and counting it raised an alarm that
     grew for as long as the pause lasted."""
     with store.read() as conn:
         paused = list(conn.execute(select(queue_state.c.name).where(queue_state.c.paused)).scalars())
-        stmt = claim_statements.due(None, None, len(paused), columns=(jobs.c.available_at,), lock=False).limit(1)
-        values = {"now": now, **{f"skip_{i}": name for i, name in enumerate(paused)}}
-        oldest = conn.execute(stmt, values).scalar()
+        priorities = store.claimable_priorities(conn)  # SQLite: past the due jobs, no scheduled job is read
+        if priorities == []:
+            return None
+        n = None if priorities is None else len(priorities)
+        stmt = claim_statements.due(None, None, len(paused), columns=(jobs.c.available_at,), lock=False, n_priorities=n)
+        values = {
+            "now": now,
+            **{f"skip_{i}": name for i, name in enumerate(paused)},
+            **{f"priority_{i}": p for i, p in enumerate(priorities or ())},
+        }
+        oldest = conn.execute(stmt.limit(1), values).scalar()
     return None if oldest is None else max(0.0, (now - oldest).total_seconds())
 
 
