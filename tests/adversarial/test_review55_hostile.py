@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 from jobdeck.core.states import State
+from jobdeck.store import Store
 
-from tests.adversarial.cli_process import serving_a_job
+from tests.adversarial.cli_process import JobdeckProcess, serving_a_job
 from tests.conftest import wait_for
 
 
@@ -74,6 +75,25 @@ def _slow_upload(port: int, seconds: float, result: list[bytes | str]) -> thread
     return started
 
 
+def _stopped(
+    proc: JobdeckProcess, store: Store, job_id: int, answer: list[bytes | str], grace: float
+) -> tuple[int, float, str, State, tuple[str, bool]]:
+    """After a stop was sent: ``serve``'s exit code and seconds, its output,
+    the job's state, and the check that the slow upload got an HTTP answer."""
+    code, seconds = proc.wait_exit(timeout=grace + 30)
+    wait_for(lambda: bool(answer), 10, message="the upload's answer")
+    answered = (
+        f"the upload got {answer[0]!r}, not an answer",
+        not (isinstance(answer[0], bytes) and answer[0].startswith(b"HTTP/1.1 ")),
+    )
+    return code, seconds, proc.out(), store.get(job_id).status, answered
+
+
+def _problems(*checks: tuple[str, bool]) -> list[str]:
+    """The texts of the ``(text, bad)`` checks that are bad."""
+    return [text for text, bad in checks if bad]
+
+
 @pytest.mark.slow  # a real ``jobdeck serve``, stopped during a drain of several seconds
 def test_a_stop_during_a_slow_upload_stays_graceful(tmp_path: Path) -> None:
     """A SIGTERM while a client still uploads its body (8 s) and a job runs
@@ -94,24 +114,14 @@ def test_a_stop_during_a_slow_upload_stays_graceful(tmp_path: Path) -> None:
         answer: list[bytes | str] = []
         assert _slow_upload(proc.port, 8.0, answer).wait(10)
         proc.signal(signal.SIGTERM)
-        code, seconds = proc.wait_exit(timeout=grace + 30)
-        wait_for(lambda: bool(answer), 10, message="the upload's answer")
-        output = proc.out()
-        status = store.get(job_id).status
-        problems = [
-            text
-            for text, bad in [
-                (
-                    f"the upload got {answer[0]!r}, not an answer",
-                    not (isinstance(answer[0], bytes) and answer[0].startswith(b"HTTP/1.1 ")),
-                ),
-                ("the runtime's graceful stop never ran", "shutting down: finishing running jobs" not in output),
-                (f"exit {code} after {seconds:.1f} s (grace {grace} s)", code != 0 or seconds >= grace),
-                (f"the running job was left {status.value}", status is not State.COMPLETED),
-                ("a drain taken for a lost signal", "signal was lost" in output),
-            ]
-            if bad
-        ]
+        code, seconds, output, status, answered = _stopped(proc, store, job_id, answer, grace)
+        problems = _problems(
+            answered,
+            ("the runtime's graceful stop never ran", "shutting down: finishing running jobs" not in output),
+            (f"exit {code} after {seconds:.1f} s (grace {grace} s)", code != 0 or seconds >= grace),
+            (f"the running job was left {status.value}", status is not State.COMPLETED),
+            ("a drain taken for a lost signal", "signal was lost" in output),
+        )
         assert not problems, "; ".join(problems) + f"\n{output}"
 
 
@@ -133,21 +143,11 @@ def test_a_second_ctrl_c_during_a_slow_upload_releases_the_job_at_once(tmp_path:
         proc.signal(signal.SIGINT)
         time.sleep(1.0)  # an operator's pause between the two
         proc.signal(signal.SIGINT)  # again: release the running job now
-        code, seconds = proc.wait_exit(timeout=grace + 30)
-        wait_for(lambda: bool(answer), 10, message="the upload's answer")
-        output = proc.out()
-        status = store.get(job_id).status
-        problems = [
-            text
-            for text, bad in [
-                (
-                    f"the upload got {answer[0]!r}, not an answer",
-                    not (isinstance(answer[0], bytes) and answer[0].startswith(b"HTTP/1.1 ")),
-                ),
-                ("the runtime's stop never ran", "shutting down: finishing running jobs" not in output),
-                (f"exit {code} {seconds:.1f} s after the second signal", code != 0 or seconds >= grace),
-                (f"the job was left {status.value}, not released", status is not State.PENDING),
-            ]
-            if bad
-        ]
+        code, seconds, output, status, answered = _stopped(proc, store, job_id, answer, grace)
+        problems = _problems(
+            answered,
+            ("the runtime's stop never ran", "shutting down: finishing running jobs" not in output),
+            (f"exit {code} {seconds:.1f} s after the second signal", code != 0 or seconds >= grace),
+            (f"the job was left {status.value}, not released", status is not State.PENDING),
+        )
         assert not problems, "; ".join(problems) + f"\n{output}"
