@@ -67,7 +67,7 @@ def pool_for(
         log_limits=deck.log_limits,
         non_retryable=lambda job_type: non_retryable(cfg, job_type),
         max_snoozes=lambda job_type: max_snoozes(cfg, registry, job_type),
-        limits_hold_back=lambda: bool(controls.limits) or any(lim.concurrency for lim in controls.flow.limits),
+        limits_hold_back=controls.holding_back,
         executor=lambda job_type, declared, queue: executor_of(cfg, job_type, declared, queue),
         memory_limit=lambda job_type, queue: memory_limit(cfg, job_type, queue),
         process_workers=cfg.process_workers,

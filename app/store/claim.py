@@ -59,9 +59,13 @@ class Claiming(Transactions):
         types: Iterable[str] | None = None,
         queues: Iterable[str] | None = None,
         exclude_queues: Iterable[str] | None = None,
+        unless: tuple[Sequence[str], Sequence[str]] = ((), ()),
     ) -> list[JobRecord]:
         """The uncontrolled claim's statement, in ``conn``'s transaction (a
-        claim policy's: ``jobdeck.store.controls.claim_due``)."""
+        claim policy's: ``jobdeck.store.controls.claim_due``). ``unless``
+        (PostgreSQL): types and queues of which the claim takes no job; it
+        takes none at all when one of them is among the jobs it picks
+        (``claim_statements.claim``'s ``n_unless``)."""
         type_list = None if types is None else list(types)
         queue_list = None if queues is None else list(queues)
         excluded = list(exclude_queues or ())
@@ -78,6 +82,7 @@ class Claiming(Transactions):
             len(excluded),
             self.void_after is not None,
             None if priorities is None else len(priorities),
+            (len(unless[0]), len(unless[1])),
         )
         values = (
             worker_id,
@@ -87,6 +92,8 @@ class Claiming(Transactions):
             *excluded,
             *(priorities or ()),
             limit,
+            *unless[0],
+            *unless[1],
         )
         return self._claimed(conn, prepared, values + self.void_at(now), worker_id, now)
 

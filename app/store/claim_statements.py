@@ -30,7 +30,7 @@ from jobdeck.store.models import CLAIMABLE_STATES, flow_starts, jobs
 from jobdeck.store.postgres import array_encoder, array_param
 from jobdeck.store.sqlite import Prepared
 from jobdeck.store.statements import CLAIM_COLUMNS, CLAIM_SETS, NOW, binds, claimable, names
-from sqlalchemy import BigInteger, Integer, String, any_, bindparam, case, func, insert, select, update
+from sqlalchemy import BigInteger, Integer, String, any_, bindparam, case, func, insert, or_, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 
@@ -149,13 +149,28 @@ def due_picks(
 
 @lru_cache(maxsize=256)
 def claim(
-    n_types: int | None, n_queues: int | None, n_excluded: int, voidable: bool = False, n_priorities: int | None = None
+    n_types: int | None,
+    n_queues: int | None,
+    n_excluded: int,
+    voidable: bool = False,
+    n_priorities: int | None = None,
+    n_unless: tuple[int, int] = (0, 0),
 ) -> Prepared:
     """pending|failed (due) -> running, up to ``limit`` jobs in one statement.
     Values: worker, now, *types, *queues, *excluded queues, *priorities
-    (SQLite: ``n_priorities``, see ``due``), limit, and with ``voidable``
-    (PostgreSQL only) void_at (``_claimed_values``).
-    The dialects differ in how the update finds the picked rows (``among``)."""
+    (SQLite: ``n_priorities``, see ``due``), limit, then ``n_unless``'s
+    types and queues, and with ``voidable`` (PostgreSQL only) void_at
+    (``_claimed_values``). The dialects differ in how the update finds the
+    picked rows (``among``).
+
+    With ``n_unless`` (PostgreSQL only: a number of types, a number of
+    queues) the statement takes the picked jobs only if none of them is of
+    one of those types or in one of those queues, and else none: the claim
+    of a policy whose limits the last claims did not meet
+    (``jobdeck.store.controls.claim_due``). What it takes is then exactly
+    what the limit-aware claim would take, without its lock and counts."""
+    if any(n_unless):
+        return _claim_unless(n_types, n_queues, n_excluded, voidable, n_unless)
     picked = (
         due(n_types, n_queues, n_excluded, n_priorities=n_priorities)
         .limit(bindparam("limit", type_=Integer))
@@ -169,6 +184,38 @@ def claim(
         "worker", *due_order(n_types, n_queues, n_excluded, n_priorities), "limit", *(["void_at"] if voidable else [])
     ]  # fmt: skip
     return Prepared(stmts[0], order, stmts[1])
+
+
+def _claim_unless(
+    n_types: int | None, n_queues: int | None, n_excluded: int, voidable: bool, n_unless: tuple[int, int]
+) -> Prepared:
+    """``claim`` with ``n_unless`` (PostgreSQL): the picked jobs, locked
+    (``SKIP LOCKED``), read once into a CTE; the update takes them by id
+    only when no picked job is of a refused type or queue."""
+    picked = (
+        due(n_types, n_queues, n_excluded, columns=(jobs.c.id, jobs.c.type, jobs.c.queue))
+        .limit(bindparam("limit", type_=Integer))
+        .cte("picked")
+    )
+    n_refused_types, n_refused_queues = n_unless
+    refused = [
+        *([picked.c.type.in_(binds("unless_type_", n_refused_types))] if n_refused_types else []),
+        *([picked.c.queue.in_(binds("unless_queue_", n_refused_queues))] if n_refused_queues else []),
+    ]
+    stmt = (
+        update(jobs)
+        .where(
+            jobs.c.id == any_(func.array(select(picked.c.id).scalar_subquery())),
+            ~select(picked.c.id).where(or_(*refused)).exists(),
+        )
+        .values(_claimed_values(voidable))
+        .returning(*CLAIM_COLUMNS)
+    )
+    order = [
+        "worker", *due_order(n_types, n_queues, n_excluded), "limit", *names("unless_type_", n_refused_types),
+        *names("unless_queue_", n_refused_queues), *(["void_at"] if voidable else []),
+    ]  # fmt: skip
+    return Prepared(stmt, order)
 
 
 @lru_cache(maxsize=512)

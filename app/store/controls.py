@@ -35,8 +35,10 @@ class Blocked:
     or queue (``took_limited``). PostgreSQL's claim sends its plain claim
     with the counts, excluding what ``value`` names (``_Claim.pipelined``);
     SQLite's claims without counting while the claims take no limited job
-    (``quiet``). Mostly neither has changed since. One per policy, shared
-    by its threads: a stale answer costs a statement, never a wrong claim."""
+    (``quiet``); and while the claims are quiet no limit holds one back, so
+    a pool claims as if none were configured (``QueueControls.holding_back``).
+    Mostly none of it has changed since. One per policy, shared by its
+    threads: a stale answer costs a statement or a cycle, never a wrong claim."""
 
     def __init__(self) -> None:
         self.value: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
@@ -118,6 +120,10 @@ def claim_due(
     )
     names = (list(limited_types), list(limited_queues))
     if store.dialect == "postgresql" and blocked is not None:
+        if blocked.quiet(paused) and store.outside():
+            took = claim.unless_limited(names, paused)
+            if took:
+                return took
         return claim.pipelined(names, decide, blocked)
     with store.write() as conn:
         if store.dialect == "postgresql":
@@ -234,6 +240,23 @@ class _Claim:
             cursor.execute("RELEASE jobdeck_claim")
         return claimed if kept else None
 
+    def unless_limited(self, names: tuple[list[str], list[str]], paused: frozenset[str]) -> list[JobRecord]:
+        """PostgreSQL, while the claims are quiet (``Blocked.quiet``) and
+        outside a transaction: the plain claim in autocommit, taking the jobs
+        it picks only if none is of a limited type or queue (``names``).
+        Those it takes are the ones the limit-aware claim would: the first
+        due in claim order but the paused queues, none of them counted by a
+        limit, whatever the limits' counts are now. It needs neither the
+        advisory lock nor the counts, nor a transaction: one round trip,
+        where ``pipelined`` takes two and queues on the lock with every other
+        limited claim. Empty (a limited job among those picked, or none
+        due): the caller claims by ``pipelined``, which takes the limited job
+        in its turn under the lock."""
+        with self.store.single() as conn:
+            return self.store.claim_in(
+                conn, self.worker_id, self.now, self.limit, self.types, self.queues, sorted(paused), unless=names
+            )
+
     def pipelined(self, names: tuple[list[str], list[str]], decide: Decide, blocked: Blocked) -> list[JobRecord]:
         """PostgreSQL: ``unless_over`` in one round trip before the COMMIT,
         where the plain path takes five or six. One pipelined batch sends the
@@ -289,11 +312,14 @@ class _Claim:
                 ahead.land(completed)
             if kept:
                 assert tried is not None
-                return _in_claim_order(tried)
-            if not applied_all:  # the jobs those completions ended ran when the batch counted
-                running = self.counts(conn, names)
-            full_t, skip_q, pick = decide(*running)  # a fresh pick: the tried one counted the rolled-back jobs
-            return after.picked(conn, full_t, skip_q, pick)
+                claimed = _in_claim_order(tried)
+            else:
+                if not applied_all:  # the jobs those completions ended ran when the batch counted
+                    running = self.counts(conn, names)
+                full_t, skip_q, pick = decide(*running)  # a fresh pick: the tried one counted the rolled-back jobs
+                claimed = after.picked(conn, full_t, skip_q, pick)
+            blocked.took_limited = _limited(claimed, names)
+            return claimed
 
     def counts(self, conn: Any, names: tuple[list[str], list[str]]) -> list[dict[str, int]]:
         """Running jobs of each limited type and of each limited queue (``names``), in ``conn``'s transaction."""

@@ -8,10 +8,11 @@ On SQLite the acker also refills the room the completions free in the same
 transaction: one writer, so one commit (one fsync) instead of two. On
 PostgreSQL it does not: the fetcher claims on a connection of its own while
 the acker completes, so the two statements run at once on two server
-processes. Unless a limit holds claims back: the limited claims queue on one
-advisory lock anyway, and a claim in the completions' transaction sees the
-room they free at once, a key's next job claimed by the commit that ended
-the last one. What each choice is worth is measured in the performance docs
+processes. Unless a limit holds claims back now (``limits_hold_back``: a
+concurrency per key, or a limit whose jobs the last claim took or found
+full): the limited claims queue on one advisory lock anyway, and a claim in
+the completions' transaction sees the room they free at once, a key's next
+job claimed by the commit that ended the last one. What each choice is worth is measured in the performance docs
 (the drain, and the flow limits' scenario)."""
 
 from __future__ import annotations

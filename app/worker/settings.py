@@ -59,7 +59,7 @@ class PoolSettings:
     max_snoozes: Callable[[str], int] = _default_snoozes
     """A type's cap on snoozes in a row."""
     limits_hold_back: Callable[[], bool] = _no_limits
-    """Whether a concurrency limit is configured: a job's end may then make another claimable."""
+    """Whether a concurrency limit may hold claims back now: a job's end may then make another claimable."""
     executor: Callable[[str, str | None, str | None], str] = _declared_executor
     """Where a type's jobs run, "thread" or "process", from its type, its
     handler's ``executor=`` and its queue (``jobdeck.core.config_tables.executor_of``)."""
