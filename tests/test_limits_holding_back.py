@@ -166,3 +166,58 @@ def test_a_quiet_claim_leaves_the_jobs_of_a_limited_queue_to_the_limit(make_deck
     claimed = deck.store.claim("w", clock(), limit=5)
     assert [j.id for j in claimed] == [a.id, other.id]
     assert deck.store.get(b.id).status is State.PENDING
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_the_quiet_claim_locks_no_job_it_does_not_take(make_deck, clock, backend) -> None:  # type: ignore[no-untyped-def]
+    """Found by the hostile review: the quiet claim locked the jobs it
+    picked, a limited one included, even when it took none; a claim beside
+    it skipped them (``SKIP LOCKED``) and took the ones behind. It reads the
+    head of the line without a lock now: refusing, it locks nothing;
+    taking, it locks only the head's jobs no other claimer holds, and never
+    reaches past the head. Each claim is held open in a transaction here,
+    and another connection looks at what it locked."""
+    import psycopg
+
+    deck = make_deck(clock=clock, types={"demo.sleep": {"concurrency": 1}})
+    url = deck.store.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    unless = (["demo.sleep"], [])
+
+    def free(ids: list[int]) -> list[int]:
+        with psycopg.connect(url, autocommit=True) as other:
+            got = other.execute("SELECT id FROM jobs WHERE id = ANY(%s) FOR UPDATE SKIP LOCKED", (ids,)).fetchall()
+            return sorted(r[0] for r in got)
+
+    limited, _ = deck.enqueue("demo.sleep", {"seconds": 60}, priority=9)
+    noop, _ = deck.enqueue("demo.noop")
+    with deck.store.write() as conn:
+        assert deck.store.claim_in(conn, "w", clock(), 5, None, None, [], unless=unless) == []
+        assert free([limited.id, noop.id]) == sorted([limited.id, noop.id]), "a refusing claim locked jobs"
+        conn.rollback()
+    assert deck.store.claim("w", clock(), limit=5)  # both, by the limit-aware claim
+
+    first, second, third = (deck.enqueue("demo.noop")[0].id for _ in range(3))
+    with psycopg.connect(url) as other:
+        other.execute("SELECT id FROM jobs WHERE id = %s FOR UPDATE", (first,))  # another claimer holds the first
+        with deck.store.write() as conn:
+            took = deck.store.claim_in(conn, "w", clock(), 2, None, None, [], unless=unless)
+            assert [j.id for j in took] == [second], "it took past the head of the line (or nothing)"
+            assert free([third]) == [third], "it locked a job it did not take"
+            conn.rollback()
+        other.rollback()
+
+
+def test_a_claim_of_no_type_or_from_no_queue_claims_nothing(make_deck, clock) -> None:  # type: ignore[no-untyped-def]
+    """Found by the hostile review (older than the quiet claim): an empty
+    type or queue list left an uncompiled placeholder in the claim's
+    statement, and the claim failed. The HTTP claim refuses one before it
+    gets here; the store's claim now answers it with nothing, with limits
+    configured or not."""
+    for limits in ({}, {"types": {"demo.sleep": {"concurrency": 1}}}):
+        deck = make_deck(clock=clock, **limits)
+        deck.enqueue_many([{"type": "demo.noop"}, {"type": "demo.sleep", "payload": {"seconds": 60}}])
+        assert deck.store.claim("w", clock(), limit=5, types=[]) == []
+        assert deck.store.claim("w", clock(), limit=5, queues=[]) == []
+        took = deck.store.claim("w", clock(), limit=5)
+        assert sorted(j.type for j in took) == ["demo.noop", "demo.sleep"]
+        deck.store.complete_many(_done(took, "w"), clock())

@@ -45,6 +45,10 @@ class Claiming(Transactions):
         With a ``claim_policy`` installed (``jobdeck.jobs.queues``: paused queues,
         concurrency limits) the policy claims instead; it calls back here with
         ``controlled=False`` and the paused queues in ``exclude_queues``."""
+        types = None if types is None else list(types)
+        queues = None if queues is None else list(queues)
+        if types == [] or queues == []:
+            return []  # of no type, or from no queue: nothing (an empty list does not compile into the statement)
         if controlled and self.claim_policy is not None:
             return self.claim_policy(self, worker_id, now, limit=limit, types=types, queues=queues)
         with self.single() as conn:

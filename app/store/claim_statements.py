@@ -189,25 +189,33 @@ def claim(
 def _claim_unless(
     n_types: int | None, n_queues: int | None, n_excluded: int, voidable: bool, n_unless: tuple[int, int]
 ) -> Prepared:
-    """``claim`` with ``n_unless`` (PostgreSQL): the picked jobs, locked
-    (``SKIP LOCKED``), read once into a CTE; the update takes them by id
-    only when no picked job is of a refused type or queue."""
-    picked = (
-        due(n_types, n_queues, n_excluded, columns=(jobs.c.id, jobs.c.type, jobs.c.queue))
+    """``claim`` with ``n_unless`` (PostgreSQL). The head of the line (the
+    first ``limit`` due jobs in claim order, those other claimers hold
+    included) is read without a lock; when none of them is of a refused
+    type or queue, the head's jobs no other claimer holds are locked
+    (``SKIP LOCKED``) and claimed, and else nothing is read further, nor
+    locked. A refusing claim never locks the job it refuses: had it, a
+    claim running beside it would skip that job and take the ones behind
+    it. Nor does it reach past the head: a job behind the head is never
+    taken before one in it, even when other claimers hold part of it."""
+    head = (
+        due(n_types, n_queues, n_excluded, columns=(jobs.c.id, jobs.c.type, jobs.c.queue), lock=False)
         .limit(bindparam("limit", type_=Integer))
-        .cte("picked")
+        .cte("head")
     )
     n_refused_types, n_refused_queues = n_unless
     refused = [
-        *([picked.c.type.in_(binds("unless_type_", n_refused_types))] if n_refused_types else []),
-        *([picked.c.queue.in_(binds("unless_queue_", n_refused_queues))] if n_refused_queues else []),
+        *([head.c.type.in_(binds("unless_type_", n_refused_types))] if n_refused_types else []),
+        *([head.c.queue.in_(binds("unless_queue_", n_refused_queues))] if n_refused_queues else []),
     ]
+    free = (
+        select(jobs.c.id)
+        .where(jobs.c.id == any_(func.array(select(head.c.id).scalar_subquery())), claimable())
+        .with_for_update(skip_locked=True)
+    )
     stmt = (
         update(jobs)
-        .where(
-            jobs.c.id == any_(func.array(select(picked.c.id).scalar_subquery())),
-            ~select(picked.c.id).where(or_(*refused)).exists(),
-        )
+        .where(~select(head.c.id).where(or_(*refused)).exists(), jobs.c.id == any_(func.array(free.scalar_subquery())))
         .values(_claimed_values(voidable))
         .returning(*CLAIM_COLUMNS)
     )
