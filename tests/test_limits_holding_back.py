@@ -173,9 +173,9 @@ def test_the_quiet_claim_locks_no_job_it_does_not_take(make_deck, clock, backend
     """Found by the hostile review: the quiet claim locked the jobs it
     picked, a limited one included, even when it took none; a claim beside
     it skipped them (``SKIP LOCKED``) and took the ones behind. It reads the
-    head of the line without a lock now: refusing, it locks nothing;
-    taking, it locks only the head's jobs no other claimer holds, and never
-    reaches past the head. Each claim is held open in a transaction here,
+    head of the line (twice its limit) without a lock now: refusing, it
+    locks nothing; taking, it locks only the first of the head's jobs no
+    other claimer holds, and never reaches past the head. Each claim is held open in a transaction here,
     and another connection looks at what it locked."""
     import psycopg
 
@@ -196,15 +196,17 @@ def test_the_quiet_claim_locks_no_job_it_does_not_take(make_deck, clock, backend
         conn.rollback()
     assert deck.store.claim("w", clock(), limit=5)  # both, by the limit-aware claim
 
-    first, second, third = (deck.enqueue("demo.noop")[0].id for _ in range(3))
-    with psycopg.connect(url) as other:
-        other.execute("SELECT id FROM jobs WHERE id = %s FOR UPDATE", (first,))  # another claimer holds the first
-        with deck.store.write() as conn:
-            took = deck.store.claim_in(conn, "w", clock(), 2, None, None, [], unless=unless)
-            assert [j.id for j in took] == [second], "it took past the head of the line (or nothing)"
-            assert free([third]) == [third], "it locked a job it did not take"
-            conn.rollback()
-        other.rollback()
+    ids = [deck.enqueue("demo.noop")[0].id for _ in range(5)]  # limit 2: the head is the first 2 x 2
+    for held, taken in (([ids[0]], ids[1:3]), (ids[:3], ids[3:4])):
+        with psycopg.connect(url) as other:
+            other.execute("SELECT id FROM jobs WHERE id = ANY(%s) FOR UPDATE", (held,))  # another claimer's
+            with deck.store.write() as conn:
+                took = deck.store.claim_in(conn, "w", clock(), 2, None, None, [], unless=unless)
+                assert [j.id for j in took] == taken, "not the first free jobs of the head, or past it"
+                left = [i for i in ids if i not in held + taken]
+                assert free(left) == left, "it locked a job it did not take"
+                conn.rollback()
+            other.rollback()
 
 
 def test_a_claim_of_no_type_or_from_no_queue_claims_nothing(make_deck, clock) -> None:  # type: ignore[no-untyped-def]

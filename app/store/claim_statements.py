@@ -186,21 +186,29 @@ def claim(
     return Prepared(stmts[0], order, stmts[1])
 
 
+HEAD_DEPTH = 2
+"""How far past its ``limit`` the quiet claim reads the head of the line
+(``_claim_unless``): the head's first ``limit`` jobs are mostly another
+claimer's while two processes claim at once, and with a head of ``limit``
+the second found all of it held and fell back to the limit-aware claim."""
+
+
 def _claim_unless(
     n_types: int | None, n_queues: int | None, n_excluded: int, voidable: bool, n_unless: tuple[int, int]
 ) -> Prepared:
     """``claim`` with ``n_unless`` (PostgreSQL). The head of the line (the
-    first ``limit`` due jobs in claim order, those other claimers hold
-    included) is read without a lock; when none of them is of a refused
-    type or queue, the head's jobs no other claimer holds are locked
-    (``SKIP LOCKED``) and claimed, and else nothing is read further, nor
-    locked. A refusing claim never locks the job it refuses: had it, a
-    claim running beside it would skip that job and take the ones behind
-    it. Nor does it reach past the head: a job behind the head is never
-    taken before one in it, even when other claimers hold part of it."""
+    first ``HEAD_DEPTH`` x ``limit`` due jobs in claim order, those other
+    claimers hold included) is read without a lock; when none of them is
+    of a refused type or queue, the first ``limit`` of the head's jobs no
+    other claimer holds are locked (``SKIP LOCKED``) and claimed, and else
+    nothing is read further, nor locked. A refusing claim never locks the
+    job it refuses: had it, a claim running beside it would skip that job
+    and take the ones behind it. Nor does it reach past the head: a job
+    behind the head is never taken before one in it, even when other
+    claimers hold part of it."""
     head = (
         due(n_types, n_queues, n_excluded, columns=(jobs.c.id, jobs.c.type, jobs.c.queue), lock=False)
-        .limit(bindparam("limit", type_=Integer))
+        .limit(bindparam("limit", type_=Integer) * HEAD_DEPTH)
         .cte("head")
     )
     n_refused_types, n_refused_queues = n_unless
@@ -211,6 +219,8 @@ def _claim_unless(
     free = (
         select(jobs.c.id)
         .where(jobs.c.id == any_(func.array(select(head.c.id).scalar_subquery())), claimable())
+        .order_by(jobs.c.priority.desc(), jobs.c.available_at, jobs.c.id)
+        .limit(bindparam("limit", type_=Integer))
         .with_for_update(skip_locked=True)
     )
     stmt = (
