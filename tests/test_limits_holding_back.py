@@ -223,3 +223,22 @@ def test_a_claim_of_no_type_or_from_no_queue_claims_nothing(make_deck, clock) ->
         took = deck.store.claim("w", clock(), limit=5)
         assert sorted(j.type for j in took) == ["demo.noop", "demo.sleep"]
         deck.store.complete_many(_done(took, "w"), clock())
+
+
+def test_the_hold_reads_no_database(make_deck, clock, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The acker asks before every cycle, outside the writes it retries
+    through an outage: a read there that failed would end the acker's
+    thread. The hold answers from what the last claim found, the paused
+    queues as it read them included, even with their cache stale."""
+    from jobdeck.store import controls
+
+    deck = make_deck(clock=clock, types={"demo.sleep": {"concurrency": 1}})
+    deck.enqueue("demo.noop")
+    assert deck.store.claim("w", clock(), limit=1, types=SERVED)
+
+    def down(store):  # type: ignore[no-untyped-def]
+        raise ConnectionError("the database is down")
+
+    monkeypatch.setattr(controls, "paused_queues", down)
+    deck.queues._read_at = None  # the paused queues' cache stale: a read would be due
+    assert not deck.queues.holding_back()

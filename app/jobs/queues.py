@@ -181,10 +181,12 @@ class QueueControls:
         other jobs claim in the acker's transaction, one cycle at a time: the
         drain ran 25 to 30% slower than with the fetcher claiming beside it.
         The first claim of a limited job, or one that finds a limit full,
-        turns it back on for the next cycle."""
+        turns it back on for the next cycle. It reads no database: the
+        paused queues as the last claim read them (the acker asks before
+        every cycle, outside the writes it retries through an outage)."""
         if any(lim.concurrency for lim in self.flow.limits):
             return True
-        return bool(self.limits) and not self._blocked.quiet(self.paused())
+        return bool(self.limits) and not self._blocked.quiet(self._paused)
 
     def __call__(
         self,

@@ -242,16 +242,18 @@ class _Claim:
 
     def unless_limited(self, names: tuple[list[str], list[str]], paused: frozenset[str]) -> list[JobRecord]:
         """PostgreSQL, while the claims are quiet (``Blocked.quiet``) and
-        outside a transaction: the plain claim in autocommit, taking the jobs
-        it picks only if none is of a limited type or queue (``names``).
-        Those it takes are the ones the limit-aware claim would: the first
-        due in claim order but the paused queues, none of them counted by a
-        limit, whatever the limits' counts are now. It needs neither the
-        advisory lock nor the counts, nor a transaction: one round trip,
-        where ``pipelined`` takes two and queues on the lock with every other
-        limited claim. Empty (a limited job among those picked, or none
-        due): the caller claims by ``pipelined``, which takes the limited job
-        in its turn under the lock."""
+        outside a transaction: the plain claim in autocommit, taking jobs
+        only when the head of the line holds none of a limited type or queue
+        (``names``; ``claim_statements.claim``'s ``n_unless``). Those it
+        takes are the ones the limit-aware claim would: the first due in
+        claim order but the paused queues and those other claimers hold,
+        none of them counted by a limit, whatever the limits' counts are
+        now. It needs neither the advisory lock nor the counts, nor a
+        transaction: one round trip, where ``pipelined`` takes two and
+        queues on the lock with every other limited claim. Empty (a limited
+        job in the head, none due, or the whole head held by others): the
+        caller claims by ``pipelined``, which takes the limited job in its
+        turn under the lock."""
         with self.store.single() as conn:
             return self.store.claim_in(
                 conn, self.worker_id, self.now, self.limit, self.types, self.queues, sorted(paused), unless=names

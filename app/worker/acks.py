@@ -12,8 +12,9 @@ processes. Unless a limit holds claims back now (``limits_hold_back``: a
 concurrency per key, or a limit whose jobs the last claim took or found
 full): the limited claims queue on one advisory lock anyway, and a claim in
 the completions' transaction sees the room they free at once, a key's next
-job claimed by the commit that ended the last one. What each choice is worth is measured in the performance docs
-(the drain, and the flow limits' scenario)."""
+job claimed by the commit that ended the last one. What each choice is
+worth is measured in the performance docs (the drain, and the flow limits'
+scenario)."""
 
 from __future__ import annotations
 
