@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from jobdeck.core.states import State
 from jobdeck.deck import Jobdeck
+from jobdeck.store import JobRecord, Outcome
 from jobdeck.store.models import jobs
 from sqlalchemy import event, update
 from werkzeug.security import generate_password_hash
@@ -35,6 +36,11 @@ Users' hashes, from ``jobdeck hash-password``, keep the default."""
 
 def password_hash(password: str) -> str:
     return generate_password_hash(password, method=PASSWORD_METHOD)
+
+
+def completions(claimed: list[JobRecord], worker: str = "w") -> list[Outcome]:
+    """The outcomes of ``claimed`` jobs completed by ``worker``, each for its current attempt."""
+    return [Outcome(j.id, worker, attempt=j.attempt, started_at=j.claimed_at) for j in claimed]
 
 
 def force_state(deck: Jobdeck, job_id: int, state: State, worker_id: str | None = "w1", **values: Any) -> None:

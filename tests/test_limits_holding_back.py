@@ -14,17 +14,13 @@ from typing import Any
 import pytest
 from jobdeck.core.states import State
 from jobdeck.runtime import pool_for
-from jobdeck.store import Outcome
 
 from tests.conftest import all_in, wait_for
+from tests.helpers import completions
 
 pytestmark = pytest.mark.backends
 
 SERVED = ["demo.noop", "demo.sleep"]
-
-
-def _done(jobs: Any, worker: str) -> list[Outcome]:
-    return [Outcome(j.id, worker, attempt=j.attempt, started_at=j.claimed_at) for j in jobs]
 
 
 def test_the_hold_follows_what_the_last_claim_met(make_deck, clock) -> None:  # type: ignore[no-untyped-def]
@@ -45,11 +41,11 @@ def test_the_hold_follows_what_the_last_claim_met(make_deck, clock) -> None:  # 
     assert deck.store.claim("w", clock(), limit=5, types=SERVED) == []
     assert controls.holding_back(), "the claim found the limit full"
 
-    deck.store.complete_many(_done([j for j in took if j.id == first.id], "w"), clock())
+    deck.store.complete_many(completions([j for j in took if j.id == first.id], "w"), clock())
     (next_one,) = deck.store.claim("w", clock(), limit=5, types=SERVED)
     assert next_one.id == second.id and controls.holding_back()
 
-    deck.store.complete_many(_done([next_one], "w"), clock())
+    deck.store.complete_many(completions([next_one], "w"), clock())
     deck.enqueue("demo.noop")
     assert [j.type for j in deck.store.claim("w", clock(), limit=5, types=SERVED)] == ["demo.noop"]
     assert not controls.holding_back(), "the limited jobs are done: quiet again"
@@ -222,7 +218,7 @@ def test_a_claim_of_no_type_or_from_no_queue_claims_nothing(make_deck, clock) ->
         assert deck.store.claim("w", clock(), limit=5, queues=[]) == []
         took = deck.store.claim("w", clock(), limit=5)
         assert sorted(j.type for j in took) == ["demo.noop", "demo.sleep"]
-        deck.store.complete_many(_done(took, "w"), clock())
+        deck.store.complete_many(completions(took, "w"), clock())
 
 
 def test_the_hold_reads_no_database(make_deck, clock, monkeypatch) -> None:  # type: ignore[no-untyped-def]

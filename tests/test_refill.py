@@ -19,19 +19,16 @@ from jobdeck.worker import acks
 from jobdeck.worker.pool import WorkerPool
 
 from tests.conftest import all_in, wait_for
+from tests.helpers import completions
 
 pytestmark = pytest.mark.backends
-
-
-def _done(jobs, worker: str = "w") -> list[Outcome]:  # type: ignore[no-untyped-def]
-    return [Outcome(j.id, worker, attempt=j.attempt, started_at=j.claimed_at) for j in jobs]
 
 
 def test_completes_fenced_records_attempts_and_claims_the_next_in_order(deck: Jobdeck, clock) -> None:
     ids = deck.enqueue_many([{"type": "demo.noop", "payload": {"i": i}} for i in range(6)])
     a, b, c = deck.store.claim("w", clock(), limit=3)
     stale = Outcome(c.id, "w", attempt=c.attempt + 1, started_at=clock())  # an attempt that is not the current one
-    accepted, claimed = deck.store.complete_and_claim(_done([a, b]) + [stale], "w", clock(), limit=2)
+    accepted, claimed = deck.store.complete_and_claim(completions([a, b]) + [stale], "w", clock(), limit=2)
     assert sorted(accepted) == sorted([a.id, b.id])
     assert [j.id for j in claimed] == ids[3:5]
     assert all(j.status is State.RUNNING and j.worker_id == "w" and j.attempt == 1 for j in claimed)
@@ -39,7 +36,7 @@ def test_completes_fenced_records_attempts_and_claims_the_next_in_order(deck: Jo
     assert deck.store.attempts_of(c.id) == [] and deck.store.get(c.id).status is State.RUNNING
     assert deck.store.get(a.id).status is State.COMPLETED
     # Nothing more than the limit, and a zero limit only completes.
-    assert deck.store.complete_and_claim(_done([c]), "w", clock(), limit=0) == ([c.id], [])
+    assert deck.store.complete_and_claim(completions([c]), "w", clock(), limit=0) == ([c.id], [])
     assert deck.store.get(ids[5]).status is State.PENDING
 
 
@@ -52,11 +49,11 @@ def test_both_or_neither(deck: Jobdeck, clock) -> None:
 
     deck.store.claim_policy = broken_policy
     with pytest.raises(RuntimeError):
-        deck.store.complete_and_claim(_done([held]), "w", clock(), limit=2)
+        deck.store.complete_and_claim(completions([held]), "w", clock(), limit=2)
     deck.store.claim_policy = None
     assert deck.store.get(held.id).status is State.RUNNING and deck.store.attempts_of(held.id) == []
     # The store is usable afterwards (no transaction left joined).
-    accepted, claimed = deck.store.complete_and_claim(_done([held]), "w", clock(), limit=2)
+    accepted, claimed = deck.store.complete_and_claim(completions([held]), "w", clock(), limit=2)
     assert accepted == [held.id] and len(claimed) == 2
 
 
@@ -69,7 +66,7 @@ def test_the_claim_policy_sees_the_completions_and_skips_paused_queues(deck: Job
     first = deck.store.claim("w", clock(), limit=10)
     assert len(first) == 2  # the type's limit
     # One of the two completes in the same transaction: room for exactly one more.
-    _, claimed = deck.store.complete_and_claim(_done(first[:1]), "w", clock(), limit=10)
+    _, claimed = deck.store.complete_and_claim(completions(first[:1]), "w", clock(), limit=10)
     assert len(claimed) == 1 and paused.id not in {j.id for j in claimed}
     assert deck.store.get(paused.id).status is State.PENDING
 
@@ -87,7 +84,7 @@ def test_concurrent_refills_claim_each_job_exactly_once(deck: Jobdeck, make_deck
             with lock:
                 claimed.extend(j.id for j in held)
             accepted, held = store.complete_and_claim(
-                _done(held, worker), worker, clock(), limit=13, types=["demo.noop"]
+                completions(held, worker), worker, clock(), limit=13, types=["demo.noop"]
             )
             assert len(accepted) == len(set(accepted))
 

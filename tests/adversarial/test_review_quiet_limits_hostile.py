@@ -26,6 +26,7 @@ from jobdeck.store.models import jobs
 from sqlalchemy import func, select, text
 
 from tests.conftest import all_in, wait_for
+from tests.helpers import completions
 
 pytestmark = [pytest.mark.backends, pytest.mark.adversarial]
 
@@ -39,10 +40,6 @@ def _noop(payload: Any, ctx: Any) -> None:
 def _register(registry: Any, *names: str) -> None:
     for name in names:
         registry.handler(name)(_noop)
-
-
-def _done(claimed: list[JobRecord], worker: str) -> list[Outcome]:
-    return [Outcome(j.id, worker, attempt=j.attempt, started_at=j.claimed_at) for j in claimed]
 
 
 def _running(deck: Jobdeck, *, type: str | None = None, queue: str | None = None) -> int:
@@ -65,7 +62,7 @@ def _quiet(deck: Jobdeck, worker: str = "warm", check: bool = True) -> None:
     noop, _ = deck.enqueue("demo.noop", priority=100)
     got = deck.store.claim(worker, datetime.now(UTC), limit=1)
     assert [j.id for j in got] == [noop.id]
-    deck.store.complete_many(_done(got, worker), datetime.now(UTC))
+    deck.store.complete_many(completions(got, worker), datetime.now(UTC))
     if check:
         assert not deck.queues.holding_back(), "the warm-up claim left the policy quiet"
 
@@ -132,7 +129,7 @@ def test_limits_hold_and_no_job_is_claimed_twice_with_many_quiet_policies_racing
                         violations.append(f"{n_queue} running in slow after {worker}'s claim of {[j.id for j in got]}")
                 # complete what the previous round held: jobs overlap across claims
                 if held:
-                    deck.store.complete_many(_done(held, worker), datetime.now(UTC))
+                    deck.store.complete_many(completions(held, worker), datetime.now(UTC))
                 held = got
                 if not got and all_in(deck, all_ids, [State.COMPLETED]):
                     return
@@ -142,7 +139,7 @@ def test_limits_hold_and_no_job_is_claimed_twice_with_many_quiet_policies_racing
             errors.append(exc)
         finally:
             if held:
-                deck.store.complete_many(_done(held, worker), datetime.now(UTC))
+                deck.store.complete_many(completions(held, worker), datetime.now(UTC))
 
     threads = [
         threading.Thread(target=claimer, args=(d, f"w{i}-{k}", i * 10 + k), daemon=True)
@@ -216,7 +213,7 @@ def _order_race(
                 asked.at = time.monotonic()
                 got = deck.store.claim(worker, datetime.now(UTC), limit=2)
                 if got:
-                    deck.store.complete_many(_done(got, worker), datetime.now(UTC))
+                    deck.store.complete_many(completions(got, worker), datetime.now(UTC))
                 else:
                     time.sleep(0.002)
         except BaseException as exc:
@@ -312,14 +309,14 @@ def test_a_limited_queue_job_of_an_unlimited_type_first_by_available_at_is_taken
     got = first.store.claim("w1", clock(), limit=3)
     assert [j.id for j in got] == [a.id, n1.id]
     assert first.store.get(b.id).status == State.PENDING.value
-    first.store.complete_many(_done(got, "w1"), clock())
+    first.store.complete_many(completions(got, "w1"), clock())
     more, _ = first.enqueue("demo.noop")
     got = first.store.claim("w1", clock(), limit=1)
     assert [j.id for j in got] == [b.id]
-    first.store.complete_many(_done(got, "w1"), clock())
+    first.store.complete_many(completions(got, "w1"), clock())
     got = first.store.claim("w1", clock(), limit=5)
     assert [j.id for j in got] == [more.id]
-    first.store.complete_many(_done(got, "w1"), clock())
+    first.store.complete_many(completions(got, "w1"), clock())
     assert not first.queues.holding_back(), "no queue job left: quiet again"
     # the second process fills the queue's limit; the first still believes itself quiet
     c, _ = first.enqueue("demo.noop", queue="slow")
@@ -359,7 +356,7 @@ def _quiet_at(deck: Jobdeck, clock: Any) -> None:
     noop, _ = deck.enqueue("demo.noop", priority=100)
     got = deck.store.claim("warm", clock(), limit=1)
     assert [j.id for j in got] == [noop.id]
-    deck.store.complete_many(_done(got, "warm"), clock())
+    deck.store.complete_many(completions(got, "warm"), clock())
     assert not deck.queues.holding_back()
 
 
@@ -427,13 +424,13 @@ def test_a_workflow_step_of_a_limited_type_made_due_by_a_completion_is_claimed_u
     ]
     firsts = deck.store.claim("w", clock(), limit=2)
     assert sorted(j.id for j in firsts) == sorted(wf.jobs["a"] for wf in wfs)
-    deck.store.complete_many(_done(firsts, "w"), clock())
+    deck.store.complete_many(completions(firsts, "w"), clock())
     plain, _ = deck.enqueue("demo.noop")
     got = deck.store.claim("w", clock(), limit=5)
     steps = [wf.jobs["b"] for wf in wfs]
     assert [j.id for j in got if j.type == "t.lim"] == [steps[0]] and plain.id in [j.id for j in got]
     assert deck.store.get(steps[1]).status == State.PENDING.value
-    deck.store.complete_many(_done([j for j in got if j.type == "t.lim"], "w"), clock())
+    deck.store.complete_many(completions([j for j in got if j.type == "t.lim"], "w"), clock())
     assert [j.id for j in deck.store.claim("w", clock(), limit=5)] == [steps[1]]
 
 
@@ -457,7 +454,7 @@ def test_a_failed_and_a_snoozed_job_of_a_limited_type_come_back_under_the_limit(
         n, _ = deck.enqueue("demo.noop")
         got = deck.store.claim("w", clock(), limit=1, types=["demo.noop"])
         assert [j.id for j in got] == [n.id]
-        deck.store.complete_many(_done(got, "w"), clock())
+        deck.store.complete_many(completions(got, "w"), clock())
     clock.advance(3600)
     n, _ = deck.enqueue("demo.noop")
     got = deck.store.claim("w", clock(), limit=5)
