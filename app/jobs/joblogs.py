@@ -198,8 +198,11 @@ class AttemptLog:
         return taken
 
     def has_pending(self) -> bool:
-        with self._lock:
-            return bool(self._pending.lines or self._pending.dropped)
+        """Lines or drops are buffered now. Read without the lock: a line
+        added just after is missed either way, and the executor asks once
+        per job."""
+        pending = self._pending
+        return bool(pending.lines or pending.dropped)
 
     def flush(self) -> int:
         """Write what is buffered (one transaction); returns how many lines.

@@ -214,7 +214,7 @@ class Executors:
                 span.instrument(ctx)
             with self.logs.capturing(job, buffer):
                 result = self._in_child(slot, ctx, spec) if self.in_process(job.type) else spec.fn(job.payload, ctx)
-                if inspect.isawaitable(result):  # a plain function that returned an awaitable
+                if result is not None and inspect.isawaitable(result):  # a plain function that returned an awaitable
                     result = self.async_loop().wait(result)
             if forks.forked:  # a child the handler forked returned here: it is no executor
                 forks.leave(0, f"the end of job {job.id}'s handler")
@@ -269,7 +269,8 @@ class Executors:
         job, buffer = slot.job, slot.log
         elapsed = time.monotonic() - slot.started_mono
         stopped_for_lease = outcome.error is not None and slot.cancelled.reason == LEASE_LOST
-        late = self.holdings.finish(slot, set_aside=stopped_for_lease)
+        # the average sizes the threads' prefetch: an async job's wait is no thread's time
+        late = self.holdings.finish(slot, set_aside=stopped_for_lease, took=None if slot.on_loop else elapsed)
         if span is not None:
             span.settle(job, outcome, late=late, set_aside=stopped_for_lease)
         if stopped_for_lease and not late:  # not a failure: given back once the lease is held again
@@ -279,8 +280,6 @@ class Executors:
             log.warning("late result of job %s attempt %s refused (timed out or released)", job.id, job.attempt)
             self.logs.flush_log(buffer)  # its lines are still the attempt's
             return slot
-        if not slot.on_loop:  # the average sizes the threads' prefetch: an async job's wait is no thread's time
-            self.holdings.took(elapsed)
         if buffer is not None and buffer.has_pending():  # the acker writes it before the outcome
             outcome.log = buffer
         self.done(outcome)

@@ -212,10 +212,14 @@ class Holdings:
                 return False
         return True
 
-    def finish(self, slot: Slot, set_aside: bool) -> bool:
+    def finish(self, slot: Slot, set_aside: bool, took: float | None = None) -> bool:
         """The handler of ``slot`` returned: True when its result is late
         (timed out or released meanwhile) and must be refused. With
-        ``set_aside`` (it stopped for a lost lease) the job waits to be given back."""
+        ``set_aside`` (it stopped for a lost lease) the job waits to be given
+        back. Otherwise ``took``, the seconds it ran, goes into the average
+        that sizes the prefetch (None: not a thread's time). One lock for
+        both: each acquisition an executor makes per job is one more chance
+        to wait on the acker, which holds it too."""
         with self.lock:
             if slot.abandoned or self._running.get(slot.job.id) is not slot:
                 slot.abandoned = True
@@ -223,13 +227,10 @@ class Holdings:
             del self._running[slot.job.id]
             if set_aside:
                 self._set_aside.append(SetAside(slot.job, slot.started))
+            elif took is not None:
+                avg = self.avg_duration
+                self.avg_duration = took if avg is None else 0.9 * avg + 0.1 * took
             return False
-
-    def took(self, elapsed: float) -> None:
-        """A job ran for ``elapsed`` seconds: into the average that sizes the prefetch."""
-        with self.lock:
-            avg = self.avg_duration
-            self.avg_duration = elapsed if avg is None else 0.9 * avg + 0.1 * elapsed
 
     def expired(self, mono_now: float) -> list[Slot]:
         """Take the slots past their deadline out, marked abandoned."""
