@@ -39,63 +39,38 @@ RELEASED = "released at shutdown"
 """``ctx.cancel_reason`` when a stop's grace ended with the handler still running."""
 
 
-_MAKING = threading.Lock()
-
-
 class CancelSignal(threading.Event):
     """A handler's ``ctx.cancelled``: a ``threading.Event`` that also says
     why it was set.
 
     Every attempt gets one and few are ever waited on, so its condition is
-    made at the first ``wait``, ``set`` or ``clear``, not with the signal:
-    ``threading.Event()`` builds a ``Condition`` (which, for a plain lock,
-    catches three ``AttributeError``s), and that was a fifth of the
+    made when first used (a ``wait``, ``set`` or ``clear``), not with the
+    signal: ``threading.Event()`` builds a ``Condition`` (which, for a plain
+    lock, catches three ``AttributeError``s), and that was a fifth of the
     executors' time with the GIL in a drain of no-op jobs, time the acker
-    waited for. ``is_set`` reads the flag alone, as ``threading.Event``'s
-    does. Every method of ``threading.Event`` is its own here (none uses
-    the base's private attributes), so ``threading.Event.__init__`` is not
-    called."""
+    waited for. ``threading.Event``'s own methods run unchanged on its
+    ``_flag`` and ``_cond``; ``_cond`` is a property here that makes the
+    condition once, by an atomic ``dict.setdefault`` rather than under a
+    lock (a lock held by another thread at an ``os.fork`` would be copied
+    held into the child). Pickling it fails as a ``threading.Event``'s does
+    (a copy in another process would never see the cancel)."""
 
-    def __init__(self) -> None:  # noqa: PLW0231 (the condition is made when first needed)
-        self._set = False
-        self._made: threading.Condition | None = None
+    def __init__(self) -> None:  # noqa: PLW0231 (``_cond`` is made when first used)
+        self._flag = False
         self.reason: str | None = None
 
-    def _condition(self) -> threading.Condition:
-        made = self._made
-        if made is None:
-            with _MAKING:
-                if self._made is None:
-                    self._made = threading.Condition(threading.Lock())
-                made = self._made
+    @property
+    def _cond(self) -> threading.Condition:
+        made: threading.Condition | None = self.__dict__.get("_made")
+        if made is None:  # two threads may build one each; the first stored is everyone's
+            made = self.__dict__.setdefault("_made", threading.Condition(threading.Lock()))
         return made
 
-    def is_set(self) -> bool:
-        return self._set
-
-    isSet = is_set  # noqa: N815 (threading.Event's old name)
-
-    def set(self) -> None:
-        condition = self._condition()
-        with condition:
-            self._set = True
-            condition.notify_all()
-
-    def clear(self) -> None:
-        with self._condition():
-            self._set = False
-
-    def wait(self, timeout: float | None = None) -> bool:
-        condition = self._condition()
-        with condition:
-            signaled = self._set
-            if not signaled:
-                signaled = condition.wait(timeout)
-            return signaled
-
-    def _at_fork_reinit(self) -> None:
-        if self._made is not None:
-            self._made._at_fork_reinit()  # type: ignore[attr-defined]
+    def __getstate__(self) -> dict[str, object]:
+        """Its state with the condition in it: ``pickle`` refuses its lock, and
+        ``copy.copy`` shares it, as for a ``threading.Event``."""
+        self._cond  # noqa: B018 (made, so it is part of the state)
+        return self.__dict__
 
     def cancel(self, reason: str) -> None:
         if not self.is_set():
