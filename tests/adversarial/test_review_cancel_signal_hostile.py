@@ -637,6 +637,17 @@ def test_every_kind_of_result_is_stored_as_before(make_deck, registry: Registry)
     assert deck.store.get(nb).status in (State.DEAD, State.COMPLETED)
 
 
+def _completed_by_a_pool(deck: Any, ids: list[int], timeout: float) -> WorkerPool:
+    """Run a pool of 3 threads until every one of ``ids`` is completed; the stopped pool."""
+    pool = pool_for(deck, 3, heartbeat_interval=60)
+    pool.start()
+    try:
+        wait_for(lambda: all_in(deck, ids, [State.COMPLETED]), timeout=timeout, message="the jobs to complete")
+    finally:
+        pool.stop(grace=2)
+    return pool
+
+
 def test_a_drain_of_many_tiny_jobs_completes_and_sets_the_average(make_deck, registry: Registry) -> None:
     @registry.handler("review.tiny")
     def tiny(payload: dict, ctx: JobContext) -> None:
@@ -646,12 +657,7 @@ def test_a_drain_of_many_tiny_jobs_completes_and_sets_the_average(make_deck, reg
 
     deck = make_deck()
     ids = deck.enqueue_many([{"type": "review.tiny", "payload": {"n": n}} for n in range(300)])
-    pool = pool_for(deck, 3, heartbeat_interval=60)
-    pool.start()
-    try:
-        wait_for(lambda: all_in(deck, ids, [State.COMPLETED]), timeout=30, message="the drain")
-    finally:
-        pool.stop(grace=2)
+    pool = _completed_by_a_pool(deck, ids, timeout=30)
     assert pool.holdings.avg_duration is not None and pool.holdings.avg_duration < 1.0
 
 
@@ -679,12 +685,7 @@ def test_lines_a_handlers_own_thread_logs_before_the_handler_returns_are_all_kep
 
     deck = make_deck()
     ids = [deck.enqueue("review.logs").job.id for _ in range(3)]
-    pool = pool_for(deck, 3, heartbeat_interval=60)
-    pool.start()
-    try:
-        wait_for(lambda: all_in(deck, ids, [State.COMPLETED]), timeout=20, message="done")
-    finally:
-        pool.stop(grace=2)
+    _completed_by_a_pool(deck, ids, timeout=20)
     for job_id in ids:
         lines = [line.message for line in lines_of(deck.store, job_id)]
         assert lines == [f"line {i}" for i in range(300)], f"job {job_id}: {len(lines)} lines"
